@@ -1,0 +1,41 @@
+# The course's commands. `make lab` to teach and learn, `make test` to check everything.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+NB     ?= $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
+
+.PHONY: setup lab test execute labs headers figures bench site grade clean
+
+# The environment: created once, refreshed when pyproject.toml changes. torch is pinned here only.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[course]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+lab: setup  ## open the course in JupyterLab
+	$(VENV)/bin/jupyter lab --notebook-dir=. notebooks/00_setup.ipynb
+
+test: setup  ## package tests, nbval on notebooks/ and solutions/, labs executed, labs up to date
+	$(PY) -m pytest --nbval -n 2 --dist loadfile tests notebooks solutions
+
+execute: setup  ## run notebooks (NB=...) and store their outputs, then regenerate the labs
+	$(PY) -m attnkit.notebooks execute $(NB)
+	$(PY) -m attnkit.labgen
+
+labs: setup  ## generate labs/ from solutions/ (FORCE=1 overwrites edited labs)
+	$(PY) -m attnkit.labgen $(if $(FORCE),--force,)
+
+headers: setup  ## rewrite Colab badges and setup cells from attnkit/course.py
+	$(PY) -m attnkit.notebooks headers
+
+figures: setup  ## redraw the diagrams in figures/
+	$(PY) -m attnkit.plotting
+
+bench: setup  ## GPU only: measure the kernels, write CSVs to figures/
+	$(PY) -m attnkit.benchmarking
+
+clean:
+	rm -rf $(VENV) build *.egg-info

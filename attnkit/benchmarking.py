@@ -1,0 +1,96 @@
+"""Timing and recording GPU results, shared by every benchmark in the course.
+
+Each benchmark suite is a module ``attnkit.bench_<name>`` with ``run() -> list[dict]``; ``make bench``
+runs them all on a GPU and writes ``figures/bench_<name>.csv``. Every row carries the GPU's name, the
+date and the torch / triton / cuDNN versions, so a recorded number always says where it came from.
+On a CPU, notebooks show these recorded files instead of live timings.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import importlib
+import sys
+from pathlib import Path
+
+from .device import versions
+
+FIGURES = Path(__file__).resolve().parent.parent / "figures"
+SUITES = ("flash", "paged", "kvcache")
+PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
+
+
+def time_ms(fn, *, warmup: int = 25, rep: int = 100) -> float:
+    """Median time of ``fn()`` in milliseconds, measured with CUDA events by triton.testing.do_bench."""
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def provenance() -> dict:
+    info = versions()
+    return {
+        "gpu": info.get("gpu", "cpu"),
+        "date": datetime.date.today().isoformat(),
+        "torch": info["torch"],
+        "triton": info["triton"],
+        "cuda": info.get("cuda"),
+        "cudnn": info.get("cudnn"),
+    }
+
+
+def write_results(name: str, rows: list[dict], directory: Path = FIGURES) -> Path:
+    """Write ``rows`` to ``directory/bench_<name>.csv`` with the provenance columns added."""
+    if not rows:
+        raise ValueError("rows: nothing to write")
+    stamp = provenance()
+    rows = [{**row, **stamp} for row in rows]
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    path = Path(directory) / f"bench_{name}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def read_results(name: str, directory: Path = FIGURES) -> list[dict]:
+    """The recorded rows of ``bench_<name>.csv``; numbers come back as floats where they parse."""
+    path = Path(directory) / f"bench_{name}.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for key, value in row.items():
+            if key in PROVENANCE:
+                continue
+            try:
+                row[key] = float(value)
+            except (TypeError, ValueError):
+                pass
+    return rows
+
+
+def describe_source(rows: list[dict]) -> str:
+    """One line naming where recorded rows were measured."""
+    r = rows[0]
+    return (f"recorded on {r['gpu']} on {r['date']} with torch {r['torch']}, triton {r['triton']}, "
+            f"CUDA {r['cuda']}, cuDNN {r['cudnn']}")
+
+
+def main(argv=None) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("make bench needs a CUDA GPU; the recorded results are in figures/bench_*.csv")
+        return 1
+    names = (argv or sys.argv[1:]) or SUITES
+    for name in names:
+        module = importlib.import_module(f"attnkit.bench_{name}")
+        rows = module.run()
+        print(f"wrote {write_results(name, rows)} ({len(rows)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

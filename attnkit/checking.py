@@ -1,0 +1,143 @@
+"""Friendly checks for lab exercises.
+
+A check runs the student's function on several fresh random inputs, compares each result with a
+float64 reference, and returns a ``CheckResult`` whose text is the report the notebook shows:
+
+    ✅ softmax: matches the float64 reference on 6 random inputs.
+    ⏳ softmax: not implemented yet (replace `raise NotImplementedError` with your code).
+    ❌ softmax: case 2 of 6, scores of shape (3, 5): ... expected / got / where / hint
+
+The report never includes random numbers when a check passes, so a solved notebook prints the same
+text on every run and every device.
+"""
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .tolerances import _as_float64, rel_error
+
+PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input to an exercise: positional and keyword arguments plus a short description."""
+
+    args: tuple
+    kwargs: dict
+    label: str
+
+
+def case(*args, label: str, **kwargs) -> Case:
+    return Case(args, kwargs, label)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str
+    report: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def __repr__(self) -> str:
+        return self.report
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def not_implemented(name: str) -> CheckResult:
+    return CheckResult(name, NOT_IMPLEMENTED,
+                       f"⏳ {name}: not implemented yet (replace `raise NotImplementedError` with your code).")
+
+
+def _preview(a: np.ndarray, limit: int = 6) -> str:
+    flat = np.asarray(a, dtype=np.float64)
+    with np.printoptions(precision=4, suppress=True, threshold=limit, edgeitems=2, linewidth=100):
+        return np.array2string(flat, prefix="      ").replace("\n", "\n      ")
+
+
+def describe_difference(got, expected) -> str:
+    """Lines that say how ``got`` differs from ``expected``: shape, error, the worst element."""
+    got64, exp64 = _as_float64(got), _as_float64(expected)
+    if got64.shape != exp64.shape:
+        return f"   expected shape {exp64.shape}, got shape {got64.shape}"
+    lines = []
+    if not np.all(np.isfinite(got64)):
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(got64))[0])
+        lines.append(f"   got a non-finite value ({got64[where]}) at index {list(where)}")
+    else:
+        lines.append(f"   relative error ‖got − expected‖/‖expected‖ = {rel_error(got64, exp64):.3g}")
+        where = np.unravel_index(int(np.argmax(np.abs(got64 - exp64))), exp64.shape)
+        where = tuple(int(i) for i in where)
+        lines.append(f"   largest difference at index {list(where)}: "
+                     f"expected {exp64[where]:.6g}, got {got64[where]:.6g}")
+    lines.append(f"   expected: {_preview(exp64)}")
+    lines.append(f"   got:      {_preview(got64)}")
+    return "\n".join(lines)
+
+
+def run_check(
+    name: str,
+    student_fn: Callable,
+    reference_fn: Callable,
+    cases: Sequence[Case],
+    *,
+    tol: float,
+    hint: str,
+    compare: Callable[[Any, Any], bool] | None = None,
+) -> CheckResult:
+    """Run ``student_fn`` on every case and compare with ``reference_fn``.
+
+    ``compare(got, expected)`` decides a match; by default the relative error must be at most ``tol``.
+    The first failing case is reported with what was expected, what came back, where they differ,
+    and the hint.
+    """
+    compare = compare or (lambda got, expected: rel_error(got, expected) <= tol)
+    for index, c in enumerate(cases, start=1):
+        where = f"case {index} of {len(cases)}, {c.label}"
+        try:
+            got = student_fn(*c.args, **c.kwargs)
+        except NotImplementedError:
+            return not_implemented(name)
+        except Exception as exc:  # a student's bug: report it, never a traceback
+            last = traceback.extract_tb(exc.__traceback__)[-1]
+            return CheckResult(name, FAILED,
+                               f"❌ {name}: {where}: your function raised {type(exc).__name__}: {exc}\n"
+                               f"   (line {last.lineno}: {last.line})\n   hint: {hint}")
+        if got is None:
+            return CheckResult(name, FAILED, f"❌ {name}: {where}: your function returned None "
+                                             f"(did you forget `return`?)\n   hint: {hint}")
+        expected = reference_fn(*c.args, **c.kwargs)
+        if not compare(got, expected):
+            return CheckResult(name, FAILED, f"❌ {name}: {where}: differs from the float64 reference.\n"
+                                             f"{describe_difference(got, expected)}\n   hint: {hint}")
+    return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {len(cases)} random inputs.")
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    """Several checks shown together, e.g. at the end of a lab."""
+
+    results: tuple[CheckResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def __repr__(self) -> str:
+        done = sum(r.passed for r in self.results)
+        lines = [r.report for r in self.results]
+        lines.append(f"{done} of {len(self.results)} exercises pass.")
+        return "\n".join(lines)
+
+
+def summarize(results: Iterable[CheckResult]) -> CheckSummary:
+    return CheckSummary(tuple(results))

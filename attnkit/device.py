@@ -1,0 +1,132 @@
+"""Where the course's code runs, decided once: a CUDA GPU when there is one, Triton's interpreter otherwise.
+
+Every notebook starts with ``attnkit.setup()``. Every module that imports Triton calls
+``ensure_triton_backend()`` first, so the interpreter is switched on before Triton is imported even
+when a student skips the setup cell.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import sys
+from dataclasses import dataclass, field
+
+# Triton supports GPUs of compute capability 8.0 (Ampere) and newer. Older ones (Colab's free T4 is 7.5)
+# still run Triton, but tl.dot falls back to slow FMA code and bf16 kernels fail to compile.
+TRITON_MIN_CAPABILITY = (8, 0)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def ensure_triton_backend() -> None:
+    """Switch on Triton's interpreter when no CUDA GPU is present. Call before ``import triton``."""
+    if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What runs where on this machine."""
+
+    device: str                      # "cuda" or "cpu": where tensors go and kernels run
+    gpu_name: str | None             # e.g. "NVIDIA H100 80GB HBM3"; None on a CPU
+    capability: tuple[int, int] | None
+    triton: str | None               # Triton's version, None when Triton is not installed
+    interpreter: bool                # True when Triton kernels run in the interpreter on the CPU
+    in_colab: bool
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def has_triton(self) -> bool:
+        return self.triton is not None
+
+    @property
+    def triton_supported_gpu(self) -> bool:
+        return self.capability is not None and self.capability >= TRITON_MIN_CAPABILITY
+
+    @property
+    def bf16_kernels(self) -> bool:
+        """Can Triton kernels take bf16 here? (On the CPU they compute bf16 in fp32 instead.)"""
+        return self.device == "cpu" or self.triton_supported_gpu
+
+    def summary(self) -> str:
+        if self.device == "cuda":
+            cc = f"sm_{self.capability[0]}{self.capability[1]}"
+            where = f"GPU {self.gpu_name} ({cc})"
+            kernels = "compiled Triton kernels" if self.has_triton else "no Triton (kernel cells skip)"
+        else:
+            where = "CPU"
+            kernels = ("Triton interpreter, small sizes" if self.has_triton
+                       else "no Triton (kernel cells skip)")
+        colab = " in Colab" if self.in_colab else ""
+        return f"attnkit: {where}{colab} · {kernels} · torch {_version('torch')} · triton {self.triton or '-'}"
+
+
+def _detect() -> Runtime:
+    ensure_triton_backend()
+    notes: list[str] = []
+    in_colab = "google.colab" in sys.modules
+    triton = _version("triton")
+    if _cuda_available():
+        import torch
+
+        name = torch.cuda.get_device_name()
+        capability = torch.cuda.get_device_capability()
+        if capability < TRITON_MIN_CAPABILITY:
+            notes.append(
+                f"{name} has compute capability {capability[0]}.{capability[1]}, below the 8.0 that Triton "
+                "supports: kernels run, but tl.dot uses slow FMA code (timings are not representative) and "
+                "bf16 kernels do not compile, so the course runs them in fp16. "
+                "(torch.cuda.is_bf16_supported() may still say True: it speaks of PyTorch, not Triton.)"
+            )
+        interpreter = os.environ.get("TRITON_INTERPRET") == "1"
+        return Runtime("cuda", name, capability, triton, interpreter, in_colab, tuple(notes))
+    if triton is None:
+        notes.append("Triton is not installed: kernel cells are skipped; the NumPy and PyTorch parts run.")
+    else:
+        notes.append("No GPU: Triton kernels run in Triton's interpreter on small sizes, and bf16 kernels "
+                     "compute in fp32 (the interpreter's bf16 arithmetic is not faithful).")
+    return Runtime("cpu", None, None, triton, triton is not None, in_colab, tuple(notes))
+
+
+@functools.lru_cache(maxsize=1)
+def runtime() -> Runtime:
+    """The machine's runtime, detected once."""
+    return _detect()
+
+
+def setup(verbose: bool = True) -> Runtime:
+    """Call at the top of every notebook: picks the device and prints one line of what runs where."""
+    rt = runtime()
+    if verbose:
+        print(rt.summary())
+        for note in rt.notes:
+            print("  note:", note)
+    return rt
+
+
+def versions() -> dict[str, str | None]:
+    """Library versions recorded beside every benchmark result."""
+    info = {name: _version(name) for name in ("torch", "triton", "numpy")}
+    info["python"] = sys.version.split()[0]
+    if _cuda_available():
+        import torch
+
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cuda"] = torch.version.cuda
+        info["cudnn"] = str(torch.backends.cudnn.version())
+    return info

@@ -1,0 +1,43 @@
+"""Shared plot style and the registry of diagrams that `make figures` draws into figures/.
+
+A module registers a diagram with ``@diagram("name.png")``; ``python -m attnkit.plotting`` imports
+every module listed in ``DIAGRAM_MODULES`` and saves each registered figure.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+FIGURES = Path(__file__).resolve().parent.parent / "figures"
+DIAGRAM_MODULES = ("attnkit.iomodel",)
+_REGISTRY: dict[str, object] = {}
+
+
+def diagram(filename: str):
+    """Register a function that returns a matplotlib Figure, to be saved as figures/<filename>."""
+    def register(fn):
+        _REGISTRY[filename] = fn
+        return fn
+    return register
+
+
+def main() -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    for module in DIAGRAM_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+    for filename, draw in sorted(_REGISTRY.items()):
+        fig = draw()
+        fig.savefig(FIGURES / filename, dpi=120, bbox_inches="tight")
+        print(f"drew figures/{filename}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

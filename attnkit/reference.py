@@ -1,0 +1,65 @@
+"""Float64 references that every kernel, lesson and lab check is compared with.
+
+Two flavours of the same math:
+- NumPy, for the lessons that build attention by hand (one head, [N, d] matrices);
+- PyTorch, for the kernels ([B, H, N, D] tensors, grouped-query heads, causal with Nq ≠ Nk).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+# ----------------------------------------------------------------------------------------- NumPy
+def softmax_np(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Safe softmax: subtract the row maximum before exponentiating. Rows of only -inf give 0."""
+    scores = np.asarray(scores, dtype=np.float64)
+    row_max = np.max(scores, axis=axis, keepdims=True)
+    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
+    weights = np.exp(scores - row_max)
+    total = np.sum(weights, axis=axis, keepdims=True)
+    return np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+
+
+def causal_mask_np(n_q: int, n_k: int) -> np.ndarray:
+    """Boolean [n_q, n_k]: True where query i may see key j, i.e. j ≤ i + n_k − n_q (aligned to the end)."""
+    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+
+
+def attention_np(Q, K, V, *, causal: bool = False, scale: float | None = None) -> np.ndarray:
+    """softmax(Q Kᵀ · scale) V for one head, in float64. Q: [Nq, d], K: [Nk, d], V: [Nk, dv]."""
+    Q, K, V = (np.asarray(x, dtype=np.float64) for x in (Q, K, V))
+    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
+    scores = Q @ K.T * scale                                   # [Nq, Nk]
+    if causal:
+        scores = np.where(causal_mask_np(Q.shape[0], K.shape[0]), scores, -np.inf)
+    return softmax_np(scores) @ V                               # [Nq, dv]
+
+
+# --------------------------------------------------------------------------------------- PyTorch
+def attention_ref(q, k, v, *, causal: bool = False, sm_scale: float | None = None):
+    """Exact attention in float64 on the CPU, the reference for every kernel.
+
+    q: [B, Hq, Nq, D]; k, v: [B, Hkv, Nk, D] with Hq % Hkv == 0. Query head h reads KV head
+    h // (Hq // Hkv). With ``causal``, query i sees keys j ≤ i + Nk − Nq; a row that sees no key gives 0.
+    Returns float64 [B, Hq, Nq, D] on the CPU.
+    """
+    import torch
+
+    q64, k64, v64 = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    group = q64.shape[1] // k64.shape[1]
+    k64 = k64.repeat_interleave(group, dim=1)                  # [B, Hq, Nk, D]
+    v64 = v64.repeat_interleave(group, dim=1)
+    scale = 1.0 / math.sqrt(q64.shape[-1]) if sm_scale is None else sm_scale
+    scores = q64 @ k64.transpose(-1, -2) * scale               # [B, Hq, Nq, Nk]
+    if causal:
+        n_q, n_k = scores.shape[-2:]
+        visible = torch.from_numpy(causal_mask_np(n_q, n_k))
+        scores = scores.masked_fill(~visible, -math.inf)
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    weights = torch.exp(scores - row_max)
+    total = weights.sum(dim=-1, keepdim=True)
+    probs = torch.where(total > 0, weights / total.clamp_min(1e-300), torch.zeros_like(weights))
+    return probs @ v64

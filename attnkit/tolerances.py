@@ -1,0 +1,73 @@
+"""Tolerances by dtype, in one place.
+
+Every comparison in the course, kernel tests and lab checks alike, measures the relative error
+‖out − ref‖ / ‖ref‖ against a float64 reference and compares it with the bound for the dtype the
+computation ran in.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Relative-error bounds (‖out − ref‖ / ‖ref‖). fp32 matrix products on a GPU run on tensor cores in
+# tf32 (10 mantissa bits) unless asked otherwise, hence the separate "tf32" entry.
+REL_TOL = {
+    "float64": 1e-12,
+    "float32": 1e-5,
+    "tf32": 3e-4,
+    "float16": 2e-3,
+    "bfloat16": 1.6e-2,
+}
+
+
+def dtype_name(dtype) -> str:
+    """'float16' for torch.float16, np.float16 or 'float16'."""
+    name = str(dtype).replace("torch.", "")
+    aliases = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16",
+               "fp16": "float16", "fp32": "float32", "fp64": "float64"}
+    name = aliases.get(name, name)
+    if name not in REL_TOL:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            pass
+    if name not in REL_TOL:
+        raise ValueError(f"dtype: no tolerance for {dtype!r}; known: {sorted(REL_TOL)}")
+    return name
+
+
+def tolerance(dtype, device: str = "cpu") -> float:
+    """The relative-error bound for a computation in ``dtype`` on ``device`` ("cpu" or "cuda").
+
+    On CUDA, float32 matrix products in Triton use tf32 tensor cores, so float32 gets the tf32 bound.
+    """
+    name = dtype_name(dtype)
+    if name == "float32" and str(device).startswith("cuda"):
+        return REL_TOL["tf32"]
+    return REL_TOL[name]
+
+
+def _as_float64(x) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor
+        return x.detach().to("cpu").double().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def rel_error(out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; inf when out holds NaN or inf, or when the shapes differ."""
+    out64, ref64 = _as_float64(out), _as_float64(ref)
+    if out64.shape != ref64.shape or not np.all(np.isfinite(out64)):
+        return math.inf
+    norm = np.linalg.norm(ref64)
+    diff = np.linalg.norm(out64 - ref64)
+    return float(diff / norm) if norm > 0 else float(diff)
+
+
+def assert_close(out, ref, dtype, device: str = "cpu", what: str = "output") -> float:
+    """Raise AssertionError naming ``what`` when ``out`` is further from ``ref`` than the dtype allows."""
+    err = rel_error(out, ref)
+    bound = tolerance(dtype, device)
+    if not err <= bound:
+        raise AssertionError(f"{what}: relative error {err:.3e} exceeds the {dtype_name(dtype)} bound {bound:.1e}")
+    return err
