@@ -16,7 +16,7 @@ from pathlib import Path
 from .device import versions
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
-SUITES = ("flash", "paged", "kvcache")
+SUITES = ("flash", "flash_ladder", "paged", "kvcache")
 PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
 
