@@ -15,8 +15,8 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-lab: setup  ## open the course in JupyterLab
-	$(VENV)/bin/jupyter lab --notebook-dir=. notebooks/00_setup.ipynb
+lab: setup  ## open the course in JupyterLab (LAB_ARGS=... passes options, e.g. --no-browser --port=8899)
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) notebooks/00_setup.ipynb
 
 test: setup  ## package tests, nbval on notebooks/ and solutions/, labs executed, labs up to date
 	$(PY) -m pytest --nbval -n 2 --dist loadfile tests notebooks solutions

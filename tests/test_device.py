@@ -1,0 +1,56 @@
+"""Device handling: interpreter on CPU, the one-line report, GPU capability gating."""
+import os
+
+import pytest
+
+from attnkit import device
+
+
+def test_interpreter_is_on_without_a_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    rt = device.runtime()
+    assert rt.device == "cpu" and rt.interpreter and rt.bf16_kernels
+
+
+def test_summary_is_one_line_naming_device_and_versions(capsys):
+    rt = device.setup()
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == rt.summary()
+    assert first.startswith("attnkit: ") and "torch" in first and "triton" in first
+
+
+def _fake_cuda(monkeypatch, name, capability):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+
+
+def test_a_t4_is_flagged_and_gets_no_bf16_kernels(monkeypatch):
+    _fake_cuda(monkeypatch, "Tesla T4", (7, 5))
+    rt = device._detect()
+    assert rt.device == "cuda" and not rt.triton_supported_gpu and not rt.bf16_kernels
+    assert any("7.5" in note and "bf16" in note for note in rt.notes)
+    assert "sm_75" in rt.summary()
+
+
+def test_an_h100_gets_compiled_kernels_and_bf16(monkeypatch):
+    _fake_cuda(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
+    rt = device._detect()
+    assert rt.triton_supported_gpu and rt.bf16_kernels and not rt.notes
+    assert "compiled Triton kernels" in rt.summary()
+
+
+def test_missing_triton_is_reported(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device, "_version", lambda name: None if name == "triton" else "1.0")
+    rt = device._detect()
+    assert not rt.has_triton and "no Triton" in rt.summary()
+    assert any("not installed" in note for note in rt.notes)

@@ -1,0 +1,46 @@
+"""environment.yml (conda) and pyproject.toml (pip) describe the same environment."""
+import re
+import tomllib
+
+from conftest import ROOT
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!;\[ ]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def pyproject_requirements() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = project["dependencies"] + project["optional-dependencies"]["course"]
+    return {r.replace(" ", "") for r in reqs}
+
+
+def conda_pip_requirements() -> list[str]:
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    start = next(i for i, l in enumerate(lines) if l.strip() == "- pip:")
+    reqs = []
+    for line in lines[start + 1:]:
+        match = re.match(r"^\s+- (.+)$", line)
+        if not match:
+            break
+        reqs.append(match.group(1).strip())
+    return reqs
+
+
+def test_conda_environment_lists_every_pip_requirement():
+    # torch is pinned in the set-up step only (Makefile and environment.yml), loose in the package.
+    conda = {r.replace(" ", "") for r in conda_pip_requirements() if not r.startswith(("-e", "torch=="))}
+    package = {r for r in pyproject_requirements() if _name(r) != "torch"}
+    assert conda == package
+
+
+def test_conda_environment_pins_the_same_torch_as_the_makefile():
+    makefile = (ROOT / "Makefile").read_text()
+    pin = re.search(r"torch==[\d.]+", makefile).group(0)
+    assert pin in conda_pip_requirements()
+    assert "-e ." in conda_pip_requirements()
+
+
+def test_package_ranges_stay_loose():
+    # Colab brings its own torch and triton: the package itself never pins exact versions.
+    assert not any("==" in r.split(";")[0] for r in pyproject_requirements())

@@ -1,0 +1,45 @@
+"""The float64 references agree with each other and with PyTorch's own attention."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnkit.reference import attention_np, attention_ref, causal_mask_np, softmax_np
+
+
+def test_softmax_rows_sum_to_one_and_survive_large_scores():
+    scores = np.array([[1000.0, 1001.0, 999.0], [-np.inf, 0.0, 0.0]])
+    p = softmax_np(scores)
+    assert np.allclose(p.sum(-1), 1.0) and np.all(np.isfinite(p))
+    assert p[1, 0] == 0.0
+
+
+def test_fully_masked_row_gives_zero():
+    assert np.all(softmax_np(np.full((1, 4), -np.inf)) == 0.0)
+
+
+def test_causal_mask_is_aligned_to_the_end():
+    mask = causal_mask_np(2, 5)            # 2 new queries at the end of 5 keys
+    assert mask.tolist() == [[True, True, True, True, False], [True] * 5]
+    assert not causal_mask_np(3, 1)[:2].any()   # more queries than keys: early rows see nothing
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_reference_matches_sdpa(causal):
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, 13, 16, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 2, 13, 16, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, 2, 13, 16, generator=gen, dtype=torch.float64)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1), is_causal=causal)
+    assert torch.allclose(attention_ref(q, k, v, causal=causal), expected, atol=1e-12)
+
+
+def test_numpy_and_torch_references_agree_with_rows_that_see_nothing():
+    rng = np.random.default_rng(1)
+    q, k, v = rng.standard_normal((7, 8)), rng.standard_normal((3, 8)), rng.standard_normal((3, 5))
+    out_np = attention_np(q, k, v, causal=True, scale=0.3)
+    out_t = attention_ref(*(torch.from_numpy(x)[None, None] for x in (q, k, v)), causal=True, sm_scale=0.3)
+    assert np.allclose(out_np, out_t[0, 0].numpy(), atol=1e-12)
+    assert np.all(out_np[:4] == 0.0)       # queries 0..3 come before every key
+    assert np.abs(out_np[4:]).sum() > 0
