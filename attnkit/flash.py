@@ -1,0 +1,389 @@
+"""FlashAttention in Triton, forward and backward, for [B, H, N, D] tensors.
+
+Public functions
+- ``flash_attention(q, k, v, *, causal=False, sm_scale=None) -> o``: differentiable attention
+  (a ``torch.autograd.Function``; the backward runs in Triton too).
+- ``flash_attention_forward(q, k, v, *, causal=False, sm_scale=None, variant="best") -> (o, lse)``:
+  the forward kernel alone; ``lse`` [B, Hq, Nq] fp32 is the natural-log log-sum-exp of each row of
+  scaled scores (-inf for a row that sees no key), the one number per row the backward needs.
+- ``flash_attention_backward(do, q, k, v, o, lse, *, causal=False, sm_scale=None) -> (dq, dk, dv)``:
+  the backward kernels alone (dK, dV summed over the query heads that share a K/V head).
+- ``LADDER``: the forward's performance ladder, rung name -> what it adds; each rung is a
+  ``variant=`` of ``flash_attention_forward``. ``check_inputs(q, k, v)`` raises the ValueErrors.
+
+Shapes: q [B, Hq, Nq, D]; k, v [B, Hkv, Nk, D] with Hq % Hkv == 0 (query head h reads K/V head
+h // (Hq // Hkv): multi-head, grouped-query and multi-query attention without copying K or V);
+any Nq, Nk >= 1; D in {16, 32, 64, 128, 256}; fp16, bf16 or fp32, all three the same. Any strides.
+Causal attention with Nq != Nk is aligned to the end: query i sees key j when j <= i + Nk - Nq;
+a row that sees no key gives 0. ``sm_scale`` defaults to 1/sqrt(D).
+
+Where it runs: CUDA tensors run compiled kernels (block sizes autotuned); CPU tensors run the same
+kernels in Triton's interpreter (one small fixed block size), also on a machine with a GPU. The
+interpreter's bf16 arithmetic is not faithful, so on the CPU bf16 is computed in fp32 and rounded.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from . import flash_kernels as _compiled_kernels
+
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LOG2E = 1.4426950408889634
+
+# The forward's performance ladder: each rung keeps the ones before it and adds one idea.
+LADDER = {
+    "tiled": "online softmax over key tiles with exp; every tile masked; one fixed block size",
+    "exp2": "exp2 with log2(e) folded into the score scale (one MUFU instruction, one multiply less)",
+    "split": "key tiles split into unmasked ones and the masked causal diagonal / ragged end",
+    "autotuned": "block sizes, warps and pipeline stages autotuned per shape",
+}
+VARIANTS = {  # rung -> kernel switches
+    "tiled": dict(use_exp2=False, split=False, tuned=False),
+    "exp2": dict(use_exp2=True, split=False, tuned=False),
+    "split": dict(use_exp2=True, split=True, tuned=False),
+    "autotuned": dict(use_exp2=True, split=True, tuned=True),
+}
+
+
+# ------------------------------------------------------------------------------------ input checks
+def _check_tensor(name: str, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 4:
+        raise ValueError(f"{name}: expected 4 dimensions [B, H, N, D], got shape {tuple(t.shape)}")
+    if t.numel() == 0:
+        raise ValueError(f"{name}: every size must be >= 1, got shape {tuple(t.shape)}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"{name}: dtype {t.dtype} is not supported; use float16, bfloat16 or float32")
+
+
+def check_inputs(q, k, v) -> None:
+    """Raise ValueError, naming the argument and the rule, unless q, k, v are valid attention inputs."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v: must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v: must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k, v: must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q, k: batch sizes differ ({q.shape[0]} vs {k.shape[0]})")
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"q, k: head dims differ ({q.shape[3]} vs {k.shape[3]})")
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"q, k: the query heads Hq={q.shape[1]} must be a multiple of the key/value "
+                         f"heads Hkv={k.shape[1]} (Hq % Hkv == 0)")
+    if q.shape[3] not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"q: head dim D={q.shape[3]} is not supported; D must be one of {SUPPORTED_HEAD_DIMS}")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q: device {q.device} is not supported; use a CUDA GPU or the CPU")
+
+
+def _scale(sm_scale, head_dim: int) -> float:
+    if sm_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale):
+        raise ValueError(f"sm_scale: expected a finite number or None, got {sm_scale!r}")
+    return float(sm_scale)
+
+
+def _check_causal(causal) -> bool:
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal: expected True or False, got {causal!r}")
+    return causal
+
+
+# ----------------------------------------------------------------------------- kernels and configs
+_interpreted_kernels = None
+
+
+def _is_interpreted(module) -> bool:
+    """True when ``module``'s kernels were decorated in interpreter mode."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(module._attn_fwd, InterpretedFunction)
+
+
+def _load_interpreted_kernels():
+    """A second copy of ``attnkit.flash_kernels`` whose kernels run in Triton's interpreter.
+
+    ``triton.jit`` decides at decoration time, from TRITON_INTERPRET, whether it builds a compiled or
+    an interpreted function (Triton 3.4 to 3.9), so the copy is executed with the variable set.
+    """
+    spec = importlib.util.spec_from_file_location("attnkit._flash_kernels_interpreted",
+                                                  _compiled_kernels.__file__)
+    module = importlib.util.module_from_spec(spec)
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+    return module
+
+
+def _kernels(device: torch.device):
+    """The kernel module for ``device``: compiled for CUDA tensors, interpreted for CPU tensors.
+
+    On a machine with a GPU the kernels are compiled; CPU tensors then need a second copy of the
+    module, decorated while TRITON_INTERPRET=1 so that ``triton.jit`` builds interpreted functions.
+    """
+    global _interpreted_kernels
+    if device.type == "cuda" or _is_interpreted(_compiled_kernels):
+        return _compiled_kernels
+    if _interpreted_kernels is None:
+        _interpreted_kernels = _load_interpreted_kernels()
+    return _interpreted_kernels
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """One launch configuration: tile sizes, warps per program, software-pipelining depth."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def meta(self) -> dict:
+        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, num_warps=self.num_warps,
+                    num_stages=self.num_stages)
+
+
+INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes span several tiles
+
+
+def _fixed_forward_config(head_dim: int) -> BlockConfig:
+    """The untuned rungs' one configuration on a GPU."""
+    return BlockConfig(64, 64, 4, 2) if head_dim <= 128 else BlockConfig(64, 32, 4, 2)
+
+
+def _fwd_configs():
+    import triton
+
+    shapes = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2),
+              (128, 64, 4, 4), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2)]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+
+
+def _bwd_configs():
+    import triton
+
+    shapes = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 64, 4, 2), (32, 64, 4, 3), (16, 64, 4, 3),
+              (64, 128, 4, 2)]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+
+
+def _bwd_dq_configs():
+    import triton
+
+    shapes = [(128, 32, 4, 3), (128, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 3), (64, 16, 4, 3),
+              (128, 64, 4, 2)]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+
+
+def _prune_by_head_dim(configs, named_args, **kwargs):
+    """D = 256 tiles need twice the shared memory: keep the smaller ones there."""
+    head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
+    if head_dim is not None and head_dim >= 256:
+        small = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
+        return [c if c.num_stages <= 2 else _with_stages(c, 2) for c in small] or configs[-1:]
+    return configs
+
+
+def _with_stages(config, stages):
+    import triton
+
+    return triton.Config(dict(config.kwargs), num_warps=config.num_warps, num_stages=stages)
+
+
+_TUNED = {}
+
+
+def _tuned(name: str):
+    """The autotuned CUDA launcher of kernel ``name`` (built once)."""
+    if name not in _TUNED:
+        import triton
+
+        configs = {"_attn_fwd": _fwd_configs, "_bwd_dkdv": _bwd_configs, "_bwd_dq": _bwd_dq_configs}[name]()
+        key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL", "GROUP"]
+        _TUNED[name] = triton.autotune(configs=configs, key=key,
+                                       prune_configs_by={"early_config_prune": _prune_by_head_dim})(
+            getattr(_compiled_kernels, name))
+    return _TUNED[name]
+
+
+def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig, grid_rows: int,
+            grid_heads: int, *args, rows_block: str = "BLOCK_M", **constexprs) -> None:
+    """Launch kernel ``name`` on a grid (cdiv(grid_rows, <rows_block>), grid_heads)."""
+    import triton
+
+    kernels = _kernels(device)
+    if _is_interpreted(kernels):
+        grid = (triton.cdiv(grid_rows, INTERPRETER_CONFIG.meta()[rows_block]), grid_heads)
+        getattr(kernels, name)[grid](*args, **constexprs, **INTERPRETER_CONFIG.meta())
+        return
+    with torch.cuda.device(device):
+        if tuned:
+            grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
+            _tuned(name)[grid](*args, **constexprs)
+        else:
+            grid = (triton.cdiv(grid_rows, fixed.meta()[rows_block]), grid_heads)
+            getattr(kernels, name)[grid](*args, **constexprs, **fixed.meta())
+
+
+# ------------------------------------------------------------------------------------------ forward
+def _new_buffer(shape, dtype, device) -> torch.Tensor:
+    """Every output and scratch buffer the kernels write (tests fill these with NaN instead)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _compute_dtype_inputs(*tensors):
+    """On the CPU, bf16 goes through the interpreter as fp32 (its bf16 arithmetic is not faithful)."""
+    if tensors[0].device.type == "cpu" and tensors[0].dtype == torch.bfloat16:
+        return tuple(t.float() for t in tensors)
+    return tensors
+
+
+def _forward(q, k, v, causal: bool, sm_scale: float, variant: str):
+    """o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] fp32. Inputs already checked."""
+    switches = VARIANTS[variant]
+    out_dtype = q.dtype
+    q, k, v = _compute_dtype_inputs(q, k, v)
+    batch, n_heads, n_q, head_dim = q.shape
+    n_heads_kv, n_k = k.shape[1], k.shape[2]
+    o = _new_buffer(q.shape, q.dtype, q.device)
+    lse = _new_buffer((batch, n_heads, n_q), torch.float32, q.device)
+    qk_scale = sm_scale * LOG2E if switches["use_exp2"] else sm_scale
+    _launch("_attn_fwd", q.device, switches["tuned"], _fixed_forward_config(head_dim), n_q, batch * n_heads,
+            q, k, v, o, lse, qk_scale,
+            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+            n_heads, n_q, n_k,
+            GROUP=n_heads // n_heads_kv, HEAD_DIM=head_dim, CAUSAL=causal,
+            USE_EXP2=switches["use_exp2"], SPLIT=switches["split"])
+    return o.to(out_dtype), lse
+
+
+def flash_attention_forward(q, k, v, *, causal: bool = False, sm_scale: float | None = None,
+                            variant: str = "best"):
+    """The forward kernel: returns (o, lse).
+
+    o: [B, Hq, Nq, D] in q's dtype; lse: [B, Hq, Nq] fp32, log Σ_j exp(sm_scale · q_i·k_j) over the
+    keys row i sees (-inf for a row that sees none). ``variant`` picks a rung of ``LADDER``
+    ("best" is the top rung).
+    """
+    check_inputs(q, k, v)
+    causal = _check_causal(causal)
+    sm_scale = _scale(sm_scale, q.shape[-1])
+    if variant == "best":
+        variant = "autotuned"
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected 'best' or one of {list(VARIANTS)}, got {variant!r}")
+    with torch.no_grad():
+        return _forward(q, k, v, causal, sm_scale, variant)
+
+
+# ----------------------------------------------------------------------------------------- backward
+def _preprocess(o, do, delta) -> None:
+    """delta[b, h, i] = Σ_d do · o: the row term of the softmax gradient."""
+    import triton
+
+    batch, n_heads, n_q, head_dim = o.shape
+    block_m = 16 if _is_interpreted(_kernels(o.device)) else 64
+    grid = (triton.cdiv(n_q, block_m), batch * n_heads)
+    with torch.device(o.device):
+        _kernels(o.device)._bwd_preprocess[grid](o, do, delta, *o.stride(), *do.stride(), n_heads, n_q,
+                                                 HEAD_DIM=head_dim, BLOCK_M=block_m)
+
+
+def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
+    """dq, dk, dv in the inputs' dtypes (dk, dv [B, Hkv, Nk, D]). Inputs already checked."""
+    out_dtype = q.dtype
+    do, q, k, v, o = _compute_dtype_inputs(do, q, k, v, o)
+    batch, n_heads, n_q, head_dim = q.shape
+    n_heads_kv, n_k = k.shape[1], k.shape[2]
+    group = n_heads // n_heads_kv
+    device = q.device
+    qk_scale = sm_scale * LOG2E
+    lse = lse.contiguous()
+
+    delta = _new_buffer((batch, n_heads, n_q), torch.float32, device)
+    _preprocess(o, do, delta)
+
+    dk = _new_buffer((batch, n_heads_kv, n_k, head_dim), q.dtype, device)
+    dv = _new_buffer((batch, n_heads_kv, n_k, head_dim), q.dtype, device)
+    _launch("_bwd_dkdv", device, True, BlockConfig(32, 64, 4, 2), n_k, batch * n_heads_kv,
+            q, k, v, do, lse, delta, dk, dv, sm_scale, qk_scale,
+            *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+            n_heads, n_heads_kv, n_q, n_k,
+            rows_block="BLOCK_N", GROUP=group, HEAD_DIM=head_dim, CAUSAL=causal)
+
+    dq = _new_buffer((batch, n_heads, n_q, head_dim), q.dtype, device)
+    _launch("_bwd_dq", device, True, BlockConfig(64, 32, 4, 2), n_q, batch * n_heads,
+            q, k, v, do, lse, delta, dq, sm_scale, qk_scale,
+            *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+            n_heads, n_q, n_k,
+            GROUP=group, HEAD_DIM=head_dim, CAUSAL=causal)
+    return dq.to(out_dtype), dk.to(out_dtype), dv.to(out_dtype)
+
+
+def flash_attention_backward(do, q, k, v, o, lse, *, causal: bool = False, sm_scale: float | None = None):
+    """The backward kernels: given dO = ∂L/∂o, returns (dq, dk, dv) = (∂L/∂q, ∂L/∂k, ∂L/∂v).
+
+    o and lse come from ``flash_attention_forward`` with the same causal and sm_scale. dk and dv
+    have k's shape: each K/V head's gradient is summed over the query heads that read it.
+    """
+    check_inputs(q, k, v)
+    causal = _check_causal(causal)
+    sm_scale = _scale(sm_scale, q.shape[-1])
+    for name, t in (("do", do), ("o", o)):
+        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name}: must be a tensor with q's shape, dtype and device")
+    expected = (q.shape[0], q.shape[1], q.shape[2])
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != expected or lse.dtype != torch.float32:
+        raise ValueError(f"lse: must be a float32 tensor of shape {expected} (from flash_attention_forward)")
+    if lse.device != q.device:
+        raise ValueError("lse: must be on q's device")
+    with torch.no_grad():
+        return _backward(do, q, k, v, o, lse, causal, sm_scale)
+
+
+# ------------------------------------------------------------------------------------------ autograd
+class FlashAttentionFunction(torch.autograd.Function):
+    """Forward saves (q, k, v, o, lse); backward recomputes the probabilities tile by tile."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        o, lse = _forward(q, k, v, causal, sm_scale, "autotuned")
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal = causal
+        ctx.sm_scale = sm_scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None
+
+
+def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = None):
+    """softmax(q kᵀ · sm_scale [+ causal mask]) v, differentiable. See the module docstring for shapes."""
+    check_inputs(q, k, v)
+    causal = _check_causal(causal)
+    sm_scale = _scale(sm_scale, q.shape[-1])
+    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)
+
+
+__all__ = ["flash_attention", "flash_attention_forward", "flash_attention_backward", "check_inputs",
+           "LADDER", "VARIANTS", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

@@ -1,0 +1,284 @@
+"""FlashAttention kernels (attnkit.flash) against the float64 reference, on fresh random inputs.
+
+On a CPU the kernels run in Triton's interpreter, so the shapes are small; every N is chosen so that
+it is not a multiple of the interpreter's 16-row tiles (or is smaller than one tile).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attnkit import flash
+from attnkit.flash import (LADDER, VARIANTS, flash_attention, flash_attention_backward,
+                           flash_attention_forward)
+from attnkit.reference import attention_ref, causal_mask_np
+from attnkit.tolerances import assert_close, rel_error, tolerance
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+@pytest.fixture(autouse=True)
+def poisoned_buffers(monkeypatch):
+    """Every buffer the kernels write starts as NaN: an element left unwritten fails the comparison."""
+    def nan_buffer(shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(flash, "_new_buffer", nan_buffer)
+
+
+def make_inputs(gen, b, hq, hkv, nq, nk, d, dtype, device=DEVICE):
+    """Fresh N(0, 1) q [b, hq, nq, d], k, v [b, hkv, nk, d] from the generator ``gen``."""
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+
+    return randn(b, hq, nq, d), randn(b, hkv, nk, d), randn(b, hkv, nk, d)
+
+
+def reference_lse(q, k, causal, sm_scale=None):
+    """float64 log Σ_j exp(scale · q_i·k_j) over the keys row i sees; -inf for a row that sees none."""
+    q64, k64 = q.detach().cpu().double(), k.detach().cpu().double()
+    k64 = k64.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    scores = q64 @ k64.transpose(-1, -2) * scale
+    if causal:
+        visible = torch.from_numpy(causal_mask_np(q.shape[2], k.shape[2]))
+        scores = scores.masked_fill(~visible, -math.inf)
+    return torch.logsumexp(scores, dim=-1)
+
+
+def reference_grads(q, k, v, do, causal, sm_scale=None):
+    """(dq, dk, dv) by float64 autograd through the same math as attention_ref."""
+    q64, k64, v64 = (t.detach().cpu().double().requires_grad_() for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    scores = q64 @ k64.repeat_interleave(group, 1).transpose(-1, -2) * scale
+    if causal:
+        visible = torch.from_numpy(causal_mask_np(q.shape[2], k.shape[2]))
+        scores = scores.masked_fill(~visible, -math.inf)
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)      # a row that sees no key: all zero
+    out = probs @ v64.repeat_interleave(group, 1)
+    # the autograd reference must itself match attention_ref before its gradients are trusted
+    assert rel_error(out, attention_ref(q, k, v, causal=causal, sm_scale=sm_scale)) < 1e-12
+    out.backward(do.detach().cpu().double())
+    return q64.grad, k64.grad, v64.grad
+
+
+def check_forward(gen, b, hq, hkv, nq, nk, d, dtype, causal, variant="best", sm_scale=None):
+    q, k, v = make_inputs(gen, b, hq, hkv, nq, nk, d, dtype)
+    o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, variant=variant)
+    assert o.shape == q.shape and o.dtype == dtype and o.device == q.device
+    what = f"o for {(b, hq, hkv, nq, nk, d)} {dtype} causal={causal} {variant}"
+    assert_close(o, attention_ref(q, k, v, causal=causal, sm_scale=sm_scale), dtype, DEVICE, what)
+    ref = reference_lse(q, k, causal, sm_scale)
+    seen = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(lse.cpu()), seen), "lse: -inf exactly for rows that see no key"
+    assert torch.all(lse.cpu()[~seen] == -math.inf)
+    assert_close(lse.cpu()[seen], ref[seen], dtype, DEVICE, f"lse for {what}")
+
+
+def check_gradients(gen, b, hq, hkv, nq, nk, d, dtype, causal, sm_scale=None):
+    q, k, v = make_inputs(gen, b, hq, hkv, nq, nk, d, dtype)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    do = torch.randn(q.shape, generator=gen).to(device=DEVICE, dtype=dtype)
+    o = flash_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+    o.backward(do)
+    expected = reference_grads(q, k, v, do, causal, sm_scale)
+    for name, got, ref in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), expected):
+        assert got.shape == ref.shape and got.dtype == dtype
+        assert_close(got, ref, dtype, DEVICE, f"{name} for {(b, hq, hkv, nq, nk, d)} {dtype} causal={causal}")
+
+
+# ---------------------------------------------------------------------------------------- forward
+# (B, Hq, Hkv, Nq, Nk, D, causal): GQA ratios 1, 4, 8 and MQA; ragged N; causal with Nq < Nk and Nq > Nk.
+FORWARD_CASES = [
+    (1, 2, 2, 37, 37, 32, False),     # MHA, square
+    (2, 4, 1, 21, 45, 16, True),      # MQA, Nq < Nk: every query sees the first Nk - Nq keys and more
+    (1, 8, 2, 33, 19, 64, True),      # GQA 4, Nq > Nk: the first 14 rows see no key
+    (1, 8, 1, 17, 29, 32, False),     # GQA 8 (and MQA)
+    (1, 3, 3, 1, 40, 16, True),       # one query (decoding-like)
+    (1, 2, 1, 40, 1, 16, False),      # one key
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", FORWARD_CASES, ids=str)
+def test_forward_matches_reference(shape, dtype):
+    gen = torch.Generator().manual_seed(hash((shape, str(dtype))) % 2**31)
+    check_forward(gen, *shape[:6], dtype, causal=shape[6])
+
+
+@pytest.mark.parametrize("d", [16, 32, 64, 128, 256])
+def test_every_head_dim(d):
+    gen = torch.Generator().manual_seed(d)
+    n = 9 if d == 256 else 19
+    check_forward(gen, 1, 2, 1, n, n + 4, d, torch.float16, causal=True)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_ladder_rung(variant, causal):
+    assert set(LADDER) == set(VARIANTS)
+    gen = torch.Generator().manual_seed(7 + causal)
+    check_forward(gen, 1, 4, 2, 35, 27, 32, torch.float16, causal=causal, variant=variant)
+
+
+def test_custom_scale():
+    gen = torch.Generator().manual_seed(3)
+    check_forward(gen, 1, 2, 1, 19, 23, 16, torch.float32, causal=True, sm_scale=0.3)
+    check_forward(gen, 1, 2, 1, 19, 23, 16, torch.float32, causal=False, sm_scale=-1.7)
+
+
+def test_rows_that_see_no_key_are_zero():
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = make_inputs(gen, 1, 2, 1, 30, 6, 16, torch.float32)     # rows 0..23 see no key
+    q.requires_grad_()
+    o = flash_attention(q, k, v, causal=True)
+    assert torch.all(o[:, :, :24] == 0) and torch.all(o[:, :, 24:].abs().sum(-1) > 0)
+    o.sum().backward()
+    assert torch.all(q.grad[:, :, :24] == 0) and torch.isfinite(q.grad).all()
+
+
+settings.register_profile("flash", max_examples=6, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+
+
+@settings(settings.get_profile("flash"))
+@given(hkv=st.integers(1, 2), group=st.sampled_from([1, 3, 4]), nq=st.integers(1, 40),
+       nk=st.integers(1, 40), d=st.sampled_from([16, 32]), causal=st.booleans(),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**31 - 1))
+def test_forward_property(hkv, group, nq, nk, d, causal, dtype, seed):
+    check_forward(torch.Generator().manual_seed(seed), 1, hkv * group, hkv, nq, nk, d, dtype, causal)
+
+
+def test_non_contiguous_inputs():
+    gen = torch.Generator().manual_seed(5)
+    b, n, hq, hkv, d = 2, 21, 4, 2, 32
+    # a [B, N, H, D] layout viewed as [B, H, N, D]; v additionally every other head dim element
+    q = torch.randn(b, n, hq, d, generator=gen).transpose(1, 2)
+    k = torch.randn(b, n + 3, hkv, d, generator=gen).transpose(1, 2)
+    v = torch.randn(b, hkv, n + 3, 2 * d, generator=gen)[..., ::2]
+    q, k, v = (t.to(DEVICE).requires_grad_() for t in (q, k, v))
+    assert not any(t.is_contiguous() for t in (q, k, v))
+    o = flash_attention(q, k, v, causal=True)
+    assert_close(o, attention_ref(q, k, v, causal=True), torch.float32, DEVICE, "o (strided)")
+    do = torch.randn(b, n, hq, d, generator=gen).to(DEVICE).transpose(1, 2)   # strided dO too
+    o.backward(do)
+    for name, got, ref in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad),
+                              reference_grads(q, k, v, do, True)):
+        assert_close(got, ref, torch.float32, DEVICE, f"{name} (strided)")
+
+
+# --------------------------------------------------------------------------------------- backward
+GRAD_CASES = [
+    (1, 2, 2, 23, 23, 16, False, torch.float32),
+    (1, 4, 1, 19, 35, 32, True, torch.float32),    # MQA, Nq < Nk
+    (2, 8, 2, 27, 17, 16, True, torch.float16),    # GQA 4, Nq > Nk (rows that see no key)
+    (1, 8, 1, 21, 21, 64, True, torch.bfloat16),   # GQA 8
+    (1, 2, 1, 9, 11, 128, False, torch.float16),
+    (1, 2, 1, 5, 7, 256, True, torch.float32),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=str)
+def test_gradients_match_float64_autograd(case):
+    gen = torch.Generator().manual_seed(hash(str(case)) % 2**31)
+    check_gradients(gen, *case[:6], case[7], causal=case[6])
+
+
+def test_backward_entry_point_matches_autograd():
+    gen = torch.Generator().manual_seed(13)
+    q, k, v = make_inputs(gen, 1, 4, 2, 18, 25, 16, torch.float32)
+    do = torch.randn(q.shape, generator=gen).to(DEVICE)
+    o, lse = flash_attention_forward(q, k, v, causal=True)
+    dq, dk, dv = flash_attention_backward(do, q, k, v, o, lse, causal=True)
+    assert dk.shape == k.shape and dv.shape == v.shape
+    for name, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), reference_grads(q, k, v, do, True)):
+        assert_close(got, ref, torch.float32, DEVICE, name)
+
+
+def test_interpreted_copy_of_the_kernels():
+    """The interpreter path that CPU tensors take on a machine with a GPU."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    module = flash._load_interpreted_kernels()
+    assert isinstance(module._attn_fwd, InterpretedFunction)
+    assert isinstance(module._bwd_dkdv, InterpretedFunction)
+    assert flash._is_interpreted(flash._kernels(torch.device("cpu")))
+
+
+# ------------------------------------------------------------------------------------- bad input
+def _valid(**changes):
+    shapes = dict(q=(1, 4, 8, 16), k=(1, 2, 8, 16), v=(1, 2, 8, 16))
+    tensors = {name: torch.randn(shape) for name, shape in shapes.items()}
+    tensors.update(changes)
+    return tensors
+
+
+BAD_INPUTS = [
+    ("q: expected 4 dimensions", _valid(q=torch.randn(4, 8, 16))),
+    ("k: expected 4 dimensions", _valid(k=torch.randn(1, 1, 2, 8, 16))),
+    ("v: expected a torch.Tensor", _valid(v=np.zeros((1, 2, 8, 16)))),
+    ("q, k: batch sizes differ", _valid(q=torch.randn(2, 4, 8, 16))),
+    ("q, k: head dims differ", _valid(q=torch.randn(1, 4, 8, 32))),
+    ("k, v: must have the same shape", _valid(v=torch.randn(1, 2, 9, 16))),
+    ("k, v: must have the same shape", _valid(v=torch.randn(1, 2, 8, 32))),
+    ("Hq % Hkv == 0", _valid(q=torch.randn(1, 3, 8, 16))),
+    ("D must be one of", _valid(q=torch.randn(1, 4, 8, 48), k=torch.randn(1, 2, 8, 48), v=torch.randn(1, 2, 8, 48))),
+    ("D must be one of", _valid(q=torch.randn(1, 4, 8, 8), k=torch.randn(1, 2, 8, 8), v=torch.randn(1, 2, 8, 8))),
+    ("q: dtype torch.float64 is not supported", _valid(q=torch.randn(1, 4, 8, 16, dtype=torch.float64))),
+    ("k: dtype torch.int32 is not supported", _valid(k=torch.ones(1, 2, 8, 16, dtype=torch.int32))),
+    ("must share one dtype", _valid(k=torch.randn(1, 2, 8, 16).half(), v=torch.randn(1, 2, 8, 16).half())),
+    ("every size must be >= 1", _valid(q=torch.randn(1, 4, 0, 16))),
+    ("every size must be >= 1", _valid(k=torch.randn(1, 2, 0, 16), v=torch.randn(1, 2, 0, 16))),
+    ("every size must be >= 1", _valid(q=torch.randn(0, 4, 8, 16), k=torch.randn(0, 2, 8, 16),
+                                       v=torch.randn(0, 2, 8, 16))),
+]
+
+
+@pytest.mark.parametrize("message, tensors", BAD_INPUTS, ids=[m for m, _ in BAD_INPUTS])
+def test_bad_input_raises_value_error(message, tensors):
+    for fn in (flash_attention, flash_attention_forward):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            fn(tensors["q"], tensors["k"], tensors["v"])
+
+
+def test_bad_options_raise_value_error():
+    t = _valid()
+    with pytest.raises(ValueError, match="sm_scale"):
+        flash_attention(t["q"], t["k"], t["v"], sm_scale=float("nan"))
+    with pytest.raises(ValueError, match="sm_scale"):
+        flash_attention(t["q"], t["k"], t["v"], sm_scale="0.5")
+    with pytest.raises(ValueError, match="causal"):
+        flash_attention(t["q"], t["k"], t["v"], causal="yes")
+    with pytest.raises(ValueError, match="variant"):
+        flash_attention_forward(t["q"], t["k"], t["v"], variant="fastest")
+    with pytest.raises(ValueError, match="lse"):
+        flash_attention_backward(t["q"], t["q"], t["k"], t["v"], t["q"], torch.zeros(1, 4, 9))
+
+
+def test_tensors_on_different_devices_raise_value_error():
+    t = _valid()
+    other = t["k"].to("meta")
+    with pytest.raises(ValueError, match="one device"):
+        flash_attention(t["q"], other, t["v"])
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="one device"):
+            flash_attention(t["q"].cuda(), t["k"], t["v"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cpu_and_cuda_agree():
+    gen = torch.Generator().manual_seed(17)
+    q, k, v = make_inputs(gen, 1, 4, 2, 70, 90, 64, torch.float16, device="cpu")
+    on_cpu = flash_attention(q, k, v, causal=True)
+    on_gpu = flash_attention(q.cuda(), k.cuda(), v.cuda(), causal=True)
+    assert rel_error(on_gpu.cpu(), on_cpu) <= tolerance(torch.float16, "cuda")
