@@ -55,3 +55,18 @@ def colab_url(path: str) -> str:
 def pip_spec() -> str:
     """What Colab's setup cell installs."""
     return f"attnkit @ git+{REPO_URL}@{BRANCH}"
+
+
+def readme_toc(root) -> str:
+    """The README's table of contents: one row per lesson, with its status from the files present."""
+    from pathlib import Path
+
+    rows = ["| # | lesson | lab | status |", "|---|---|---|---|"]
+    for lesson in LESSONS:
+        badge = (f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+                 f"({colab_url(lesson.notebook)})")
+        lab = f"[lab {lesson.number:02d}]({lesson.lab}) · [solution]({lesson.solution})" if lesson.has_lab else ""
+        ready = (Path(root) / lesson.notebook).exists() and (not lesson.has_lab or (Path(root) / lesson.lab).exists())
+        rows.append(f"| {lesson.number} | [{lesson.title}]({lesson.notebook}) {badge} | {lab} | "
+                    f"{'ready' if ready else 'in preparation'} |")
+    return "\n".join(rows)

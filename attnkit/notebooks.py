@@ -10,10 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-from .course import LESSONS, colab_url, pip_spec
+from .course import LESSONS, colab_url, pip_spec, readme_toc
 
 ROOT = Path(__file__).resolve().parent.parent
 IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"
+TOC_BEGIN = "<!-- toc: written by `make headers` from attnkit/course.py -->"
+TOC_END = "<!-- /toc -->"
 # The one reason line allowed under the marker: what makes the output machine-dependent.
 DEVICE_REASONS = ("timing", "benchmark", "versions")
 
@@ -195,7 +197,8 @@ def main(argv=None) -> int:
     ex = sub.add_parser("execute", help="run notebooks and store their outputs")
     ex.add_argument("paths", nargs="+")
     ex.add_argument("--timeout", type=int, default=1800)
-    hd = sub.add_parser("headers", help="rewrite Colab badges and setup cells from attnkit/course.py")
+    hd = sub.add_parser("headers", help="rewrite Colab badges, setup cells and the README's contents "
+                                        "from attnkit/course.py")
     hd.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "execute":
@@ -204,6 +207,16 @@ def main(argv=None) -> int:
             execute(p, timeout=args.timeout)
         return 0
     problems = []
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start, end = text.index(TOC_BEGIN) + len(TOC_BEGIN), text.index(TOC_END)
+    fresh = text[:start] + "\n" + readme_toc(ROOT) + "\n" + text[end:]
+    if fresh != text:
+        if args.check:
+            problems.append("README.md: the table of contents is out of date")
+        else:
+            readme.write_text(fresh)
+            print("updated README.md")
     for path in course_notebooks():
         if args.check:
             problems += header_problems(path)

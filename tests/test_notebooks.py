@@ -70,3 +70,7 @@ def test_state_check_rejects_unexecuted_cells_errors_and_lab_outputs(tmp_path):
     problems = notebooks.state_problems(path)
     assert any("never executed" in p for p in problems) and any("stores an error" in p for p in problems)
     assert any("stored outputs" in p for p in notebooks.state_problems(path, lab=True))
+
+
+def test_readme_contents_and_headers_are_current(capsys):
+    assert notebooks.main(["headers", "--check"]) == 0, capsys.readouterr().out + " (run `make headers`)"
