@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 NB     ?= $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
+# JupyterLab refuses to run as root (containers, CI) without this flag.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: setup lab test execute labs headers figures bench site grade clean
 
@@ -16,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 lab: setup  ## open the course in JupyterLab (LAB_ARGS=... passes options, e.g. --no-browser --port=8899)
-	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) notebooks/00_setup.ipynb
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_setup.ipynb
 
 test: setup  ## package tests, nbval on notebooks/ and solutions/, labs executed, labs up to date
 	$(PY) -m pytest --nbval -n 2 --dist loadfile tests notebooks solutions
