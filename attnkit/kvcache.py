@@ -1,0 +1,623 @@
+"""The KV cache: its size, and a Triton kernel that rotates new keys and queries and appends them.
+
+Sizing
+- ``kv_cache_bytes(*, num_layers, num_kv_heads, head_dim, tokens, dtype_bytes=2, batch=1)``: bytes of K
+  and V together, 2 · L · Hkv · D · tokens · batch · dtype_bytes.
+- ``max_batch_size(config, *, context, memory_bytes, dtype_bytes=2)``: how many sequences of
+  ``context`` tokens fit in ``memory_bytes`` of cache.
+- ``calculator()``: an ipywidgets calculator over ``attnkit.models.MODELS`` (ipywidgets 7 and 8).
+
+Grouped heads
+- ``pool_kv_heads(x, num_kv_heads)``: [B, H, N, D] -> [B, Hkv, N, D], the mean of each group of H/Hkv
+  heads (how an MHA checkpoint is turned into GQA before fine-tuning).
+
+Rotate and append (the update of ONNX Runtime's GroupQueryAttention operator, in Triton)
+- ``rope_append(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_ids=None, share_buffer=True,
+  total_sequence_length=None, mode="half", base=10000.0, cos_cache=None, sin_cache=None,
+  backend="auto")`` -> ``KVUpdate(q, k_cache, v_cache, backend)``.
+  New tokens q [B, S, Hq, D], k, v [B, S, Hkv, D] come in BSNH (as a projection writes them); the
+  cache is BNSH [B, Hkv, S_cache, D]. Query and key rows are rotated by RoPE; K and V rows are written
+  to cache rows past_len[b] .. past_len[b] + S − 1, where, as in the operator,
+
+      seqlens_k[b] = total_length[b] − 1 (the index of the last token),  past_len[b] = seqlens_k[b] + 1 − S
+
+  and ``seqlens_k=None`` means a first prompt (past_len = 0). ``position_ids`` [B, S] give the rotation
+  positions explicitly (chunked prefill); without them token s of sequence b sits at past_len[b] + s.
+  ``share_buffer=True``: k_cache/v_cache are written in place. ``share_buffer=False``: they are the
+  past, left untouched; a new present cache [B, Hkv, total_sequence_length, D] receives the first
+  past_len[b] rows of the past and then the new rows (rows after a sequence's end are zero).
+- ``rope_append_reference(...)``: the same update from the definitions, in float64, for checks.
+- ``rope_append_torch(...)``: the same update as separate PyTorch operations (the fallback path).
+- ``choose_backend(q, *, capability=None)``: which path runs and why (dtype, compute capability,
+  head size, the ``ATTNKIT_DISABLE_TRITON_KVCACHE`` environment variable).
+
+Where it runs: CUDA tensors run the compiled kernel; CPU tensors run it in Triton's interpreter. The
+interpreter's bf16 arithmetic is not faithful, so on the CPU bf16 is computed in fp32 and rounded.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from .device import TRITON_MIN_CAPABILITY, ensure_triton_backend
+from .rope import check_base, check_mode, rope_cache
+
+GIB = 2 ** 30
+DISABLE_ENV = "ATTNKIT_DISABLE_TRITON_KVCACHE"
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)      # the Triton kernel's
+FALLBACK_DTYPES = SUPPORTED_DTYPES + (torch.float64,)                    # the PyTorch path's
+MAX_HEAD_DIM = 256
+
+
+# ------------------------------------------------------------------------------------------ sizing
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name}: must be positive (>= 1), got {value}")
+    return value
+
+
+def kv_cache_bytes(*, num_layers, num_kv_heads, head_dim, tokens, dtype_bytes=2, batch=1) -> int:
+    """Bytes of the K and V caches together: 2 · num_layers · num_kv_heads · head_dim · tokens · batch · dtype_bytes.
+
+    Every argument must be a positive integer (ValueError naming it otherwise).
+    """
+    args = dict(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, tokens=tokens,
+                dtype_bytes=dtype_bytes, batch=batch)
+    for name, value in args.items():
+        _positive_int(name, value)
+    return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * dtype_bytes
+
+
+def model_cache_bytes(config, *, tokens: int, batch: int = 1, dtype_bytes: int = 2) -> int:
+    """``kv_cache_bytes`` for an ``attnkit.models.ModelConfig``."""
+    return kv_cache_bytes(num_layers=config.num_layers, num_kv_heads=config.num_kv_heads,
+                          head_dim=config.head_dim, tokens=tokens, dtype_bytes=dtype_bytes, batch=batch)
+
+
+def max_batch_size(config, *, context: int, memory_bytes: int, dtype_bytes: int = 2) -> int:
+    """The most sequences of ``context`` tokens whose cache fits in ``memory_bytes`` (0 if not even one)."""
+    _positive_int("memory_bytes", memory_bytes)
+    return memory_bytes // model_cache_bytes(config, tokens=context, dtype_bytes=dtype_bytes)
+
+
+def describe_cache(config, *, context: int, batch: int, dtype_bytes: int, memory_gib: float) -> str:
+    """The calculator's text: the cache of ``batch`` sequences and the largest batch that fits."""
+    size = model_cache_bytes(config, tokens=context, batch=batch, dtype_bytes=dtype_bytes)
+    per_seq = model_cache_bytes(config, tokens=context, dtype_bytes=dtype_bytes)
+    fits = int(memory_gib * GIB) // per_seq
+    return "\n".join([
+        f"{config.name} ({config.kind}, Hq={config.num_q_heads}, Hkv={config.num_kv_heads}, "
+        f"D={config.head_dim}, {config.num_layers} layers), {dtype_bytes}-byte elements",
+        f"  per token:   2·{config.num_layers}·{config.num_kv_heads}·{config.head_dim}·{dtype_bytes} = "
+        f"{config.kv_bytes_per_token(dtype_bytes):,} bytes",
+        f"  cache for batch {batch} × {context:,} tokens: {size:,} bytes = {size / GIB:.2f} GiB",
+        f"  largest batch in {memory_gib:g} GiB of cache memory: {fits} "
+        f"({per_seq / GIB:.3f} GiB per sequence)",
+    ])
+
+
+class _CalculatorBox:
+    """Mix-in: a fixed text form, so a saved notebook reads the same under ipywidgets 7 and 8."""
+
+    def __repr__(self) -> str:
+        return "KV-cache calculator (interactive with a running kernel)"
+
+
+def calculator(*, model: str = "Llama 3 8B", context: int = 8192, batch: int = 8, dtype: str = "bf16",
+               memory_gib: float = 80.0):
+    """An ipywidgets calculator: model, context, batch, dtype, GPU memory -> cache GiB, largest batch.
+
+    Uses only widgets and calls that ipywidgets 7 and 8 both have.
+    """
+    import ipywidgets as widgets
+
+    from .models import MODELS
+
+    names = [m.name for m in MODELS]
+    dtypes = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+    controls = dict(
+        name=widgets.Dropdown(options=names, value=model, description="model"),
+        context=widgets.IntSlider(value=context, min=512, max=131072, step=512, description="context"),
+        batch=widgets.IntSlider(value=batch, min=1, max=256, description="batch"),
+        dtype=widgets.Dropdown(options=list(dtypes), value=dtype, description="dtype"),
+        memory_gib=widgets.FloatSlider(value=memory_gib, min=8.0, max=192.0, step=8.0, description="GiB"),
+    )
+
+    def show(name, context, batch, dtype, memory_gib):
+        from .models import model as lookup
+
+        print(describe_cache(lookup(name), context=context, batch=batch, dtype_bytes=dtypes[dtype],
+                             memory_gib=memory_gib))
+
+    out = widgets.interactive_output(show, controls)
+    box_type = type("KVCacheCalculator", (_CalculatorBox, widgets.VBox), {})
+    return box_type([widgets.HBox([controls["name"], controls["dtype"]]),
+                     controls["context"], controls["batch"], controls["memory_gib"], out])
+
+
+# ---------------------------------------------------------------------------------- grouped heads
+def pool_kv_heads(x: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+    """[B, H, N, D] -> [B, Hkv, N, D]: KV head r is the mean of heads r·g .. r·g + g − 1 (g = H / Hkv)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x: expected a tensor [B, H, N, D], got {getattr(x, 'shape', type(x).__name__)}")
+    _positive_int("num_kv_heads", num_kv_heads)
+    heads = x.shape[1]
+    if heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads: must divide the {heads} heads of x (H % Hkv == 0), got {num_kv_heads}")
+    b, _, n, d = x.shape
+    return x.reshape(b, num_kv_heads, heads // num_kv_heads, n, d).mean(dim=2)
+
+
+# ---------------------------------------------------------------------------------- input checks
+@dataclass(frozen=True)
+class _Plan:
+    """What one update does, after the inputs were checked."""
+
+    batch: int
+    new_len: int               # S
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    past_len: torch.Tensor     # int64 [B] on the CPU: rows already in the cache
+    positions: torch.Tensor    # int64 [B, S] on the CPU: the rotation position of each new token
+    present_len: int           # rows of the cache written to
+    dtype: torch.dtype
+
+
+def _check_4d(name: str, t, layout: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 4:
+        raise ValueError(f"{name}: expected 4 dimensions {layout}, got shape {tuple(t.shape)}")
+    if t.numel() == 0:
+        raise ValueError(f"{name}: every size must be >= 1, got shape {tuple(t.shape)}")
+
+
+def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, total_sequence_length,
+          mode, base, cos_cache, sin_cache) -> _Plan:
+    """Check every input (ValueError naming the argument and the rule) and work out the update."""
+    _check_4d("q", q, "[B, S, Hq, D] (BSNH)")
+    _check_4d("k", k, "[B, S, Hkv, D] (BSNH)")
+    _check_4d("v", v, "[B, S, Hkv, D] (BSNH)")
+    _check_4d("k_cache", k_cache, "[B, Hkv, S_cache, D] (BNSH)")
+    _check_4d("v_cache", v_cache, "[B, Hkv, S_cache, D] (BNSH)")
+    check_mode(mode)
+    check_base(base)
+    if not isinstance(share_buffer, bool):
+        raise ValueError(f"share_buffer: expected True or False, got {share_buffer!r}")
+    tensors = dict(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
+    if len({t.dtype for t in tensors.values()}) != 1:
+        raise ValueError("q, k, v, k_cache, v_cache: must share one dtype, got "
+                         + ", ".join(f"{n}={t.dtype}" for n, t in tensors.items()))
+    if q.dtype not in FALLBACK_DTYPES:
+        raise ValueError(f"q: dtype {q.dtype} is not supported; use float16, bfloat16, float32 or float64")
+    if len({t.device for t in tensors.values()}) != 1:
+        raise ValueError("q, k, v, k_cache, v_cache: must be on one device, got "
+                         + ", ".join(f"{n}={t.device}" for n, t in tensors.items()))
+    if k.shape != v.shape:
+        raise ValueError(f"k, v: must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache, v_cache: must have the same shape, got {tuple(k_cache.shape)} "
+                         f"and {tuple(v_cache.shape)}")
+    batch, new_len, q_heads, head_dim = q.shape
+    if k.shape[0] != batch or k.shape[1] != new_len or k.shape[3] != head_dim:
+        raise ValueError(f"q, k: must agree on B, S and D, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    kv_heads = k.shape[2]
+    if q_heads % kv_heads:
+        raise ValueError(f"q, k: the query heads Hq={q_heads} must be a multiple of the key/value heads "
+                         f"Hkv={kv_heads} (Hq % Hkv == 0)")
+    if head_dim % 2:
+        raise ValueError(f"q: RoPE rotates pairs, so the head dim must be even, got D={head_dim}")
+    if k_cache.shape[0] != batch or k_cache.shape[1] != kv_heads or k_cache.shape[3] != head_dim:
+        raise ValueError(f"k_cache: expected [B={batch}, Hkv={kv_heads}, S_cache, D={head_dim}] (BNSH), "
+                         f"got {tuple(k_cache.shape)}")
+    cache_len = k_cache.shape[2]
+
+    # seqlens_k: index of each sequence's last token after this update.
+    if seqlens_k is None:
+        past_len = torch.zeros(batch, dtype=torch.int64)
+    else:
+        if not isinstance(seqlens_k, torch.Tensor) or seqlens_k.shape != (batch,) or seqlens_k.dtype not in (
+                torch.int32, torch.int64):
+            raise ValueError(f"seqlens_k: expected an int32 or int64 tensor of shape [B={batch}], got "
+                             f"{getattr(seqlens_k, 'shape', type(seqlens_k).__name__)} "
+                             f"{getattr(seqlens_k, 'dtype', '')}")
+        if seqlens_k.device != q.device:
+            raise ValueError(f"seqlens_k: must be on {q.device} like q, got {seqlens_k.device}")
+        past_len = seqlens_k.to("cpu", torch.int64) + 1 - new_len
+        if int(past_len.min()) < 0:
+            b = int(past_len.argmin())
+            raise ValueError(f"seqlens_k: seqlens_k[{b}] = {int(seqlens_k[b])} is the index of the last token, "
+                             f"so it must be >= S - 1 = {new_len - 1} (past_len = seqlens_k + 1 - S >= 0)")
+    total = past_len + new_len                                        # [B] tokens after the update
+    if share_buffer:
+        present_len = cache_len
+        if int(total.max()) > cache_len:
+            b = int(total.argmax())
+            raise ValueError(f"k_cache: sequence {b} needs {int(total[b])} rows but the shared buffer holds "
+                             f"S_cache = {cache_len} (seqlens_k[b] must be < S_cache)")
+    else:
+        if int(past_len.max()) > cache_len:
+            b = int(past_len.argmax())
+            raise ValueError(f"k_cache: sequence {b} has past_len {int(past_len[b])} but the past buffer "
+                             f"holds only {cache_len} rows")
+        present_len = cache_len + new_len if total_sequence_length is None else total_sequence_length
+        if isinstance(present_len, bool) or not isinstance(present_len, int) or present_len < int(total.max()):
+            raise ValueError(f"total_sequence_length: expected an integer >= the longest sequence "
+                             f"({int(total.max())}), got {total_sequence_length!r}")
+
+    if position_ids is None:
+        positions = past_len[:, None] + torch.arange(new_len)[None, :]
+    else:
+        if not isinstance(position_ids, torch.Tensor) or position_ids.shape != (batch, new_len) or \
+                position_ids.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"position_ids: expected an int32 or int64 tensor of shape [B={batch}, S={new_len}], "
+                             f"got {getattr(position_ids, 'shape', type(position_ids).__name__)} "
+                             f"{getattr(position_ids, 'dtype', '')}")
+        if position_ids.device != q.device:
+            raise ValueError(f"position_ids: must be on {q.device} like q, got {position_ids.device}")
+        positions = position_ids.to("cpu", torch.int64)
+        if int(positions.min()) < 0:
+            raise ValueError(f"position_ids: must be >= 0, got minimum {int(positions.min())}")
+    if (cos_cache is None) != (sin_cache is None):
+        raise ValueError("cos_cache, sin_cache: give both or neither")
+    if cos_cache is not None:
+        for name, t in (("cos_cache", cos_cache), ("sin_cache", sin_cache)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[1] != head_dim // 2:
+                raise ValueError(f"{name}: expected [max_positions, D/2 = {head_dim // 2}], got "
+                                 f"{getattr(t, 'shape', type(t).__name__)}")
+            if t.device != q.device:
+                raise ValueError(f"{name}: must be on {q.device} like q, got {t.device}")
+        if cos_cache.shape != sin_cache.shape:
+            raise ValueError(f"cos_cache, sin_cache: shapes differ ({tuple(cos_cache.shape)} vs "
+                             f"{tuple(sin_cache.shape)})")
+        if int(positions.max()) >= cos_cache.shape[0]:
+            raise ValueError(f"cos_cache: position {int(positions.max())} needs row {int(positions.max())}, "
+                             f"but the table has {cos_cache.shape[0]} rows")
+    return _Plan(batch, new_len, q_heads, kv_heads, head_dim, past_len, positions, present_len, q.dtype)
+
+
+def _tables(plan: _Plan, base, cos_cache, sin_cache, device):
+    """The (cos, sin) tables the update reads: fp32 (float64 for float64 inputs)."""
+    dtype = torch.float64 if plan.dtype == torch.float64 else torch.float32
+    if cos_cache is not None:
+        return cos_cache.to(dtype).contiguous(), sin_cache.to(dtype).contiguous()
+    rows = max(int(plan.positions.max()) + 1, plan.present_len)
+    rows = 1 << (rows - 1).bit_length()                         # round up: reuse tables as the cache grows
+    return rope_cache(rows, plan.head_dim, base=float(base), dtype=dtype, device=device)
+
+
+def _present(k_cache, v_cache, plan: _Plan, share_buffer: bool):
+    if share_buffer:
+        return k_cache, v_cache
+    shape = (plan.batch, plan.kv_heads, plan.present_len, plan.head_dim)
+    return (torch.zeros(shape, dtype=k_cache.dtype, device=k_cache.device),
+            torch.zeros(shape, dtype=v_cache.dtype, device=v_cache.device))
+
+
+# ------------------------------------------------------------------------------------- reference
+def rope_append_reference(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_ids=None,
+                          share_buffer=True, total_sequence_length=None, mode="half", base=10000.0):
+    """The update from its definition, in float64 on the CPU: (q_rot, present_k, present_v).
+
+    Nothing passed in is modified. present_* are [B, Hkv, S_present, D]; for ``share_buffer`` they are
+    copies of the caches with the new rows written.
+    """
+    from .rope import apply_rope
+
+    plan = _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, total_sequence_length,
+                 mode, base, None, None)
+    q64, k64, v64 = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    pos = plan.positions[:, :, None]                                  # [B, S, 1]: broadcast over heads
+    q_rot = apply_rope(q64, pos, mode=mode, base=base)
+    k_rot = apply_rope(k64, pos, mode=mode, base=base)
+    past_k, past_v = (t.detach().to("cpu", torch.float64) for t in (k_cache, v_cache))
+    if share_buffer:
+        present_k, present_v = past_k.clone(), past_v.clone()
+    else:
+        shape = (plan.batch, plan.kv_heads, plan.present_len, plan.head_dim)
+        present_k, present_v = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
+    for b in range(plan.batch):
+        p = int(plan.past_len[b])
+        if not share_buffer:
+            present_k[b, :, :p] = past_k[b, :, :p]
+            present_v[b, :, :p] = past_v[b, :, :p]
+        for s in range(plan.new_len):
+            present_k[b, :, p + s] = k_rot[b, s]
+            present_v[b, :, p + s] = v64[b, s]
+    return q_rot, present_k, present_v
+
+
+# ---------------------------------------------------------------------------------- PyTorch path
+def _rotate_torch(x, cos, sin, mode):
+    """x [B, S, H, D]; cos, sin [B, S, 1, D/2]. Computes in fp32 (float64 for float64), returns x's dtype."""
+    x32 = x.to(cos.dtype)
+    half = x.shape[-1] // 2
+    if mode == "half":
+        a, b = x32[..., :half], x32[..., half:]
+        out = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+    else:
+        a, b = x32[..., 0::2], x32[..., 1::2]
+        out = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def _torch_update(q, k, v, k_cache, v_cache, present_k, present_v, past_len, positions, cos, sin,
+                  mode, share_buffer):
+    """Separate PyTorch operations: gather cos/sin, rotate q, rotate k, (copy past), scatter k and v.
+
+    past_len [B] and positions [B, S] are int64 tensors on the device of q.
+    """
+    batch, new_len = q.shape[:2]
+    c = cos[positions][:, :, None, :]                                  # [B, S, 1, D/2]
+    s = sin[positions][:, :, None, :]
+    q_rot = _rotate_torch(q, c, s, mode)
+    k_rot = _rotate_torch(k, c, s, mode)
+    if not share_buffer:                                               # copy the past rows
+        rows = torch.arange(k_cache.shape[2], device=q.device)
+        keep = (rows[None, :] < past_len[:, None])[:, None, :, None]   # [B, 1, S_past, 1]
+        width = k_cache.shape[2]
+        present_k[:, :, :width] = torch.where(keep, k_cache, present_k[:, :, :width])
+        present_v[:, :, :width] = torch.where(keep, v_cache, present_v[:, :, :width])
+    b_idx = torch.arange(batch, device=q.device)[:, None].expand(batch, new_len)   # [B, S]
+    t_idx = past_len[:, None] + torch.arange(new_len, device=q.device)[None, :]    # [B, S]
+    present_k[b_idx, :, t_idx] = k_rot                                 # [B, S, Hkv, D] rows
+    present_v[b_idx, :, t_idx] = v
+    return q_rot
+
+
+def rope_append_torch(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_ids=None, share_buffer=True,
+                      total_sequence_length=None, mode="half", base=10000.0, cos_cache=None, sin_cache=None):
+    """The update as separate PyTorch operations (the fallback path): (q_rot, present_k, present_v)."""
+    plan = _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, total_sequence_length,
+                 mode, base, cos_cache, sin_cache)
+    cos, sin = _tables(plan, base, cos_cache, sin_cache, q.device)
+    present_k, present_v = _present(k_cache, v_cache, plan, share_buffer)
+    q_rot = _torch_update(q, k, v, k_cache, v_cache, present_k, present_v, plan.past_len.to(q.device),
+                          plan.positions.to(q.device), cos, sin, mode, share_buffer)
+    return q_rot, present_k, present_v
+
+
+# ---------------------------------------------------------------------------------- Triton kernel
+ensure_triton_backend()
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the PyTorch path still works
+    triton = tl = None
+
+
+def _rope_append_kernel(
+    q_ptr, k_ptr, v_ptr, qo_ptr,                 # new tokens, BSNH; rotated queries out
+    kc_ptr, vc_ptr,                              # cache written: shared buffer or present, BNSH
+    kp_ptr, vp_ptr,                              # past (read when COPY_PAST)
+    cos_ptr, sin_ptr,                            # [P, D/2] fp32
+    seqlens_ptr, pos_ptr,                        # int [B]; int [B, S]
+    S_new, HQ, HKV, D, n_new_blocks,
+    sqb, sqs, sqh, sqd, skb, sks, skh, skd, svb, svs, svh, svd, sob, sos, soh, sod,
+    scb, sch, scs, scd, sxb, sxh, sxs, sxd,      # k cache strides; v cache strides
+    spb, sph, sps, spd, swb, swh, sws, swd,      # k past strides; v past strides
+    s_cos, s_posb, s_poss,
+    HAS_SEQLENS: tl.constexpr, HAS_POS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    COPY_PAST: tl.constexpr, BLOCK_NEW: tl.constexpr, BLOCK_PAST: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """One program: one block of new tokens (or of past rows) of one head of one sequence.
+
+    Grid: (n_new_blocks + n_past_blocks, B · (Hq + Hkv)). Heads hh < Hq are query heads (rotate);
+    the others are KV heads (rotate K, copy V, both into the cache).
+    """
+    pid_s = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // (HQ + HKV)).to(tl.int64)
+    hh = pid_bh % (HQ + HKV)
+    if HAS_SEQLENS:
+        past = tl.load(seqlens_ptr + b).to(tl.int64) + 1 - S_new     # seqlens_k = index of last token
+    else:
+        past = 0                                                      # first prompt
+
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    half = D // 2
+    if INTERLEAVED:                                                   # pairs (2j, 2j+1)
+        partner = offs_d ^ 1
+        freq = offs_d // 2
+        sign = tl.where(offs_d % 2 == 0, -1.0, 1.0)
+    else:                                                             # pairs (j, j + D/2)
+        partner = tl.where(offs_d < half, offs_d + half, offs_d - half)
+        freq = tl.where(offs_d < half, offs_d, offs_d - half)
+        sign = tl.where(offs_d < half, -1.0, 1.0)
+
+    if pid_s < n_new_blocks:
+        offs_s = pid_s * BLOCK_NEW + tl.arange(0, BLOCK_NEW)          # [BLOCK_NEW] new-token index s
+        s_ok = offs_s < S_new
+        mask = s_ok[:, None] & d_ok[None, :]
+        if HAS_POS:
+            pos = tl.load(pos_ptr + b * s_posb + offs_s * s_poss, mask=s_ok, other=0).to(tl.int64)
+        else:
+            pos = past + offs_s
+        table = pos[:, None] * s_cos + freq[None, :]
+        cos = tl.load(cos_ptr + table, mask=mask, other=0.0)          # [BLOCK_NEW, BLOCK_D]
+        sin = tl.load(sin_ptr + table, mask=mask, other=0.0)
+        if hh < HQ:
+            base = q_ptr + b * sqb + offs_s[:, None] * sqs + hh * sqh
+            x = tl.load(base + offs_d[None, :] * sqd, mask=mask, other=0.0).to(tl.float32)
+            xp = tl.load(base + partner[None, :] * sqd, mask=mask, other=0.0).to(tl.float32)
+            y = x * cos + sign[None, :] * xp * sin
+            out = qo_ptr + b * sob + offs_s[:, None] * sos + hh * soh + offs_d[None, :] * sod
+            tl.store(out, y.to(qo_ptr.dtype.element_ty), mask=mask)
+        else:
+            h = hh - HQ
+            row = past + offs_s                                       # cache row of each new token
+            base = k_ptr + b * skb + offs_s[:, None] * sks + h * skh
+            x = tl.load(base + offs_d[None, :] * skd, mask=mask, other=0.0).to(tl.float32)
+            xp = tl.load(base + partner[None, :] * skd, mask=mask, other=0.0).to(tl.float32)
+            y = x * cos + sign[None, :] * xp * sin
+            kc = kc_ptr + b * scb + h * sch + row[:, None] * scs + offs_d[None, :] * scd
+            tl.store(kc, y.to(kc_ptr.dtype.element_ty), mask=mask)
+            vals = tl.load(v_ptr + b * svb + offs_s[:, None] * svs + h * svh + offs_d[None, :] * svd,
+                           mask=mask, other=0.0)
+            vc = vc_ptr + b * sxb + h * sxh + row[:, None] * sxs + offs_d[None, :] * sxd
+            tl.store(vc, vals, mask=mask)
+    else:
+        if COPY_PAST:                                                 # separate buffer: past -> present
+            if hh >= HQ:
+                h = hh - HQ
+                rows = (pid_s - n_new_blocks) * BLOCK_PAST + tl.arange(0, BLOCK_PAST)
+                mask = (rows < past)[:, None] & d_ok[None, :]
+                kp = tl.load(kp_ptr + b * spb + h * sph + rows[:, None] * sps + offs_d[None, :] * spd,
+                             mask=mask, other=0.0)
+                tl.store(kc_ptr + b * scb + h * sch + rows[:, None] * scs + offs_d[None, :] * scd, kp, mask=mask)
+                vp = tl.load(vp_ptr + b * swb + h * swh + rows[:, None] * sws + offs_d[None, :] * swd,
+                             mask=mask, other=0.0)
+                tl.store(vc_ptr + b * sxb + h * sxh + rows[:, None] * sxs + offs_d[None, :] * sxd, vp, mask=mask)
+
+
+_KERNELS: dict[bool, object] = {}
+
+
+def _kernel(interpret: bool):
+    """The kernel decorated for the interpreter (CPU tensors) or for compilation (CUDA tensors)."""
+    if interpret not in _KERNELS:
+        saved = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+        try:
+            _KERNELS[interpret] = triton.jit(_rope_append_kernel)
+        finally:
+            if saved is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+    return _KERNELS[interpret]
+
+
+def _launch(q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin, seqlens_k, position_ids, *,
+            mode, share_buffer, past_rows, num_warps=4):
+    """Launch the kernel. ``past_rows`` bounds the past rows to copy (separate buffer only)."""
+    batch, new_len, q_heads, head_dim = q.shape
+    kv_heads = k.shape[2]
+    interpret = q.device.type == "cpu"
+    block_new = min(triton.next_power_of_2(new_len), 16)
+    block_past = 16 if interpret else 64
+    n_new = triton.cdiv(new_len, block_new)
+    n_past = 0 if share_buffer else triton.cdiv(max(past_rows, 1), block_past)
+    dummy = seqlens_k if seqlens_k is not None else q
+    grid = (n_new + n_past, batch * (q_heads + kv_heads))
+    pos = position_ids if position_ids is not None else q
+    pos_strides = (position_ids.stride(0), position_ids.stride(1)) if position_ids is not None else (0, 0)
+    extra = {} if interpret else dict(num_warps=num_warps)
+    _kernel(interpret)[grid](
+        q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin,
+        dummy, pos,
+        new_len, q_heads, kv_heads, head_dim, n_new,
+        *q.stride(), *k.stride(), *v.stride(), *q_out.stride(),
+        *present_k.stride(), *present_v.stride(), *past_k.stride(), *past_v.stride(),
+        cos.stride(0), *pos_strides,
+        HAS_SEQLENS=seqlens_k is not None, HAS_POS=position_ids is not None,
+        INTERLEAVED=mode == "interleaved", COPY_PAST=not share_buffer,
+        BLOCK_NEW=block_new, BLOCK_PAST=block_past, BLOCK_D=triton.next_power_of_2(head_dim), **extra)
+
+
+def rope_append_triton(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_ids=None, share_buffer=True,
+                       total_sequence_length=None, mode="half", base=10000.0, cos_cache=None, sin_cache=None):
+    """The update in one Triton kernel launch: (q_rot, present_k, present_v)."""
+    if triton is None:
+        raise ValueError("backend: Triton is not installed; use backend='torch'")
+    if getattr(q, "dtype", None) not in SUPPORTED_DTYPES:
+        raise ValueError(f"q: the Triton kernel takes float16, bfloat16 or float32, got {getattr(q, 'dtype', q)}")
+    plan = _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, total_sequence_length,
+                 mode, base, cos_cache, sin_cache)
+    cos, sin = _tables(plan, base, cos_cache, sin_cache, q.device)
+    present_k, present_v = _present(k_cache, v_cache, plan, share_buffer)
+    bf16_on_cpu = q.device.type == "cpu" and q.dtype == torch.bfloat16
+    if bf16_on_cpu:   # the interpreter's bf16 is not faithful: compute in fp32, round at the end
+        args = [t.float() for t in (q, k, v, present_k, present_v, k_cache, v_cache)]
+    else:
+        args = [q, k, v, present_k, present_v, k_cache, v_cache]
+    q_, k_, v_, pk, pv, kp, vp = args
+    q_out = torch.empty_like(q_)
+    _launch(q_, k_, v_, q_out, pk, pv, kp, vp, cos, sin, seqlens_k, position_ids, mode=mode,
+            share_buffer=share_buffer, past_rows=int(plan.past_len.max()))
+    if bf16_on_cpu:
+        present_k.copy_(pk)
+        present_v.copy_(pv)
+        q_out = q_out.to(torch.bfloat16)
+    return q_out, present_k, present_v
+
+
+# ------------------------------------------------------------------------------- backend choice
+@dataclass(frozen=True)
+class BackendChoice:
+    """Which implementation runs the update, and the checks that decided it."""
+
+    name: str                                   # "triton" or "torch"
+    reasons: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        what = "Triton kernel" if self.name == "triton" else "PyTorch fallback"
+        return f"{what}: " + "; ".join(self.reasons)
+
+
+def choose_backend(q, *, capability=None) -> BackendChoice:
+    """Pick the Triton kernel when all its conditions hold, else the PyTorch fallback, saying why.
+
+    Conditions (as in ONNX Runtime's GroupQueryAttention): dtype float16, bfloat16 or float32; on a GPU
+    compute capability >= 8.0 (``capability`` overrides the device's, to ask "what if"); head size a
+    multiple of 8 and at most 256; Triton installed; the environment variable
+    ATTNKIT_DISABLE_TRITON_KVCACHE not set to "1".
+    """
+    problems, passed = [], []
+    if os.environ.get(DISABLE_ENV) == "1":
+        problems.append(f"{DISABLE_ENV}=1 forces the fallback")
+    dtype = str(q.dtype).replace("torch.", "")
+    (passed if q.dtype in SUPPORTED_DTYPES else problems).append(
+        f"dtype {dtype} {'is' if q.dtype in SUPPORTED_DTYPES else 'is not'} supported")
+    head_dim = q.shape[-1]
+    ok_head = head_dim % 8 == 0 and 8 <= head_dim <= MAX_HEAD_DIM
+    (passed if ok_head else problems).append(
+        f"head size {head_dim} " + ("is supported" if ok_head else f"is not a multiple of 8 in 8..{MAX_HEAD_DIM}"))
+    if capability is None and q.device.type == "cuda":
+        capability = torch.cuda.get_device_capability(q.device)
+    if capability is not None and tuple(capability) < TRITON_MIN_CAPABILITY:
+        problems.append(f"compute capability sm_{capability[0]}{capability[1]} is below sm_80")
+    else:  # a GPU of sm_80 or newer, or the CPU, where the kernel runs in Triton's interpreter
+        passed.append("the device runs Triton")
+    if triton is None:
+        problems.append("Triton is not installed")
+    if problems:
+        return BackendChoice("torch", tuple(problems))
+    return BackendChoice("triton", tuple(passed))
+
+
+@dataclass(frozen=True)
+class KVUpdate:
+    """What ``rope_append`` returns: rotated queries, the present caches and the path that ran."""
+
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    backend: BackendChoice
+
+
+def rope_append(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_ids=None, share_buffer=True,
+                total_sequence_length=None, mode="half", base=10000.0, cos_cache=None, sin_cache=None,
+                backend="auto") -> KVUpdate:
+    """Rotate q and k by RoPE and append k, v to the cache (see the module's docstring).
+
+    ``backend``: "auto" (``choose_backend`` decides), "triton" or "torch".
+    """
+    if backend not in ("auto", "triton", "torch"):
+        raise ValueError(f"backend: expected 'auto', 'triton' or 'torch', got {backend!r}")
+    if backend == "auto":
+        choice = choose_backend(q) if isinstance(q, torch.Tensor) else BackendChoice("torch", ("q is not a tensor",))
+    else:
+        choice = BackendChoice(backend, (f"backend={backend!r} was asked for",))
+    run = rope_append_triton if choice.name == "triton" else rope_append_torch
+    q_rot, present_k, present_v = run(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k, position_ids=position_ids,
+                                      share_buffer=share_buffer, total_sequence_length=total_sequence_length,
+                                      mode=mode, base=base, cos_cache=cos_cache, sin_cache=sin_cache)
+    return KVUpdate(q_rot, present_k, present_v, choice)
