@@ -24,6 +24,7 @@ interpreter's bf16 arithmetic is not faithful, so on the CPU bf16 is computed in
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import math
 import os
 from dataclasses import dataclass
@@ -89,8 +90,9 @@ def check_inputs(q, k, v) -> None:
 def _scale(sm_scale, head_dim: int) -> float:
     if sm_scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale):
-        raise ValueError(f"sm_scale: expected a finite number or None, got {sm_scale!r}")
+    if (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale)
+            or sm_scale <= 0):
+        raise ValueError(f"sm_scale: expected a positive finite number or None, got {sm_scale!r}")
     return float(sm_scale)
 
 
@@ -164,47 +166,36 @@ INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes 
 
 
 def _fixed_forward_config(head_dim: int) -> BlockConfig:
-    """The untuned rungs' one configuration on a GPU."""
+    """The untuned ladder rungs' one configuration on a GPU."""
     return BlockConfig(64, 64, 4, 2) if head_dim <= 128 else BlockConfig(64, 32, 4, 2)
 
 
-def _fwd_configs():
-    import triton
-
-    shapes = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2),
-              (128, 64, 4, 4), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
-
-
-def _bwd_configs():
-    import triton
-
-    shapes = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 64, 4, 2), (32, 64, 4, 3), (16, 64, 4, 3),
-              (64, 128, 4, 2)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+# Candidate configurations (BLOCK_M, BLOCK_N, num_warps, num_stages) for the autotuner on CUDA. Few on
+# purpose: each one is compiled per head dim, dtype and causal flag. In the backward, dK/dV programs
+# own BLOCK_N keys and loop over BLOCK_M queries; dQ programs own BLOCK_M queries.
+FWD_CONFIGS = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)]
+BWD_DKDV_CONFIGS = [(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2)]
+BWD_DQ_CONFIGS = [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 2)]
+# Used instead when ATTNKIT_AUTOTUNE=0 (and as the first guess for each head dim).
+DEFAULT_CONFIGS = {"_attn_fwd": BlockConfig(128, 64, 4, 3), "_bwd_dkdv": BlockConfig(32, 64, 4, 3),
+                   "_bwd_dq": BlockConfig(64, 32, 4, 3)}
 
 
-def _bwd_dq_configs():
-    import triton
-
-    shapes = [(128, 32, 4, 3), (128, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 3), (64, 16, 4, 3),
-              (128, 64, 4, 2)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+def autotune_enabled() -> bool:
+    """Autotuning runs on CUDA unless the environment sets ATTNKIT_AUTOTUNE=0 (saves compile time)."""
+    return os.environ.get("ATTNKIT_AUTOTUNE", "1") != "0"
 
 
 def _prune_by_head_dim(configs, named_args, **kwargs):
-    """D = 256 tiles need twice the shared memory: keep the smaller ones there."""
-    head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
-    if head_dim is not None and head_dim >= 256:
-        small = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
-        return [c if c.num_stages <= 2 else _with_stages(c, 2) for c in small] or configs[-1:]
-    return configs
-
-
-def _with_stages(config, stages):
+    """D = 256 tiles need twice the shared memory: keep small tiles and two stages there."""
     import triton
 
-    return triton.Config(dict(config.kwargs), num_warps=config.num_warps, num_stages=stages)
+    head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
+    if head_dim is None or head_dim < 256:
+        return configs
+    small = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64] or configs[-1:]
+    return [triton.Config({"BLOCK_M": c.kwargs["BLOCK_M"], "BLOCK_N": min(c.kwargs["BLOCK_N"], 32)},
+                          num_warps=4, num_stages=2) for c in small[:1]]
 
 
 _TUNED = {}
@@ -215,12 +206,29 @@ def _tuned(name: str):
     if name not in _TUNED:
         import triton
 
-        configs = {"_attn_fwd": _fwd_configs, "_bwd_dkdv": _bwd_configs, "_bwd_dq": _bwd_dq_configs}[name]()
-        key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL", "GROUP"]
-        _TUNED[name] = triton.autotune(configs=configs, key=key,
-                                       prune_configs_by={"early_config_prune": _prune_by_head_dim})(
-            getattr(_compiled_kernels, name))
+        shapes = {"_attn_fwd": FWD_CONFIGS, "_bwd_dkdv": BWD_DKDV_CONFIGS, "_bwd_dq": BWD_DQ_CONFIGS}[name]
+        configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+                   for m, n, w, s in shapes]
+        options = dict(configs=configs, key=["n_q", "n_k", "HEAD_DIM", "CAUSAL"],
+                       prune_configs_by={"early_config_prune": _prune_by_head_dim})
+        if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
+            options["do_bench"] = _quick_bench
+        _TUNED[name] = triton.autotune(**options)(getattr(_compiled_kernels, name))
     return _TUNED[name]
+
+
+def _quick_bench(kernel_call, quantiles):
+    """The autotuner's timing of one candidate: 5 ms of warm-up, 25 ms of repeats."""
+    import triton
+
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
+
+
+def _untuned_config(name: str, head_dim: int) -> BlockConfig:
+    config = DEFAULT_CONFIGS[name]
+    if head_dim >= 256:   # shared memory: halve the tiles
+        return BlockConfig(min(config.block_m, 64), min(config.block_n, 32), 4, 2)
+    return config
 
 
 def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig, grid_rows: int,
@@ -233,8 +241,10 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig, gr
         grid = (triton.cdiv(grid_rows, INTERPRETER_CONFIG.meta()[rows_block]), grid_heads)
         getattr(kernels, name)[grid](*args, **constexprs, **INTERPRETER_CONFIG.meta())
         return
+    if fixed is None:
+        fixed = _untuned_config(name, constexprs["HEAD_DIM"])
     with torch.cuda.device(device):
-        if tuned:
+        if tuned and autotune_enabled():
             grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
             _tuned(name)[grid](*args, **constexprs)
         else:
@@ -265,11 +275,12 @@ def _forward(q, k, v, causal: bool, sm_scale: float, variant: str):
     o = _new_buffer(q.shape, q.dtype, q.device)
     lse = _new_buffer((batch, n_heads, n_q), torch.float32, q.device)
     qk_scale = sm_scale * LOG2E if switches["use_exp2"] else sm_scale
-    _launch("_attn_fwd", q.device, switches["tuned"], _fixed_forward_config(head_dim), n_q, batch * n_heads,
+    fixed = None if switches["tuned"] else _fixed_forward_config(head_dim)
+    _launch("_attn_fwd", q.device, switches["tuned"], fixed, n_q, batch * n_heads,
             q, k, v, o, lse, qk_scale,
             *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            n_heads, n_q, n_k,
-            GROUP=n_heads // n_heads_kv, HEAD_DIM=head_dim, CAUSAL=causal,
+            n_heads, n_heads // n_heads_kv, n_q, n_k,
+            HEAD_DIM=head_dim, CAUSAL=causal,
             USE_EXP2=switches["use_exp2"], SPLIT=switches["split"])
     return o.to(out_dtype), lse
 
@@ -322,18 +333,18 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
 
     dk = _new_buffer((batch, n_heads_kv, n_k, head_dim), q.dtype, device)
     dv = _new_buffer((batch, n_heads_kv, n_k, head_dim), q.dtype, device)
-    _launch("_bwd_dkdv", device, True, BlockConfig(32, 64, 4, 2), n_k, batch * n_heads_kv,
+    _launch("_bwd_dkdv", device, True, None, n_k, batch * n_heads_kv,
             q, k, v, do, lse, delta, dk, dv, sm_scale, qk_scale,
             *q.stride(), *k.stride(), *v.stride(), *do.stride(),
-            n_heads, n_heads_kv, n_q, n_k,
-            rows_block="BLOCK_N", GROUP=group, HEAD_DIM=head_dim, CAUSAL=causal)
+            n_heads, n_heads_kv, group, n_q, n_k,
+            rows_block="BLOCK_N", HEAD_DIM=head_dim, CAUSAL=causal)
 
     dq = _new_buffer((batch, n_heads, n_q, head_dim), q.dtype, device)
-    _launch("_bwd_dq", device, True, BlockConfig(64, 32, 4, 2), n_q, batch * n_heads,
+    _launch("_bwd_dq", device, True, None, n_q, batch * n_heads,
             q, k, v, do, lse, delta, dq, sm_scale, qk_scale,
             *q.stride(), *k.stride(), *v.stride(), *do.stride(),
-            n_heads, n_q, n_k,
-            GROUP=group, HEAD_DIM=head_dim, CAUSAL=causal)
+            n_heads, group, n_q, n_k,
+            HEAD_DIM=head_dim, CAUSAL=causal)
     return dq.to(out_dtype), dk.to(out_dtype), dv.to(out_dtype)
 
 

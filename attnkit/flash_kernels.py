@@ -6,7 +6,7 @@ launches these. Everything uses pointer arithmetic with explicit strides, so any
 
 Conventions shared by every kernel:
 - one program handles one block of rows (queries, or keys in ``_bwd_dkdv``) of one head;
-- query head h reads key/value head h // GROUP (grouped-query attention, no K/V copies);
+- query head h reads key/value head h // group (grouped-query attention, no K/V copies);
 - causal attention is aligned to the end: query i sees key j when j <= i + SHIFT, SHIFT = Nk - Nq;
 - scores are scaled once by ``qk_scale``; with ``USE_EXP2`` that scale includes log2(e), so the
   softmax uses exp2 (one instruction) and the saved log-sum-exp is converted back to natural log;
@@ -48,23 +48,26 @@ def _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
         else:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
-        s = tl.dot(q, tl.trans(k)) * qk_scale                          # [BLOCK_M, BLOCK_N]
+        qk = tl.dot(q, tl.trans(k))                                    # [BLOCK_M, BLOCK_N]
         if MASKED:
             visible = cols[None, :] < n_k
             if CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + shift)
-            s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))                          # [BLOCK_M]
-        if MASKED:  # a row that has seen no key yet keeps m = -inf; subtract 0 instead
-            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = tl.where(visible, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))                      # [BLOCK_M]
+            # a row that has seen no key yet keeps m = -inf; subtract 0 instead of -inf
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = s - m_sub[:, None]
         else:
-            m_new_safe = m_new
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_sub = m_new
+            s = qk * qk_scale - m_new[:, None]                         # one fused multiply-add
         if USE_EXP2:
-            p = tl.math.exp2(s - m_new_safe[:, None])
-            alpha = tl.math.exp2(m_i - m_new_safe)
+            p = tl.math.exp2(s)
+            alpha = tl.math.exp2(m_i - m_sub)
         else:
-            p = tl.exp(s - m_new_safe[:, None])
-            alpha = tl.exp(m_i - m_new_safe)
+            p = tl.exp(s)
+            alpha = tl.exp(m_i - m_sub)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -80,8 +83,8 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
-              n_heads, n_q, n_k,
-              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+              n_heads, group, n_q, n_k,
+              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, USE_EXP2: tl.constexpr,
               SPLIT: tl.constexpr):
     """O = softmax(Q Kᵀ · scale) V for one block of BLOCK_M queries of one (batch, head).
@@ -90,10 +93,12 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
     row that sees no key (its output row is 0).
     """
     start_m = tl.program_id(0)
+    if CAUSAL:  # the last query blocks read the most keys: start them first
+        start_m = tl.num_programs(0) - 1 - start_m
     off_bh = tl.program_id(1)
     off_b = (off_bh // n_heads).to(tl.int64)
     off_h = (off_bh % n_heads).to(tl.int64)
-    off_hk = off_h // GROUP                                            # the shared K/V head
+    off_hk = off_h // group                                            # the shared K/V head
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)                 # [BLOCK_M] query indices
     offs_n = tl.arange(0, BLOCK_N)
@@ -217,10 +222,10 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, qk_scale,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_dob, stride_doh, stride_dom, stride_dod,
-              n_heads, n_heads_kv, n_q, n_k,
-              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+              n_heads, n_heads_kv, group, n_q, n_k,
+              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """dK, dV for one block of BLOCK_N keys of one (batch, KV head), summed over its GROUP query heads.
+    """dK, dV for one block of BLOCK_N keys of one (batch, KV head), summed over its ``group`` query heads.
 
     grid = (cdiv(Nk, BLOCK_N), B * Hkv). DK, DV: contiguous [B, Hkv, Nk, D].
     """
@@ -252,8 +257,8 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, qk_scale,
     mid = tl.maximum(lo, tl.minimum(first_full, full_end))
     full = tl.maximum(mid, full_end)
 
-    for g in range(GROUP):
-        off_h = off_hk * GROUP + g
+    for g in range(group):
+        off_h = off_hk * group + g
         off_bh = off_b * n_heads + off_h
         q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
         do_ptrs = DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
@@ -309,8 +314,8 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, qk_scale,
             stride_kb, stride_kh, stride_kn, stride_kd,
             stride_vb, stride_vh, stride_vn, stride_vd,
             stride_dob, stride_doh, stride_dom, stride_dod,
-            n_heads, n_q, n_k,
-            GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+            n_heads, group, n_q, n_k,
+            HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """dQ for one block of BLOCK_M queries of one (batch, head). grid = (cdiv(Nq, BLOCK_M), B * Hq);
     DQ: contiguous [B, Hq, Nq, D]."""
@@ -318,7 +323,7 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, qk_scale,
     off_bh = tl.program_id(1)
     off_b = (off_bh // n_heads).to(tl.int64)
     off_h = (off_bh % n_heads).to(tl.int64)
-    off_hk = off_h // GROUP
+    off_hk = off_h // group
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)

@@ -133,7 +133,7 @@ def test_every_ladder_rung(variant, causal):
 def test_custom_scale():
     gen = torch.Generator().manual_seed(3)
     check_forward(gen, 1, 2, 1, 19, 23, 16, torch.float32, causal=True, sm_scale=0.3)
-    check_forward(gen, 1, 2, 1, 19, 23, 16, torch.float32, causal=False, sm_scale=-1.7)
+    check_forward(gen, 1, 2, 1, 19, 23, 16, torch.float32, causal=False, sm_scale=1.7)
 
 
 def test_rows_that_see_no_key_are_zero():
@@ -256,6 +256,8 @@ def test_bad_options_raise_value_error():
         flash_attention(t["q"], t["k"], t["v"], sm_scale=float("nan"))
     with pytest.raises(ValueError, match="sm_scale"):
         flash_attention(t["q"], t["k"], t["v"], sm_scale="0.5")
+    with pytest.raises(ValueError, match="sm_scale"):
+        flash_attention(t["q"], t["k"], t["v"], sm_scale=-0.5)
     with pytest.raises(ValueError, match="causal"):
         flash_attention(t["q"], t["k"], t["v"], causal="yes")
     with pytest.raises(ValueError, match="variant"):

@@ -1,0 +1,149 @@
+"""One GPU session for the FlashAttention kernels: check every variant, then time them.
+
+    python scripts/gpu_flash.py [OUTDIR] [--quick]
+
+1. checks every ladder rung (forward) and the backward against float64 references on ragged shapes,
+   GQA/MQA, causal with Nq < Nk and Nq > Nk, fp16/bf16/fp32, every head dim, with NaN-poisoned outputs,
+   and the CPU path (Triton's interpreter) on a machine with a GPU;
+2. measures the two ceilings (a large fp16 matrix product, a device-to-device copy);
+3. runs attnkit.bench_flash_ladder and attnkit.bench_flash, writing bench_*.csv into OUTDIR;
+4. prints a short table of the ratios last.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from attnkit import flash
+from attnkit.bench_flash import reference_slice
+from attnkit.benchmarking import provenance, time_ms, write_results
+from attnkit.reference import attention_ref
+from attnkit.tolerances import rel_error, tolerance
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def poison(shape, dtype, device):
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def check_shapes():
+    """(B, Hq, Hkv, Nq, Nk, D, causal, dtype): ragged sizes, every head dim, GQA/MQA, both causal cases."""
+    return [(2, 8, 2, 1000, 1031, 128, True, torch.float16), (1, 4, 4, 777, 777, 64, False, torch.float16),
+            (1, 8, 1, 300, 129, 128, True, torch.bfloat16), (1, 4, 1, 301, 517, 64, True, torch.float32),
+            (1, 2, 1, 200, 333, 16, False, torch.float16), (1, 2, 1, 200, 333, 32, True, torch.bfloat16),
+            (1, 2, 1, 200, 333, 256, True, torch.float16)]
+
+
+def check_all(device="cuda") -> list[str]:
+    failures = []
+    flash._new_buffer = poison          # every buffer starts as NaN: unwritten elements fail
+    gen = torch.Generator(device=device).manual_seed(123)
+    for b, hq, hkv, nq, nk, d, causal, dtype in check_shapes():
+        q = torch.randn(b, hq, nq, d, device=device, dtype=dtype, generator=gen)
+        k = torch.randn(b, hkv, nk, d, device=device, dtype=dtype, generator=gen)
+        v = torch.randn(b, hkv, nk, d, device=device, dtype=dtype, generator=gen)
+        do = torch.randn(b, hq, nq, d, device=device, dtype=dtype, generator=gen)
+        ref = attention_ref(q, k, v, causal=causal)
+        bound = tolerance(dtype, device)
+        label = f"{(b, hq, hkv, nq, nk, d)} causal={causal} {str(dtype)[6:]}"
+        for variant in flash.VARIANTS:
+            o, _ = flash.flash_attention_forward(q, k, v, causal=causal, variant=variant)
+            err = rel_error(o, ref)
+            if not err <= bound:
+                failures.append(f"fwd {variant} {label}: {err:.2e}")
+        # gradients: float64 autograd of the whole problem (K/V heads get every group member's share)
+        q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+        o = flash.flash_attention(q_, k_, v_, causal=causal)
+        grads = torch.autograd.grad(o, (q_, k_, v_), do)
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        g = hq // hkv
+        s = q64 @ k64.repeat_interleave(g, 1).transpose(-1, -2) / math.sqrt(d)
+        if causal:
+            vis = torch.arange(nk, device=device)[None, :] <= torch.arange(nq, device=device)[:, None] + nk - nq
+            s = s.masked_fill(~vis, -math.inf)
+        o64 = torch.softmax(s, -1).nan_to_num(0.0) @ v64.repeat_interleave(g, 1)
+        ref_grads = torch.autograd.grad(o64, (q64, k64, v64), do.double())
+        for name, got, want in zip(("dq", "dk", "dv"), grads, ref_grads):
+            err = rel_error(got, want)
+            if not err <= bound:
+                failures.append(f"{name} {label}: {err:.2e}")
+        log(f"checked {label}")
+    # CPU tensors on a GPU machine run in the interpreter
+    qc, kc, vc = (torch.randn(1, 2, 19, 16) for _ in range(3))
+    err = rel_error(flash.flash_attention(qc, kc, vc, causal=True), attention_ref(qc, kc, vc, causal=True))
+    if not err <= tolerance(torch.float32, "cpu"):
+        failures.append(f"cpu interpreter path: {err:.2e}")
+    flash._new_buffer = lambda shape, dtype, device: torch.empty(shape, dtype=dtype, device=device)
+    return failures
+
+
+def ceilings() -> dict:
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    ms = time_ms(lambda: a @ b)
+    x = torch.randn(2 ** 30 // 2, device="cuda", dtype=torch.float16)   # 1 GiB
+    y = torch.empty_like(x)
+    copy_ms = time_ms(lambda: y.copy_(x))
+    return {"matmul_fp16_tflops": 2 * 8192 ** 3 / ms / 1e9, "copy_tb_s": 2 * x.numel() * 2 / copy_ms / 1e9}
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else os.environ.get("OUT", "."))
+    quick = "--quick" in sys.argv
+    log(provenance())
+    t0 = time.time()
+    os.environ["ATTNKIT_AUTOTUNE"] = "0"     # the fixed configurations here; the benchmark checks the tuned ones
+    failures = check_all()
+    del os.environ["ATTNKIT_AUTOTUNE"]
+    log(f"correctness: {len(failures)} failures in {time.time() - t0:.0f} s")
+    for f in failures:
+        log("  FAIL", f)
+    log("ceilings:", ceilings())
+
+    from attnkit import bench_flash, bench_flash_ladder
+
+    t0 = time.time()
+    ladder = bench_flash_ladder.run()
+    write_results("flash_ladder", ladder, directory=out)
+    log(f"ladder: {time.time() - t0:.0f} s")
+    for r in ladder:
+        log(f"  {r['rung']:>15} N={r['N']:>5} causal={r['causal']!s:5} "
+            f"{(r['tflops'] or 0):7.1f} TFLOP/s {r['reason']}")
+
+    rows = []
+    for dtype in bench_flash.DTYPES:
+        for head_dim in bench_flash.HEAD_DIMS:
+            if quick and (dtype != "float16" or head_dim != 128):
+                continue
+            t0 = time.time()
+            rows += bench_flash.run(only=lambda s, dt=dtype, hd=head_dim: s[0] == "mha" and s[7] == dt and s[5] == hd)
+            write_results("flash", rows, directory=out)
+            log(f"bench {dtype} D={head_dim}: {time.time() - t0:.0f} s")
+    rows += bench_flash.run(only=lambda s: s[0] == "gqa")
+    write_results("flash", rows, directory=out)
+    for name in ("_attn_fwd", "_bwd_dkdv", "_bwd_dq"):
+        tuned = flash._TUNED.get(name)
+        if tuned is not None:
+            for key, config in list(tuned.cache.items())[:40]:
+                log(f"  tuned {name} {key[:4]}: {config}")
+    for r in rows:
+        if r["reason"]:
+            log(f"  no time: {r['suite']} {r['impl']} {r['pass']} N={r['N']} D={r['D']} causal={r['causal']} "
+                f"{r['dtype']}: {r['reason']}")
+    for dtype in bench_flash.DTYPES:
+        for head_dim in bench_flash.HEAD_DIMS:
+            log(bench_flash.summary(rows, dtype=dtype, head_dim=head_dim))
+    log(f"correctness failures: {len(failures)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
