@@ -348,17 +348,21 @@ def _rotate_torch(x, cos, sin, mode):
 
 
 def _torch_update(q, k, v, k_cache, v_cache, present_k, present_v, past_len, positions, cos, sin,
-                  mode, share_buffer):
+                  mode, share_buffer, full_past=False):
     """Separate PyTorch operations: gather cos/sin, rotate q, rotate k, (copy past), scatter k and v.
 
-    past_len [B] and positions [B, S] are int64 tensors on the device of q.
+    past_len [B] and positions [B, S] are int64 tensors on the device of q. ``full_past``: every
+    sequence's past fills the whole past buffer, so the past is copied with one plain copy.
     """
     batch, new_len = q.shape[:2]
     c = cos[positions][:, :, None, :]                                  # [B, S, 1, D/2]
     s = sin[positions][:, :, None, :]
     q_rot = _rotate_torch(q, c, s, mode)
     k_rot = _rotate_torch(k, c, s, mode)
-    if not share_buffer:                                               # copy the past rows
+    if not share_buffer and full_past:                                 # copy the past rows
+        present_k[:, :, :k_cache.shape[2]].copy_(k_cache)
+        present_v[:, :, :v_cache.shape[2]].copy_(v_cache)
+    elif not share_buffer:
         rows = torch.arange(k_cache.shape[2], device=q.device)
         keep = (rows[None, :] < past_len[:, None])[:, None, :, None]   # [B, 1, S_past, 1]
         width = k_cache.shape[2]
@@ -379,7 +383,8 @@ def rope_append_torch(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_ids
     cos, sin = _tables(plan, base, cos_cache, sin_cache, q.device)
     present_k, present_v = _present(k_cache, v_cache, plan, share_buffer)
     q_rot = _torch_update(q, k, v, k_cache, v_cache, present_k, present_v, plan.past_len.to(q.device),
-                          plan.positions.to(q.device), cos, sin, mode, share_buffer)
+                          plan.positions.to(q.device), cos, sin, mode, share_buffer,
+                          full_past=bool((plan.past_len == k_cache.shape[2]).all()))
     return q_rot, present_k, present_v
 
 

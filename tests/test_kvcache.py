@@ -258,3 +258,14 @@ def test_odd_head_dim_is_rejected():
     q, k, v = torch.randn(1, 1, 2, 7), torch.randn(1, 1, 1, 7), torch.randn(1, 1, 1, 7)
     with pytest.raises(ValueError, match="head dim must be even"):
         kc.rope_append(q, k, v, torch.zeros(1, 1, 4, 7), torch.zeros(1, 1, 4, 7))
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_separate_buffer_when_the_past_fills_its_buffer(backend):
+    """Every sequence's past is the whole past buffer (the PyTorch path then copies it in one go)."""
+    q, k, v, k_cache, v_cache = make(2, cache_len=18)
+    kwargs = dict(seqlens_k=torch.tensor([19, 19], dtype=torch.int32), share_buffer=False, mode="half")
+    ref = kc.rope_append_reference(q, k, v, k_cache, v_cache, **kwargs)
+    out = kc.rope_append(q, k, v, k_cache, v_cache, backend=backend, **kwargs)
+    for got, want in zip((out.q, out.k_cache, out.v_cache), ref):
+        assert_close(got, want, torch.float32)
