@@ -11,7 +11,7 @@ intermediate in HBM with ``itemsize`` bytes per element (2 for fp16). Two schedu
 
 Closed forms (checked against the counters in the tests), with T_q = ⌈N_q / b_q⌉:
 
-    naive:  read  e·(N_q·d + N_k·d + 2·N_q·N_k + N_q·N_k + N_k·dv),  write  e·(2·N_q·N_k + N_q·dv)
+    naive:  read  e·(N_q·d + N_k·d + 2·N_q·N_k + N_k·dv),  write  e·(2·N_q·N_k + N_q·dv)
     tiled:  read  e·(N_q·d + T_q·N_k·(d + dv)),                       write  e·N_q·dv
 
 With the largest query block that fits in M bytes of on-chip memory, b_q ≈ M / (e·(d + dv + b_k + 2)),
