@@ -39,5 +39,12 @@ figures: setup  ## redraw the diagrams in figures/
 bench: setup  ## GPU only: measure the kernels, write CSVs to figures/
 	$(PY) -m attnkit.benchmarking
 
+site: setup  ## the course as a static website in site/_build/html, from stored outputs (SITE_ARGS=--no-solutions)
+	$(PY) -m attnkit.site $(SITE_ARGS)
+
+grade: setup  ## grade a student's lab: make grade LAB=01 NOTEBOOK=path/to/lab.ipynb [GRADES=build/grades] [STRICT=1]
+	@test -n "$(LAB)" -a -n "$(NOTEBOOK)" || { echo "usage: make grade LAB=01 NOTEBOOK=path/to/student_lab.ipynb"; exit 2; }
+	$(PY) -m attnkit.grading --lab "$(LAB)" --out "$(or $(GRADES),build/grades)" $(if $(STRICT),--strict,) $(NOTEBOOK)
+
 clean:
 	rm -rf $(VENV) build *.egg-info
