@@ -257,12 +257,12 @@ def plot_ratios(rows, *, pass_="fwd", dtype="float16", head_dim=128, suite="mha"
     return fig
 
 
-def summary(rows, *, dtype="float16", head_dim=128) -> str:
+def summary(rows, *, dtype="float16", head_dim=128, suite="mha") -> str:
     """A short text table of the ratios that the targets speak of."""
-    lines = [f"D={head_dim} {dtype}: attnkit ÷ SDPA backend (TFLOP/s ratio)"]
+    lines = [f"{suite} D={head_dim} {dtype}: attnkit ÷ SDPA backend (TFLOP/s ratio)"]
     for pass_, against in (("fwd", "sdpa_cudnn"), ("fwd", "sdpa_flash"), ("bwd", "sdpa_flash"),
                            ("bwd", "sdpa_cudnn")):
-        r = ratios(rows, against=against, pass_=pass_, dtype=dtype, head_dim=head_dim)
+        r = ratios(rows, against=against, pass_=pass_, dtype=dtype, head_dim=head_dim, suite=suite)
         cells = " ".join(f"{'causal' if c else 'N'}={n}:{x:.2f}" for (c, n), x in sorted(r.items()))
         lines.append(f"  {pass_} vs {against}: {cells}")
     return "\n".join(lines)

@@ -23,7 +23,7 @@ interpreter's bf16 arithmetic is not faithful, so on the CPU bf16 is computed in
 """
 from __future__ import annotations
 
-import importlib.util
+import atexit
 import inspect
 import math
 import os
@@ -103,9 +103,6 @@ def _check_causal(causal) -> bool:
 
 
 # ----------------------------------------------------------------------------- kernels and configs
-_interpreted_kernels = None
-
-
 def _is_interpreted(module) -> bool:
     """True when ``module``'s kernels were decorated in interpreter mode."""
     from triton.runtime.interpreter import InterpretedFunction
@@ -113,39 +110,50 @@ def _is_interpreted(module) -> bool:
     return isinstance(module._attn_fwd, InterpretedFunction)
 
 
-def _load_interpreted_kernels():
-    """A second copy of ``attnkit.flash_kernels`` whose kernels run in Triton's interpreter.
-
-    ``triton.jit`` decides at decoration time, from TRITON_INTERPRET, whether it builds a compiled or
-    an interpreted function (Triton 3.4 to 3.9), so the copy is executed with the variable set.
-    """
-    spec = importlib.util.spec_from_file_location("attnkit._flash_kernels_interpreted",
-                                                  _compiled_kernels.__file__)
-    module = importlib.util.module_from_spec(spec)
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        if saved is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
-    return module
-
-
 def _kernels(device: torch.device):
-    """The kernel module for ``device``: compiled for CUDA tensors, interpreted for CPU tensors.
+    """The kernel module (compiled on a GPU machine, interpreted on a CPU-only one)."""
+    return _compiled_kernels
 
-    On a machine with a GPU the kernels are compiled; CPU tensors then need a second copy of the
-    module, decorated while TRITON_INTERPRET=1 so that ``triton.jit`` builds interpreted functions.
+
+def _needs_interpreter_process(device: torch.device) -> bool:
+    """CPU tensors on a machine whose Triton compiles kernels (it has a GPU).
+
+    ``triton.jit`` and Triton's own standard library (tl.max, tl.sum, ...) choose compiled or
+    interpreted functions once, at import, from TRITON_INTERPRET (Triton 3.4 to 3.9). So CPU tensors
+    there run in a helper process that imported Triton with TRITON_INTERPRET=1.
     """
-    global _interpreted_kernels
-    if device.type == "cuda" or _is_interpreted(_compiled_kernels):
-        return _compiled_kernels
-    if _interpreted_kernels is None:
-        _interpreted_kernels = _load_interpreted_kernels()
-    return _interpreted_kernels
+    return device.type == "cpu" and not _is_interpreted(_compiled_kernels)
+
+
+_INTERPRETER_POOL = None
+
+
+def _interpreter_pool():
+    """One spawned helper process whose Triton runs kernels in the interpreter (started once)."""
+    global _INTERPRETER_POOL
+    if _INTERPRETER_POOL is None:
+        import multiprocessing
+
+        saved = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"          # inherited by the process started now
+        try:
+            _INTERPRETER_POOL = multiprocessing.get_context("spawn").Pool(1)
+            atexit.register(_INTERPRETER_POOL.terminate)
+        finally:
+            if saved is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+    return _INTERPRETER_POOL
+
+
+def _in_interpreter_process(fn_name: str, *args):
+    """Run ``_forward`` or ``_backward`` on CPU tensors in the interpreter helper process."""
+    return _interpreter_pool().apply(_call_here, (fn_name, *args))
+
+
+def _call_here(fn_name: str, *args):
+    return {"_forward": _forward, "_backward": _backward}[fn_name](*args)
 
 
 @dataclass(frozen=True)
@@ -267,6 +275,8 @@ def _compute_dtype_inputs(*tensors):
 
 def _forward(q, k, v, causal: bool, sm_scale: float, variant: str):
     """o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] fp32. Inputs already checked."""
+    if _needs_interpreter_process(q.device):
+        return _in_interpreter_process("_forward", q, k, v, causal, sm_scale, variant)
     switches = VARIANTS[variant]
     out_dtype = q.dtype
     q, k, v = _compute_dtype_inputs(q, k, v)
@@ -319,6 +329,8 @@ def _preprocess(o, do, delta) -> None:
 
 def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
     """dq, dk, dv in the inputs' dtypes (dk, dv [B, Hkv, Nk, D]). Inputs already checked."""
+    if _needs_interpreter_process(q.device):
+        return _in_interpreter_process("_backward", do, q, k, v, o, lse, causal, sm_scale)
     out_dtype = q.dtype
     do, q, k, v, o = _compute_dtype_inputs(do, q, k, v, o)
     batch, n_heads, n_q, head_dim = q.shape

@@ -204,14 +204,16 @@ def test_backward_entry_point_matches_autograd():
         assert_close(got, ref, torch.float32, DEVICE, name)
 
 
-def test_interpreted_copy_of_the_kernels():
-    """The interpreter path that CPU tensors take on a machine with a GPU."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    module = flash._load_interpreted_kernels()
-    assert isinstance(module._attn_fwd, InterpretedFunction)
-    assert isinstance(module._bwd_dkdv, InterpretedFunction)
-    assert flash._is_interpreted(flash._kernels(torch.device("cpu")))
+def test_interpreter_helper_process():
+    """The path CPU tensors take on a machine with a GPU: a helper process that runs the interpreter."""
+    gen = torch.Generator().manual_seed(19)
+    q, k, v = make_inputs(gen, 1, 4, 2, 20, 27, 16, torch.float32, device="cpu")
+    do = torch.randn(q.shape, generator=gen)
+    o, lse = flash._in_interpreter_process("_forward", q, k, v, True, 0.25, "autotuned")
+    assert_close(o, attention_ref(q, k, v, causal=True, sm_scale=0.25), torch.float32, "cpu", "o (helper)")
+    grads = flash._in_interpreter_process("_backward", do, q, k, v, o, lse, True, 0.25)
+    for name, got, ref in zip(("dq", "dk", "dv"), grads, reference_grads(q, k, v, do, True, 0.25)):
+        assert_close(got, ref, torch.float32, "cpu", f"{name} (helper)")
 
 
 # ------------------------------------------------------------------------------------- bad input
