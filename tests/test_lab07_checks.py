@@ -1,0 +1,121 @@
+"""Lab 07's checks accept the solution, say "not implemented yet" for the blank lab, and reject the
+known-wrong answers of lesson 7: RoPE modes swapped, seqlens_k taken as a length (off by one), K rotated
+but Q not, and a cache size that counts query heads or forgets V."""
+import linecache
+
+import nbformat
+import pytest
+import torch
+
+from attnkit import kvcache
+from attnkit.labs import lab07
+from attnkit.notebooks import ROOT
+
+
+def _notebook_namespace(relpath: str) -> dict:
+    """Run a lab notebook's code cells, except the setup cell and the check cells, in a fresh namespace."""
+    import attnkit
+
+    nb = nbformat.read(ROOT / relpath, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"][1:]   # [0] is the setup cell
+    namespace: dict = {"RT": attnkit.runtime(), "attnkit": attnkit}
+    for index, source in enumerate(code):
+        if "lab07.check" in source:
+            continue
+        filename = f"<{relpath} cell {index + 1}>"       # Triton reads a kernel's source via inspect
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def solution():
+    return _notebook_namespace("solutions/lab07_gqa_kv_cache.ipynb")
+
+
+@pytest.fixture(scope="module")
+def blank():
+    return _notebook_namespace("labs/lab07_gqa_kv_cache.ipynb")
+
+
+CHECKS = {"cache_bytes": lab07.check_cache_bytes, "rope": lab07.check_rope, "rope_append": lab07.check_rope_append}
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_the_solution_passes(solution, name):
+    result = CHECKS[name](solution[name])
+    assert result.passed, result.report
+    assert result.report.startswith("✅")
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_the_blank_lab_is_not_implemented_yet(blank, name):
+    result = CHECKS[name](blank[name])
+    assert result.status == "not implemented", result.report
+    assert "not implemented yet" in result.report
+
+
+def test_check_lab_summarizes(solution):
+    summary = lab07.check_lab(solution["cache_bytes"], solution["rope"], solution["rope_append"])
+    assert summary.passed and repr(summary).endswith("3 of 3 exercises pass.")
+
+
+# ------------------------------------------------------------------------------ known-wrong answers
+def bytes_without_v(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
+    return num_layers * num_kv_heads * head_dim * tokens * batch * dtype_bytes
+
+
+def bytes_with_query_heads(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
+    from attnkit.models import MODELS
+    q_heads = {(m.num_layers, m.num_kv_heads, m.head_dim): m.num_q_heads for m in MODELS}
+    return 2 * num_layers * q_heads[(num_layers, num_kv_heads, head_dim)] * head_dim * tokens * batch * dtype_bytes
+
+
+@pytest.mark.parametrize("wrong", [bytes_without_v, bytes_with_query_heads])
+def test_cache_bytes_rejects(wrong):
+    result = lab07.check_cache_bytes(wrong)
+    assert result.status == "failed" and "kv_heads" in result.report
+
+
+def test_rope_rejects_modes_swapped(solution):
+    def swapped(x, positions, mode):
+        return solution["rope"](x, positions, "interleaved" if mode == "half" else "half")
+    result = lab07.check_rope(swapped)
+    assert result.status == "failed" and "interleaved" in result.report
+
+
+def _torch_append(seqlens_shift=0, rotate_q=True, swap_modes=False):
+    """A wrong rope_append built on the package's PyTorch path (the caches are written in place)."""
+    def rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+        if swap_modes:
+            mode = "interleaved" if mode == "half" else "half"
+        q_rot, _, _ = kvcache.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k + seqlens_shift,
+                                                mode=mode)
+        return q_rot if rotate_q else q.clone()
+    return rope_append
+
+
+def test_the_torch_path_itself_passes():
+    """So that each rejection below is due to its one bug."""
+    assert lab07.check_rope_append(_torch_append()).passed
+
+
+@pytest.mark.parametrize("wrong, part, hint", [
+    (_torch_append(seqlens_shift=1), "cache rows of K", "index of the LAST token"),        # seqlens_k as a length
+    (_torch_append(rotate_q=False), "rotated q", "rotate every query head too"),            # K rotated, Q not
+    (_torch_append(swap_modes=True), "cache rows of K", "interleaved"),                     # modes swapped
+])
+def test_rope_append_rejects(wrong, part, hint):
+    result = lab07.check_rope_append(wrong)
+    assert result.status == "failed", result.report
+    assert f"rope_append ({part})" in result.report and hint in result.report
+
+
+def test_rope_append_rejects_a_kernel_that_forgets_v(solution):
+    def no_v(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+        saved = v_cache.clone()
+        q_rot = solution["rope_append"](q, k, v, k_cache, v_cache, seqlens_k, mode)
+        v_cache.copy_(saved)
+        return q_rot
+    result = lab07.check_rope_append(no_v)
+    assert result.status == "failed" and "rope_append (cache rows of V)" in result.report
