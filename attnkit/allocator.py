@@ -1,0 +1,338 @@
+"""A paged KV cache: fixed-size pages, a free list, per-sequence page tables, reference counts and
+copy-on-write prefix sharing. Bookkeeping in Python, storage in torch tensors.
+
+Three layers, each usable alone:
+
+``BlockAllocator(num_pages)``
+    The free list and a reference count per page. ``allocate(n)`` hands out n pages (all or none),
+    ``share(pages)`` adds a reference, ``release(pages)`` drops one; a page whose count reaches 0
+    returns to the free list.
+
+``PageTables(num_pages, page_size)``
+    Sequences on top of the allocator: each sequence id has a page table (a list of page ids) and a
+    length in tokens. Token t of a sequence lives in page ``table[t // page_size]`` at offset
+    ``t % page_size``. No storage: the lesson's workload simulation uses this alone.
+
+``PagedKVCache(num_pages, page_size, num_layers, num_kv_heads, head_dim, dtype, device)``
+    PageTables plus the storage ``k``, ``v``: tensors [num_layers, num_pages, page_size, Hkv, D];
+    ``cache.k[layer]`` / ``cache.v[layer]`` are the [num_pages, page_size, Hkv, D] views that
+    ``attnkit.paged.paged_decode`` reads.
+
+Typical use (one decode step of a batch, in a model with L layers)::
+
+    cache = PagedKVCache(num_pages=256, page_size=16, num_layers=L, num_kv_heads=8, head_dim=128,
+                         dtype=torch.float16, device="cuda")
+    cache.add_sequence(7)
+    cache.append(7, k_prompt, v_prompt)          # [L, n, Hkv, D] each: reserve + write, all layers
+    ...
+    slots = cache.reserve_many(ids, 1)           # one more token each: pages taken as needed
+    for layer in range(L):
+        k_new, v_new = ...                       # [B, Hkv, D] for this layer
+        cache.write(layer, slots, k_new, v_new)
+        o = paged_decode(q, cache.k[layer], cache.v[layer], cache.block_table(ids), cache.seq_lens(ids))
+    cache.free(7)                                # its pages go back (when no fork shares them)
+
+Sharing a prefix: ``cache.fork(src, dst)`` gives dst the same pages as src (each page's count + 1);
+nothing is copied. Full shared pages are never written again (appends go to later positions). When
+either sequence appends into a shared, partly filled last page, that page is copied first into a new
+page of its own (copy-on-write), all layers.
+
+Running out: ``reserve``/``append``/``fork``-then-append raise ``OutOfPagesError`` (a RuntimeError)
+before changing anything, so the cache is exactly as it was and the caller can free or preempt a
+sequence and try again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+class OutOfPagesError(RuntimeError):
+    """Raised when a request needs more free pages than the allocator has; nothing was changed."""
+
+
+# -------------------------------------------------------------------------------------- allocator
+class BlockAllocator:
+    """A free list of page ids 0..num_pages-1 and a reference count per page."""
+
+    def __init__(self, num_pages: int):
+        if isinstance(num_pages, bool) or not isinstance(num_pages, int) or num_pages < 1:
+            raise ValueError(f"num_pages: expected a positive integer, got {num_pages!r}")
+        self.num_pages = num_pages
+        self._free = list(range(num_pages - 1, -1, -1))     # pop() hands out the lowest id first
+        self._refs = [0] * num_pages
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_pages - len(self._free)
+
+    def refcount(self, page: int) -> int:
+        self._check_page(page)
+        return self._refs[page]
+
+    def allocate(self, n: int) -> list[int]:
+        """n fresh pages (reference count 1 each), or OutOfPagesError and no change."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n: expected a non-negative integer, got {n!r}")
+        if n > len(self._free):
+            raise OutOfPagesError(f"out of pages: {n} needed, {len(self._free)} free of {self.num_pages}")
+        pages = [self._free.pop() for _ in range(n)]
+        for p in pages:
+            self._refs[p] = 1
+        return pages
+
+    def share(self, pages) -> None:
+        """One more reference to each page (all must be in use)."""
+        for p in pages:
+            self._check_page(p)
+            if self._refs[p] == 0:
+                raise ValueError(f"pages: page {p} is free; only pages in use can be shared")
+        for p in pages:
+            self._refs[p] += 1
+
+    def release(self, pages) -> None:
+        """One reference less to each page; a page at 0 returns to the free list."""
+        for p in pages:
+            self._check_page(p)
+            if self._refs[p] == 0:
+                raise ValueError(f"pages: page {p} is already free")
+        for p in reversed(list(pages)):
+            self._refs[p] -= 1
+            if self._refs[p] == 0:
+                self._free.append(p)
+
+    def _check_page(self, page) -> None:
+        if isinstance(page, bool) or not isinstance(page, int) or not 0 <= page < self.num_pages:
+            raise ValueError(f"page: expected an integer in [0, num_pages) = [0, {self.num_pages}), got {page!r}")
+
+
+# ------------------------------------------------------------------------------------ page tables
+@dataclass(frozen=True)
+class Slots:
+    """Where new tokens go: physical pages and offsets, int64 tensors [n] (on the CPU)."""
+
+    pages: torch.Tensor
+    offsets: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.pages)
+
+
+class PageTables:
+    """Per-sequence page tables over a BlockAllocator, with fork (shared pages) and copy-on-write."""
+
+    def __init__(self, num_pages: int, page_size: int):
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size: expected a positive integer, got {page_size!r}")
+        self.allocator = BlockAllocator(num_pages)
+        self.page_size = page_size
+        self.tables: dict = {}           # seq id -> list of page ids
+        self.lengths: dict = {}          # seq id -> tokens stored
+
+    # ---- queries
+    @property
+    def num_pages(self) -> int:
+        return self.allocator.num_pages
+
+    @property
+    def pages_in_use(self) -> int:
+        """Pages held by at least one sequence (a shared page counts once)."""
+        return self.allocator.num_used
+
+    @property
+    def num_free_pages(self) -> int:
+        return self.allocator.num_free
+
+    @property
+    def sequences(self) -> list:
+        return list(self.tables)
+
+    def length(self, seq_id) -> int:
+        self._check_seq(seq_id)
+        return self.lengths[seq_id]
+
+    def pages_of(self, seq_id) -> list[int]:
+        self._check_seq(seq_id)
+        return list(self.tables[seq_id])
+
+    def pages_needed(self, seq_id, n_tokens: int) -> int:
+        """Fresh pages that appending n_tokens to seq_id takes (copy-on-write included)."""
+        self._check_seq(seq_id)
+        return self._plan(seq_id, n_tokens)[0]
+
+    def slot(self, seq_id, position: int) -> tuple[int, int]:
+        """(page, offset) of token ``position`` of the sequence."""
+        self._check_seq(seq_id)
+        if not 0 <= position < self.lengths[seq_id]:
+            raise ValueError(f"position: {position} is outside sequence {seq_id!r} "
+                             f"(length {self.lengths[seq_id]})")
+        return self.tables[seq_id][position // self.page_size], position % self.page_size
+
+    def block_table(self, seq_ids, device=None, width: int | None = None) -> torch.Tensor:
+        """int32 [B, width] page tables of ``seq_ids`` (width = the longest table unless given),
+        padded with 0; paged_decode never reads past a sequence's seq_len."""
+        ids = self._check_ids(seq_ids)
+        longest = max(1, max(len(self.tables[s]) for s in ids))
+        width = longest if width is None else width
+        if width < longest:
+            raise ValueError(f"width: {width} is less than the longest page table ({longest} pages)")
+        rows = [self.tables[s] + [0] * (width - len(self.tables[s])) for s in ids]
+        return torch.tensor(rows, dtype=torch.int32, device=device)
+
+    def seq_lens(self, seq_ids, device=None) -> torch.Tensor:
+        """int32 [B] tokens stored for each of ``seq_ids``."""
+        ids = self._check_ids(seq_ids)
+        return torch.tensor([self.lengths[s] for s in ids], dtype=torch.int32, device=device)
+
+    # ---- changes
+    def add_sequence(self, seq_id) -> None:
+        """A new, empty sequence (no pages until tokens are appended)."""
+        if seq_id in self.tables:
+            raise ValueError(f"seq_id: sequence {seq_id!r} already exists")
+        self.tables[seq_id], self.lengths[seq_id] = [], 0
+
+    def reserve(self, seq_id, n_tokens: int) -> Slots:
+        """Room for n_tokens more tokens at the end of seq_id; returns their slots.
+
+        Takes fresh pages as needed; if the last page is shared and partly filled, it is replaced by a
+        private copy first (copy-on-write). All or nothing: OutOfPagesError leaves everything unchanged.
+        """
+        self._check_seq(seq_id)
+        needed, cow = self._plan(seq_id, n_tokens)
+        fresh = self.allocator.allocate(needed)            # raises before any change
+        table = self.tables[seq_id]
+        if cow:
+            new_page = fresh.pop(0)
+            old_page = table[-1]
+            self._copy_page(old_page, new_page)
+            table[-1] = new_page
+            self.allocator.release([old_page])
+        table.extend(fresh)
+        start = self.lengths[seq_id]
+        positions = torch.arange(start, start + n_tokens)
+        page_ids = torch.tensor(table, dtype=torch.int64)
+        self.lengths[seq_id] = start + n_tokens
+        return Slots(page_ids[positions // self.page_size] if n_tokens else positions,
+                     positions % self.page_size)
+
+    def reserve_many(self, seq_ids, n_tokens: int = 1) -> Slots:
+        """``reserve(s, n_tokens)`` for each sequence, all or nothing; slots concatenated in order."""
+        ids = self._check_ids(seq_ids)
+        total = sum(self._plan(s, n_tokens)[0] for s in ids)
+        if total > self.allocator.num_free:
+            raise OutOfPagesError(f"out of pages: {total} needed for {len(ids)} sequences, "
+                                  f"{self.allocator.num_free} free of {self.num_pages}")
+        parts = [self.reserve(s, n_tokens) for s in ids]
+        return Slots(torch.cat([p.pages for p in parts]), torch.cat([p.offsets for p in parts]))
+
+    def fork(self, src, dst) -> None:
+        """New sequence dst sharing every page of src (no copy; each page's reference count + 1)."""
+        self._check_seq(src)
+        if dst in self.tables:
+            raise ValueError(f"dst: sequence {dst!r} already exists")
+        self.allocator.share(self.tables[src])
+        self.tables[dst] = list(self.tables[src])
+        self.lengths[dst] = self.lengths[src]
+
+    def free(self, seq_id) -> None:
+        """Forget seq_id; its pages lose one reference (pages no other sequence shares become free)."""
+        self._check_seq(seq_id)
+        self.allocator.release(self.tables.pop(seq_id))
+        del self.lengths[seq_id]
+
+    # ---- internals
+    def _plan(self, seq_id, n_tokens: int) -> tuple[int, bool]:
+        """(fresh pages needed, whether the last page must be copied first) for appending n_tokens."""
+        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
+            raise ValueError(f"n_tokens: expected a non-negative integer, got {n_tokens!r}")
+        table, length = self.tables[seq_id], self.lengths[seq_id]
+        pages_after = -(-(length + n_tokens) // self.page_size)
+        needed = pages_after - len(table)
+        partly_filled = length % self.page_size != 0
+        cow = (n_tokens > 0 and partly_filled and self.allocator.refcount(table[-1]) > 1)
+        return needed + int(cow), cow
+
+    def _copy_page(self, src: int, dst: int) -> None:
+        """Copy a page's contents (nothing to copy without storage)."""
+
+    def _check_seq(self, seq_id) -> None:
+        if seq_id not in self.tables:
+            raise ValueError(f"seq_id: no sequence {seq_id!r} (add_sequence it first)")
+
+    def _check_ids(self, seq_ids) -> list:
+        ids = list(seq_ids)
+        if not ids:
+            raise ValueError("seq_ids: expected at least one sequence id")
+        for s in ids:
+            self._check_seq(s)
+        return ids
+
+
+# ---------------------------------------------------------------------------------- with storage
+class PagedKVCache(PageTables):
+    """PageTables plus K and V storage [num_layers, num_pages, page_size, Hkv, D] (see module doc)."""
+
+    def __init__(self, num_pages: int, page_size: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                 dtype=torch.float16, device=None):
+        super().__init__(num_pages, page_size)
+        for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
+
+    @property
+    def bytes_per_page(self) -> int:
+        """K and V bytes of one page over all layers."""
+        return 2 * self.k[:, 0].numel() * self.k.element_size()
+
+    def write(self, layer: int, slots: Slots, k, v) -> None:
+        """Store k, v [n, Hkv, D] (one row per slot) into ``layer`` at ``slots`` (from reserve)."""
+        if not (isinstance(layer, int) and 0 <= layer < self.num_layers):
+            raise ValueError(f"layer: expected an integer in [0, {self.num_layers}), got {layer!r}")
+        expected = (len(slots), self.num_kv_heads, self.head_dim)
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != expected:
+                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name}: expected shape [n, Hkv, D] = {list(expected)}, got {got}")
+        pages, offsets = slots.pages.to(self.k.device), slots.offsets.to(self.k.device)
+        self.k[layer, pages, offsets] = k.to(self.k.dtype)
+        self.v[layer, pages, offsets] = v.to(self.v.dtype)
+
+    def append(self, seq_id, k, v) -> Slots:
+        """Append tokens to seq_id in every layer: k, v [num_layers, n, Hkv, D]. Returns the slots."""
+        if not isinstance(k, torch.Tensor) or k.dim() != 4 or k.shape[0] != self.num_layers:
+            got = tuple(k.shape) if isinstance(k, torch.Tensor) else type(k).__name__
+            raise ValueError(f"k: expected shape [num_layers={self.num_layers}, n, Hkv, D], got {got}")
+        if not isinstance(v, torch.Tensor) or v.shape != k.shape:
+            raise ValueError(f"v: expected the shape of k {tuple(k.shape)}")
+        n = k.shape[1]
+        if tuple(k.shape[2:]) != (self.num_kv_heads, self.head_dim):
+            raise ValueError(f"k: expected [.., Hkv, D] = [{self.num_kv_heads}, {self.head_dim}], "
+                             f"got {list(k.shape[2:])}")
+        slots = self.reserve(seq_id, n)
+        for layer in range(self.num_layers):
+            self.write(layer, slots, k[layer], v[layer])
+        return slots
+
+    def gather(self, seq_id, layer: int):
+        """The sequence's k, v [n, Hkv, D] of one layer, in token order (a copy; for checks)."""
+        n = self.length(seq_id)
+        positions = torch.arange(n)
+        pages = torch.tensor(self.tables[seq_id], dtype=torch.int64)[positions // self.page_size]
+        offsets = positions % self.page_size
+        return self.k[layer, pages, offsets], self.v[layer, pages, offsets]
+
+    def _copy_page(self, src: int, dst: int) -> None:
+        self.k[:, dst] = self.k[:, src]
+        self.v[:, dst] = self.v[:, src]
+
+
+__all__ = ["BlockAllocator", "PageTables", "PagedKVCache", "Slots", "OutOfPagesError"]

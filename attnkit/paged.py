@@ -1,0 +1,514 @@
+"""Paged decode attention in Triton: one new query token per sequence, its K/V cache stored in pages.
+
+Public functions
+- ``paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale=None, num_splits=None,
+  variant="grouped") -> o``: attention of each sequence's new token over its cached tokens.
+- ``merge_partials(m, l, z) -> o``: the (m, ℓ, z) merge rule of lesson 3 in PyTorch, over a split axis.
+- ``gather_dense(k_pages, v_pages, block_table, seq_lens) -> (k, v)``: copy each sequence's pages into
+  dense [B, Hkv, L, D] tensors (the correctness checkpoint: gather, then ordinary attention).
+- ``paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale=None)``: the float64
+  reference, token by token through the page table.
+- ``check_paged_inputs(...)``: the ValueErrors; ``choose_num_splits(...)``: the split heuristic.
+
+Shapes
+- q: [B, Hq, D], the one new token of each of B sequences;
+- k_pages, v_pages: [num_pages, page_size, Hkv, D], any strides; Hq % Hkv == 0 and query head h reads
+  KV head h // (Hq // Hkv);
+- block_table: int32 [B, max_pages]; sequence b's token t lives in page block_table[b, t // page_size]
+  at offset t % page_size; entries past a sequence's last page are never read (any value);
+- seq_lens: int32 [B], 1 <= seq_lens[b] <= max_pages * page_size;
+- o: [B, Hq, D] in q's dtype. fp16, bf16 and fp32; D in {16, 32, 64, 128, 256}.
+
+Variants (``variant=``)
+- "grouped": one program per (sequence, KV head, split) holds the Hq/Hkv query heads that share the
+  KV head as the rows of one tile, so each K/V row is read once and the scores are a matrix product
+  (tensor cores at decode);
+- "per_head": one program per (sequence, query head, split), a vector-times-matrix without tensor
+  cores; each K/V row is read once per query head of its group (the simpler kernel, for comparison).
+
+Split-KV (flash-decoding): with ``num_splits`` S > 1, each sequence's tokens are cut into S chunks
+processed by separate programs; each writes its partial state (m, ℓ, z) (m the natural-log running
+maximum, ℓ the sum of exponentials, z the unnormalised output), and a merge kernel combines them with
+the rule of lesson 3. ``num_splits=None`` picks S with ``choose_num_splits`` (more programs when
+B·Hkv is too small to fill the GPU).
+
+Where it runs: CUDA tensors run compiled kernels; CPU tensors run the same kernels in Triton's
+interpreter. On the CPU, bf16 is computed in fp32 and rounded (the interpreter's bf16 is not faithful).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from .device import ensure_triton_backend
+
+ensure_triton_backend()
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+VARIANTS = {
+    "grouped": "the query heads that share a KV head in one tile; scores by tl.dot (tensor cores)",
+    "per_head": "one query head per program; scores by multiply-and-sum (no tensor cores)",
+}
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+MAX_SPLITS = 256
+
+
+# ------------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _paged_grouped_kernel(
+        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr,
+        qk_scale, tokens_per_split,
+        stride_qb, stride_qh, stride_qd,
+        stride_kp, stride_ks, stride_kh, stride_kd,
+        stride_vp, stride_vs, stride_vh, stride_vd,
+        stride_btb, stride_btp,
+        stride_ob, stride_oh, stride_os, stride_od,
+        stride_mb, stride_mh, stride_ms,
+        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+    """One program: sequence b, KV head kv, tokens [split·tokens_per_split, ...) of the sequence.
+
+    The GROUP query heads kv·GROUP .. kv·GROUP+GROUP-1 are the rows of q [BLOCK_G, D] (rows past
+    GROUP are padding, masked). Scores [BLOCK_G, BLOCK_N] = q · kᵀ, with exp2 and qk_scale = scale·log2 e.
+    Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial (m, ℓ, z), m in natural-log units.
+    """
+    b = tl.program_id(0)
+    kv = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(lens_ptr + b)
+    start = split * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, seq_len)
+
+    offs_g = tl.arange(0, BLOCK_G)                                       # [BLOCK_G] row in the group
+    offs_d = tl.arange(0, HEAD_DIM)                                      # [D]
+    offs_n = tl.arange(0, BLOCK_N)                                       # [BLOCK_N] token in the block
+    heads = kv * GROUP + offs_g                                          # [BLOCK_G] query heads
+    row_ok = offs_g < GROUP
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)                         # [BLOCK_G, D]
+
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)                  # running max (log2 units)
+    l_i = tl.zeros([BLOCK_G], tl.float32)                                # running sum of exponentials
+    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)                      # running Σ p·v
+    bt_row = bt_ptr + b * stride_btb
+    for tok0 in range(start, end, BLOCK_N):
+        tok = tok0 + offs_n                                              # [BLOCK_N] token index
+        valid = tok < end
+        page = tl.load(bt_row + (tok // PAGE_SIZE) * stride_btp, mask=valid, other=0)   # physical page
+        slot = tok % PAGE_SIZE                                           # offset inside the page
+        k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
+        v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
+        k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :] * stride_kd, mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :] * stride_vd, mask=valid[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale                            # [BLOCK_G, BLOCK_N]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))                            # finite: a block has a token
+        alpha = tl.math.exp2(m_i - m_new)                                # rescale of the old state
+        p = tl.math.exp2(s - m_new[:, None])                             # [BLOCK_G, BLOCK_N]
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    if SPLIT:
+        o_rows = o_ptr + b * stride_ob + heads[:, None] * stride_oh + split * stride_os
+        tl.store(o_rows + offs_d[None, :] * stride_od, acc, mask=row_ok[:, None])
+        ml_rows = b * stride_mb + heads * stride_mh + split * stride_ms
+        tl.store(m_ptr + ml_rows, m_i * 0.6931471805599453, mask=row_ok)  # natural-log units
+        tl.store(l_ptr + ml_rows, l_i, mask=row_ok)
+    else:
+        out = acc / l_i[:, None]
+        o_rows = o_ptr + b * stride_ob + heads[:, None] * stride_oh
+        tl.store(o_rows + offs_d[None, :] * stride_od, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _paged_per_head_kernel(
+        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr,
+        qk_scale, tokens_per_split,
+        stride_qb, stride_qh, stride_qd,
+        stride_kp, stride_ks, stride_kh, stride_kd,
+        stride_vp, stride_vs, stride_vh, stride_vd,
+        stride_btb, stride_btp,
+        stride_ob, stride_oh, stride_os, stride_od,
+        stride_mb, stride_mh, stride_ms,
+        GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+    """One program: sequence b, query head h (reading KV head h // GROUP), one split of the tokens.
+
+    Scores by multiply-and-sum: s [BLOCK_N] = Σ_d k[n, d]·q[d]; no tensor cores, and the K/V rows of a
+    KV head are read once for each of its GROUP query heads.
+    """
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    split = tl.program_id(2)
+    kv = h // GROUP
+    seq_len = tl.load(lens_ptr + b)
+    start = split * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, seq_len)
+
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + offs_d * stride_qd).to(tl.float32)   # [D]
+    m_i = tl.full([], float("-inf"), tl.float32)                          # running max (log2 units)
+    l_i = tl.full([], 0.0, tl.float32)
+    acc = tl.zeros([HEAD_DIM], tl.float32)
+    bt_row = bt_ptr + b * stride_btb
+    for tok0 in range(start, end, BLOCK_N):
+        tok = tok0 + offs_n
+        valid = tok < end
+        page = tl.load(bt_row + (tok // PAGE_SIZE) * stride_btp, mask=valid, other=0)
+        slot = tok % PAGE_SIZE
+        k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
+        v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
+        k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :] * stride_kd, mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :] * stride_vd, mask=valid[:, None], other=0.0)
+        s = tl.sum(k.to(tl.float32) * q[None, :], 1) * qk_scale          # [BLOCK_N]
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 0))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new)                                      # [BLOCK_N]
+        l_i = l_i * alpha + tl.sum(p, 0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)     # [D]
+        m_i = m_new
+
+    if SPLIT:
+        tl.store(o_ptr + b * stride_ob + h * stride_oh + split * stride_os + offs_d * stride_od, acc)
+        ml = b * stride_mb + h * stride_mh + split * stride_ms
+        tl.store(m_ptr + ml, m_i * 0.6931471805599453)
+        tl.store(l_ptr + ml, l_i)
+    else:
+        tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d * stride_od,
+                 (acc / l_i).to(o_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _merge_splits_kernel(m_ptr, l_ptr, z_ptr, o_ptr, num_splits,
+                         stride_mb, stride_mh, stride_ms,
+                         stride_zb, stride_zh, stride_zs, stride_zd,
+                         stride_ob, stride_oh, stride_od,
+                         HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr):
+    """One program per (sequence, query head): o = Σ_s e^(m_s − M) z_s / Σ_s e^(m_s − M) ℓ_s, M = max m_s.
+
+    A split that saw no token has m = −inf, ℓ = 0, z = 0 and weight 0; split 0 always saw one.
+    """
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, HEAD_DIM)
+    s_ok = offs_s < num_splits
+    ml = b * stride_mb + h * stride_mh + offs_s * stride_ms
+    m = tl.load(m_ptr + ml, mask=s_ok, other=float("-inf"))              # [BLOCK_S]
+    l = tl.load(l_ptr + ml, mask=s_ok, other=0.0)
+    z = tl.load(z_ptr + b * stride_zb + h * stride_zh + offs_s[:, None] * stride_zs
+                + offs_d[None, :] * stride_zd, mask=s_ok[:, None], other=0.0)   # [BLOCK_S, D]
+    m_max = tl.max(m, 0)
+    w = tl.exp(m - m_max)                                                # rescale each split's state
+    total = tl.sum(w * l, 0)
+    out = tl.sum(w[:, None] * z, 0) / total                              # [D]
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d * stride_od, out.to(o_ptr.dtype.element_ty))
+
+
+# ------------------------------------------------------------------------------ compiled/interpreted
+_interpreted_module = None
+
+
+def _is_interpreted(module) -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(module._paged_grouped_kernel, InterpretedFunction)
+
+
+def _kernels(device: torch.device):
+    """This module's kernels compiled (CUDA tensors) or interpreted (CPU tensors).
+
+    ``triton.jit`` decides at decoration time whether it builds an interpreted function, so CPU tensors
+    on a machine with a GPU use a second copy of this module executed with TRITON_INTERPRET=1.
+    """
+    global _interpreted_module
+    this = sys.modules[__name__]
+    if device.type == "cuda" or _is_interpreted(this):
+        return this
+    if _interpreted_module is None:
+        spec = importlib.util.spec_from_file_location("attnkit._paged_interpreted", __file__)
+        module = importlib.util.module_from_spec(spec)
+        saved = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            if saved is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+        _interpreted_module = module
+    return _interpreted_module
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tokens per loop iteration, warps per program and software-pipelining depth."""
+
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+INTERPRETER_CONFIG = LaunchConfig(16, 1, 1)   # small blocks: ragged lengths span several blocks
+# On a GPU (chosen by the sweep in scripts/gpu_paged.py on an H100; see figures/paged_notes.md).
+GPU_CONFIGS = {"grouped": LaunchConfig(64, 4, 3), "per_head": LaunchConfig(64, 4, 3)}
+
+
+# ------------------------------------------------------------------------------------- input checks
+def _is_tensor(name: str, t, dims: int, layout: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != dims:
+        raise ValueError(f"{name}: expected {dims} dimensions {layout}, got shape {tuple(t.shape)}")
+    if t.numel() == 0:
+        raise ValueError(f"{name}: every size must be >= 1, got shape {tuple(t.shape)}")
+
+
+def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_values: bool = True) -> None:
+    """Raise ValueError, naming the argument and the rule, unless the inputs are a valid decode step.
+
+    With ``check_values`` (the default) the contents of seq_lens and block_table are checked too: one
+    small copy to the host, so that a bad page table is an error here, never a device fault.
+    """
+    _is_tensor("q", q, 3, "[B, Hq, D]")
+    _is_tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]")
+    _is_tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]")
+    _is_tensor("block_table", block_table, 2, "[B, max_pages]")
+    _is_tensor("seq_lens", seq_lens, 1, "[B]")
+    for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages)):
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"{name}: dtype {t.dtype} is not supported; use float16, bfloat16 or float32")
+    if not (q.dtype == k_pages.dtype == v_pages.dtype):
+        raise ValueError(f"q, k_pages, v_pages: must share one dtype, got {q.dtype}, {k_pages.dtype}, "
+                         f"{v_pages.dtype}")
+    for name, t in (("block_table", block_table), ("seq_lens", seq_lens)):
+        if t.dtype != torch.int32:
+            raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
+    devices = {name: t.device for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages),
+                                               ("block_table", block_table), ("seq_lens", seq_lens))}
+    if len(set(devices.values())) != 1:
+        raise ValueError("q, k_pages, v_pages, block_table, seq_lens: must be on one device, got "
+                         + ", ".join(f"{n} on {d}" for n, d in devices.items()))
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q: device {q.device} is not supported; use a CUDA GPU or the CPU")
+    if k_pages.shape != v_pages.shape:
+        raise ValueError(f"k_pages, v_pages: must have the same shape, got {tuple(k_pages.shape)} and "
+                         f"{tuple(v_pages.shape)}")
+    batch, n_heads, head_dim = q.shape
+    num_pages, page_size, n_kv, kv_dim = k_pages.shape
+    if kv_dim != head_dim:
+        raise ValueError(f"q, k_pages: head dims differ (q has D={head_dim}, k_pages has D={kv_dim})")
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"q: head dim D={head_dim} is not supported; D must be one of {SUPPORTED_HEAD_DIMS}")
+    if n_heads % n_kv != 0:
+        raise ValueError(f"q, k_pages: the query heads Hq={n_heads} must be a multiple of the KV heads "
+                         f"Hkv={n_kv} (Hq % Hkv == 0)")
+    if block_table.shape[0] != batch:
+        raise ValueError(f"block_table: needs one row per sequence of q (B={batch}), got "
+                         f"{block_table.shape[0]} rows")
+    if seq_lens.shape[0] != batch:
+        raise ValueError(f"seq_lens: needs one length per sequence of q (B={batch}), got {seq_lens.shape[0]}")
+    if not check_values:
+        return
+    max_pages = block_table.shape[1]
+    lens = seq_lens.detach().to("cpu", torch.int64)
+    table = block_table.detach().to("cpu", torch.int64)
+    capacity = max_pages * page_size
+    bad = torch.nonzero((lens < 1) | (lens > capacity)).flatten()
+    if bad.numel():
+        b = int(bad[0])
+        raise ValueError(f"seq_lens: seq_lens[{b}] = {int(lens[b])} is out of range; each sequence needs "
+                         f"1 <= seq_len <= max_pages * page_size = {max_pages} * {page_size} = {capacity}")
+    pages_used = (lens + page_size - 1) // page_size                                  # [B]
+    used = torch.arange(max_pages)[None, :] < pages_used[:, None]                     # [B, max_pages]
+    out_of_range = used & ((table < 0) | (table >= num_pages))
+    if out_of_range.any():
+        b, p = (int(i) for i in torch.nonzero(out_of_range)[0])
+        raise ValueError(f"block_table: block_table[{b}, {p}] = {int(table[b, p])} is not a page; "
+                         f"the pages a sequence uses must lie in [0, num_pages) = [0, {num_pages})")
+
+
+def _check_scale(sm_scale, head_dim: int) -> float:
+    if sm_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale)
+            or sm_scale <= 0):
+        raise ValueError(f"sm_scale: expected a positive finite number or None, got {sm_scale!r}")
+    return float(sm_scale)
+
+
+def _check_splits(num_splits) -> None:
+    if num_splits is None:
+        return
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits: expected None or an integer in [1, {MAX_SPLITS}], got {num_splits!r}")
+
+
+def choose_num_splits(batch: int, n_kv: int, max_len: int, device) -> int:
+    """Splits per sequence so that the grid fills the GPU: about two programs per multiprocessor,
+    each with at least 512 tokens. 1 when B·Hkv programs already fill it (and on the CPU)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    programs = batch * n_kv
+    if programs >= sms:
+        return 1
+    wanted = -(-2 * sms // programs)
+    return max(1, min(wanted, max_len // 512, MAX_SPLITS))
+
+
+# ------------------------------------------------------------------------------------------- launch
+def _new_buffer(shape, dtype, device) -> torch.Tensor:
+    """Every output and scratch buffer the kernels write (tests fill these with NaN instead)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_splits: int, variant: str,
+            config: LaunchConfig | None = None):
+    """o [B, Hq, D] in q's dtype (inputs already checked)."""
+    out_dtype = q.dtype
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16:       # interpreter: bf16 computed in fp32
+        q, k_pages, v_pages = q.float(), k_pages.float(), v_pages.float()
+    kernels = _kernels(q.device)
+    interpreted = _is_interpreted(kernels)
+    if config is None:
+        config = INTERPRETER_CONFIG if interpreted else GPU_CONFIGS[variant]
+    batch, n_heads, head_dim = q.shape
+    page_size, n_kv = k_pages.shape[1], k_pages.shape[2]
+    group = n_heads // n_kv
+    max_len = block_table.shape[1] * page_size
+    # each split covers a whole number of blocks of tokens
+    blocks = -(-max_len // config.block_n)
+    tokens_per_split = -(-blocks // num_splits) * config.block_n
+    split = num_splits > 1
+    o = _new_buffer((batch, n_heads, head_dim), q.dtype, q.device)
+    if split:
+        z = _new_buffer((batch, n_heads, num_splits, head_dim), torch.float32, q.device)
+        m = _new_buffer((batch, n_heads, num_splits), torch.float32, q.device)
+        l = _new_buffer((batch, n_heads, num_splits), torch.float32, q.device)
+        target = z
+    else:
+        z = m = l = None
+        target = o
+    o_strides = target.stride() if split else (*o.stride()[:2], 0, o.stride()[2])
+    ml_strides = m.stride() if split else (0, 0, 0)
+    args = [q, k_pages, v_pages, block_table, seq_lens, target, m if split else o, l if split else o,
+            sm_scale * LOG2E, tokens_per_split,
+            *q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride(),
+            *o_strides, *ml_strides]
+    meta = dict(HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=split)
+    if not interpreted:
+        meta.update(num_warps=config.num_warps, num_stages=config.num_stages)
+    with torch.device(q.device) if q.device.type == "cuda" else _nullcontext():
+        if variant == "grouped":
+            block_g = max(16, triton.next_power_of_2(group))
+            kernels._paged_grouped_kernel[(batch, n_kv, num_splits)](*args, GROUP=group, BLOCK_G=block_g, **meta)
+        else:
+            kernels._paged_per_head_kernel[(batch, n_heads, num_splits)](*args, GROUP=group, **meta)
+        if split:
+            merge_meta = {} if interpreted else dict(num_warps=4)
+            kernels._merge_splits_kernel[(batch, n_heads)](
+                m, l, z, o, num_splits, *m.stride(), *z.stride(), *o.stride(),
+                HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(num_splits), **merge_meta)
+    return o.to(out_dtype)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float | None = None,
+                 num_splits: int | None = None, variant: str = "grouped"):
+    """Decode attention over a paged KV cache: o[b, h] = softmax(q[b, h]·Kᵀ·sm_scale) V over the first
+    seq_lens[b] tokens of sequence b, found through block_table. See the module docstring for shapes.
+
+    num_splits: None picks one (``choose_num_splits``); S > 1 splits each sequence's tokens into S
+    chunks (flash-decoding) merged by the (m, ℓ) rule. variant: "grouped" (default) or "per_head".
+    """
+    check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens)
+    sm_scale = _check_scale(sm_scale, q.shape[-1])
+    _check_splits(num_splits)
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
+    if num_splits is None:
+        num_splits = choose_num_splits(q.shape[0], k_pages.shape[2],
+                                       block_table.shape[1] * k_pages.shape[1], q.device)
+    with torch.no_grad():
+        return _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale, num_splits, variant)
+
+
+# ------------------------------------------------------------------------------- merge, references
+def merge_partials(m, l, z):
+    """Merge S partial softmax states along dim -2 of z (the split axis) with the rule of lesson 3.
+
+    m, l: [..., S] (m natural-log maxima, −inf for a split that saw nothing; l sums of exponentials);
+    z: [..., S, D] unnormalised outputs. Returns o [..., D] = Σ_s e^(m_s−M) z_s / Σ_s e^(m_s−M) ℓ_s.
+    """
+    m_max = m.amax(dim=-1, keepdim=True)                              # [..., 1]
+    w = torch.exp(m - m_max)                                          # [..., S]; 0 for empty splits
+    total = (w * l).sum(dim=-1)                                       # [...]
+    return (w[..., None] * z).sum(dim=-2) / total[..., None]          # [..., D]
+
+
+def token_pages(block_table, seq_lens, page_size: int):
+    """Physical (page, offset) of every cached token: two lists of int64 tensors, one per sequence."""
+    pages, offsets = [], []
+    for b in range(block_table.shape[0]):
+        t = torch.arange(int(seq_lens[b]))
+        pages.append(block_table[b].cpu().long()[t // page_size])
+        offsets.append(t % page_size)
+    return pages, offsets
+
+
+def gather_dense(k_pages, v_pages, block_table, seq_lens):
+    """Dense copies k, v [B, Hkv, L, D] (L = max seq_len; zeros past each sequence's end)."""
+    page_size = k_pages.shape[1]
+    pages, offsets = token_pages(block_table, seq_lens, page_size)
+    batch, longest = block_table.shape[0], int(seq_lens.max())
+    shape = (batch, longest, k_pages.shape[2], k_pages.shape[3])
+    k = torch.zeros(shape, dtype=k_pages.dtype, device=k_pages.device)
+    v = torch.zeros(shape, dtype=v_pages.dtype, device=v_pages.device)
+    for b, (p, o) in enumerate(zip(pages, offsets)):
+        p, o = p.to(k_pages.device), o.to(k_pages.device)
+        k[b, : len(p)] = k_pages[p, o]                                # [n_b, Hkv, D]
+        v[b, : len(p)] = v_pages[p, o]
+    return k.transpose(1, 2), v.transpose(1, 2)                       # [B, Hkv, L, D]
+
+
+def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float | None = None):
+    """float64 reference on the CPU: each sequence's tokens gathered through the page table, then
+    exact attention. Returns float64 [B, Hq, D]."""
+    from .reference import attention_ref
+
+    pages, offsets = token_pages(block_table, seq_lens, k_pages.shape[1])
+    k_all, v_all = k_pages.detach().cpu().double(), v_pages.detach().cpu().double()
+    outs = []
+    for b, (p, o) in enumerate(zip(pages, offsets)):
+        k = k_all[p, o].transpose(0, 1)[None]                         # [1, Hkv, n_b, D]
+        v = v_all[p, o].transpose(0, 1)[None]
+        qb = q[b].detach().cpu().double()[None, :, None, :]           # [1, Hq, 1, D]
+        outs.append(attention_ref(qb, k, v, sm_scale=sm_scale)[0, :, 0, :])
+    return torch.stack(outs)                                          # [B, Hq, D]
+
+
+__all__ = ["paged_decode", "merge_partials", "gather_dense", "paged_decode_ref", "token_pages",
+           "check_paged_inputs", "choose_num_splits", "VARIANTS", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES"]
