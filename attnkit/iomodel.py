@@ -1,0 +1,359 @@
+"""FLOPs, bytes and arithmetic intensity of attention, real GPUs' rooflines, and naive attention measured.
+
+Used by lesson 2 (why attention is IO-bound) and reused by lessons 5 and 8 (placing kernels on the
+roofline). Every number is computed from the shapes; the GPU table holds datasheet peaks, each with the
+datasheet it comes from.
+
+    attention_steps(N, d)      -> the steps of standard attention, each with FLOPs and HBM bytes
+    fused_attention(N, d)      -> one fused kernel: Q, K, V read once, O written once
+    GPUS["H100 SXM"]           -> peak fp16 tensor FLOP/s, HBM bandwidth, on-chip sizes, source
+    roofline_figure(points)    -> matplotlib Figure: the roofs of the GPUs and the points on them
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .plotting import diagram
+
+
+# ------------------------------------------------------------------------------------------ GPUs
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    tensor_tflops: float      # dense fp16 tensor-core peak, 10^12 FLOP/s (no structured sparsity)
+    fp32_tflops: float        # non-tensor fp32 peak (elementwise work such as exp runs here)
+    hbm_gbs: float            # device-memory bandwidth, 10^9 bytes/s
+    memory: str               # type and size of device memory
+    sms: int                  # streaming multiprocessors
+    smem_kb_per_sm: int       # largest shared memory one SM can give its blocks, KiB
+    l2_mb: float              # L2 cache, MB
+    source: str               # where the figures come from
+
+    @property
+    def ridge(self) -> float:
+        """Arithmetic intensity (FLOP/byte) where the roof turns from sloped to flat: peak / bandwidth."""
+        return self.tensor_tflops * 1e12 / (self.hbm_gbs * 1e9)
+
+    def attainable_tflops(self, intensity: float) -> float:
+        """The roofline: min(peak, intensity × bandwidth), in TFLOP/s."""
+        return min(self.tensor_tflops, intensity * self.hbm_gbs * 1e9 / 1e12)
+
+
+GPUS = {
+    "T4": GPU("T4", 65.0, 8.1, 320.0, "16 GB GDDR6", 40, 64, 4.0,
+              "NVIDIA T4 Tensor Core GPU datasheet (mixed-precision FP16/FP32 65 TFLOPS, GDDR6 320 GB/s)"),
+    "V100 SXM2": GPU("V100 SXM2", 125.0, 15.7, 900.0, "16/32 GB HBM2", 80, 96, 6.0,
+                     "NVIDIA Tesla V100 GPU datasheet (SXM2: tensor 125 TFLOPS, HBM2 900 GB/s)"),
+    "A100 SXM 80GB": GPU("A100 SXM 80GB", 312.0, 19.5, 2039.0, "80 GB HBM2e", 108, 164, 40.0,
+                         "NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB: FP16 tensor 312 TFLOPS dense, "
+                         "HBM2e 2,039 GB/s)"),
+    "H100 SXM": GPU("H100 SXM", 989.5, 67.0, 3350.0, "80 GB HBM3", 132, 228, 50.0,
+                    "NVIDIA H100 Tensor Core GPU datasheet (SXM: FP16 tensor 1,979 TFLOPS with sparsity, "
+                    "so 989.5 dense; HBM3 3.35 TB/s)"),
+}
+
+
+# ------------------------------------------------------------------------------ steps of attention
+@dataclass(frozen=True)
+class Step:
+    name: str
+    flops: float
+    bytes_read: float
+    bytes_written: float
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte of HBM traffic."""
+        return self.flops / self.bytes
+
+    def time_bound_s(self, gpu: GPU) -> float:
+        """The roofline's lower bound on the time: max(FLOPs / peak, bytes / bandwidth)."""
+        return max(self.flops / (gpu.tensor_tflops * 1e12), self.bytes / (gpu.hbm_gbs * 1e9))
+
+
+def _check_sizes(N, d, itemsize):
+    for name, value in (("N", N), ("d", d), ("itemsize", itemsize)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name}: must be a whole number ≥ 1, got {value!r}")
+
+
+def attention_steps(N: int, d: int, *, itemsize: int = 2, softmax_flops: int = 5,
+                    separate_scale: bool = True) -> list[Step]:
+    """The kernels of standard attention for one head (N queries, N keys, head dim d = d_v).
+
+    Each kernel reads its inputs from HBM and writes its output there (``itemsize`` bytes per element).
+    FLOPs: a multiply-add counts 2; softmax counts ``softmax_flops`` per score (5: max, subtract, exp,
+    sum, divide; the second source counts 2: exp and divide); scale-and-mask counts 1 (the multiply).
+    With ``separate_scale=False`` the scale is folded into QKᵀ (as the first source's table does).
+    """
+    _check_sizes(N, d, itemsize)
+    if softmax_flops < 0:
+        raise ValueError(f"softmax_flops: must be ≥ 0, got {softmax_flops}")
+    e, nn, nd = itemsize, N * N, N * d
+    steps = [Step("QKᵀ", 2 * nn * d, e * 2 * nd, e * nn)]
+    if separate_scale:
+        steps.append(Step("scale+mask", nn, e * nn, e * nn))
+    steps.append(Step("softmax", softmax_flops * nn, e * nn, e * nn))
+    steps.append(Step("P·V", 2 * nn * d, e * (nn + nd), e * nd))
+    return steps
+
+
+def fused_attention(N: int, d: int, *, itemsize: int = 2, softmax_flops: int = 5) -> Step:
+    """One fused kernel (FlashAttention) at its floor: Q, K, V read once, O written once."""
+    _check_sizes(N, d, itemsize)
+    return Step("fused", 4 * N * N * d + softmax_flops * N * N, itemsize * 3 * N * d, itemsize * N * d)
+
+
+def attention_flops(N: int, d: int, softmax_flops: int = 2) -> int:
+    """4N²d + softmax_flops·N²: the two products plus the softmax (the second source's 4N²d + 2N²)."""
+    return 4 * N * N * d + softmax_flops * N * N
+
+
+# ------------------------------------------------------------------------------------ the figures
+def roofline_figure(points=(), gpus=None, *, title: str = "Roofline: fp16 tensor peak and HBM bandwidth",
+                    xlim=(0.1, 1e4)):
+    """A log-log roofline of ``gpus`` (names in GPUS, default all) with ``points`` on it.
+
+    points: (label, intensity) pairs, drawn as vertical lines with their attainable rate on the H100
+    roof marked; or (label, intensity, tflops) triples, drawn as measured points.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = list(GPUS) if gpus is None else list(gpus)
+    for n in names:
+        if n not in GPUS:
+            raise ValueError(f"gpus: unknown GPU {n!r}; known: {sorted(GPUS)}")
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    x = np.logspace(math.log10(xlim[0]), math.log10(xlim[1]), 400)
+    for i, n in enumerate(names):
+        g = GPUS[n]
+        ax.loglog(x, [g.attainable_tflops(v) for v in x], color=f"C{i}", lw=2,
+                  label=f"{n}: {g.tensor_tflops:g} TFLOP/s, {g.hbm_gbs:,.0f} GB/s (ridge {g.ridge:.0f})")
+    top = GPUS[names[-1]]
+    merged = {}                                   # points of equal intensity share one marker and label
+    for p in points:
+        if len(p) < 3 and p[1] in merged:
+            merged[p[1]] = (merged[p[1]][0] + ", " + p[0], p[1])
+        else:
+            merged[p[1] if len(p) < 3 else (p[1], p[2])] = tuple(p)
+    for j, p in enumerate(merged.values()):
+        label, intensity = p[0].replace("ᵀ", "$^T$"), p[1]
+        if intensity <= 0:
+            raise ValueError(f"points: intensity of {label!r} must be > 0, got {intensity}")
+        if len(p) >= 3:
+            ax.plot(intensity, p[2], "o", color="k", ms=6)
+            ax.annotate(label, (intensity, p[2]), textcoords="offset points", xytext=(5, -12), fontsize=8)
+        else:
+            ax.axvline(intensity, color="gray", lw=0.8, ls=":")
+            y = top.attainable_tflops(intensity)
+            ax.plot(intensity, y, "D", color="k", ms=5)
+            ax.annotate(f"{label}\n{intensity:.3g} FLOP/B", (intensity, y), textcoords="offset points",
+                        xytext=(4, 6 + 14 * (j % 2)), fontsize=8)
+    ax.set_xlim(*xlim)
+    ax.set_ylim(0.1, 3000)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
+    ax.set_ylabel("attainable rate (TFLOP/s, 10¹² FLOP/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7.5, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+@diagram("roofline_attention.png")
+def roofline_attention_figure(N: int = 4096, d: int = 128):
+    """The steps of standard attention (fp16, one head) and the fused kernel on four GPUs' roofs."""
+    pts = [(s.name, s.intensity) for s in attention_steps(N, d)] + [("fused (floor)", fused_attention(N, d).intensity)]
+    return roofline_figure(pts, title=f"Attention steps on the roofline (N={N}, d={d}, fp16)")
+
+
+# Capacities of the H100 SXM5 (NVIDIA H100 Tensor Core GPU architecture whitepaper and datasheet).
+HIERARCHY_H100 = (
+    # level, capacity in bytes, what the capacity is
+    ("registers", 132 * 256 * 1024, "256 KiB per SM × 132 SMs"),
+    ("shared memory / L1", 132 * 256 * 1024, "256 KiB per SM × 132 SMs (up to 228 KiB as shared memory)"),
+    ("L2 cache", 50 * 1024**2, "50 MB, shared by all SMs"),
+    ("HBM3", 80 * 1000**3, "80 GB, 3.35 TB/s"),
+)
+
+
+@diagram("memory_hierarchy.png")
+def memory_hierarchy_figure():
+    """The H100's memory levels as bars of capacity (log scale): small and fast on chip, large off chip."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    names = [lvl for lvl, _, _ in HIERARCHY_H100]
+    sizes = [size for _, size, _ in HIERARCHY_H100]
+    colors = ["#2a9d8f", "#2a9d8f", "#e9c46a", "#e76f51"]
+    ax.barh(names, sizes, color=colors)
+    for i, (_, size, note) in enumerate(HIERARCHY_H100):
+        ax.text(size * 1.3, i, note, va="center", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlim(1e6, 1e14)
+    ax.invert_yaxis()
+    ax.set_xlabel("capacity of the whole GPU (bytes, log scale)")
+    ax.set_ylabel("memory level")
+    ax.set_title("H100 SXM memory hierarchy: in each SM (green), shared on chip (yellow), off chip (red)")
+    ax.axhline(2.5, color="k", lw=0.8, ls="--")
+    ax.text(1e12, 2.45, "chip boundary", fontsize=8, va="bottom")
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------ naive attention, measured
+NAIVE_STEPS = ("QK^T", "scale+mask", "softmax", "PV")      # profiler labels and CSV names
+
+
+def naive_attention_torch(q, k, v, mask):
+    """Standard attention as four separate kernels, each labelled for the profiler.
+
+    q, k, v: [B, H, N, d]; mask: [N, N] bool, True where a query may see a key. Returns [B, H, N, d].
+    """
+    from torch.profiler import record_function
+
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    with record_function("QK^T"):
+        s = q @ k.transpose(-1, -2)                                   # [B, H, N, N] to HBM
+    with record_function("scale+mask"):
+        s = (s * scale).masked_fill(~mask, float("-inf"))             # read S, write S
+    with record_function("softmax"):
+        p = s.softmax(dim=-1)                                         # read S, write P
+    with record_function("PV"):
+        return p @ v                                                  # read P and V, write O
+
+
+def _inputs(N, d, heads, dtype, device, seed=0):
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q, k, v = (torch.randn(1, heads, N, d, generator=g).to(device=device, dtype=dtype) for _ in range(3))
+    mask = torch.ones(N, N, dtype=torch.bool, device=device).tril()
+    return q, k, v, mask
+
+
+def _timer(device):
+    """Median milliseconds of fn(): CUDA events via do_bench on a GPU, perf_counter on the CPU."""
+    import statistics
+    import time
+
+    if device == "cuda":
+        from .benchmarking import time_ms
+
+        return lambda fn: time_ms(fn)
+
+    def cpu_ms(fn, reps=5):
+        fn()                                                           # warm-up
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    return cpu_ms
+
+
+def _time_sdpa_flash(timer, q, k, v):
+    """PyTorch's fused attention pinned to its FlashAttention backend (causal); NaN where it cannot run."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return timer(lambda: sdpa(q, k, v, is_causal=True))
+    except RuntimeError:
+        return float("nan")
+
+
+def measure_naive_scaling(Ns, *, d: int, heads: int, dtype=None, device: str | None = None) -> list[dict]:
+    """Time naive attention (four kernels, causal mask) at each N: one row per N with total ms and per step."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.float16 if device == "cuda" else torch.float32)
+    timer = _timer(device)
+    rows = []
+    for N in Ns:
+        q, k, v, mask = _inputs(N, d, heads, dtype, device)
+        scale = 1.0 / math.sqrt(d)
+        s = q @ k.transpose(-1, -2)
+        sm = (s * scale).masked_fill(~mask, float("-inf"))
+        p = sm.softmax(-1)
+        row = {"N": N, "d": d, "heads": heads, "dtype": str(dtype).replace("torch.", ""), "device": device,
+               "total_ms": timer(lambda: naive_attention_torch(q, k, v, mask)),
+               "QK^T_ms": timer(lambda: q @ k.transpose(-1, -2)),
+               "scale+mask_ms": timer(lambda: (s * scale).masked_fill(~mask, float("-inf"))),
+               "softmax_ms": timer(lambda: sm.softmax(-1)),
+               "PV_ms": timer(lambda: p @ v),
+               "sdpa_flash_ms": _time_sdpa_flash(timer, q, k, v)}
+        rows.append(row)
+        del q, k, v, mask, s, sm, p
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def profile_naive(N: int, *, d: int, heads: int, dtype=None, device: str | None = None, reps: int = 3) -> list[dict]:
+    """torch.profiler breakdown of naive attention's four steps: one row per step with its time and share."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.float16 if device == "cuda" else torch.float32)
+    q, k, v, mask = _inputs(N, d, heads, dtype, device)
+    naive_attention_torch(q, k, v, mask)                               # warm-up
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(reps):
+            naive_attention_torch(q, k, v, mask)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    totals = {}
+    for event in prof.key_averages():
+        if event.key in NAIVE_STEPS:
+            if device == "cuda":
+                us = getattr(event, "device_time_total", None)
+                if us is None:
+                    us = event.cuda_time_total
+            else:
+                us = event.cpu_time_total
+            totals[event.key] = max(totals.get(event.key, 0.0), float(us))
+    whole = sum(totals.values())
+    return [{"step": name, "N": N, "d": d, "heads": heads, "dtype": str(dtype).replace("torch.", ""),
+             "device": device, "ms_per_call": totals.get(name, 0.0) / reps / 1e3,
+             "share": totals.get(name, 0.0) / whole if whole else 0.0} for name in NAIVE_STEPS]
+
+
+def quadratic_fit(Ns, ms):
+    """Least-squares t(N) = a·N² + b·N + c; returns (a, b, c)."""
+    import numpy as np
+
+    a, b, c = np.polyfit(np.asarray(Ns, dtype=float), np.asarray(ms, dtype=float), 2)
+    return float(a), float(b), float(c)
+
+
+def scaling_exponent(Ns, ms, last: int = 3) -> float:
+    """The slope of log t against log N over the ``last`` largest N: 2 means t ∝ N²."""
+    import numpy as np
+
+    Ns, ms = np.asarray(Ns, dtype=float)[-last:], np.asarray(ms, dtype=float)[-last:]
+    return float(np.polyfit(np.log(Ns), np.log(ms), 1)[0])
+
+
+def record_gpu_results(out_dir, *, Ns=(512, 1024, 2048, 4096, 8192), d: int = 128, heads: int = 32,
+                       profile_N: int = 4096) -> list:
+    """On a GPU: measure and write bench_naive_attention.csv and bench_naive_profile.csv into out_dir."""
+    from pathlib import Path
+
+    from .benchmarking import write_results
+
+    paths = [write_results("naive_attention", measure_naive_scaling(Ns, d=d, heads=heads), directory=Path(out_dir))]
+    paths.append(write_results("naive_profile", profile_naive(profile_N, d=d, heads=heads), directory=Path(out_dir)))
+    return paths

@@ -1,0 +1,111 @@
+"""FLOP and byte counts of attention, the GPU table and the roofline helpers."""
+import math
+
+import pytest
+
+from attnkit import iomodel
+from attnkit.iomodel import GPUS, attention_flops, attention_steps, fused_attention, roofline_figure
+from attnkit.tiled_numpy import naive_traffic_bytes
+
+N, D = 4096, 128
+
+
+def test_steps_at_the_lessons_size():
+    qk, scale, softmax, pv = attention_steps(N, D, itemsize=2)
+    assert qk.flops == pv.flops == 2 * N * N * D == 4_294_967_296
+    assert qk.bytes == 2 * (2 * N * D + N * N) == 35_651_584
+    assert math.isclose(qk.intensity, 2 * N * N * D / (4 * N * D + 2 * N * N)) and round(qk.intensity, 1) == 120.5
+    assert softmax.intensity == 1.25 and scale.intensity == 0.25
+    assert attention_flops(N, D) == 4 * N * N * D + 2 * N * N
+
+
+def test_three_kernel_traffic_is_the_sources_table_and_the_naive_counter():
+    steps = attention_steps(N, D, itemsize=2, separate_scale=False)
+    total = sum(s.bytes for s in steps)
+    assert total == sum(naive_traffic_bytes(N, N, D, D, itemsize=2)) == 138_412_032
+    assert round(4 * N * N * 2 / total, 4) == 0.9697                        # "97% of traffic"
+    assert round(total / fused_attention(N, D).bytes, 1) == 33.0            # "33x less traffic"
+    fp32 = sum(s.bytes for s in attention_steps(N, D, itemsize=4, separate_scale=False))
+    assert fp32 == 16 * N * N + 16 * N * D                                 # the second source's estimate
+
+
+def test_fused_intensity_grows_with_n():
+    assert round(fused_attention(N, D).intensity) == 2068
+    assert fused_attention(2 * N, D).intensity > 1.9 * fused_attention(N, D).intensity
+
+
+def test_gpu_table_ridges_and_roofline():
+    assert round(GPUS["H100 SXM"].ridge, 1) == 295.4 and round(GPUS["V100 SXM2"].ridge, 1) == 138.9
+    for g in GPUS.values():
+        assert g.source and "datasheet" in g.source
+        assert g.attainable_tflops(g.ridge * 10) == g.tensor_tflops
+        assert math.isclose(g.attainable_tflops(1.0), g.hbm_gbs / 1000)
+    # every step of naive attention is memory-bound on every GPU of the table, the fused floor is not
+    for g in GPUS.values():
+        assert all(s.intensity < g.ridge for s in attention_steps(N, D))
+        assert fused_attention(N, D).intensity > g.ridge
+
+
+def test_time_bound_is_the_larger_of_compute_and_memory():
+    h100 = GPUS["H100 SXM"]
+    softmax = attention_steps(N, D)[2]
+    assert softmax.time_bound_s(h100) == softmax.bytes / (h100.hbm_gbs * 1e9)
+    fused = fused_attention(N, D)
+    assert fused.time_bound_s(h100) == fused.flops / (h100.tensor_tflops * 1e12)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="N: must be a whole number"):
+        attention_steps(0, 64)
+    with pytest.raises(ValueError, match="itemsize"):
+        fused_attention(16, 64, itemsize=1.5)
+    with pytest.raises(ValueError, match="gpus: unknown GPU"):
+        roofline_figure([], gpus=["B200"])
+    with pytest.raises(ValueError, match="points: intensity"):
+        roofline_figure([("x", 0.0)])
+
+
+def test_figures_draw(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for fig in (iomodel.roofline_attention_figure(), iomodel.memory_hierarchy_figure(),
+                roofline_figure([("measured", 100.0, 250.0)], gpus=["H100 SXM"])):
+        assert fig.axes and fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
+        fig.savefig(tmp_path / "f.png")
+        plt.close(fig)
+
+
+def test_naive_torch_steps_match_the_reference():
+    import torch
+
+    from attnkit.reference import attention_ref
+    from attnkit.tolerances import assert_close
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 37, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(37, 37, dtype=torch.bool).tril()
+    assert_close(iomodel.naive_attention_torch(q, k, v, mask), attention_ref(q, k, v, causal=True), "float64")
+
+
+def test_quadratic_fit_and_exponent_recover_a_quadratic():
+    Ns = [256, 512, 1024, 2048]
+    ms = [3e-6 * n * n + 1e-5 * n + 0.01 for n in Ns]
+    a, b, c = iomodel.quadratic_fit(Ns, ms)
+    assert math.isclose(a, 3e-6, rel_tol=1e-6) and math.isclose(c, 0.01, rel_tol=1e-3)
+    assert 1.8 < iomodel.scaling_exponent(Ns, ms) < 2.0
+
+
+def test_recorded_h100_results_carry_their_provenance():
+    from attnkit.benchmarking import FIGURES, read_results
+
+    if not (FIGURES / "bench_naive_attention.csv").exists():
+        pytest.skip("no recorded GPU results")
+    for name in ("naive_attention", "naive_profile"):
+        rows = read_results(name)
+        assert rows and all(r["gpu"] and r["gpu"] != "cpu" and r["date"] and r["torch"] for r in rows)
+    rows = read_results("naive_attention")
+    assert [r["N"] for r in rows] == sorted(r["N"] for r in rows)
+    assert all(r["total_ms"] > 0 for r in rows)
