@@ -1,0 +1,428 @@
+"""Serving the tiny model: a paged KV cache and a continuous-batching scheduler.
+
+    engine = Engine(tiny_model(), num_pages=24, page_size=8, max_batch=4)
+    result = engine.run([Request(0, "the kernel", 40), Request(1, "a new request", 30, arrival=2), ...])
+    result.completions[0].text, result.steps        # what each request got; what each step did
+
+One scheduler step:
+1. **Admit** arrived requests, first come first served, while a batch slot is free and the free pages
+   cover the new request's worst case (prompt + max_new_tokens − 1 cached tokens) on top of what the
+   running requests may still claim. So no running request can ever run out of pages.
+2. **Prefill** each admitted request: its whole prompt in one causal pass (``flash_attention``), its
+   K and V written into its pages; the last position's logits give its first new token.
+3. **Decode** every request that was already running: one token each, batched; each new K and V go
+   into the request's pages and attention reads the cache through the page table (``paged_decode``).
+4. **Retire** requests that produced their stop token or reached max_new_tokens: their pages go back
+   to the free list at once, for the next step's admissions.
+
+Greedy decoding (argmax) throughout, so ``compare_with_no_cache`` can demand that every request's
+tokens equal those of the plain forward pass that recomputes the whole sequence for each token.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .tinymodel import TinyModel, causal_attention_torch, greedy_no_cache
+
+
+# --------------------------------------------------------------------------- attention, two backends
+def paged_decode_torch(q, k_pages, v_pages, block_table, seq_lens):
+    """Decode attention over a paged cache in plain PyTorch: gather each sequence's pages, then attend.
+
+    q [B, Hq, D]; k_pages, v_pages [num_pages, page_size, Hkv, D]; block_table int32 [B, max_pages];
+    seq_lens int32 [B] → [B, Hq, D]. Sequence b sees its first seq_lens[b] cached tokens.
+    """
+    batch, n_heads, head_dim = q.shape
+    page_size, n_kv = k_pages.shape[1], k_pages.shape[2]
+    max_len = block_table.shape[1] * page_size
+    k = k_pages[block_table.long()].reshape(batch, max_len, n_kv, head_dim)    # [B, L, Hkv, D]
+    v = v_pages[block_table.long()].reshape(batch, max_len, n_kv, head_dim)
+    group = n_heads // n_kv
+    k = k.repeat_interleave(group, dim=2).transpose(1, 2)                       # [B, Hq, L, D]
+    v = v.repeat_interleave(group, dim=2).transpose(1, 2)
+    scores = (k @ q[..., None])[..., 0] / math.sqrt(head_dim)                   # [B, Hq, L]
+    visible = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None].to(q.device)  # [B, L]
+    scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
+    return (torch.softmax(scores, dim=-1)[:, :, None, :] @ v)[:, :, 0, :]        # [B, Hq, D]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How the engine attends: ``prefill(q, k, v)`` causal over a prompt, ``decode(...)`` over pages."""
+
+    name: str
+    prefill: object
+    decode: object
+
+
+def kernel_backend() -> Backend:
+    """The course's Triton kernels: flash_attention for prefill, paged_decode for decode."""
+    from .flash import flash_attention
+    from .paged import paged_decode
+
+    return Backend("kernels", lambda q, k, v: flash_attention(q, k, v, causal=True), paged_decode)
+
+
+def torch_backend() -> Backend:
+    """The same attention written out in PyTorch (for comparison; no Triton)."""
+    return Backend("torch", causal_attention_torch, paged_decode_torch)
+
+
+# --------------------------------------------------------------------------------- pages and tables
+class PagePool:
+    """A free list of page ids and one page table (a list of page ids) per sequence."""
+
+    def __init__(self, num_pages: int, page_size: int):
+        self.num_pages, self.page_size = num_pages, page_size
+        self.free = list(range(num_pages - 1, -1, -1))       # pop() hands out the lowest id first
+        self.tables: dict[int, list[int]] = {}
+        self.lengths: dict[int, int] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_pages - len(self.free)
+
+    def add(self, seq_id: int) -> None:
+        self.tables[seq_id], self.lengths[seq_id] = [], 0
+
+    def append(self, seq_id: int, n_tokens: int) -> list[tuple[int, int]]:
+        """Room for ``n_tokens`` more tokens; returns their (page, offset) slots, taking pages as needed."""
+        table, start = self.tables[seq_id], self.lengths[seq_id]
+        slots = []
+        for pos in range(start, start + n_tokens):
+            if pos // self.page_size == len(table):
+                if not self.free:
+                    raise RuntimeError("out of pages")
+                table.append(self.free.pop())
+            slots.append((table[pos // self.page_size], pos % self.page_size))
+        self.lengths[seq_id] = start + n_tokens
+        return slots
+
+    def release(self, seq_id: int) -> None:
+        self.free.extend(reversed(self.tables.pop(seq_id)))
+        del self.lengths[seq_id]
+
+    def block_table(self, seq_ids, device) -> torch.Tensor:
+        """int32 [B, max_pages] page tables, padded with page 0 (never read: seq_lens bound it)."""
+        width = max(len(self.tables[s]) for s in seq_ids)
+        rows = [self.tables[s] + [0] * (width - len(self.tables[s])) for s in seq_ids]
+        return torch.tensor(rows, dtype=torch.int32, device=device)
+
+
+# ------------------------------------------------------------------------------------------ requests
+@dataclass(frozen=True)
+class Request:
+    """A prompt, how many tokens it may generate at most, and the scheduler step at which it arrives."""
+
+    rid: int
+    prompt: str
+    max_new_tokens: int
+    arrival: int = 0
+
+
+@dataclass
+class Completion:
+    """What a request got: its new tokens and text, the logits each token was chosen from, its steps."""
+
+    request: Request
+    prompt_ids: list[int]
+    tokens: list[int] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)
+    text: str = ""
+    admitted: int = -1              # the step of its prefill
+    finished: int = -1              # the step that produced its last token
+    pages: list[int] = field(default_factory=list)   # the pages it held when it finished
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one scheduler step did (request ids), and the cache after it."""
+
+    step: int
+    waiting: tuple[int, ...]        # arrived, not admitted (no batch slot or not enough free pages)
+    prefill: tuple[int, ...]
+    decode: tuple[int, ...]
+    finished: tuple[int, ...]       # retired at the end of this step; their pages are free again
+    pages_in_use: int
+    tokens_cached: int
+
+
+@dataclass
+class ServeResult:
+    completions: dict[int, Completion]
+    steps: list[StepRecord]
+
+
+# -------------------------------------------------------------------------------------------- engine
+class Engine:
+    """Greedy generation for many requests at once over a paged KV cache (see the module docstring)."""
+
+    def __init__(self, model: TinyModel, *, num_pages: int, page_size: int = 8, max_batch: int = 4,
+                 backend: Backend | None = None, stop: str | None = "\n"):
+        for name, value in (("num_pages", num_pages), ("page_size", page_size), ("max_batch", max_batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+        self.model, self.cfg = model, model.cfg
+        self.page_size, self.max_batch = page_size, max_batch
+        self.backend = backend or kernel_backend()
+        self.stop_token = model.encode(stop)[0] if stop else None
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        cache_shape = (num_pages, page_size, self.cfg.n_kv_heads, self.cfg.head_dim)
+        # One K and one V pool per layer; a page id names the same page in every layer's pool.
+        self.k_pages = [torch.zeros(cache_shape, dtype=self.dtype, device=self.device)
+                        for _ in range(self.cfg.n_layers)]
+        self.v_pages = [torch.zeros_like(k) for k in self.k_pages]
+        self.pool = PagePool(num_pages, page_size)
+
+    # -------------------------------------------------------------- sizes
+    def pages_for(self, n_tokens: int) -> int:
+        return -(-n_tokens // self.page_size)
+
+    def worst_case_pages(self, request: Request) -> int:
+        """Pages a request may hold at most: its last new token is never cached."""
+        return self.pages_for(len(request.prompt) + request.max_new_tokens - 1)
+
+    def check_request(self, request: Request) -> None:
+        if not isinstance(request, Request):
+            raise ValueError(f"requests: expected Request objects, got {type(request).__name__}")
+        if not request.prompt:
+            raise ValueError(f"requests: request {request.rid} has an empty prompt")
+        if request.max_new_tokens < 1:
+            raise ValueError(f"requests: request {request.rid} has max_new_tokens < 1")
+        self.model.encode(request.prompt)
+        total = len(request.prompt) + request.max_new_tokens
+        if total > self.cfg.max_seq_len:
+            raise ValueError(f"requests: request {request.rid} needs {total} positions, more than the "
+                             f"model's max_seq_len={self.cfg.max_seq_len}")
+        if self.worst_case_pages(request) > self.pool.num_pages:
+            raise ValueError(f"requests: request {request.rid} may need {self.worst_case_pages(request)} "
+                             f"pages, more than the cache's {self.pool.num_pages}")
+
+    # -------------------------------------------------------------- model passes
+    def _write_kv(self, layer: int, slots, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v [N, Hkv, D] into the pages at slots [(page, offset)] * N."""
+        pages = torch.tensor([p for p, _ in slots], device=self.device)
+        offsets = torch.tensor([o for _, o in slots], device=self.device)
+        self.k_pages[layer][pages, offsets] = k
+        self.v_pages[layer][pages, offsets] = v
+
+    @torch.no_grad()
+    def prefill(self, seq_id: int, prompt_ids: list[int]) -> torch.Tensor:
+        """Run a prompt through the model, caching its K and V; returns the last position's logits [vocab]."""
+        n = len(prompt_ids)
+        slots = self.pool.append(seq_id, n)
+        tokens = torch.tensor([prompt_ids], device=self.device)                      # [1, T]
+        positions = torch.arange(n, device=self.device)[None]                       # [1, T]
+        x = self.model.embed(tokens)                                                 # [1, T, d_model]
+        for layer, block in enumerate(self.model.blocks):
+            q, k, v = block.project_qkv(x, positions)                               # [1, H, T, D]
+            self._write_kv(layer, slots, k[0].transpose(0, 1), v[0].transpose(0, 1))
+            x = block.finish(x, self.backend.prefill(q, k, v))
+        return self.model.logits(x[0, -1])
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
+               slots: list[tuple[int, int]]) -> torch.Tensor:
+        """One token for each of B sequences: tokens, positions [B]; the new K, V go to ``slots``.
+
+        Sequence b then attends to its positions + 1 cached tokens. Returns logits [B, vocab].
+        Writing the same slots again gives the same result, so a benchmark may call it repeatedly.
+        """
+        seq_lens = (positions + 1).to(torch.int32)                                  # [B]
+        x = self.model.embed(tokens[:, None])                                       # [B, 1, d_model]
+        for layer, block in enumerate(self.model.blocks):
+            q, k, v = block.project_qkv(x, positions[:, None])                      # q [B, Hq, 1, D]
+            self._write_kv(layer, slots, k[:, :, 0], v[:, :, 0])                    # [B, Hkv, D]
+            attn = self.backend.decode(q[:, :, 0].contiguous(), self.k_pages[layer], self.v_pages[layer],
+                                       block_table, seq_lens)                       # [B, Hq, D]
+            x = block.finish(x, attn[:, :, None])
+        return self.model.logits(x[:, 0])
+
+    # -------------------------------------------------------------- the scheduler
+    def _admit(self, waiting: list[Completion], running: list[Completion]) -> list[Completion]:
+        claimed = sum(self.worst_case_pages(c.request) - len(self.pool.tables[c.request.rid]) for c in running)
+        admitted = []
+        for c in waiting:                                    # first come, first served
+            if len(running) + len(admitted) >= self.max_batch:
+                break
+            need = self.worst_case_pages(c.request)
+            if self.pool.num_free - claimed < need:
+                break
+            claimed += need
+            admitted.append(c)
+        return admitted
+
+    def _emit(self, c: Completion, logits: torch.Tensor) -> None:
+        c.logits.append(logits.float().cpu())
+        c.tokens.append(int(logits.argmax()))
+
+    def _done(self, c: Completion) -> bool:
+        return c.tokens[-1] == self.stop_token or len(c.tokens) == c.request.max_new_tokens
+
+    def run(self, requests: list[Request]) -> ServeResult:
+        """Serve ``requests`` to completion with continuous batching; every step is recorded."""
+        for r in requests:
+            self.check_request(r)
+        if len({r.rid for r in requests}) != len(requests):
+            raise ValueError("requests: request ids (rid) must be distinct")
+        if self.pool.num_used:
+            raise ValueError("run: the engine's cache is in use; make a new Engine")
+        pending = [Completion(r, self.model.encode(r.prompt))
+                   for r in sorted(requests, key=lambda r: (r.arrival, r.rid))]
+        running: list[Completion] = []
+        done: dict[int, Completion] = {}
+        steps: list[StepRecord] = []
+        step = 0
+        while pending or running:
+            arrived = [c for c in pending if c.request.arrival <= step]
+            admitted = self._admit(arrived, running)
+            decoding = list(running)
+            for c in admitted:                                # prefill: the prompt, then the first token
+                pending.remove(c)
+                c.admitted = step
+                self.pool.add(c.request.rid)
+                self._emit(c, self.prefill(c.request.rid, c.prompt_ids))
+            if decoding:                                      # decode: one token for each running request
+                ids = [c.request.rid for c in decoding]
+                positions = [len(c.prompt_ids) + len(c.tokens) - 1 for c in decoding]
+                slots = [self.pool.append(rid, 1)[0] for rid in ids]
+                logits = self.decode(torch.tensor([c.tokens[-1] for c in decoding], device=self.device),
+                                     torch.tensor(positions, device=self.device),
+                                     self.pool.block_table(ids, self.device), slots)
+                for c, row in zip(decoding, logits):
+                    self._emit(c, row)
+            running += admitted
+            finished = [c for c in running if self._done(c)]
+            for c in finished:                                # retire: pages free at once
+                running.remove(c)
+                c.pages = list(self.pool.tables[c.request.rid])
+                self.pool.release(c.request.rid)
+                c.finished, c.text = step, self.model.decode(c.tokens)
+                done[c.request.rid] = c
+            steps.append(StepRecord(
+                step, tuple(c.request.rid for c in arrived if c not in admitted),
+                tuple(c.request.rid for c in admitted), tuple(c.request.rid for c in decoding),
+                tuple(c.request.rid for c in finished), self.pool.num_used, sum(self.pool.lengths.values())))
+            step += 1
+        return ServeResult(dict(sorted(done.items())), steps)
+
+
+# ------------------------------------------------------------------------------------ the check
+@dataclass(frozen=True)
+class Comparison:
+    """Served tokens against the plain forward pass without a cache, request by request."""
+
+    equal: dict[int, bool]                  # rid → every token identical
+    served_logits: list[torch.Tensor]       # per request [n, vocab]: the logits the engine chose from
+    reference_logits: list[torch.Tensor]    # the same positions by the no-cache forward pass
+
+    @property
+    def all_equal(self) -> bool:
+        return all(self.equal.values())
+
+    @property
+    def max_logit_diff(self) -> float:
+        """Largest |served logit − no-cache logit| over every position compared."""
+        return max(float((s - r).abs().max()) for s, r in zip(self.served_logits, self.reference_logits))
+
+    @property
+    def min_margin(self) -> float:
+        """Smallest gap between the best and the second-best no-cache logit: how close to a tie."""
+        top2 = torch.cat(self.reference_logits).topk(2, dim=-1).values
+        return float((top2[:, 0] - top2[:, 1]).min())
+
+
+def compare_with_no_cache(model: TinyModel, result: ServeResult, stop: str | None = "\n") -> Comparison:
+    """Regenerate every request greedily by the plain no-cache forward pass and compare token by token.
+
+    Logits are compared over the positions both produced (all of them when the tokens are equal).
+    """
+    stop_token = model.encode(stop)[0] if stop else None
+    equal, served, reference = {}, [], []
+    for rid, c in result.completions.items():
+        ref_tokens, ref_logits = greedy_no_cache(model, c.prompt_ids, c.request.max_new_tokens, stop_token)
+        equal[rid] = ref_tokens == c.tokens
+        n = min(len(ref_tokens), len(c.tokens))
+        served.append(torch.stack(c.logits[:n]).to(ref_logits))
+        reference.append(ref_logits[:n])
+    return Comparison(equal, served, reference)
+
+
+# ----------------------------------------------------------------------------------------- memory
+def kv_memory(engine: Engine, result: ServeResult) -> dict:
+    """Cache bytes: the paged cache's peak use against a contiguous cache of max_batch × max_seq_len."""
+    per_token = engine.cfg.kv_bytes_per_token(engine.k_pages[0].element_size())
+    peak_pages = max(s.pages_in_use for s in result.steps)
+    return {
+        "bytes_per_token": per_token,
+        "contiguous_tokens": engine.max_batch * engine.cfg.max_seq_len,
+        "contiguous_bytes": engine.max_batch * engine.cfg.max_seq_len * per_token,
+        "pool_pages": engine.pool.num_pages,
+        "pool_bytes": engine.pool.num_pages * engine.page_size * per_token,
+        "peak_pages": peak_pages,
+        "peak_bytes": peak_pages * engine.page_size * per_token,
+        "peak_tokens_cached": max(s.tokens_cached for s in result.steps),
+    }
+
+
+# ------------------------------------------------------------------------------------------- pictures
+TIMELINE_COLORS = {"waiting": "#d9d9d9", "prefill": "#e6862e", "decode": "#3b75af"}
+
+
+def plot_timeline(result: ServeResult, ax=None):
+    """One row per request, one column per scheduler step: waiting (grey), prefill (orange), decode (blue)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 3))
+    for s in result.steps:
+        for kind in ("waiting", "prefill", "decode"):
+            for rid in getattr(s, kind):
+                ax.broken_barh([(s.step - 0.5, 1.0)], (rid - 0.4, 0.8), color=TIMELINE_COLORS[kind])
+    for c in result.completions.values():
+        ax.plot(c.finished + 0.5, c.request.rid, marker="|", color="black", markersize=12)
+    ax.set_xlabel("scheduler step")
+    ax.set_ylabel("request id")
+    ax.set_yticks(sorted(result.completions))
+    ax.set_xlim(-1, len(result.steps))
+    ax.invert_yaxis()
+    handles = [Patch(color=c, label=k) for k, c in TIMELINE_COLORS.items()]
+    ax.legend(handles=handles + [plt.Line2D([], [], color="black", marker="|", ls="", markersize=12,
+                                            label="finished, pages freed")],
+              loc="upper right", fontsize=8, ncol=4)
+    return ax
+
+
+def plot_pages(engine: Engine, result: ServeResult, ax=None):
+    """Pages in use after each step, against the pool and a contiguous max-length cache, in KiB."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 2.5))
+    mem = kv_memory(engine, result)
+    page_kib = engine.page_size * mem["bytes_per_token"] / 1024
+    steps = [s.step for s in result.steps]
+    ax.step(steps, [s.pages_in_use * page_kib for s in result.steps], where="mid", label="paged: pages in use")
+    ax.step(steps, [s.tokens_cached * mem["bytes_per_token"] / 1024 for s in result.steps], where="mid",
+            ls=":", label="tokens actually cached")
+    ax.axhline(mem["pool_bytes"] / 1024, color="grey", ls="--", label="page pool")
+    ax.axhline(mem["contiguous_bytes"] / 1024, color="red", ls="--",
+               label=f"contiguous: {engine.max_batch} × {engine.cfg.max_seq_len} tokens")
+    ax.set_xlabel("scheduler step")
+    ax.set_ylabel("KV cache (KiB)")
+    ax.legend(loc="center right", fontsize=8)
+    return ax
+
+
+__all__ = ["plot_timeline", "plot_pages", "Engine", "Request", "Completion", "StepRecord", "ServeResult", "PagePool", "Backend",
+           "kernel_backend", "torch_backend", "paged_decode_torch", "compare_with_no_cache",
+           "Comparison", "kv_memory"]

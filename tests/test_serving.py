@@ -1,0 +1,163 @@
+"""Lesson 9's serving engine: greedy tokens equal the plain no-cache forward pass, and the scheduler
+batches continuously (interleaves prefill and decode, frees pages at once, reuses them)."""
+import random
+
+import pytest
+import torch
+
+from attnkit.reference import attention_ref
+from attnkit.serving import (Backend, Engine, Request, compare_with_no_cache, kernel_backend, kv_memory,
+                             paged_decode_torch, torch_backend)
+from attnkit.tinymodel import CORPUS_PATH, tiny_model
+from attnkit.tolerances import assert_close
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The model is tiny: one thread avoids the cost of sharing two busy cores."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def workload(seed: int, n_requests: int = 4, max_new: int = 14) -> list[Request]:
+    """Prompts cut from corpus lines at random, mixed output limits and arrival steps."""
+    rng = random.Random(seed)
+    lines = CORPUS_PATH.read_text().splitlines()
+    requests = []
+    for rid in range(n_requests):
+        line = rng.choice(lines)
+        prompt = line[:rng.randint(3, min(30, len(line)))]
+        requests.append(Request(rid, prompt, rng.randint(4, max_new), arrival=rng.randint(0, 4)))
+    return requests
+
+
+# ----------------------------------------------------------------------------------- exact tokens
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kernel_served_tokens_equal_the_no_cache_forward_pass(seed):
+    """flash_attention prefill + paged_decode over the paged cache, against recomputing everything."""
+    model = tiny_model()
+    engine = Engine(model, num_pages=8, page_size=8, max_batch=3, backend=kernel_backend())
+    result = engine.run(workload(seed))
+    check = compare_with_no_cache(model, result)
+    assert check.all_equal, f"tokens differ for requests {[r for r, ok in check.equal.items() if not ok]}"
+    assert len(check.equal) == 4
+    assert_close(torch.cat(check.served_logits), torch.cat(check.reference_logits), torch.float32,
+                 what="served logits")
+    assert check.max_logit_diff < check.min_margin / 2, "a near-tie: equality would be luck"
+
+
+@pytest.mark.parametrize("seed", range(10, 16))
+def test_torch_served_tokens_equal_the_no_cache_forward_pass(seed):
+    model = tiny_model()
+    engine = Engine(model, num_pages=16, page_size=4, max_batch=4, backend=torch_backend())
+    check = compare_with_no_cache(model, engine.run(workload(seed, n_requests=6, max_new=30)))
+    assert check.all_equal
+    assert_close(torch.cat(check.served_logits), torch.cat(check.reference_logits), torch.float32)
+
+
+def test_a_wrong_cache_is_caught():
+    """The check can fail: a decode that attends to one token too few changes the tokens."""
+    model = tiny_model()
+    plain = torch_backend()
+
+    def decode_missing_last(q, k_pages, v_pages, block_table, seq_lens):
+        return paged_decode_torch(q, k_pages, v_pages, block_table, (seq_lens - 1).clamp_min(1))
+
+    engine = Engine(model, num_pages=12, page_size=4, max_batch=4,
+                    backend=Backend("broken", plain.prefill, decode_missing_last))
+    check = compare_with_no_cache(model, engine.run(workload(3)))
+    assert not check.all_equal
+
+
+# ------------------------------------------------------------------------------------- scheduling
+def _run(seed=4, **kw):
+    model = tiny_model()
+    engine = Engine(model, **{"num_pages": 14, "page_size": 4, "max_batch": 3, "backend": torch_backend(), **kw})
+    requests = [Request(i, p, n, arrival=a) for i, (p, n, a) in enumerate([
+        ("the kernel", 12, 0), ("the gpu", 20, 0), ("online softmax", 6, 1), ("the decoder", 16, 2),
+        ("paged attention", 10, 2), ("a new request", 8, 5)])]
+    return engine, requests, engine.run(requests)
+
+
+def test_every_request_is_prefilled_once_then_decoded_every_step_until_it_finishes():
+    engine, requests, result = _run()
+    assert sorted(result.completions) == [r.rid for r in requests]
+    for rid, c in result.completions.items():
+        prefills = [s.step for s in result.steps if rid in s.prefill]
+        decodes = [s.step for s in result.steps if rid in s.decode]
+        assert prefills == [c.admitted] and c.admitted >= c.request.arrival
+        assert decodes == list(range(c.admitted + 1, c.finished + 1))
+        assert len(c.tokens) == 1 + len(decodes)
+        assert c.tokens[-1] == engine.stop_token or len(c.tokens) == c.request.max_new_tokens
+
+
+def test_batch_and_pages_stay_within_limits_and_are_all_freed():
+    engine, _, result = _run()
+    for s in result.steps:
+        assert len(s.prefill) + len(s.decode) <= engine.max_batch
+        assert s.pages_in_use <= engine.pool.num_pages
+        assert s.pages_in_use * engine.page_size >= s.tokens_cached
+    assert engine.pool.num_used == 0 and engine.pool.num_free == engine.pool.num_pages
+
+
+def test_prefill_and_decode_interleave_and_freed_pages_are_reused_at_once():
+    _, _, result = _run()
+    assert any(s.prefill and s.decode for s in result.steps)
+    assert any(s.waiting for s in result.steps), "the workload should make some request wait"
+    reused = False
+    for c in result.completions.values():
+        for later in result.completions.values():
+            if later.admitted > c.finished and set(later.pages) & set(c.pages):
+                reused = True
+    assert reused
+    # A request that waited was admitted in the step right after pages or a slot came free.
+    for c in result.completions.values():
+        if c.admitted > c.request.arrival:
+            assert any(s.finished for s in result.steps if s.step == c.admitted - 1)
+
+
+def test_kv_memory_counts_pages_against_a_contiguous_cache():
+    engine, _, result = _run()
+    mem = kv_memory(engine, result)
+    per_token = 2 * 2 * 2 * 16 * 4                      # K and V · layers · Hkv · D · fp32 bytes
+    assert mem["bytes_per_token"] == per_token
+    assert mem["contiguous_bytes"] == 3 * 128 * per_token
+    assert mem["peak_pages"] == max(s.pages_in_use for s in result.steps) <= 14
+    assert mem["peak_bytes"] == mem["peak_pages"] * 4 * per_token < mem["contiguous_bytes"]
+
+
+def test_paged_decode_torch_matches_the_float64_reference():
+    gen = torch.Generator().manual_seed(0)
+    k_pages, v_pages = (torch.randn(9, 4, 2, 16, generator=gen) for _ in range(2))
+    q = torch.randn(2, 4, 16, generator=gen)
+    table = torch.tensor([[3, 7, 1], [8, 0, 0]], dtype=torch.int32)
+    lens = torch.tensor([10, 3], dtype=torch.int32)
+    out = paged_decode_torch(q, k_pages, v_pages, table, lens)
+    for b in range(2):
+        k = k_pages[table[b].long()].reshape(-1, 2, 16)[:lens[b]].transpose(0, 1)[None]   # [1, Hkv, L, D]
+        v = v_pages[table[b].long()].reshape(-1, 2, 16)[:lens[b]].transpose(0, 1)[None]
+        assert_close(out[b], attention_ref(q[b][None, :, None], k, v)[0, :, 0], torch.float32)
+
+
+# --------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("requests, rule", [
+    ([Request(0, "", 5)], "empty prompt"),
+    ([Request(0, "the", 0)], "max_new_tokens < 1"),
+    ([Request(0, "the", 200)], "max_seq_len=128"),
+    ([Request(0, "THE", 5)], "not in the model's vocabulary"),
+    ([Request(0, "the", 5), Request(0, "a", 5)], "distinct"),
+    ([Request(0, "the kernel reads each tile", 100)], "more than the cache's 8"),
+    (["the kernel"], "expected Request objects"),
+])
+def test_bad_requests_are_named(requests, rule):
+    engine = Engine(tiny_model(), num_pages=8, page_size=4, backend=torch_backend())
+    with pytest.raises(ValueError, match=rule):
+        engine.run(requests)
+
+
+@pytest.mark.parametrize("kw", [{"num_pages": 0}, {"page_size": -1}, {"max_batch": 1.5}])
+def test_bad_engine_sizes_are_named(kw):
+    with pytest.raises(ValueError, match=list(kw)[0]):
+        Engine(tiny_model(), **{"num_pages": 8, **kw}, backend=torch_backend())
