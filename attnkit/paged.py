@@ -82,8 +82,8 @@ def _paged_grouped_kernel(
     GROUP are padding, masked). Scores [BLOCK_G, BLOCK_N] = q · kᵀ, with exp2 and qk_scale = scale·log2 e.
     Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial (m, ℓ, z), m in natural-log units.
     """
-    b = tl.program_id(0)
-    kv = tl.program_id(1)
+    kv = tl.program_id(0)              # KV heads of one sequence are neighbours: they read the same pages
+    b = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(lens_ptr + b)
     start = split * tokens_per_split
@@ -148,8 +148,8 @@ def _paged_per_head_kernel(
     Scores by multiply-and-sum: s [BLOCK_N] = Σ_d k[n, d]·q[d]; no tensor cores, and the K/V rows of a
     KV head are read once for each of its GROUP query heads.
     """
-    b = tl.program_id(0)
-    h = tl.program_id(1)
+    h = tl.program_id(0)               # the query heads of one group are neighbours (L2 reuse)
+    b = tl.program_id(1)
     split = tl.program_id(2)
     kv = h // GROUP
     seq_len = tl.load(lens_ptr + b)
@@ -417,9 +417,9 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
     with torch.device(q.device) if q.device.type == "cuda" else _nullcontext():
         if variant == "grouped":
             block_g = max(16, triton.next_power_of_2(group))
-            kernels._paged_grouped_kernel[(batch, n_kv, num_splits)](*args, GROUP=group, BLOCK_G=block_g, **meta)
+            kernels._paged_grouped_kernel[(n_kv, batch, num_splits)](*args, GROUP=group, BLOCK_G=block_g, **meta)
         else:
-            kernels._paged_per_head_kernel[(batch, n_heads, num_splits)](*args, GROUP=group, **meta)
+            kernels._paged_per_head_kernel[(n_heads, batch, num_splits)](*args, GROUP=group, **meta)
         if split:
             merge_meta = {} if interpreted else dict(num_warps=4)
             kernels._merge_splits_kernel[(batch, n_heads)](
@@ -437,14 +437,16 @@ class _nullcontext:
 
 
 def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float | None = None,
-                 num_splits: int | None = None, variant: str = "grouped"):
+                 num_splits: int | None = None, variant: str = "grouped", check_values: bool = True):
     """Decode attention over a paged KV cache: o[b, h] = softmax(q[b, h]·Kᵀ·sm_scale) V over the first
     seq_lens[b] tokens of sequence b, found through block_table. See the module docstring for shapes.
 
     num_splits: None picks one (``choose_num_splits``); S > 1 splits each sequence's tokens into S
     chunks (flash-decoding) merged by the (m, ℓ) rule. variant: "grouped" (default) or "per_head".
+    check_values: False skips checking the values of seq_lens and block_table (one small copy to the
+    host and a synchronisation); only for tables built by a trusted allocator.
     """
-    check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens)
+    check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, check_values=check_values)
     sm_scale = _check_scale(sm_scale, q.shape[-1])
     _check_splits(num_splits)
     if variant not in VARIANTS:
