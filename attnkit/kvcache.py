@@ -128,16 +128,24 @@ def calculator(*, model: str = "Llama 3 8B", context: int = 8192, batch: int = 8
         memory_gib=widgets.FloatSlider(value=memory_gib, min=8.0, max=192.0, step=8.0, description="GiB"),
     )
 
-    def show(name, context, batch, dtype, memory_gib):
+    result = widgets.HTML()                      # a widget's value, not printed output: the same in 7 and 8
+
+    def update(_change=None):
+        from html import escape
+
         from .models import model as lookup
 
-        print(describe_cache(lookup(name), context=context, batch=batch, dtype_bytes=dtypes[dtype],
-                             memory_gib=memory_gib))
+        text = describe_cache(lookup(controls["name"].value), context=controls["context"].value,
+                              batch=controls["batch"].value, dtype_bytes=dtypes[controls["dtype"].value],
+                              memory_gib=controls["memory_gib"].value)
+        result.value = f"<pre>{escape(text)}</pre>"
 
-    out = widgets.interactive_output(show, controls)
+    for control in controls.values():
+        control.observe(update, names="value")
+    update()
     box_type = type("KVCacheCalculator", (_CalculatorBox, widgets.VBox), {})
     return box_type([widgets.HBox([controls["name"], controls["dtype"]]),
-                     controls["context"], controls["batch"], controls["memory_gib"], out])
+                     controls["context"], controls["batch"], controls["memory_gib"], result])
 
 
 # ---------------------------------------------------------------------------------- grouped heads

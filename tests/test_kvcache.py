@@ -270,3 +270,12 @@ def test_separate_buffer_when_the_past_fills_its_buffer(backend):
     out = kc.rope_append(q, k, v, k_cache, v_cache, backend=backend, **kwargs)
     for got, want in zip((out.q, out.k_cache, out.v_cache), ref):
         assert_close(got, want, torch.float32)
+
+
+def test_calculator_reacts_to_its_controls():
+    pytest.importorskip("ipywidgets")
+    widget = kc.calculator(model="Llama 2 7B", context=4096, batch=1)
+    result = widget.children[-1]
+    assert "2.00 GiB" in result.value                                     # 2·32·32·128·4096·2 bytes
+    widget.children[2].value = 3                                          # the batch slider
+    assert "6.00 GiB" in result.value
