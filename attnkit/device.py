@@ -100,7 +100,30 @@ def _detect() -> Runtime:
     else:
         notes.append("No GPU: Triton kernels run in Triton's interpreter on small sizes, and bf16 kernels "
                      "compute in fp32 (the interpreter's bf16 arithmetic is not faithful).")
+        if _interpreter_breaks_on_new_numpy():
+            notes.append(f"Triton {triton}'s interpreter cannot run loops with computed bounds under NumPy "
+                         f"{_version('numpy')} (2.4 made int() of a 1-element array an error): install "
+                         "'numpy<2.4' or a newer Triton.")
     return Runtime("cpu", None, None, triton, triton is not None, in_colab, tuple(notes))
+
+
+def _interpreter_breaks_on_new_numpy() -> bool:
+    """Older Triton interpreters turn a scalar tensor into an int with int(array), which NumPy 2.4
+    rejects for 1-element arrays; newer ones squeeze first. Read the installed source, import nothing."""
+    import importlib.util
+
+    numpy_version = _version("numpy") or "0"
+    if tuple(int(p) for p in numpy_version.split(".")[:2] if p.isdigit()) < (2, 4):
+        return False
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    source = os.path.join(spec.submodule_search_locations[0], "runtime", "interpreter.py")
+    try:
+        text = open(source, encoding="utf-8").read()
+    except OSError:
+        return False
+    return "int(self.handle.data)" in text and "handle.data.squeeze()" not in text
 
 
 @functools.lru_cache(maxsize=1)

@@ -54,3 +54,22 @@ def test_missing_triton_is_reported(monkeypatch):
     rt = device._detect()
     assert not rt.has_triton and "no Triton" in rt.summary()
     assert any("not installed" in note for note in rt.notes)
+
+
+def test_old_triton_interpreter_with_new_numpy_is_flagged(monkeypatch, tmp_path):
+    import importlib.util
+    import types
+
+    package = tmp_path / "triton"
+    (package / "runtime").mkdir(parents=True)
+    interpreter = package / "runtime" / "interpreter.py"
+    fake_spec = types.SimpleNamespace(submodule_search_locations=[str(package)])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: fake_spec)
+    monkeypatch.setattr(device, "_version", lambda name: {"numpy": "2.4.1"}.get(name, "3.4.0"))
+    interpreter.write_text("tensor.__index__ = lambda self: int(self.handle.data)\n")
+    assert device._interpreter_breaks_on_new_numpy()
+    interpreter.write_text('scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))\n')
+    assert not device._interpreter_breaks_on_new_numpy()
+    interpreter.write_text("tensor.__index__ = lambda self: int(self.handle.data)\n")
+    monkeypatch.setattr(device, "_version", lambda name: {"numpy": "2.3.5"}.get(name, "3.4.0"))
+    assert not device._interpreter_breaks_on_new_numpy()
