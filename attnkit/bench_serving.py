@@ -6,7 +6,7 @@ Two measures, each at several batch sizes B:
   model's 2 layers with ``paged_decode``), timed by ``time_ms`` (CUDA events, median).
   tokens/s = B / step time.
 - ``engine``: ``Engine.run`` end to end on a workload of 2·B requests with at most B running at once,
-  prompts and output lengths mixed; wall-clock time of the whole run (scheduler, prefills, decodes,
+  prompts and output lengths (16 to 64 tokens, no stop character) mixed; wall-clock time of the whole run (scheduler, prefills, decodes,
   host synchronisation), median of 3 runs after a warm-up. tokens/s = new tokens / time.
 
     python -m attnkit.benchmarking serving      # writes figures/bench_serving.csv
@@ -38,13 +38,13 @@ def decode_step_row(model, batch: int, context: int = CONTEXT) -> dict:
                     max_batch=batch)
     prompt = model.encode(("the kv cache stores the keys and values of every token. " * 3)[:context])
     for rid in range(batch):                       # fill each sequence's pages by a real prefill
-        engine.pool.add(rid)
+        engine.cache.add_sequence(rid)
         engine.prefill(rid, prompt)
     ids = list(range(batch))
-    slots = [engine.pool.append(rid, 1)[0] for rid in ids]   # the slot of position `context`
+    slots = engine.cache.reserve_many(ids, 1)      # the slot of position `context` in each sequence
     tokens = torch.full((batch,), prompt[-1], device=model.head.weight.device)
     positions = torch.full((batch,), context, device=tokens.device)
-    table = engine.pool.block_table(ids, tokens.device)
+    table = engine.cache.block_table(ids, tokens.device)
     ms = time_ms(lambda: engine.decode(tokens, positions, table, slots))
     return {"measure": "decode_step", "batch": batch, "context": context, "ms": ms,
             "tokens_per_s": batch / (ms / 1e3), "new_tokens": batch}
@@ -64,7 +64,7 @@ def engine_row(model, batch: int, repeats: int = 3) -> dict:
     pages = batch * (-(-(max(len(r.prompt) + r.max_new_tokens for r in requests)) // PAGE_SIZE))
 
     def serve():
-        result = Engine(model, num_pages=pages, page_size=PAGE_SIZE, max_batch=batch).run(requests)
+        result = Engine(model, num_pages=pages, page_size=PAGE_SIZE, max_batch=batch, stop=None).run(requests)
         torch.cuda.synchronize()
         return result
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .allocator import PagedKVCache, Slots
 from .tinymodel import TinyModel, causal_attention_torch, greedy_no_cache
 
 
@@ -69,51 +70,6 @@ def kernel_backend() -> Backend:
 def torch_backend() -> Backend:
     """The same attention written out in PyTorch (for comparison; no Triton)."""
     return Backend("torch", causal_attention_torch, paged_decode_torch)
-
-
-# --------------------------------------------------------------------------------- pages and tables
-class PagePool:
-    """A free list of page ids and one page table (a list of page ids) per sequence."""
-
-    def __init__(self, num_pages: int, page_size: int):
-        self.num_pages, self.page_size = num_pages, page_size
-        self.free = list(range(num_pages - 1, -1, -1))       # pop() hands out the lowest id first
-        self.tables: dict[int, list[int]] = {}
-        self.lengths: dict[int, int] = {}
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free)
-
-    @property
-    def num_used(self) -> int:
-        return self.num_pages - len(self.free)
-
-    def add(self, seq_id: int) -> None:
-        self.tables[seq_id], self.lengths[seq_id] = [], 0
-
-    def append(self, seq_id: int, n_tokens: int) -> list[tuple[int, int]]:
-        """Room for ``n_tokens`` more tokens; returns their (page, offset) slots, taking pages as needed."""
-        table, start = self.tables[seq_id], self.lengths[seq_id]
-        slots = []
-        for pos in range(start, start + n_tokens):
-            if pos // self.page_size == len(table):
-                if not self.free:
-                    raise RuntimeError("out of pages")
-                table.append(self.free.pop())
-            slots.append((table[pos // self.page_size], pos % self.page_size))
-        self.lengths[seq_id] = start + n_tokens
-        return slots
-
-    def release(self, seq_id: int) -> None:
-        self.free.extend(reversed(self.tables.pop(seq_id)))
-        del self.lengths[seq_id]
-
-    def block_table(self, seq_ids, device) -> torch.Tensor:
-        """int32 [B, max_pages] page tables, padded with page 0 (never read: seq_lens bound it)."""
-        width = max(len(self.tables[s]) for s in seq_ids)
-        rows = [self.tables[s] + [0] * (width - len(self.tables[s])) for s in seq_ids]
-        return torch.tensor(rows, dtype=torch.int32, device=device)
 
 
 # ------------------------------------------------------------------------------------------ requests
@@ -175,12 +131,10 @@ class Engine:
         self.stop_token = model.encode(stop)[0] if stop else None
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        cache_shape = (num_pages, page_size, self.cfg.n_kv_heads, self.cfg.head_dim)
-        # One K and one V pool per layer; a page id names the same page in every layer's pool.
-        self.k_pages = [torch.zeros(cache_shape, dtype=self.dtype, device=self.device)
-                        for _ in range(self.cfg.n_layers)]
-        self.v_pages = [torch.zeros_like(k) for k in self.k_pages]
-        self.pool = PagePool(num_pages, page_size)
+        # The course's paged cache: K and V [layers, num_pages, page_size, Hkv, D], a free list and
+        # one page table per request; a page id names the same page in every layer.
+        self.cache = PagedKVCache(num_pages, page_size, self.cfg.n_layers, self.cfg.n_kv_heads,
+                                  self.cfg.head_dim, dtype=self.dtype, device=self.device)
 
     # -------------------------------------------------------------- sizes
     def pages_for(self, n_tokens: int) -> int:
@@ -202,35 +156,28 @@ class Engine:
         if total > self.cfg.max_seq_len:
             raise ValueError(f"requests: request {request.rid} needs {total} positions, more than the "
                              f"model's max_seq_len={self.cfg.max_seq_len}")
-        if self.worst_case_pages(request) > self.pool.num_pages:
+        if self.worst_case_pages(request) > self.cache.num_pages:
             raise ValueError(f"requests: request {request.rid} may need {self.worst_case_pages(request)} "
-                             f"pages, more than the cache's {self.pool.num_pages}")
+                             f"pages, more than the cache's {self.cache.num_pages}")
 
     # -------------------------------------------------------------- model passes
-    def _write_kv(self, layer: int, slots, k: torch.Tensor, v: torch.Tensor) -> None:
-        """k, v [N, Hkv, D] into the pages at slots [(page, offset)] * N."""
-        pages = torch.tensor([p for p, _ in slots], device=self.device)
-        offsets = torch.tensor([o for _, o in slots], device=self.device)
-        self.k_pages[layer][pages, offsets] = k
-        self.v_pages[layer][pages, offsets] = v
-
     @torch.no_grad()
     def prefill(self, seq_id: int, prompt_ids: list[int]) -> torch.Tensor:
         """Run a prompt through the model, caching its K and V; returns the last position's logits [vocab]."""
         n = len(prompt_ids)
-        slots = self.pool.append(seq_id, n)
+        slots = self.cache.reserve(seq_id, n)                                       # pages as needed
         tokens = torch.tensor([prompt_ids], device=self.device)                      # [1, T]
         positions = torch.arange(n, device=self.device)[None]                       # [1, T]
         x = self.model.embed(tokens)                                                 # [1, T, d_model]
         for layer, block in enumerate(self.model.blocks):
             q, k, v = block.project_qkv(x, positions)                               # [1, H, T, D]
-            self._write_kv(layer, slots, k[0].transpose(0, 1), v[0].transpose(0, 1))
+            self.cache.write(layer, slots, k[0].transpose(0, 1), v[0].transpose(0, 1))  # [T, Hkv, D]
             x = block.finish(x, self.backend.prefill(q, k, v))
         return self.model.logits(x[0, -1])
 
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
-               slots: list[tuple[int, int]]) -> torch.Tensor:
+               slots: Slots) -> torch.Tensor:
         """One token for each of B sequences: tokens, positions [B]; the new K, V go to ``slots``.
 
         Sequence b then attends to its positions + 1 cached tokens. Returns logits [B, vocab].
@@ -240,21 +187,22 @@ class Engine:
         x = self.model.embed(tokens[:, None])                                       # [B, 1, d_model]
         for layer, block in enumerate(self.model.blocks):
             q, k, v = block.project_qkv(x, positions[:, None])                      # q [B, Hq, 1, D]
-            self._write_kv(layer, slots, k[:, :, 0], v[:, :, 0])                    # [B, Hkv, D]
-            attn = self.backend.decode(q[:, :, 0].contiguous(), self.k_pages[layer], self.v_pages[layer],
+            self.cache.write(layer, slots, k[:, :, 0], v[:, :, 0])                 # [B, Hkv, D]
+            attn = self.backend.decode(q[:, :, 0].contiguous(), self.cache.k[layer], self.cache.v[layer],
                                        block_table, seq_lens)                       # [B, Hq, D]
             x = block.finish(x, attn[:, :, None])
         return self.model.logits(x[:, 0])
 
     # -------------------------------------------------------------- the scheduler
     def _admit(self, waiting: list[Completion], running: list[Completion]) -> list[Completion]:
-        claimed = sum(self.worst_case_pages(c.request) - len(self.pool.tables[c.request.rid]) for c in running)
+        held = self.cache.tables
+        claimed = sum(self.worst_case_pages(c.request) - len(held[c.request.rid]) for c in running)
         admitted = []
         for c in waiting:                                    # first come, first served
             if len(running) + len(admitted) >= self.max_batch:
                 break
             need = self.worst_case_pages(c.request)
-            if self.pool.num_free - claimed < need:
+            if self.cache.num_free_pages - claimed < need:
                 break
             claimed += need
             admitted.append(c)
@@ -273,7 +221,7 @@ class Engine:
             self.check_request(r)
         if len({r.rid for r in requests}) != len(requests):
             raise ValueError("requests: request ids (rid) must be distinct")
-        if self.pool.num_used:
+        if self.cache.pages_in_use:
             raise ValueError("run: the engine's cache is in use; make a new Engine")
         pending = [Completion(r, self.model.encode(r.prompt))
                    for r in sorted(requests, key=lambda r: (r.arrival, r.rid))]
@@ -288,29 +236,29 @@ class Engine:
             for c in admitted:                                # prefill: the prompt, then the first token
                 pending.remove(c)
                 c.admitted = step
-                self.pool.add(c.request.rid)
+                self.cache.add_sequence(c.request.rid)
                 self._emit(c, self.prefill(c.request.rid, c.prompt_ids))
             if decoding:                                      # decode: one token for each running request
                 ids = [c.request.rid for c in decoding]
                 positions = [len(c.prompt_ids) + len(c.tokens) - 1 for c in decoding]
-                slots = [self.pool.append(rid, 1)[0] for rid in ids]
+                slots = self.cache.reserve_many(ids, 1)          # a page more where one is full
                 logits = self.decode(torch.tensor([c.tokens[-1] for c in decoding], device=self.device),
                                      torch.tensor(positions, device=self.device),
-                                     self.pool.block_table(ids, self.device), slots)
+                                     self.cache.block_table(ids, self.device), slots)
                 for c, row in zip(decoding, logits):
                     self._emit(c, row)
             running += admitted
             finished = [c for c in running if self._done(c)]
             for c in finished:                                # retire: pages free at once
                 running.remove(c)
-                c.pages = list(self.pool.tables[c.request.rid])
-                self.pool.release(c.request.rid)
+                c.pages = self.cache.pages_of(c.request.rid)
+                self.cache.free(c.request.rid)
                 c.finished, c.text = step, self.model.decode(c.tokens)
                 done[c.request.rid] = c
             steps.append(StepRecord(
                 step, tuple(c.request.rid for c in arrived if c not in admitted),
                 tuple(c.request.rid for c in admitted), tuple(c.request.rid for c in decoding),
-                tuple(c.request.rid for c in finished), self.pool.num_used, sum(self.pool.lengths.values())))
+                tuple(c.request.rid for c in finished), self.cache.pages_in_use, sum(self.cache.lengths.values())))
             step += 1
         return ServeResult(dict(sorted(done.items())), steps)
 
@@ -359,14 +307,14 @@ def compare_with_no_cache(model: TinyModel, result: ServeResult, stop: str | Non
 # ----------------------------------------------------------------------------------------- memory
 def kv_memory(engine: Engine, result: ServeResult) -> dict:
     """Cache bytes: the paged cache's peak use against a contiguous cache of max_batch × max_seq_len."""
-    per_token = engine.cfg.kv_bytes_per_token(engine.k_pages[0].element_size())
+    per_token = engine.cfg.kv_bytes_per_token(engine.cache.k.element_size())
     peak_pages = max(s.pages_in_use for s in result.steps)
     return {
         "bytes_per_token": per_token,
         "contiguous_tokens": engine.max_batch * engine.cfg.max_seq_len,
         "contiguous_bytes": engine.max_batch * engine.cfg.max_seq_len * per_token,
-        "pool_pages": engine.pool.num_pages,
-        "pool_bytes": engine.pool.num_pages * engine.page_size * per_token,
+        "pool_pages": engine.cache.num_pages,
+        "pool_bytes": engine.cache.num_pages * engine.page_size * per_token,
         "peak_pages": peak_pages,
         "peak_bytes": peak_pages * engine.page_size * per_token,
         "peak_tokens_cached": max(s.tokens_cached for s in result.steps),
@@ -423,6 +371,6 @@ def plot_pages(engine: Engine, result: ServeResult, ax=None):
     return ax
 
 
-__all__ = ["plot_timeline", "plot_pages", "Engine", "Request", "Completion", "StepRecord", "ServeResult", "PagePool", "Backend",
+__all__ = ["plot_timeline", "plot_pages", "Engine", "Request", "Completion", "StepRecord", "ServeResult", "Backend",
            "kernel_backend", "torch_backend", "paged_decode_torch", "compare_with_no_cache",
            "Comparison", "kv_memory"]

@@ -97,9 +97,9 @@ def test_batch_and_pages_stay_within_limits_and_are_all_freed():
     engine, _, result = _run()
     for s in result.steps:
         assert len(s.prefill) + len(s.decode) <= engine.max_batch
-        assert s.pages_in_use <= engine.pool.num_pages
+        assert s.pages_in_use <= engine.cache.num_pages
         assert s.pages_in_use * engine.page_size >= s.tokens_cached
-    assert engine.pool.num_used == 0 and engine.pool.num_free == engine.pool.num_pages
+    assert engine.cache.pages_in_use == 0 and engine.cache.num_free_pages == engine.cache.num_pages
 
 
 def test_prefill_and_decode_interleave_and_freed_pages_are_reused_at_once():
