@@ -52,7 +52,7 @@ def test_the_solution_passes(solution, name):
 def test_the_blank_lab_is_not_implemented_yet(blank, name):
     result = CHECKS[name](blank[name])
     assert result.status == "not implemented", result.report
-    assert "not implemented yet" in result.report
+    assert "not implemented yet" in result.report and result.report.startswith(f"⏳ {name}: ")
 
 
 def test_check_lab_summarizes(solution):
