@@ -1,0 +1,31 @@
+"""Sphinx settings for the course website (`make site`; see attnkit/site.py).
+
+The notebooks are rendered from their stored outputs: nothing is executed while the site is built.
+"""
+from attnkit.course import BRANCH, REPO_URL
+
+project = "Attention kernels, from a 4×4 example to paged decoding"
+author = "the course's authors"
+extensions = ["myst_nb"]
+root_doc = "index"
+exclude_patterns = ["_build", "**.ipynb_checkpoints"]
+
+# Stored outputs only: the site never runs a notebook.
+nb_execution_mode = "off"
+nb_merge_streams = True
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
+myst_heading_anchors = 3
+# Notebooks start at "# Title" and may skip heading levels inside cells; neither is a broken page.
+suppress_warnings = ["myst.header"]
+
+html_theme = "sphinx_book_theme"
+html_title = "Attention kernels"
+html_theme_options = {
+    "repository_url": REPO_URL,
+    "repository_branch": BRANCH,
+    "use_repository_button": True,
+    "launch_buttons": {"colab_url": "https://colab.research.google.com"},
+    "path_to_docs": "",
+    "show_toc_level": 2,
+}
+html_last_updated_fmt = None
