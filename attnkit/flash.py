@@ -266,6 +266,11 @@ def _new_buffer(shape, dtype, device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def _dot_precision(dtype) -> str:
+    """fp32 inputs get true fp32 products: tf32 (10-bit mantissa) scores err by ~1e-3 after exp."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
 def _compute_dtype_inputs(*tensors):
     """On the CPU, bf16 goes through the interpreter as fp32 (its bf16 arithmetic is not faithful)."""
     if tensors[0].device.type == "cpu" and tensors[0].dtype == torch.bfloat16:
@@ -291,7 +296,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float, variant: str):
             *q.stride(), *k.stride(), *v.stride(), *o.stride(),
             n_heads, n_heads // n_heads_kv, n_q, n_k,
             HEAD_DIM=head_dim, CAUSAL=causal,
-            USE_EXP2=switches["use_exp2"], SPLIT=switches["split"])
+            USE_EXP2=switches["use_exp2"], SPLIT=switches["split"], DOT_PRECISION=_dot_precision(q.dtype))
     return o.to(out_dtype), lse
 
 
@@ -349,14 +354,14 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
             q, k, v, do, lse, delta, dk, dv, sm_scale, qk_scale,
             *q.stride(), *k.stride(), *v.stride(), *do.stride(),
             n_heads, n_heads_kv, group, n_q, n_k,
-            rows_block="BLOCK_N", HEAD_DIM=head_dim, CAUSAL=causal)
+            rows_block="BLOCK_N", HEAD_DIM=head_dim, CAUSAL=causal, DOT_PRECISION=_dot_precision(q.dtype))
 
     dq = _new_buffer((batch, n_heads, n_q, head_dim), q.dtype, device)
     _launch("_bwd_dq", device, True, None, n_q, batch * n_heads,
             q, k, v, do, lse, delta, dq, sm_scale, qk_scale,
             *q.stride(), *k.stride(), *v.stride(), *do.stride(),
             n_heads, group, n_q, n_k,
-            HEAD_DIM=head_dim, CAUSAL=causal)
+            HEAD_DIM=head_dim, CAUSAL=causal, DOT_PRECISION=_dot_precision(q.dtype))
     return dq.to(out_dtype), dk.to(out_dtype), dv.to(out_dtype)
 
 

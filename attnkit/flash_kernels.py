@@ -10,6 +10,8 @@ Conventions shared by every kernel:
 - causal attention is aligned to the end: query i sees key j when j <= i + SHIFT, SHIFT = Nk - Nq;
 - scores are scaled once by ``qk_scale``; with ``USE_EXP2`` that scale includes log2(e), so the
   softmax uses exp2 (one instruction) and the saved log-sum-exp is converted back to natural log;
+- ``DOT_PRECISION`` is "ieee" for fp32 inputs (tf32 products would put ~1e-3 of error into the
+  exponentials) and "tf32" otherwise (ignored for fp16/bf16 operands);
 - loops are split into blocks that need no masks (full blocks, fully visible) and the few that do
   (the diagonal of the causal mask and the ragged last block); ``SPLIT=False`` masks every block.
 """
@@ -31,7 +33,7 @@ LN2 = 0.6931471805599453     # ln(2): log(x) == log2(x) * LN2
 def _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
                offs_m, lo, hi, n_k, shift, qk_scale,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               USE_EXP2: tl.constexpr):
+               USE_EXP2: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Fold key blocks [lo, hi) into the running (acc, l_i, m_i) of one query block.
 
     acc: [BLOCK_M, D] fp32, unnormalised output; l_i, m_i: [BLOCK_M] running sum and maximum;
@@ -48,7 +50,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
         else:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
-        qk = tl.dot(q, tl.trans(k))                                    # [BLOCK_M, BLOCK_N]
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)                                    # [BLOCK_M, BLOCK_N]
         if MASKED:
             visible = cols[None, :] < n_k
             if CAUSAL:
@@ -70,7 +72,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
             alpha = tl.exp(m_i - m_sub)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_new
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
@@ -86,7 +88,7 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
               n_heads, group, n_q, n_k,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, USE_EXP2: tl.constexpr,
-              SPLIT: tl.constexpr):
+              SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr = "tf32"):
     """O = softmax(Q Kᵀ · scale) V for one block of BLOCK_M queries of one (batch, head).
 
     grid = (cdiv(Nq, BLOCK_M), B * Hq). LSE: contiguous fp32 [B, Hq, Nq], natural log, -inf for a
@@ -123,14 +125,14 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
     if SPLIT:
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
                                    offs_m, 0, full, n_k, shift, qk_scale,
-                                   BLOCK_N, False, CAUSAL, USE_EXP2)
+                                   BLOCK_N, False, CAUSAL, USE_EXP2, DOT_PRECISION)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
                                    offs_m, full, hi, n_k, shift, qk_scale,
-                                   BLOCK_N, True, CAUSAL, USE_EXP2)
+                                   BLOCK_N, True, CAUSAL, USE_EXP2, DOT_PRECISION)
     else:
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
                                    offs_m, 0, hi, n_k, shift, qk_scale,
-                                   BLOCK_N, True, CAUSAL, USE_EXP2)
+                                   BLOCK_N, True, CAUSAL, USE_EXP2, DOT_PRECISION)
 
     empty = l_i == 0.0                                                 # rows that saw no key
     l_safe = tl.where(empty, 1.0, l_i)
@@ -179,7 +181,8 @@ def _lse2(lse):
 @triton.jit
 def _bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, LSE, DELTA, stride_qm, stride_dom,
                     offs_n, lo, hi, n_q, shift, qk_scale,
-                    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+                    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr):
     """Accumulate dK, dV of one key block over query blocks [lo, hi) of one query head.
 
     k, v: [BLOCK_N, D]; dk, dv: [BLOCK_N, D] fp32; q_ptrs, do_ptrs: [BLOCK_M, D] pointers to rows
@@ -200,17 +203,17 @@ def _bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, LSE, DELTA, stride_qm, stride
             do = tl.load(do_ptrs)
             lse2 = _lse2(tl.load(LSE + rows))
             delta = tl.load(DELTA + rows)
-        s_t = tl.dot(k, tl.trans(q)) * qk_scale                       # [BLOCK_N, BLOCK_M]
+        s_t = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale                       # [BLOCK_N, BLOCK_M]
         p_t = tl.math.exp2(s_t - lse2[None, :])
         if MASKED:
             visible = rows[None, :] < n_q
             if CAUSAL:
                 visible = visible & (offs_n[:, None] <= rows[None, :] + shift)
             p_t = tl.where(visible, p_t, 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do)                             # [BLOCK_N, D]
-        dp_t = tl.dot(v, tl.trans(do))                                 # [BLOCK_N, BLOCK_M]
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)                             # [BLOCK_N, D]
+        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)                                 # [BLOCK_N, BLOCK_M]
         ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(q.dtype), q)
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=DOT_PRECISION)
         q_ptrs += BLOCK_M * stride_qm
         do_ptrs += BLOCK_M * stride_dom
     return dk, dv
@@ -224,7 +227,7 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, qk_scale,
               stride_dob, stride_doh, stride_dom, stride_dod,
               n_heads, n_heads_kv, group, n_q, n_k,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr = "tf32"):
     """dK, dV for one block of BLOCK_N keys of one (batch, KV head), summed over its ``group`` query heads.
 
     grid = (cdiv(Nk, BLOCK_N), B * Hkv). DK, DV: contiguous [B, Hkv, Nk, D].
@@ -265,11 +268,11 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, qk_scale,
         lse_h = LSE + off_bh * n_q
         delta_h = DELTA + off_bh * n_q
         dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_h, delta_h, stride_qm, stride_dom,
-                                 offs_n, lo, mid, n_q, shift, qk_scale, BLOCK_M, True, CAUSAL)
+                                 offs_n, lo, mid, n_q, shift, qk_scale, BLOCK_M, True, CAUSAL, DOT_PRECISION)
         dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_h, delta_h, stride_qm, stride_dom,
-                                 offs_n, mid, full, n_q, shift, qk_scale, BLOCK_M, False, CAUSAL)
+                                 offs_n, mid, full, n_q, shift, qk_scale, BLOCK_M, False, CAUSAL, DOT_PRECISION)
         dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_h, delta_h, stride_qm, stride_dom,
-                                 offs_n, full, n_q, n_q, shift, qk_scale, BLOCK_M, True, CAUSAL)
+                                 offs_n, full, n_q, n_q, shift, qk_scale, BLOCK_M, True, CAUSAL, DOT_PRECISION)
 
     dk *= sm_scale
     out = off_bhk.to(tl.int64) * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
@@ -280,7 +283,8 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, qk_scale,
 @triton.jit
 def _bwd_dq_inner(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn,
                   offs_m, lo, hi, n_k, shift, qk_scale,
-                  BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+                  BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                  DOT_PRECISION: tl.constexpr):
     """Accumulate dQ of one query block over key blocks [lo, hi). dq, q, do: [BLOCK_M, D]."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += lo * stride_kn
@@ -293,16 +297,16 @@ def _bwd_dq_inner(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn,
         else:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
-        s = tl.dot(q, tl.trans(k)) * qk_scale                          # [BLOCK_M, BLOCK_N]
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale                          # [BLOCK_M, BLOCK_N]
         p = tl.math.exp2(s - lse2[:, None])
         if MASKED:
             visible = cols[None, :] < n_k
             if CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + shift)
             p = tl.where(visible, p, 0.0)
-        dp = tl.dot(do, tl.trans(v))                                   # [BLOCK_M, BLOCK_N]
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)                                   # [BLOCK_M, BLOCK_N]
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq)                             # [BLOCK_M, D]
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)                             # [BLOCK_M, D]
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
     return dq
@@ -316,7 +320,7 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, qk_scale,
             stride_dob, stride_doh, stride_dom, stride_dod,
             n_heads, group, n_q, n_k,
             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+            BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr = "tf32"):
     """dQ for one block of BLOCK_M queries of one (batch, head). grid = (cdiv(Nq, BLOCK_M), B * Hq);
     DQ: contiguous [B, Hq, Nq, D]."""
     start_m = tl.program_id(0)
@@ -347,9 +351,9 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, qk_scale,
         hi = n_k
         full = n_k // BLOCK_N * BLOCK_N
     dq = _bwd_dq_inner(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn,
-                       offs_m, 0, full, n_k, shift, qk_scale, BLOCK_N, False, CAUSAL)
+                       offs_m, 0, full, n_k, shift, qk_scale, BLOCK_N, False, CAUSAL, DOT_PRECISION)
     dq = _bwd_dq_inner(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn,
-                       offs_m, full, hi, n_k, shift, qk_scale, BLOCK_N, True, CAUSAL)
+                       offs_m, full, hi, n_k, shift, qk_scale, BLOCK_N, True, CAUSAL, DOT_PRECISION)
 
     dq *= sm_scale
     out = off_bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
