@@ -1,0 +1,102 @@
+"""`make site` builds the course website from the stored outputs: a page per notebook, working links."""
+import re
+import shutil
+import subprocess
+
+import nbformat
+import pytest
+
+from attnkit import site
+from attnkit.course import LESSONS
+from attnkit.notebooks import course_notebooks
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(["make", "-s", "site", f"SITE_ARGS=--out {out}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_every_course_notebook_has_a_page_in_the_contents(built):
+    html = built / "html"
+    index = (html / "index.html").read_text()
+    notebooks = [p.relative_to(ROOT).as_posix() for p in course_notebooks()]
+    assert any(n.startswith("notebooks/") for n in notebooks)
+    for rel in notebooks:
+        page = html / site.html_path(rel)
+        assert page.is_file(), f"no page for {rel}"
+        assert f'href="{site.html_path(rel)}"' in index, f"the contents do not link {rel}"
+    for lesson in LESSONS:
+        if (ROOT / lesson.notebook).exists():
+            title = re.search(r"<title>(.*?)</title>", (html / site.html_path(lesson.notebook)).read_text()).group(1)
+            assert title.strip(), f"{lesson.notebook} has no title"
+        else:
+            assert f"{lesson.title} (in preparation)" in index
+
+
+@pytest.mark.slow
+def test_links_and_figures_work_and_sphinx_does_not_warn(built):
+    assert site.broken_links(built / "html") == []
+    warnings = (built / "warnings.txt").read_text().strip()
+    assert warnings == "", f"sphinx warned while building the site:\n{warnings}"
+    with_images = [p for p in course_notebooks()
+                   if any("image/png" in o.get("data", {}) for c in nbformat.read(p, as_version=4).cells
+                          if c.cell_type == "code" for o in c.outputs)]
+    for path in with_images:
+        page = (built / "html" / site.html_path(path.relative_to(ROOT).as_posix())).read_text()
+        assert re.search(r'<img [^>]*src="[^"]*_images/', page), f"{path.name}: its figures are missing"
+
+
+@pytest.mark.slow
+def test_widgets_are_embedded_with_their_stored_state(built):
+    lesson3 = next(l for l in LESSONS if l.number == 3)
+    if not (ROOT / lesson3.notebook).exists():
+        pytest.skip(f"{lesson3.notebook} does not exist yet")
+    nb = nbformat.read(ROOT / lesson3.notebook, as_version=4)
+    if "widgets" not in nb.metadata:
+        pytest.skip(f"{lesson3.notebook} stores no widget state")
+    page = (built / "html" / site.html_path(lesson3.notebook)).read_text()
+    assert "application/vnd.jupyter.widget-state+json" in page
+    assert "application/vnd.jupyter.widget-view+json" in page
+
+
+@pytest.mark.slow
+def test_the_site_shows_stored_outputs_and_can_leave_solutions_out(tmp_path):
+    # A course with one lesson whose stored output could never come from running it: the site must
+    # show the stored text (nothing is executed), and --no-solutions must leave solutions/ out.
+    root = tmp_path / "course"
+    lesson = LESSONS[1]
+    for rel in (lesson.notebook, lesson.solution):
+        nb = nbformat.v4.new_notebook(cells=[
+            nbformat.v4.new_markdown_cell(f"# {lesson.title}\n\nSee [the lab]({'../' + lesson.lab})."),
+            nbformat.v4.new_code_cell("print(1 + 1)", execution_count=1, outputs=[
+                nbformat.v4.new_output("stream", name="stdout", text="stored-output-7f3a\n")]),
+        ])
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, root / rel)
+    (root / lesson.lab).parent.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "fixtures" / "lab01_wrong.ipynb", root / lesson.lab)
+    html = site.build(tmp_path / "out", root=root, solutions=False)
+    page = (html / site.html_path(lesson.notebook)).read_text()
+    assert "stored-output-7f3a" in page and ">2<" not in page
+    assert not (html / site.html_path(lesson.solution)).exists()
+    assert (html / site.html_path(lesson.lab)).exists()
+    assert site.broken_links(html) == []            # the lesson's link to its lab works
+    assert f'href="../{site.html_path(lesson.lab)}"' in page
+
+
+def test_broken_links_are_found(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "index.html").write_text('<a href="a/page.html#x">ok</a> <a href="https://example.org/">out</a>')
+    (tmp_path / "a" / "page.html").write_text('<img src="../_images/missing.png"> <a href="../index.html">up</a>')
+    assert site.broken_links(tmp_path) == ["a/page.html -> ../_images/missing.png"]
+
+
+def test_an_empty_course_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="root: no course notebook found"):
+        site.build(tmp_path / "out", root=tmp_path)
