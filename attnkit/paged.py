@@ -241,6 +241,7 @@ def _kernels(device: torch.device):
     if _interpreted_module is None:
         spec = importlib.util.spec_from_file_location("attnkit._paged_interpreted", __file__)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module                 # dataclasses look their module up there
         saved = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1"
         try:
@@ -265,7 +266,7 @@ class LaunchConfig:
 
 INTERPRETER_CONFIG = LaunchConfig(16, 1, 1)   # small blocks: ragged lengths span several blocks
 # On a GPU (chosen by the sweep in scripts/gpu_paged.py on an H100; see figures/paged_notes.md).
-GPU_CONFIGS = {"grouped": LaunchConfig(64, 4, 3), "per_head": LaunchConfig(64, 4, 3)}
+GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 4), "per_head": LaunchConfig(128, 4, 2)}
 
 
 # ------------------------------------------------------------------------------------- input checks

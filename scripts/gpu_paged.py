@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from attnkit import bench_paged, paged
-from attnkit.benchmarking import provenance, time_ms, write_results
+from attnkit.benchmarking import provenance, write_results
 from attnkit.tolerances import rel_error, tolerance
 
 
@@ -42,7 +42,7 @@ def sweep():
                 for stages in (2, 3, 4):
                     config = paged.LaunchConfig(block_n, warps, stages)
                     try:
-                        ms = time_ms(lambda: paged._launch(*args, 0.088, 1, variant, config), rep=50)
+                        ms = bench_paged.graph_ms(lambda: paged._launch(*args, 0.088, 1, variant, config))
                     except Exception as exc:
                         log(f"sweep {variant} {config}: failed {type(exc).__name__}")
                         continue
@@ -58,7 +58,7 @@ def sweep():
     nbytes = bench_paged.kv_bytes(*bench_paged.SHAPES["long"])
     splits = []
     for s in (8, 16, 24, 32, 48, 64, 96, 128):
-        ms = time_ms(lambda: paged._launch(*args, 0.088, s, "grouped"), rep=50)
+        ms = bench_paged.graph_ms(lambda: paged._launch(*args, 0.088, s, "grouped"))
         splits.append((ms, s))
         log(f"sweep long grouped splits={s}: {ms:.4f} ms  {nbytes / ms / 1e6:.0f} GB/s")
     del p, args
