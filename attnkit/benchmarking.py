@@ -16,7 +16,7 @@ from pathlib import Path
 from .device import versions
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
-SUITES = ("flash", "flash_ladder", "paged", "kvcache")
+SUITES = ("naive_attention", "naive_profile", "flash", "flash_ladder", "paged", "kvcache", "serving")
 PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
 

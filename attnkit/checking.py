@@ -59,6 +59,32 @@ def not_implemented(name: str) -> CheckResult:
                        f"⏳ {name}: not implemented yet (replace `raise NotImplementedError` with your code).")
 
 
+def is_not_implemented(exc: BaseException) -> bool:
+    """Did a blank exercise (``raise NotImplementedError``) cause ``exc``, however it was wrapped?
+
+    Plain Python raises it as is. In a Triton kernel, the interpreter (CPU) wraps it as
+    InterpreterError('NotImplementedError()') caused by the original; the compiler (GPU) refuses the
+    ``raise`` statement with a CompilationError that quotes the line.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NotImplementedError):
+            return True
+        if "CompilationError" in [t.__name__ for t in type(exc).__mro__] and \
+                "raise NotImplementedError" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def student_error(exc: BaseException) -> BaseException:
+    """The error to show a student: Triton's interpreter wraps the one raised in the kernel's line."""
+    if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None:
+        return exc.__cause__
+    return exc
+
+
 def _preview(a: np.ndarray, limit: int = 6) -> str:
     flat = np.asarray(a, dtype=np.float64)
     with np.printoptions(precision=4, suppress=True, threshold=limit, edgeitems=2, linewidth=100):
@@ -112,9 +138,10 @@ def run_check(
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")      # keep the report the only output
                 got = student_fn(*c.args, **c.kwargs)
-        except NotImplementedError:
-            return not_implemented(name)
-        except Exception as exc:  # a student's bug: report it, never a traceback
+        except Exception as exc:  # a blank, or a student's bug: report it, never a traceback
+            if is_not_implemented(exc):
+                return not_implemented(name)
+            exc = student_error(exc)
             last = traceback.extract_tb(exc.__traceback__)[-1]
             return CheckResult(name, FAILED,
                                f"❌ {name}: {where}: your function raised {type(exc).__name__}: {exc}\n"

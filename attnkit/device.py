@@ -29,6 +29,30 @@ def ensure_triton_backend() -> None:
     """Switch on Triton's interpreter when no CUDA GPU is present. Call before ``import triton``."""
     if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
         os.environ["TRITON_INTERPRET"] = "1"
+    _mend_old_interpreter()
+
+
+def _mend_old_interpreter() -> None:
+    """Let older Triton interpreters (3.4 to 3.6 at least) run under NumPy 2.4 and newer.
+
+    They turn a scalar tensor into a Python int with ``int(array)``, which NumPy 2.4 rejects for the
+    1-element arrays the interpreter uses for scalars, so a loop such as ``range(lo, hi, BLOCK)`` with
+    computed bounds fails. Newer Triton squeezes the array first; this does the same for older ones.
+    """
+    if not _interpreter_breaks_on_new_numpy():
+        return
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "mended_by_attnkit", False):
+        return
+
+    def patch_lang_tensor(tensor, *args, **kwargs):
+        original(tensor, *args, **kwargs)
+        tensor.__index__ = lambda self: int(self.handle.data.squeeze())
+
+    patch_lang_tensor.mended_by_attnkit = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
 
 
 def _version(package: str) -> str | None:
@@ -100,10 +124,6 @@ def _detect() -> Runtime:
     else:
         notes.append("No GPU: Triton kernels run in Triton's interpreter on small sizes, and bf16 kernels "
                      "compute in fp32 (the interpreter's bf16 arithmetic is not faithful).")
-        if _interpreter_breaks_on_new_numpy():
-            notes.append(f"Triton {triton}'s interpreter cannot run loops with computed bounds under NumPy "
-                         f"{_version('numpy')} (2.4 made int() of a 1-element array an error): install "
-                         "'numpy<2.4' or a newer Triton.")
     return Runtime("cpu", None, None, triton, triton is not None, in_colab, tuple(notes))
 
 

@@ -32,7 +32,10 @@ def main() -> int:
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
-    for filename, draw in sorted(_REGISTRY.items()):
+    # Run as `python -m attnkit.plotting`, this file is __main__: the registry that the diagram modules
+    # filled is the one of the imported module attnkit.plotting.
+    registry = importlib.import_module("attnkit.plotting")._REGISTRY
+    for filename, draw in sorted(registry.items()):
         fig = draw()
         fig.savefig(FIGURES / filename, dpi=120, bbox_inches="tight")
         print(f"drew figures/{filename}")

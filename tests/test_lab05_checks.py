@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnkit.device import ensure_triton_backend
+from attnkit.checking import is_not_implemented
 from attnkit.labs import lab05
 from attnkit.notebooks import ROOT
 
@@ -186,7 +187,7 @@ def test_compiler_refusing_the_placeholder_counts_as_not_implemented():
     src = "def kernel(x):\n    raise NotImplementedError\n"
     node = ast.parse(src).body[0].body[0]
     exc = UnsupportedLanguageConstruct(src, node, "unsupported AST node type: Raise")
-    assert lab05._is_not_implemented(exc)
-    assert not lab05._is_not_implemented(UnsupportedLanguageConstruct(src.replace("raise", "return"), node,
+    assert is_not_implemented(exc)
+    assert not is_not_implemented(UnsupportedLanguageConstruct(src.replace("raise", "return"), node,
                                                                       "unsupported AST node type: Return"))
-    assert not lab05._is_not_implemented(ValueError("q: wrong shape"))
+    assert not is_not_implemented(ValueError("q: wrong shape"))

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..checking import CheckResult, case, run_check, summarize
+from ..checking import CheckResult, case, is_not_implemented, run_check, student_error, summarize
 from ..device import runtime
 from ..reference import attention_ref
 from ..tolerances import tolerance
@@ -36,36 +36,15 @@ HINT_GQA = ("query head h shares the K/V of head h // (Hq // Hkv): consecutive q
             "(not h % Hkv, which interleaves them).")
 
 
-def _is_not_implemented(exc: BaseException) -> bool:
-    """Did ``raise NotImplementedError`` in the student's kernel cause ``exc``?
-
-    The interpreter (CPU) wraps it: InterpreterError('NotImplementedError()') from NotImplementedError.
-    The compiler (GPU) refuses a ``raise`` statement in a kernel with a CompilationError whose
-    message quotes the source up to the offending line.
-    """
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, NotImplementedError):
-            return True
-        if "CompilationError" in [t.__name__ for t in type(exc).__mro__] and \
-                "raise NotImplementedError" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
 def _student(flash_forward: Callable) -> Callable:
     """The student's function, with Triton's wrapping of errors taken off for a readable report."""
     def call(q, k, v, causal):
         try:
             return flash_forward(q, k, v, causal=causal)
         except Exception as exc:
-            if _is_not_implemented(exc):
+            if is_not_implemented(exc):
                 raise NotImplementedError from None
-            if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None:
-                raise exc.__cause__ from None           # the error in the student's kernel line
-            raise
+            raise student_error(exc) from None           # the error in the student's kernel line
     return call
 
 

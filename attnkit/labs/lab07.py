@@ -15,7 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..checking import NOT_IMPLEMENTED, CheckResult, case, not_implemented, run_check, summarize
+from ..checking import (NOT_IMPLEMENTED, CheckResult, case, is_not_implemented, not_implemented, run_check,
+                        student_error, summarize)
 from ..device import runtime
 from ..kvcache import kv_cache_bytes, rope_append_reference
 from ..models import MODELS
@@ -69,19 +70,6 @@ def check_rope(rope: Callable, seed: int | None = None) -> CheckResult:
 
 
 # ------------------------------------------------------------------------------------ exercise 3
-def _is_not_implemented(exc: BaseException) -> bool:
-    """Did ``raise NotImplementedError`` in the student's kernel (interpreted or compiled) cause ``exc``?"""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, NotImplementedError):
-            return True
-        if "CompilationError" in [t.__name__ for t in type(exc).__mro__] and "raise NotImplementedError" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
 def _append_cases(seed):
     """(q, k, v, k_cache, v_cache, seqlens_k, mode, label) on the course's device, float32."""
     import torch
@@ -117,11 +105,9 @@ def check_rope_append(rope_append: Callable, seed: int | None = None) -> CheckRe
             try:
                 q_rot = rope_append(q, k, v, k_cache, v_cache, seqlens, mode)
             except Exception as exc:
-                if _is_not_implemented(exc):
+                if is_not_implemented(exc):
                     raise NotImplementedError from None
-                if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None:
-                    raise exc.__cause__ from None
-                raise
+                raise student_error(exc) from None
             results[index] = (q_rot, k_cache, v_cache)
         return results[index]
 

@@ -1,0 +1,38 @@
+"""Benchmark plumbing: every recorded result says where it came from; every suite can be run."""
+import importlib
+
+import pytest
+
+from attnkit import benchmarking
+from conftest import ROOT
+
+RECORDED = sorted((ROOT / "figures").glob("bench_*.csv"))
+
+
+def test_results_round_trip_with_provenance(tmp_path):
+    path = benchmarking.write_results("demo", [{"n": 512, "ms": 1.25, "backend": "x"}], directory=tmp_path)
+    rows = benchmarking.read_results("demo", directory=tmp_path)
+    assert rows[0]["n"] == 512.0 and rows[0]["ms"] == 1.25 and rows[0]["backend"] == "x"
+    assert set(benchmarking.PROVENANCE) <= set(rows[0])
+    assert path.name == "bench_demo.csv"
+    assert benchmarking.describe_source(rows).startswith(f"recorded on {rows[0]['gpu']} on {rows[0]['date']}")
+
+
+def test_nothing_to_write_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="rows"):
+        benchmarking.write_results("empty", [], directory=tmp_path)
+
+
+@pytest.mark.parametrize("name", benchmarking.SUITES)
+def test_every_suite_has_a_run_function(name):
+    module = importlib.import_module(f"attnkit.bench_{name}")
+    assert callable(module.run)
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.name for p in RECORDED])
+def test_every_recorded_result_names_gpu_date_and_versions(path):
+    rows = benchmarking.read_results(path.stem.removeprefix("bench_"))
+    assert rows, f"{path.name} is empty"
+    for row in rows:
+        assert "H100" in row["gpu"] or "H200" in row["gpu"]
+        assert row["date"] and row["torch"] and row["triton"] and row["cuda"] and row["cudnn"]
