@@ -4,8 +4,8 @@
     python -m attnkit.site --no-solutions        # leave solutions/ out, e.g. for a class's own site
     python -m attnkit.site --out DIR             # build elsewhere
 
-The lessons, labs and solutions that exist (``attnkit.notebooks.course_notebooks``), the figures and
-the instructor guide are copied into ``<out>/src`` with the repository's layout, so relative links
+The lessons, labs and solutions that exist (``attnkit.notebooks.course_notebooks``), the figures (with
+the notes on recorded results, ``figures/*.md``) and the instructor guide are copied into ``<out>/src`` with the repository's layout, so relative links
 between them keep working, and Sphinx with MyST-NB renders them (settings: ``site/conf.py``). The table
 of contents comes from ``attnkit/course.py``. Open ``<out>/html/index.html`` in a browser.
 """
@@ -43,7 +43,7 @@ def html_path(relpath: str) -> str:
     return str(Path(relpath).with_suffix(".html").as_posix())
 
 
-def index_source(pages: list[str], guides: list[str]) -> str:
+def index_source(pages: list[str], guides: list[str], notes: list[str] = ()) -> str:
     """The home page: what the course is, a table of every lesson, and the navigation tree."""
     present = set(pages)
     lines = [
@@ -72,6 +72,7 @@ def index_source(pages: list[str], guides: list[str]) -> str:
     groups = [("Lessons", [p for p in pages if p.startswith("notebooks/")]),
               ("Labs", [p for p in pages if p.startswith("labs/")]),
               ("Solutions", [p for p in pages if p.startswith("solutions/")]),
+              ("Recorded results", list(notes)),
               ("For instructors", guides)]
     for caption, entries in groups:
         if not entries:
@@ -94,16 +95,18 @@ def stage(src: Path, *, root: Path = ROOT, solutions: bool = True) -> list[str]:
     for rel in pages:
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, src / rel)
+    notes = []
     for folder in ASSET_DIRS:
         if (root / folder).is_dir():
             shutil.copytree(root / folder, src / folder, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+            notes += sorted(p.relative_to(src).as_posix() for p in (src / folder).rglob("*.md"))
     guides = []
     for rel in GUIDES:
         if (root / rel).exists():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / rel, src / rel)
             guides.append(rel)
-    (src / "index.md").write_text(index_source(pages, guides))
+    (src / "index.md").write_text(index_source(pages, guides, notes))
     return pages
 
 
