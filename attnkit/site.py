@@ -3,6 +3,7 @@
     python -m attnkit.site                       # build site/_build/html (what `make site` runs)
     python -m attnkit.site --no-solutions        # leave solutions/ out, e.g. for a class's own site
     python -m attnkit.site --out DIR             # build elsewhere
+    python -m attnkit.site --root CHECKOUT       # build another copy of the course
 
 The lessons, labs and solutions that exist (``attnkit.notebooks.course_notebooks``), the figures (with
 the notes on recorded results, ``figures/*.md``) and the instructor guide are copied into ``<out>/src`` with the repository's layout, so relative links
@@ -175,8 +176,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnkit.site", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="build folder (default: site/_build)")
     parser.add_argument("--no-solutions", action="store_true", help="leave solutions/ out of the site")
+    parser.add_argument("--root", default=str(ROOT), help="the course checkout to build (default: this one)")
     args = parser.parse_args(argv)
-    html_dir = build(args.out, solutions=not args.no_solutions)
+    try:
+        html_dir = build(args.out, root=Path(args.root), solutions=not args.no_solutions)
+    except ValueError as exc:
+        parser.error(str(exc))
     broken = broken_links(html_dir)
     for line in broken:
         print(f"broken link: {line}")

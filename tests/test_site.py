@@ -2,6 +2,7 @@
 import re
 import shutil
 import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -12,10 +13,18 @@ from attnkit.notebooks import course_notebooks
 from conftest import ROOT
 
 
+def offline_prefix() -> list[str]:
+    """``unshare -n`` (no network at all) where this machine allows it, else nothing."""
+    if shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+        return ["unshare", "-n"]
+    return []
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    """The whole course's site, built without a network where the machine can cut it off."""
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run(["make", "-s", "site", f"SITE_ARGS=--out {out}"], cwd=ROOT,
+    done = subprocess.run([*offline_prefix(), sys.executable, "-m", "attnkit.site", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return out
@@ -66,7 +75,7 @@ def test_widgets_are_embedded_with_their_stored_state(built):
 
 
 @pytest.mark.slow
-def test_the_site_shows_stored_outputs_and_can_leave_solutions_out(tmp_path):
+def test_make_site_shows_stored_outputs_and_can_leave_solutions_out(tmp_path):
     # A course with one lesson whose stored output could never come from running it: the site must
     # show the stored text (nothing is executed), and --no-solutions must leave solutions/ out.
     root = tmp_path / "course"
@@ -81,7 +90,10 @@ def test_the_site_shows_stored_outputs_and_can_leave_solutions_out(tmp_path):
         nbformat.write(nb, root / rel)
     (root / lesson.lab).parent.mkdir(parents=True)
     shutil.copy(ROOT / "tests" / "fixtures" / "lab01_wrong.ipynb", root / lesson.lab)
-    html = site.build(tmp_path / "out", root=root, solutions=False)
+    done = subprocess.run(["make", "-s", "site", f"SITE_ARGS=--out {tmp_path / 'out'} --root {root} --no-solutions"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    html = tmp_path / "out" / "html"
     page = (html / site.html_path(lesson.notebook)).read_text()
     assert "stored-output-7f3a" in page and ">2<" not in page
     assert not (html / site.html_path(lesson.solution)).exists()
