@@ -342,7 +342,7 @@ def plot_timeline(result: ServeResult, ax=None):
     ax.set_ylabel("request id")
     ax.set_yticks(sorted(result.completions))
     ax.set_xlim(-1, len(result.steps))
-    ax.invert_yaxis()
+    ax.set_ylim(max(result.completions) + 0.6, -1.6)       # request 0 on top, a free row for the legend
     handles = [Patch(color=c, label=k) for k, c in TIMELINE_COLORS.items()]
     ax.legend(handles=handles + [plt.Line2D([], [], color="black", marker="|", ls="", markersize=12,
                                             label="finished, pages freed")],

@@ -167,9 +167,10 @@ def greedy_no_cache(model: TinyModel, prompt: list[int], max_new_tokens: int, st
     if not prompt:
         raise ValueError("prompt: needs at least one token")
     seq = list(prompt)
+    device = model.head.weight.device
     tokens, logits = [], []
     for _ in range(max_new_tokens):
-        last = model(torch.tensor([seq]))[0, -1]                   # [vocab]
+        last = model(torch.tensor([seq], device=device))[0, -1]    # [vocab]
         token = int(last.argmax())
         tokens.append(token)
         logits.append(last)
