@@ -3,12 +3,14 @@
     python -m attnkit.grading --lab 01 submissions/*.ipynb [--out build/grades] [--strict]
     make grade LAB=01 NOTEBOOK=path/to/student_lab.ipynb
 
-For each notebook the grader starts a fresh kernel in the notebook's folder, runs every cell top to
-bottom (a cell that raises is recorded and the run goes on), then, in the same kernel, calls each
-check of ``attnkit.labs.labNN.EXERCISES`` on the student's function of that name. So a notebook is
-graded on the code it contains, whatever its stored outputs say and whether or not its check cells
-were run. Each exercise is graded in its own cell, so one that hangs costs only itself (it is
-interrupted after ``--timeout`` seconds).
+The exercises are the lab's check cells: each cell of ``labs/labNN_*.ipynb`` that calls one
+``check_*`` function of ``attnkit.labs.labNN`` (``check_scores(scores)``) is one exercise. For each
+student notebook the grader starts a fresh kernel in the notebook's folder and runs every cell top to
+bottom (a cell that raises is recorded and the run goes on); then, in the same kernel, it makes each
+of those calls again, with the check imported afresh from the package, on the notebook's own
+definitions. So a notebook is graded on the code it contains, whatever its stored outputs say and
+whether or not its check cells were run. Each exercise is graded in its own cell, so one that hangs
+costs only itself (it is interrupted after ``--timeout`` seconds).
 
 Written to the output folder, per notebook ``<name>``:
     <name>.summary.txt   the reports students see, the score, and the cells that raised
@@ -59,7 +61,8 @@ class Grade:
 
     notebook: Path
     lab: str                                   # e.g. "lab01_attention_by_hand"
-    results: list[CheckResult] = field(default_factory=list)
+    results: list[CheckResult] = field(default_factory=list)    # one per exercise, in order
+    exercises: list[Exercise] = field(default_factory=list)
     errors: list[CellError] = field(default_factory=list)
     problem: str | None = None                 # why the notebook could not be run at all
     seconds: float = 0.0
@@ -105,40 +108,109 @@ def find_lab(lab: str | int) -> Lesson:
     raise ValueError(f"lab: {lab!r} names no lab of the course; the labs are {known}")
 
 
-def lab_module(lesson: Lesson):
-    """``attnkit.labs.labNN``, which must define ``EXERCISES``: student function name -> check."""
+@dataclass(frozen=True)
+class Exercise:
+    """One check cell of the lab, e.g. ``check_scores(scores)``: a check of ``attnkit.labs.labNN``
+    called on names the student's notebook defines (and constant keyword arguments)."""
+
+    check: str                                 # "check_scores"
+    args: tuple[str, ...]                      # ("scores",)
+    kwargs: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def call(self) -> str:
+        parts = list(self.args) + [f"{k}={v!r}" for k, v in self.kwargs]
+        return f"{self.check}({', '.join(parts)})"
+
+    @property
+    def name(self) -> str:
+        """What the reports call it before the check has run: the student's first name in the call."""
+        return self.args[0] if self.args else self.check
+
+
+def _check_call(source: str, module):
+    """The Exercise of a cell whose only statement calls a check of ``module``; None for other cells."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr) or not isinstance(tree.body[0].value, ast.Call):
+        return None
+    call = tree.body[0].value
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if not name or not name.startswith("check_") or not callable(getattr(module, name, None)):
+        return None
+    if not all(isinstance(a, ast.Name) for a in call.args) or \
+            not all(k.arg and isinstance(k.value, ast.Constant) for k in call.keywords):
+        return None
+    return Exercise(name, tuple(a.id for a in call.args), tuple((k.arg, k.value.value) for k in call.keywords))
+
+
+def lab_exercises(lesson: Lesson, root: Path | None = None) -> tuple[object, list[Exercise]]:
+    """The lab's check module and its graded exercises, read from the lab notebook's check cells.
+
+    Each code cell that is a single call of a ``check_*`` function of ``attnkit.labs.labNN`` on names
+    is one exercise. A summary cell (a call on several names that re-checks all the others, such as
+    ``check_lab(...)``) is not counted twice.
+    """
+    import nbformat
+
+    from .notebooks import ROOT
+
+    root = Path(root or ROOT)
     module_name = f"attnkit.labs.lab{lesson.number:02d}"
     if importlib.util.find_spec(module_name) is None:
         raise ValueError(f"lab: lab {lesson.number:02d} has no checks yet ({module_name} does not exist)")
     module = importlib.import_module(module_name)
-    exercises = getattr(module, "EXERCISES", None)
-    if not isinstance(exercises, dict) or not exercises:
-        raise ValueError(f"lab: {module_name} has no EXERCISES table (student function name -> check)")
-    return module
+    source = next((root / rel for rel in (lesson.lab, lesson.solution) if (root / rel).exists()), None)
+    if source is None:
+        raise ValueError(f"lab: lab {lesson.number:02d} has no notebook yet ({lesson.lab})")
+    nb = nbformat.read(source, as_version=4)
+    calls = [e for c in nb.cells if c.cell_type == "code" for e in [_check_call(c.source, module)] if e]
+    exercises = []
+    for e in calls:
+        others = {a for o in calls if o is not e for a in o.args}
+        if len(e.args) > 1 and others and others <= set(e.args):
+            continue                                    # the summary of the other checks
+        if e not in exercises:
+            exercises.append(e)
+    if not exercises:
+        raise ValueError(f"lab: {source.relative_to(root)} has no check cell (a cell calling one "
+                         f"check_* function of {module_name})")
+    return module, exercises
 
 
-def grader_source(module_name: str, function: str, timeout: int = DEFAULT_TIMEOUT) -> str:
-    """A cell run in the student's kernel after their notebook: one check, its result as a JSON line."""
+def grader_source(module_name: str, exercise: Exercise, timeout: int = DEFAULT_TIMEOUT) -> str:
+    """A cell run in the student's kernel after their notebook: one check, its result as a JSON line.
+
+    The check is imported afresh from the package (a notebook that redefines ``check_…`` changes
+    nothing) and called on the notebook's own definitions.
+    """
     return f"""
 import importlib as __ak_importlib, json as __ak_json
 def __ak_grade():
-    name, timeout = {function!r}, {timeout!r}
-    check = __ak_importlib.import_module({module_name!r}).EXERCISES[name]
-    fn = globals().get(name)
-    if fn is None or not callable(fn):
+    name, call, timeout = {exercise.name!r}, {exercise.call!r}, {timeout!r}
+    check = getattr(__ak_importlib.import_module({module_name!r}), {exercise.check!r})
+    missing = [a for a in {exercise.args!r} if a not in globals()]
+    if missing:
         return dict(name=name, status={FAILED!r}, report=(
-            f"❌ {{name}}: the notebook defines no function `{{name}}` (was its cell run without an error, "
-            f"and is it still called `{{name}}`?)"))
+            f"❌ {{name}}: the notebook defines no `{{missing[0]}}` (was its cell run without an error, "
+            f"and is it still called `{{missing[0]}}`?)"))
     try:
-        result = check(fn)
+        result = check(*[globals()[a] for a in {exercise.args!r}], **dict({exercise.kwargs!r}))
     except KeyboardInterrupt:
         return dict(name=name, status={FAILED!r}, report=(
-            f"❌ {{name}}: not graded: its check ran past {{timeout}} s and was stopped"))
+            f"❌ {{name}}: not graded: {{call}} ran past {{timeout}} s and was stopped"))
     except BaseException as exc:
         return dict(name=name, status={FAILED!r},
-                    report=f"❌ {{name}}: the check stopped: {{type(exc).__name__}}: {{exc}}")
+                    report=f"❌ {{name}}: {{call}} stopped: {{type(exc).__name__}}: {{exc}}")
+    if not all(hasattr(result, a) for a in ("name", "status", "report")):
+        return dict(name=name, status={FAILED!r}, report=f"❌ {{name}}: {{call}} returned no check result")
     return dict(name=result.name, status=result.status, report=result.report)
-print({MARKER!r} + __ak_json.dumps(__ak_grade()))
+print({MARKER!r} + __ak_json.dumps(dict(__ak_grade(), call={exercise.call!r})))
 """.strip()
 
 
@@ -174,7 +246,7 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: int = DEFAULT_TIMEOU
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     lesson = find_lab(lab)
-    module = lab_module(lesson)
+    module, exercises = lab_exercises(lesson)
     path = Path(notebook)
     if not path.is_file():
         raise ValueError(f"notebook: {str(notebook)!r} is not a file")
@@ -183,10 +255,10 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: int = DEFAULT_TIMEOU
     lab_name = Path(lesson.lab).stem
     result = Grade(path, lab_name)
     started = time.monotonic()
-    names = list(module.EXERCISES)
+    result.exercises = exercises
 
     def not_graded(reason: str) -> list[CheckResult]:
-        return [CheckResult(n, FAILED, f"❌ {n}: not graded: {reason}") for n in names]
+        return [CheckResult(e.name, FAILED, f"❌ {e.name}: not graded: {reason}") for e in exercises]
 
     try:
         nb = nbformat.read(path, as_version=4)
@@ -197,8 +269,8 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: int = DEFAULT_TIMEOU
         return result
     student_cells = len(nb.cells)
     import nbformat.v4 as v4
-    for name in names:
-        nb.cells.append(v4.new_code_cell(grader_source(module.__name__, name, timeout)))
+    for exercise in exercises:
+        nb.cells.append(v4.new_code_cell(grader_source(module.__name__, exercise, timeout)))
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=True,
                             interrupt_on_timeout=True,
                             resources={"metadata": {"path": str(path.resolve().parent)}})
@@ -211,21 +283,19 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: int = DEFAULT_TIMEOU
     except Exception as exc:  # the kernel could not start, or a message was malformed
         result.problem = f"the notebook could not be run: {type(exc).__name__}: {exc}"
     executed = client.nb
-    found: dict[str, CheckResult] = {}
-    for cell in executed.cells[student_cells:]:
+    for cell, exercise in zip(executed.cells[student_cells:], exercises):
+        found = None
         for out in cell.get("outputs", []):
             for line in _text(out).splitlines():
                 if line.startswith(MARKER):
                     data = json.loads(line[len(MARKER):])
-                    found[data["name"]] = CheckResult(data["name"], data["status"], data["report"])
-    for cell, name in zip(executed.cells[student_cells:], names):
-        if name in found:
-            result.results.append(found[name])
-            continue
-        timed_out = any(o.get("ename") == "KeyboardInterrupt" for o in cell.get("outputs", []))
-        reason = (f"its check ran past {timeout} s and was stopped" if timed_out
-                  else result.problem or "its check produced no result")
-        result.results.append(CheckResult(name, FAILED, f"❌ {name}: not graded: {reason}"))
+                    found = CheckResult(data["name"], data["status"], data["report"])
+        if found is None:
+            timed_out = any(o.get("ename") == "KeyboardInterrupt" for o in cell.get("outputs", []))
+            reason = (f"{exercise.call} ran past {timeout} s and was stopped" if timed_out
+                      else result.problem or f"{exercise.call} produced no result")
+            found = CheckResult(exercise.name, FAILED, f"❌ {exercise.name}: not graded: {reason}")
+        result.results.append(found)
     result.errors = _cell_errors(executed.cells[:student_cells])
     del executed.cells[student_cells:]
     result.executed = executed
@@ -234,7 +304,8 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: int = DEFAULT_TIMEOU
 
 
 def junit_xml(grades: list[Grade]) -> ET.ElementTree:
-    """JUnit XML: a test suite per notebook, a test case per exercise and one for running cleanly."""
+    """JUnit XML: a test suite per notebook, a test case per exercise (named by its check call) and
+    one for running cleanly."""
     suites = ET.Element("testsuites", name="attnkit grading")
     for g in grades:
         classname = f"{g.lab}.{g.report_name or g.notebook.stem}"
@@ -243,8 +314,8 @@ def junit_xml(grades: list[Grade]) -> ET.ElementTree:
         ET.SubElement(props, "property", name="notebook", value=str(g.notebook))
         ET.SubElement(props, "property", name="score", value=f"{g.score}/{g.total}")
         failures = 0
-        for r in g.results:
-            case = ET.SubElement(suite, "testcase", classname=classname, name=r.name)
+        for exercise, r in zip(g.exercises, g.results):
+            case = ET.SubElement(suite, "testcase", classname=classname, name=exercise.call)
             if r.status != PASSED:
                 failures += 1
                 message = "not implemented yet" if r.status == NOT_IMPLEMENTED else r.report.splitlines()[0]
@@ -300,12 +371,12 @@ def write_reports(grades: list[Grade], out: str | Path) -> Path:
         junit_xml([g]).write(out / f"{stem}.junit.xml", encoding="utf-8", xml_declaration=True)
         if g.executed is not None and g.notebook.resolve() != (out / f"{stem}.ipynb").resolve():
             nbformat.write(g.executed, out / f"{stem}.ipynb")
-    names = [r.name for r in grades[0].results] if grades else []
+    names = [e.call for e in grades[0].exercises] if grades else []
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["notebook", "report", "lab", "score", "total", "cells_that_raised", *names])
         for g in grades:
-            status = {r.name: r.status for r in g.results}
+            status = {e.call: r.status for e, r in zip(g.exercises, g.results)}
             writer.writerow([str(g.notebook), g.report_name, g.lab, g.score, g.total, len(g.errors),
                              *[status.get(n, "") for n in names]])
     return out
