@@ -1,6 +1,7 @@
 """Write the tiny model's corpus and train the model that lesson 9 serves.
 
-    .venv/bin/python scripts/train_tiny_model.py            # corpus + weights into attnkit/data/
+    python scripts/train_tiny_model.py                  # corpus + weights into attnkit/data/
+    python scripts/train_tiny_model.py --out DIR        # the same files into DIR
 
 1. A small grammar about the course's topics writes ``attnkit/data/tiny_corpus.txt``: one sentence a
    line, lowercase, a few tens of KB.
@@ -182,16 +183,20 @@ def main(argv=None) -> int:
     parser.add_argument("--length", type=int, default=96)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="directory for the corpus and the weights (default: attnkit/data/)")
     args = parser.parse_args(argv)
+    corpus_path = args.out / CORPUS_PATH.name if args.out else CORPUS_PATH
+    weights_path = args.out / WEIGHTS_PATH.name if args.out else WEIGHTS_PATH
     torch.set_num_threads(2)
     start = time.perf_counter()
-    text = write_corpus(CORPUS_PATH, seed=args.seed)
-    print(f"corpus: {len(text)} characters, {len(set(text))} distinct, in {CORPUS_PATH.relative_to(ROOT)}")
+    text = write_corpus(corpus_path, seed=args.seed)
+    print(f"corpus: {len(text)} characters, {len(set(text))} distinct, in {corpus_path}")
     model, _ = train(text, args.steps, args.batch, args.length, args.lr, args.seed)
-    save_model(model, WEIGHTS_PATH)
-    size = WEIGHTS_PATH.stat().st_size
+    save_model(model, weights_path)
+    size = weights_path.stat().st_size
     print(f"weights: {sum(p.numel() for p in model.parameters())} parameters, {size / 1024:.0f} KiB "
-          f"in {WEIGHTS_PATH.relative_to(ROOT)}; {time.perf_counter() - start:.0f} s")
+          f"in {weights_path}; {time.perf_counter() - start:.0f} s")
     return 0
 
 
