@@ -32,14 +32,14 @@ maximum, ℓ the sum of exponentials, z the unnormalised output), and a merge ke
 the rule of lesson 3. ``num_splits=None`` picks S with ``choose_num_splits`` (more programs when
 B·Hkv is too small to fill the GPU).
 
-Where it runs: CUDA tensors run compiled kernels; CPU tensors run the same kernels in Triton's
-interpreter. On the CPU, bf16 is computed in fp32 and rounded (the interpreter's bf16 is not faithful).
+Where it runs: CUDA tensors run compiled kernels; on a machine without a GPU, CPU tensors run the same
+kernels in Triton's interpreter, with bf16 computed in fp32 and rounded (the interpreter's bf16 is not
+faithful). CPU tensors on a machine with a GPU are copied to it, computed there and copied back
+(Triton's standard library cannot run in the interpreter once Triton was imported for the GPU).
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 import sys
 from dataclasses import dataclass
 
@@ -75,7 +75,7 @@ def _paged_grouped_kernel(
         stride_ob, stride_oh, stride_os, stride_od,
         stride_mb, stride_mh, stride_ms,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
-        PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+        PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr):
     """One program: sequence b, KV head kv, tokens [split·tokens_per_split, ...) of the sequence.
 
     The GROUP query heads kv·GROUP .. kv·GROUP+GROUP-1 are the rows of q [BLOCK_G, D] (rows past
@@ -110,13 +110,19 @@ def _paged_grouped_kernel(
         v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
         k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :] * stride_kd, mask=valid[:, None], other=0.0)
         v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :] * stride_vd, mask=valid[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * qk_scale                            # [BLOCK_G, BLOCK_N]
+        if IEEE:   # fp32 inputs: full-precision products (tf32 misses the fp32 bound at long contexts)
+            s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        else:
+            s = tl.dot(q, tl.trans(k)) * qk_scale                        # [BLOCK_G, BLOCK_N]
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))                            # finite: a block has a token
         alpha = tl.math.exp2(m_i - m_new)                                # rescale of the old state
         p = tl.math.exp2(s - m_new[:, None])                             # [BLOCK_G, BLOCK_N]
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
 
     if SPLIT:
@@ -219,40 +225,11 @@ def _merge_splits_kernel(m_ptr, l_ptr, z_ptr, o_ptr, num_splits,
 
 
 # ------------------------------------------------------------------------------ compiled/interpreted
-_interpreted_module = None
-
-
-def _is_interpreted(module) -> bool:
+def _interpreting() -> bool:
+    """True when this module's kernels were built by Triton's interpreter (no GPU at import)."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    return isinstance(module._paged_grouped_kernel, InterpretedFunction)
-
-
-def _kernels(device: torch.device):
-    """This module's kernels compiled (CUDA tensors) or interpreted (CPU tensors).
-
-    ``triton.jit`` decides at decoration time whether it builds an interpreted function, so CPU tensors
-    on a machine with a GPU use a second copy of this module executed with TRITON_INTERPRET=1.
-    """
-    global _interpreted_module
-    this = sys.modules[__name__]
-    if device.type == "cuda" or _is_interpreted(this):
-        return this
-    if _interpreted_module is None:
-        spec = importlib.util.spec_from_file_location("attnkit._paged_interpreted", __file__)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module                 # dataclasses look their module up there
-        saved = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1"
-        try:
-            spec.loader.exec_module(module)
-        finally:
-            if saved is None:
-                del os.environ["TRITON_INTERPRET"]
-            else:
-                os.environ["TRITON_INTERPRET"] = saved
-        _interpreted_module = module
-    return _interpreted_module
+    return isinstance(_paged_grouped_kernel, InterpretedFunction)
 
 
 @dataclass(frozen=True)
@@ -266,7 +243,7 @@ class LaunchConfig:
 
 INTERPRETER_CONFIG = LaunchConfig(16, 1, 1)   # small blocks: ragged lengths span several blocks
 # On a GPU (chosen by the sweep in scripts/gpu_paged.py on an H100; see figures/paged_notes.md).
-GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 4), "per_head": LaunchConfig(128, 4, 2)}
+GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 3), "per_head": LaunchConfig(128, 4, 2)}
 
 
 # ------------------------------------------------------------------------------------- input checks
@@ -383,10 +360,15 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
             config: LaunchConfig | None = None):
     """o [B, Hq, D] in q's dtype (inputs already checked)."""
     out_dtype = q.dtype
+    interpreted = _interpreting()
+    if q.device.type == "cpu" and not interpreted:
+        # CPU tensors on a machine with a GPU: Triton was imported in compiled mode, and its standard
+        # library (tl.sum, tl.max, ...) cannot run in the interpreter then; compute on the GPU.
+        inputs = (t.cuda() for t in (q, k_pages, v_pages, block_table, seq_lens))
+        return _launch(*inputs, sm_scale, num_splits, variant, config).cpu()
     if q.device.type == "cpu" and q.dtype == torch.bfloat16:       # interpreter: bf16 computed in fp32
         q, k_pages, v_pages = q.float(), k_pages.float(), v_pages.float()
-    kernels = _kernels(q.device)
-    interpreted = _is_interpreted(kernels)
+    kernels = sys.modules[__name__]
     if config is None:
         config = INTERPRETER_CONFIG if interpreted else GPU_CONFIGS[variant]
     batch, n_heads, head_dim = q.shape
@@ -418,7 +400,8 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
     with torch.device(q.device) if q.device.type == "cuda" else _nullcontext():
         if variant == "grouped":
             block_g = max(16, triton.next_power_of_2(group))
-            kernels._paged_grouped_kernel[(n_kv, batch, num_splits)](*args, GROUP=group, BLOCK_G=block_g, **meta)
+            kernels._paged_grouped_kernel[(n_kv, batch, num_splits)](*args, GROUP=group, BLOCK_G=block_g,
+                                                                     IEEE=q.dtype == torch.float32, **meta)
         else:
             kernels._paged_per_head_kernel[(n_heads, batch, num_splits)](*args, GROUP=group, **meta)
         if split:
