@@ -6,8 +6,8 @@
    split count of the long shape, and keeps the fastest of each for this run;
 2. checks every variant, split count and dtype against the float64 reference on fresh random inputs
    with permuted page tables, ragged lengths (seq_len 1, partial last pages), GQA group sizes 1, 4, 8
-   and MQA, NaN in every slot a sequence does not own and NaN-poisoned outputs; and the CPU path
-   (Triton's interpreter) on this GPU machine;
+   and MQA, NaN in every slot a sequence does not own and NaN-poisoned outputs; and CPU tensors on
+   this GPU machine;
 3. runs attnkit.bench_paged.run() and writes bench_paged.csv into OUTDIR;
 4. prints the ratios last.
 """
@@ -129,7 +129,7 @@ def check_all() -> list[str]:
                 log(f"sdpa {backend} {mode} vs float64: {err:.2e}")
             except Exception as exc:
                 log(f"sdpa {backend} {mode}: {type(exc).__name__}: {str(exc).splitlines()[0][:150]}")
-    # CPU tensors on a GPU machine go through the interpreter
+    # CPU tensors on a GPU machine: computed on the GPU and copied back
     cpu_case = make_case(torch.Generator().manual_seed(1), [37, 3], 4, 2, 16, 8, torch.float16, "cpu")
     err = rel_error(paged.paged_decode(*cpu_case, num_splits=2), paged.paged_decode_ref(*cpu_case))
     if not err <= tolerance(torch.float16, "cpu"):
