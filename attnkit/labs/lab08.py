@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..checking import FAILED, PASSED, CheckResult, case, not_implemented, run_check, summarize
+from ..checking import FAILED, PASSED, CheckResult, case, not_implemented, run_check, summarize, unwrapped
 from ..device import runtime
 from ..tolerances import tolerance
 
@@ -35,34 +35,6 @@ HINT_MERGE = ("rescale each split to the common maximum M = max_s m_s: "
 
 def _seed(seed):
     return int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
-
-
-def _is_not_implemented(exc: BaseException) -> bool:
-    """Did a ``raise NotImplementedError`` (possibly inside a Triton kernel) cause ``exc``?"""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, NotImplementedError):
-            return True
-        if "CompilationError" in [t.__name__ for t in type(exc).__mro__] and \
-                "raise NotImplementedError" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def _unwrapped(fn: Callable) -> Callable:
-    """The student's function with Triton's wrapping of errors taken off."""
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            if _is_not_implemented(exc):
-                raise NotImplementedError from None
-            if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None:
-                raise exc.__cause__ from None
-            raise
-    return call
 
 
 def _require_callable(name: str, fn) -> None:
@@ -250,7 +222,7 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
     for lens, hq, hkv, d, page in DECODE_SHAPES:
         args = make_paged_case(gen, lens, hq, hkv, d, page, torch.float16, device)
         cases.append(case(*args, label=f"seq_lens={lens}, Hq={hq}, Hkv={hkv}, D={d}, page_size={page}"))
-    return run_check("paged decode kernel", _unwrapped(paged_decode), paged_decode_ref, cases,
+    return run_check("paged decode kernel", unwrapped(paged_decode), paged_decode_ref, cases,
                      tol=tolerance("float16", device), hint=HINT_DECODE)
 
 
