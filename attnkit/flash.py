@@ -43,13 +43,32 @@ LADDER = {
     "exp2": "exp2 with log2(e) folded into the score scale (one MUFU instruction, one multiply less)",
     "split": "key tiles split into unmasked ones and the masked causal diagonal / ragged end",
     "autotuned": "block sizes, warps and pipeline stages autotuned per shape",
+    "descriptors": "tiles copied by the TMA engine through tensor descriptors (sm_90+), wider autotune space",
 }
+_BASE = dict(use_exp2=True, split=True, tuned=True, desc=False, warp_spec=False, halves=False, ping_pong=False)
 VARIANTS = {  # rung -> kernel switches
-    "tiled": dict(use_exp2=False, split=False, tuned=False),
-    "exp2": dict(use_exp2=True, split=False, tuned=False),
-    "split": dict(use_exp2=True, split=True, tuned=False),
-    "autotuned": dict(use_exp2=True, split=True, tuned=True),
+    "tiled": dict(_BASE, use_exp2=False, split=False, tuned=False),
+    "exp2": dict(_BASE, split=False, tuned=False),
+    "split": dict(_BASE, tuned=False),
+    "autotuned": dict(_BASE),
+    "descriptors": dict(_BASE, desc=True),
 }
+# Switch sets explored on the GPU (scripts/gpu_flash_tuning.py) outside the ladder (see
+# figures/flash_notes.md): "halves" computes each query tile as two interleaved halves (fastest
+# non-causal configuration measured, 256x64, not yet verified in its autotuned form); "ping_pong"
+# lets the autotuner choose between halves and whole tiles; "warp_specialized" did not compile on
+# Hopper with Triton 3.6.
+CANDIDATES = {
+    "ping_pong": dict(_BASE, desc=True, ping_pong=True),
+    "halves": dict(_BASE, desc=True, halves=True),
+    "warp_specialized": dict(_BASE, desc=True, warp_spec=True),
+}
+# The rung that "best" means: the fastest one verified on the H100 at every measured size and
+# recorded in figures/bench_flash.csv. "descriptors" is faster at N >= 2k but was slower at causal
+# N = 1k and its full benchmark is not recorded yet, so it is not the default. Where a rung's
+# features are missing (CPU interpreter, GPUs below sm_90, Triton without tensor descriptors) it
+# falls back to the rung below it.
+BEST = "autotuned"
 
 
 # ------------------------------------------------------------------------------------ input checks
@@ -153,7 +172,7 @@ def _in_interpreter_process(fn_name: str, *args):
 
 
 def _call_here(fn_name: str, *args):
-    return {"_forward": _forward, "_backward": _backward}[fn_name](*args)
+    return {"_forward": _forward, "_forward_switches": _forward_switches, "_backward": _backward}[fn_name](*args)
 
 
 @dataclass(frozen=True)
@@ -184,9 +203,15 @@ def _fixed_forward_config(head_dim: int) -> BlockConfig:
 FWD_CONFIGS = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)]
 BWD_DKDV_CONFIGS = [(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2)]
 BWD_DQ_CONFIGS = [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 2)]
+# The tensor-descriptor forward (sm_90+): a wider space, BLOCK_N = 128 and deeper pipelines included.
+# The four fastest of eight measured at D = 128 (figures/flash_notes.md).
+FWD_DESC_CONFIGS = [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]
+# ping_pong adds 256-row query tiles computed as two interleaved 128-row halves (HALVES=True).
+FWD_PING_PONG_CONFIGS = [(256, 64, 8, 3), (256, 64, 8, 4)]
 # Used instead when ATTNKIT_AUTOTUNE=0 (and as the first guess for each head dim).
-DEFAULT_CONFIGS = {"_attn_fwd": BlockConfig(128, 64, 4, 3), "_bwd_dkdv": BlockConfig(32, 64, 4, 3),
-                   "_bwd_dq": BlockConfig(64, 32, 4, 3)}
+DEFAULT_CONFIGS = {"_attn_fwd": BlockConfig(128, 64, 4, 3), "_attn_fwd_desc": BlockConfig(128, 64, 4, 3),
+                   "_attn_fwd_desc_ping_pong": BlockConfig(128, 64, 4, 3),
+                   "_bwd_dkdv": BlockConfig(32, 64, 4, 3), "_bwd_dq": BlockConfig(64, 32, 4, 3)}
 
 
 def autotune_enabled() -> bool:
@@ -214,14 +239,24 @@ def _tuned(name: str):
     if name not in _TUNED:
         import triton
 
-        shapes = {"_attn_fwd": FWD_CONFIGS, "_bwd_dkdv": BWD_DKDV_CONFIGS, "_bwd_dq": BWD_DQ_CONFIGS}[name]
+        shapes = {"_attn_fwd": FWD_CONFIGS, "_attn_fwd_desc": FWD_DESC_CONFIGS,
+                  "_attn_fwd_desc_ping_pong": FWD_DESC_CONFIGS + FWD_PING_PONG_CONFIGS,
+                  "_bwd_dkdv": BWD_DKDV_CONFIGS, "_bwd_dq": BWD_DQ_CONFIGS}[name]
         configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                    for m, n, w, s in shapes]
-        options = dict(configs=configs, key=["n_q", "n_k", "HEAD_DIM", "CAUSAL"],
+        key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL"]
+        if name == "_attn_fwd_desc":
+            key += ["WARP_SPEC", "HALVES"]
+        if name == "_attn_fwd_desc_ping_pong":   # HALVES is part of each configuration here
+            configs = [triton.Config({**c.kwargs, "HALVES": c.kwargs["BLOCK_M"] == 256}, num_warps=c.num_warps,
+                                     num_stages=c.num_stages) for c in configs]
+            key += ["WARP_SPEC"]
+        options = dict(configs=configs, key=key,
                        prune_configs_by={"early_config_prune": _prune_by_head_dim})
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
             options["do_bench"] = _quick_bench
-        _TUNED[name] = triton.autotune(**options)(getattr(_compiled_kernels, name))
+        kernel = "_attn_fwd_desc" if name.startswith("_attn_fwd_desc") else name
+        _TUNED[name] = triton.autotune(**options)(getattr(_compiled_kernels, kernel))
     return _TUNED[name]
 
 
@@ -230,6 +265,11 @@ def _quick_bench(kernel_call, quantiles):
     import triton
 
     return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
+
+
+def _ping_pong_config(head_dim: int) -> BlockConfig:
+    """ping_pong's configuration when autotuning is off: two 128-row halves (D <= 128)."""
+    return BlockConfig(256, 64, 8, 3) if head_dim <= 128 else _untuned_config("_attn_fwd_desc", head_dim)
 
 
 def _untuned_config(name: str, head_dim: int) -> BlockConfig:
@@ -278,25 +318,106 @@ def _compute_dtype_inputs(*tensors):
     return tensors
 
 
+def descriptors_supported(device: torch.device) -> bool:
+    """Tensor-descriptor (TMA) kernels run here: a compiled CUDA device of capability >= 9.0 and a
+    Triton that has ``tl.make_tensor_descriptor`` (3.4 and newer)."""
+    import triton
+    import triton.language as tl
+
+    if device.type != "cuda" or not hasattr(tl, "make_tensor_descriptor") or not hasattr(triton, "set_allocator"):
+        return False
+    if _is_interpreted(_compiled_kernels):
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def warp_specialize_supported() -> bool:
+    """The installed Triton's ``tl.range`` takes ``warp_specialize=`` (3.4 and newer)."""
+    import triton.language as tl
+
+    try:
+        return "warp_specialize" in inspect.signature(tl.range).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _tma_compatible(*tensors) -> bool:
+    """TMA needs a contiguous last dimension, 16-byte aligned bases and 16-byte multiples as strides."""
+    for t in tensors:
+        size = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any((st * size) % 16 for st in t.stride()[:-1]):
+            return False
+    return True
+
+
+_ALLOCATOR_SET = False
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need a little global scratch memory, which Triton asks for
+    through the allocator set by ``triton.set_allocator`` (set once, on first use)."""
+    global _ALLOCATOR_SET
+    if not _ALLOCATOR_SET:
+        def alloc(size: int, alignment: int, stream):
+            return torch.empty(size, dtype=torch.int8, device="cuda")
+
+        import triton
+
+        triton.set_allocator(alloc)
+        _ALLOCATOR_SET = True
+
+
+def effective_switches(switches: dict, *tensors) -> dict:
+    """``switches`` with the features this device, Triton or these tensors lack turned off."""
+    switches = dict(switches)
+    if switches.get("desc") and not (descriptors_supported(tensors[0].device) and _tma_compatible(*tensors)):
+        switches.update(desc=False, warp_spec=False, halves=False, ping_pong=False)
+    if switches.get("warp_spec") and not warp_specialize_supported():
+        switches["warp_spec"] = False
+    return switches
+
+
 def _forward(q, k, v, causal: bool, sm_scale: float, variant: str):
     """o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] fp32. Inputs already checked."""
+    switches = VARIANTS[variant] if variant in VARIANTS else CANDIDATES[variant]
+    return _forward_switches(q, k, v, causal, sm_scale, switches)
+
+
+def _forward_switches(q, k, v, causal: bool, sm_scale: float, switches: dict, config: BlockConfig | None = None):
+    """The forward with explicit kernel switches (and, optionally, one fixed launch configuration)."""
     if _needs_interpreter_process(q.device):
-        return _in_interpreter_process("_forward", q, k, v, causal, sm_scale, variant)
-    switches = VARIANTS[variant]
+        return _in_interpreter_process("_forward_switches", q, k, v, causal, sm_scale, switches, config)
     out_dtype = q.dtype
     q, k, v = _compute_dtype_inputs(q, k, v)
     batch, n_heads, n_q, head_dim = q.shape
     n_heads_kv, n_k = k.shape[1], k.shape[2]
     o = _new_buffer(q.shape, q.dtype, q.device)
     lse = _new_buffer((batch, n_heads, n_q), torch.float32, q.device)
+    switches = effective_switches(switches, q, k, v, o)
     qk_scale = sm_scale * LOG2E if switches["use_exp2"] else sm_scale
-    fixed = None if switches["tuned"] else _fixed_forward_config(head_dim)
-    _launch("_attn_fwd", q.device, switches["tuned"], fixed, n_q, batch * n_heads,
-            q, k, v, o, lse, qk_scale,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            n_heads, n_heads // n_heads_kv, n_q, n_k,
-            HEAD_DIM=head_dim, CAUSAL=causal,
-            USE_EXP2=switches["use_exp2"], SPLIT=switches["split"], DOT_PRECISION=_dot_precision(q.dtype))
+    tuned = switches["tuned"] and config is None
+    fixed = config if config is not None else (None if switches["tuned"] else _fixed_forward_config(head_dim))
+    if switches["desc"]:
+        _ensure_allocator()
+        name, extra = "_attn_fwd_desc", dict(HALVES=switches["halves"])
+        if switches["ping_pong"]:
+            if tuned and autotune_enabled():
+                name, extra = "_attn_fwd_desc_ping_pong", {}      # the autotuner picks HALVES
+            elif fixed is None:
+                fixed, extra = _ping_pong_config(head_dim), dict(HALVES=head_dim <= 128)
+        _launch(name, q.device, tuned, fixed, n_q, batch * n_heads,
+                q, k, v, o, lse, qk_scale,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+                n_heads, n_heads // n_heads_kv, n_q, n_k,
+                HEAD_DIM=head_dim, CAUSAL=causal, WARP_SPEC=switches["warp_spec"],
+                DOT_PRECISION=_dot_precision(q.dtype), **extra)
+    else:
+        _launch("_attn_fwd", q.device, tuned, fixed, n_q, batch * n_heads,
+                q, k, v, o, lse, qk_scale,
+                *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+                n_heads, n_heads // n_heads_kv, n_q, n_k,
+                HEAD_DIM=head_dim, CAUSAL=causal,
+                USE_EXP2=switches["use_exp2"], SPLIT=switches["split"], DOT_PRECISION=_dot_precision(q.dtype))
     return o.to(out_dtype), lse
 
 
@@ -306,13 +427,14 @@ def flash_attention_forward(q, k, v, *, causal: bool = False, sm_scale: float | 
 
     o: [B, Hq, Nq, D] in q's dtype; lse: [B, Hq, Nq] fp32, log Σ_j exp(sm_scale · q_i·k_j) over the
     keys row i sees (-inf for a row that sees none). ``variant`` picks a rung of ``LADDER``
-    ("best" is the top rung).
+    ("best" is ``BEST``, the fastest rung verified on the H100; on a device or Triton without its
+    features it falls back to the rung below, down to "autotuned").
     """
     check_inputs(q, k, v)
     causal = _check_causal(causal)
     sm_scale = _scale(sm_scale, q.shape[-1])
     if variant == "best":
-        variant = "autotuned"
+        variant = BEST
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected 'best' or one of {list(VARIANTS)}, got {variant!r}")
     with torch.no_grad():
@@ -392,7 +514,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale):
-        o, lse = _forward(q, k, v, causal, sm_scale, "autotuned")
+        o, lse = _forward(q, k, v, causal, sm_scale, BEST)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal = causal
         ctx.sm_scale = sm_scale
@@ -414,4 +536,4 @@ def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = N
 
 
 __all__ = ["flash_attention", "flash_attention_forward", "flash_attention_backward", "check_inputs",
-           "LADDER", "VARIANTS", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]
+           "LADDER", "VARIANTS", "BEST", "descriptors_supported", "warp_specialize_supported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

@@ -358,3 +358,182 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, qk_scale,
     dq *= sm_scale
     out = off_bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DQ + out, dq.to(DQ.dtype.element_ty), mask=rows)
+
+
+# ------------------------------------------------------------------- forward with tensor descriptors
+# The top rungs of the forward's ladder on Hopper (and newer) GPUs. Same algorithm as ``_attn_fwd``;
+# what changes is how tiles reach shared memory and how the work is scheduled:
+# - Q, K, V tiles are read through tensor descriptors (``tl.make_tensor_descriptor``), which Triton
+#   lowers to the TMA copy engine on sm_90+: one instruction per tile instead of per-thread address
+#   arithmetic, and rows past the end of a head (the ragged last tile) arrive as zeros;
+# - ``WARP_SPEC`` asks Triton to warp-specialize the key loop (producer warps issue the copies,
+#   consumer warps do the products and the softmax), where the installed Triton supports it;
+# - ``HALVES`` splits the query tile into two halves that share each K/V tile: the score product of
+#   one half is issued before the softmax of the other, so the tensor cores have work while the
+#   exponentials run (the "ping-pong" idea of FlashAttention-3, written inside one program).
+# These kernels need CUDA capability >= 9 and a Triton with tensor descriptors (3.4+); attnkit.flash
+# launches them only there (and only when strides and alignment allow TMA), else ``_attn_fwd``.
+@triton.jit
+def _fwd_tile(acc, l_i, m_i, q, k, v, cols, offs_m, n_k, shift, qk_scale,
+              MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One K/V tile folded into one query tile's running (acc, l_i, m_i); exp2 softmax."""
+    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    return _fwd_softmax_pv(acc, l_i, m_i, qk, v, cols, offs_m, n_k, shift, qk_scale,
+                           MASKED, CAUSAL, DOT_PRECISION)
+
+
+@triton.jit
+def _fwd_softmax_pv(acc, l_i, m_i, qk, v, cols, offs_m, n_k, shift, qk_scale,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Given the raw scores qk of one tile: the online-softmax update and the P·V product."""
+    if MASKED:
+        visible = cols[None, :] < n_k
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= offs_m[:, None] + shift)
+        s = tl.where(visible, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s - m_sub[:, None]
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        m_sub = m_new
+        s = qk * qk_scale - m_new[:, None]
+    p = tl.math.exp2(s)
+    alpha = tl.math.exp2(m_i - m_sub)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_inner_desc(acc, l_i, m_i, q, desc_k, desc_v, offs_m, lo, hi, n_k, shift, qk_scale,
+                    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """``_fwd_inner`` with K/V tiles loaded through tensor descriptors."""
+    offs_n = tl.arange(0, BLOCK_N)
+    if WARP_SPEC:
+        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=True):
+            k = desc_k.load([start_n, 0])
+            v = desc_v.load([start_n, 0])
+            acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k, v, start_n + offs_n, offs_m, n_k, shift,
+                                      qk_scale, MASKED, CAUSAL, DOT_PRECISION)
+    else:
+        for start_n in range(lo, hi, BLOCK_N):
+            k = desc_k.load([start_n, 0])
+            v = desc_v.load([start_n, 0])
+            acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k, v, start_n + offs_n, offs_m, n_k, shift,
+                                      qk_scale, MASKED, CAUSAL, DOT_PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_inner_halves(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, offs_m0, offs_m1,
+                      lo, hi, n_k, shift, qk_scale,
+                      BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                      DOT_PRECISION: tl.constexpr):
+    """Two half query tiles over the same K/V tiles, their steps interleaved: both score products
+    are issued before either softmax, so one half's exponentials can overlap the other's product."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        k = desc_k.load([start_n, 0])
+        kt = tl.trans(k)
+        qk0 = tl.dot(q0, kt, input_precision=DOT_PRECISION)
+        qk1 = tl.dot(q1, kt, input_precision=DOT_PRECISION)
+        v = desc_v.load([start_n, 0])
+        acc0, l0, m0 = _fwd_softmax_pv(acc0, l0, m0, qk0, v, cols, offs_m0, n_k, shift, qk_scale,
+                                       MASKED, CAUSAL, DOT_PRECISION)
+        acc1, l1, m1 = _fwd_softmax_pv(acc1, l1, m1, qk1, v, cols, offs_m1, n_k, shift, qk_scale,
+                                       MASKED, CAUSAL, DOT_PRECISION)
+    return acc0, l0, m0, acc1, l1, m1
+
+
+@triton.jit
+def _fwd_finish(acc, l_i, m_i, offs_m, desc_o, row0, O, LSE, lse_base, n_q):
+    """Normalise one query tile, store it through its descriptor and its log-sum-exp by pointer."""
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    o = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    desc_o.store([row0, 0], o.to(O.dtype.element_ty))
+    tl.store(LSE + lse_base + offs_m, lse, mask=offs_m < n_q)
+
+
+@triton.jit
+def _attn_fwd_desc(Q, K, V, O, LSE, qk_scale,
+                   stride_qb, stride_qh, stride_qm,
+                   stride_kb, stride_kh, stride_kn,
+                   stride_vb, stride_vh, stride_vn,
+                   stride_ob, stride_oh, stride_om,
+                   n_heads, group, n_q, n_k,
+                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   CAUSAL: tl.constexpr, WARP_SPEC: tl.constexpr = False, HALVES: tl.constexpr = False,
+                   DOT_PRECISION: tl.constexpr = "tf32"):
+    """``_attn_fwd`` (exp2, split loops) with tensor-descriptor tiles. The head dim must be contiguous
+    (stride 1); every other stride and each head's base address must be multiples of 16 bytes."""
+    start_m = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - start_m
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // n_heads).to(tl.int64)
+    off_h = (off_bh % n_heads).to(tl.int64)
+    off_hk = off_h // group
+    # one 2-D descriptor per head: rows past n_q / n_k load as zeros and are not stored
+    if HALVES:
+        desc_q = tl.make_tensor_descriptor(Q + off_b * stride_qb + off_h * stride_qh, shape=[n_q, HEAD_DIM],
+                                           strides=[stride_qm, 1], block_shape=[BLOCK_M // 2, HEAD_DIM])
+        desc_o = tl.make_tensor_descriptor(O + off_b * stride_ob + off_h * stride_oh, shape=[n_q, HEAD_DIM],
+                                           strides=[stride_om, 1], block_shape=[BLOCK_M // 2, HEAD_DIM])
+    else:
+        desc_q = tl.make_tensor_descriptor(Q + off_b * stride_qb + off_h * stride_qh, shape=[n_q, HEAD_DIM],
+                                           strides=[stride_qm, 1], block_shape=[BLOCK_M, HEAD_DIM])
+        desc_o = tl.make_tensor_descriptor(O + off_b * stride_ob + off_h * stride_oh, shape=[n_q, HEAD_DIM],
+                                           strides=[stride_om, 1], block_shape=[BLOCK_M, HEAD_DIM])
+    desc_k = tl.make_tensor_descriptor(K + off_b * stride_kb + off_hk * stride_kh, shape=[n_k, HEAD_DIM],
+                                       strides=[stride_kn, 1], block_shape=[BLOCK_N, HEAD_DIM])
+    desc_v = tl.make_tensor_descriptor(V + off_b * stride_vb + off_hk * stride_vh, shape=[n_k, HEAD_DIM],
+                                       strides=[stride_vn, 1], block_shape=[BLOCK_N, HEAD_DIM])
+
+    shift = n_k - n_q
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(start_m * BLOCK_M + BLOCK_M + shift, 0), n_k)
+        full = tl.minimum(tl.maximum(start_m * BLOCK_M + shift + 1, 0), n_k) // BLOCK_N * BLOCK_N
+    else:
+        hi = n_k
+        full = n_k // BLOCK_N * BLOCK_N
+    lse_base = off_bh.to(tl.int64) * n_q
+
+    if HALVES:
+        HALF: tl.constexpr = BLOCK_M // 2
+        row0 = start_m * BLOCK_M
+        offs_m0 = row0 + tl.arange(0, HALF)
+        offs_m1 = row0 + HALF + tl.arange(0, HALF)
+        q0 = desc_q.load([row0, 0])
+        q1 = desc_q.load([row0 + HALF, 0])
+        m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+        m1 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+        l0 = tl.zeros([HALF], dtype=tl.float32)
+        l1 = tl.zeros([HALF], dtype=tl.float32)
+        acc0 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+        acc1 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+        acc0, l0, m0, acc1, l1, m1 = _fwd_inner_halves(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v,
+                                                       offs_m0, offs_m1, 0, full, n_k, shift, qk_scale,
+                                                       BLOCK_N, False, CAUSAL, DOT_PRECISION)
+        acc0, l0, m0, acc1, l1, m1 = _fwd_inner_halves(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v,
+                                                       offs_m0, offs_m1, full, hi, n_k, shift, qk_scale,
+                                                       BLOCK_N, True, CAUSAL, DOT_PRECISION)
+        _fwd_finish(acc0, l0, m0, offs_m0, desc_o, row0, O, LSE, lse_base, n_q)
+        _fwd_finish(acc1, l1, m1, offs_m1, desc_o, row0 + HALF, O, LSE, lse_base, n_q)
+    else:
+        row0 = start_m * BLOCK_M
+        offs_m = row0 + tl.arange(0, BLOCK_M)
+        q = desc_q.load([row0, 0])
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        acc, l_i, m_i = _fwd_inner_desc(acc, l_i, m_i, q, desc_k, desc_v, offs_m, 0, full, n_k, shift,
+                                        qk_scale, BLOCK_N, False, CAUSAL, DOT_PRECISION, WARP_SPEC)
+        acc, l_i, m_i = _fwd_inner_desc(acc, l_i, m_i, q, desc_k, desc_v, offs_m, full, hi, n_k, shift,
+                                        qk_scale, BLOCK_N, True, CAUSAL, DOT_PRECISION, False)
+        _fwd_finish(acc, l_i, m_i, offs_m, desc_o, row0, O, LSE, lse_base, n_q)

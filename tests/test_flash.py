@@ -286,3 +286,62 @@ def test_cpu_and_cuda_agree():
     on_cpu = flash_attention(q, k, v, causal=True)
     on_gpu = flash_attention(q.cuda(), k.cuda(), v.cuda(), causal=True)
     assert rel_error(on_gpu.cpu(), on_cpu) <= tolerance(torch.float16, "cuda")
+
+
+# ------------------------------------------------------------------ tensor-descriptor forward kernel
+def _interpreted_descriptor_kernel():
+    """The tensor-descriptor kernel runs here only where Triton's interpreter has descriptors."""
+    import triton.language as tl
+
+    return flash._is_interpreted(flash._compiled_kernels) and hasattr(tl, "make_tensor_descriptor")
+
+
+@pytest.mark.skipif(not _interpreted_descriptor_kernel(), reason="needs Triton's interpreter with tensor descriptors")
+@pytest.mark.parametrize("halves", [False, True], ids=["one_tile", "halves"])
+@pytest.mark.parametrize("warp_spec", [False, True], ids=["plain", "warp_spec"])
+@pytest.mark.parametrize("shape", [(1, 4, 2, 35, 27, 32, True), (2, 4, 1, 21, 45, 16, True),
+                                   (1, 2, 1, 40, 19, 16, False), (1, 8, 2, 33, 19, 64, True)], ids=str)
+def test_descriptor_kernel_in_the_interpreter(shape, warp_spec, halves):
+    """``_attn_fwd_desc`` (the GPU-only rungs' kernel) run directly in the interpreter: descriptor
+    loads pad the ragged ends with zeros and descriptor stores clip them, as TMA does."""
+    b, hq, hkv, nq, nk, d, causal = shape
+    gen = torch.Generator().manual_seed(hash(shape) % 2**31)
+    q, k, v = make_inputs(gen, b, hq, hkv, nq, nk, d, torch.float32, device="cpu")
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((b, hq, nq), float("nan"))
+    flash._launch("_attn_fwd_desc", q.device, False, None, nq, b * hq, q, k, v, o, lse,
+                  flash.LOG2E / math.sqrt(d), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+                  *o.stride()[:3], hq, hq // hkv, nq, nk, HEAD_DIM=d, CAUSAL=causal, WARP_SPEC=warp_spec,
+                  HALVES=halves, DOT_PRECISION="ieee")
+    assert_close(o, attention_ref(q, k, v, causal=causal), torch.float32, "cpu", "o (descriptor kernel)")
+    ref = reference_lse(q, k, causal)
+    seen = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(lse), seen) and torch.all(lse[~seen] == -math.inf)
+    assert_close(lse[seen], ref[seen], torch.float32, "cpu", "lse (descriptor kernel)")
+
+
+def test_new_rungs_fall_back_where_their_features_are_missing():
+    """On the CPU (and below sm_90, or without descriptors) the descriptor rungs run the pointer kernel."""
+    q = torch.randn(1, 2, 19, 16)
+    assert not flash.descriptors_supported(q.device)
+    for switches in (VARIANTS["descriptors"], *flash.CANDIDATES.values()):
+        switches = flash.effective_switches(switches, q, q, q)
+        assert not any(switches[s] for s in ("desc", "warp_spec", "halves", "ping_pong"))
+    assert flash.BEST in VARIANTS and list(VARIANTS).index(flash.BEST) >= list(VARIANTS).index("autotuned")
+    for name in flash.CANDIDATES:                           # candidates run through the same entry point
+        o, _ = flash._forward(q, q, q, False, 0.25, name)
+        assert_close(o, attention_ref(q, q, q, sm_scale=0.25), torch.float32, "cpu", name)
+    strided = torch.randn(1, 2, 19, 32)[..., ::2]           # last stride 2: no TMA even on a GPU
+    assert not flash._tma_compatible(strided)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("variant", ["descriptors", "best"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_descriptor_rungs_on_the_gpu(variant, dtype):
+    """The GPU-only rungs (or their fallbacks below sm_90) on ragged GQA shapes, causal and not."""
+    gen = torch.Generator().manual_seed(23)
+    for causal, (nq, nk) in ((False, (301, 517)), (True, (517, 301)), (True, (300, 1031))):
+        check_forward(gen, 2, 8, 2, nq, nk, 128, dtype, causal=causal, variant=variant)
+        check_forward(gen, 1, 4, 1, nq, nk, 64, dtype, causal=causal, variant=variant)
