@@ -45,7 +45,8 @@ LADDER = {
     "autotuned": "block sizes, warps and pipeline stages autotuned per shape",
     "descriptors": "tiles copied by the TMA engine through tensor descriptors (sm_90+), wider autotune space",
 }
-_BASE = dict(use_exp2=True, split=True, tuned=True, desc=False, warp_spec=False, halves=False, ping_pong=False)
+_BASE = dict(use_exp2=True, split=True, tuned=True, desc=False, warp_spec=False, halves=False, ping_pong=False,
+             pipeline=False)
 VARIANTS = {  # rung -> kernel switches
     "tiled": dict(_BASE, use_exp2=False, split=False, tuned=False),
     "exp2": dict(_BASE, split=False, tuned=False),
@@ -57,11 +58,13 @@ VARIANTS = {  # rung -> kernel switches
 # figures/flash_notes.md): "halves" computes each query tile as two interleaved halves (fastest
 # non-causal configuration measured, 256x64, not yet verified in its autotuned form); "ping_pong"
 # lets the autotuner choose between halves and whole tiles; "warp_specialized" did not compile on
-# Hopper with Triton 3.6.
+# Hopper with Triton 3.6; "pipelined" issues the next tile's score product before the current
+# tile's softmax (FlashAttention-3's intra-warpgroup overlap).
 CANDIDATES = {
     "ping_pong": dict(_BASE, desc=True, ping_pong=True),
     "halves": dict(_BASE, desc=True, halves=True),
     "warp_specialized": dict(_BASE, desc=True, warp_spec=True),
+    "pipelined": dict(_BASE, desc=True, pipeline=True),
 }
 # The rung that "best" means: the fastest one verified on the H100 at every measured size and
 # recorded in figures/bench_flash.csv. "descriptors" is faster at N >= 2k but was slower at causal
@@ -246,11 +249,11 @@ def _tuned(name: str):
                    for m, n, w, s in shapes]
         key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL"]
         if name == "_attn_fwd_desc":
-            key += ["WARP_SPEC", "HALVES"]
+            key += ["WARP_SPEC", "HALVES", "PIPELINE"]
         if name == "_attn_fwd_desc_ping_pong":   # HALVES is part of each configuration here
             configs = [triton.Config({**c.kwargs, "HALVES": c.kwargs["BLOCK_M"] == 256}, num_warps=c.num_warps,
                                      num_stages=c.num_stages) for c in configs]
-            key += ["WARP_SPEC"]
+            key += ["WARP_SPEC", "PIPELINE"]
         options = dict(configs=configs, key=key,
                        prune_configs_by={"early_config_prune": _prune_by_head_dim})
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
@@ -371,7 +374,7 @@ def effective_switches(switches: dict, *tensors) -> dict:
     """``switches`` with the features this device, Triton or these tensors lack turned off."""
     switches = dict(switches)
     if switches.get("desc") and not (descriptors_supported(tensors[0].device) and _tma_compatible(*tensors)):
-        switches.update(desc=False, warp_spec=False, halves=False, ping_pong=False)
+        switches.update(desc=False, warp_spec=False, halves=False, ping_pong=False, pipeline=False)
     if switches.get("warp_spec") and not warp_specialize_supported():
         switches["warp_spec"] = False
     return switches
@@ -410,7 +413,7 @@ def _forward_switches(q, k, v, causal: bool, sm_scale: float, switches: dict, co
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
                 n_heads, n_heads // n_heads_kv, n_q, n_k,
                 HEAD_DIM=head_dim, CAUSAL=causal, WARP_SPEC=switches["warp_spec"],
-                DOT_PRECISION=_dot_precision(q.dtype), **extra)
+                PIPELINE=switches["pipeline"], DOT_PRECISION=_dot_precision(q.dtype), **extra)
     else:
         _launch("_attn_fwd", q.device, tuned, fixed, n_q, batch * n_heads,
                 q, k, v, o, lse, qk_scale,

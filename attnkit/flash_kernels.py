@@ -370,7 +370,9 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, qk_scale,
 #   consumer warps do the products and the softmax), where the installed Triton supports it;
 # - ``HALVES`` splits the query tile into two halves that share each K/V tile: the score product of
 #   one half is issued before the softmax of the other, so the tensor cores have work while the
-#   exponentials run (the "ping-pong" idea of FlashAttention-3, written inside one program).
+#   exponentials run (the "ping-pong" idea of FlashAttention-3, written inside one program);
+# - ``PIPELINE`` issues the score product of the next K tile before the softmax of the current one
+#   (FlashAttention-3's intra-warpgroup overlap, by software pipelining the key loop by hand).
 # These kernels need CUDA capability >= 9 and a Triton with tensor descriptors (3.4+); attnkit.flash
 # launches them only there (and only when strides and alignment allow TMA), else ``_attn_fwd``.
 @triton.jit
@@ -428,6 +430,28 @@ def _fwd_inner_desc(acc, l_i, m_i, q, desc_k, desc_v, offs_m, lo, hi, n_k, shift
 
 
 @triton.jit
+def _fwd_inner_pipelined(acc, l_i, m_i, q, desc_k, desc_v, offs_m, lo, hi, n_k, shift, qk_scale,
+                         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """``_fwd_inner_desc`` over unmasked tiles [lo, hi), software-pipelined by one tile: the score
+    product of tile j+1 is issued before the softmax of tile j, so on Hopper the asynchronous
+    tensor-core product runs while the exponentials of the tile before it are computed (the
+    intra-warpgroup overlap of FlashAttention-3). hi - lo is a multiple of BLOCK_N."""
+    offs_n = tl.arange(0, BLOCK_N)
+    if hi > lo:
+        qk = tl.dot(q, tl.trans(desc_k.load([lo, 0])), input_precision=DOT_PRECISION)
+        for start_n in range(lo, hi - BLOCK_N, BLOCK_N):
+            qk_next = tl.dot(q, tl.trans(desc_k.load([start_n + BLOCK_N, 0])), input_precision=DOT_PRECISION)
+            v = desc_v.load([start_n, 0])
+            acc, l_i, m_i = _fwd_softmax_pv(acc, l_i, m_i, qk, v, start_n + offs_n, offs_m, n_k, shift,
+                                            qk_scale, False, CAUSAL, DOT_PRECISION)
+            qk = qk_next
+        v = desc_v.load([hi - BLOCK_N, 0])
+        acc, l_i, m_i = _fwd_softmax_pv(acc, l_i, m_i, qk, v, hi - BLOCK_N + offs_n, offs_m, n_k, shift,
+                                        qk_scale, False, CAUSAL, DOT_PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _fwd_inner_halves(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, offs_m0, offs_m1,
                       lo, hi, n_k, shift, qk_scale,
                       BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
@@ -469,7 +493,7 @@ def _attn_fwd_desc(Q, K, V, O, LSE, qk_scale,
                    n_heads, group, n_q, n_k,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    CAUSAL: tl.constexpr, WARP_SPEC: tl.constexpr = False, HALVES: tl.constexpr = False,
-                   DOT_PRECISION: tl.constexpr = "tf32"):
+                   DOT_PRECISION: tl.constexpr = "tf32", PIPELINE: tl.constexpr = False):
     """``_attn_fwd`` (exp2, split loops) with tensor-descriptor tiles. The head dim must be contiguous
     (stride 1); every other stride and each head's base address must be multiples of 16 bytes."""
     start_m = tl.program_id(0)
@@ -532,8 +556,12 @@ def _attn_fwd_desc(Q, K, V, O, LSE, qk_scale,
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-        acc, l_i, m_i = _fwd_inner_desc(acc, l_i, m_i, q, desc_k, desc_v, offs_m, 0, full, n_k, shift,
-                                        qk_scale, BLOCK_N, False, CAUSAL, DOT_PRECISION, WARP_SPEC)
+        if PIPELINE:
+            acc, l_i, m_i = _fwd_inner_pipelined(acc, l_i, m_i, q, desc_k, desc_v, offs_m, 0, full, n_k, shift,
+                                                 qk_scale, BLOCK_N, CAUSAL, DOT_PRECISION)
+        else:
+            acc, l_i, m_i = _fwd_inner_desc(acc, l_i, m_i, q, desc_k, desc_v, offs_m, 0, full, n_k, shift,
+                                            qk_scale, BLOCK_N, False, CAUSAL, DOT_PRECISION, WARP_SPEC)
         acc, l_i, m_i = _fwd_inner_desc(acc, l_i, m_i, q, desc_k, desc_v, offs_m, full, hi, n_k, shift,
                                         qk_scale, BLOCK_N, True, CAUSAL, DOT_PRECISION, False)
         _fwd_finish(acc, l_i, m_i, offs_m, desc_o, row0, O, LSE, lse_base, n_q)

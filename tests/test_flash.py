@@ -297,11 +297,13 @@ def _interpreted_descriptor_kernel():
 
 
 @pytest.mark.skipif(not _interpreted_descriptor_kernel(), reason="needs Triton's interpreter with tensor descriptors")
-@pytest.mark.parametrize("halves", [False, True], ids=["one_tile", "halves"])
-@pytest.mark.parametrize("warp_spec", [False, True], ids=["plain", "warp_spec"])
+@pytest.mark.parametrize("switches", [{}, dict(WARP_SPEC=True), dict(HALVES=True), dict(WARP_SPEC=True, HALVES=True),
+                                      dict(PIPELINE=True)], ids=["plain", "warp_spec", "halves", "warp_spec_halves",
+                                                                 "pipeline"])
 @pytest.mark.parametrize("shape", [(1, 4, 2, 35, 27, 32, True), (2, 4, 1, 21, 45, 16, True),
-                                   (1, 2, 1, 40, 19, 16, False), (1, 8, 2, 33, 19, 64, True)], ids=str)
-def test_descriptor_kernel_in_the_interpreter(shape, warp_spec, halves):
+                                   (1, 2, 1, 40, 19, 16, False), (1, 8, 2, 33, 19, 64, True),
+                                   (1, 2, 2, 50, 67, 16, False)], ids=str)
+def test_descriptor_kernel_in_the_interpreter(shape, switches):
     """``_attn_fwd_desc`` (the GPU-only rungs' kernel) run directly in the interpreter: descriptor
     loads pad the ragged ends with zeros and descriptor stores clip them, as TMA does."""
     b, hq, hkv, nq, nk, d, causal = shape
@@ -311,8 +313,8 @@ def test_descriptor_kernel_in_the_interpreter(shape, warp_spec, halves):
     lse = torch.full((b, hq, nq), float("nan"))
     flash._launch("_attn_fwd_desc", q.device, False, None, nq, b * hq, q, k, v, o, lse,
                   flash.LOG2E / math.sqrt(d), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-                  *o.stride()[:3], hq, hq // hkv, nq, nk, HEAD_DIM=d, CAUSAL=causal, WARP_SPEC=warp_spec,
-                  HALVES=halves, DOT_PRECISION="ieee")
+                  *o.stride()[:3], hq, hq // hkv, nq, nk, HEAD_DIM=d, CAUSAL=causal,
+                  DOT_PRECISION="ieee", **switches)
     assert_close(o, attention_ref(q, k, v, causal=causal), torch.float32, "cpu", "o (descriptor kernel)")
     ref = reference_lse(q, k, causal)
     seen = torch.isfinite(ref)
@@ -326,7 +328,7 @@ def test_new_rungs_fall_back_where_their_features_are_missing():
     assert not flash.descriptors_supported(q.device)
     for switches in (VARIANTS["descriptors"], *flash.CANDIDATES.values()):
         switches = flash.effective_switches(switches, q, q, q)
-        assert not any(switches[s] for s in ("desc", "warp_spec", "halves", "ping_pong"))
+        assert not any(switches[s] for s in ("desc", "warp_spec", "halves", "ping_pong", "pipeline"))
     assert flash.BEST in VARIANTS and list(VARIANTS).index(flash.BEST) >= list(VARIANTS).index("autotuned")
     for name in flash.CANDIDATES:                           # candidates run through the same entry point
         o, _ = flash._forward(q, q, q, False, 0.25, name)
