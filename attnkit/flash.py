@@ -44,6 +44,8 @@ LADDER = {
     "split": "key tiles split into unmasked ones and the masked causal diagonal / ragged end",
     "autotuned": "block sizes, warps and pipeline stages autotuned per shape",
     "descriptors": "tiles copied by the TMA engine through tensor descriptors (sm_90+), wider autotune space",
+    "ping_pong": "non-causal: 256 query rows as two 128-row halves sharing each K/V tile, one half's "
+                 "product issued while the other's exponentials run (causal keeps 'descriptors')",
 }
 _BASE = dict(use_exp2=True, split=True, tuned=True, desc=False, warp_spec=False, halves=False, ping_pong=False,
              pipeline=False)
@@ -53,25 +55,24 @@ VARIANTS = {  # rung -> kernel switches
     "split": dict(_BASE, tuned=False),
     "autotuned": dict(_BASE),
     "descriptors": dict(_BASE, desc=True),
+    "ping_pong": dict(_BASE, desc=True, ping_pong=True),
 }
 # Switch sets explored on the GPU (scripts/gpu_flash_tuning.py) outside the ladder (see
-# figures/flash_notes.md): "halves" computes each query tile as two interleaved halves (fastest
-# non-causal configuration measured, 256x64, not yet verified in its autotuned form); "ping_pong"
-# lets the autotuner choose between halves and whole tiles; "warp_specialized" did not compile on
-# Hopper with Triton 3.6; "pipelined" issues the next tile's score product before the current
-# tile's softmax (FlashAttention-3's intra-warpgroup overlap).
+# figures/flash_notes.md): "halves" computes every query tile as two interleaved halves, causal
+# too (the "ping_pong" rung uses it for non-causal attention only, where it was measured fastest);
+# "warp_specialized" did not compile on Hopper with Triton 3.6; "pipelined" issues the next tile's
+# score product before the current tile's softmax (FlashAttention-3's intra-warpgroup overlap by
+# hand), measured slower at every size.
 CANDIDATES = {
-    "ping_pong": dict(_BASE, desc=True, ping_pong=True),
     "halves": dict(_BASE, desc=True, halves=True),
     "warp_specialized": dict(_BASE, desc=True, warp_spec=True),
     "pipelined": dict(_BASE, desc=True, pipeline=True),
 }
-# The rung that "best" means: the fastest one verified on the H100 at every measured size and
-# recorded in figures/bench_flash.csv. "descriptors" is faster at N >= 2k but was slower at causal
-# N = 1k and its full benchmark is not recorded yet, so it is not the default. Where a rung's
-# features are missing (CPU interpreter, GPUs below sm_90, Triton without tensor descriptors) it
+# The rung that "best" means: the fastest one verified on the H100 (figures/flash_notes.md), whose
+# full benchmark is recorded in figures/bench_flash.csv. Where a rung's features are missing (CPU
+# interpreter, GPUs below sm_90, Triton without tensor descriptors, strides TMA cannot take) it
 # falls back to the rung below it.
-BEST = "autotuned"
+BEST = "ping_pong"
 
 
 # ------------------------------------------------------------------------------------ input checks
@@ -209,11 +210,12 @@ BWD_DQ_CONFIGS = [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 
 # The tensor-descriptor forward (sm_90+): a wider space, BLOCK_N = 128 and deeper pipelines included.
 # The four fastest of eight measured at D = 128 (figures/flash_notes.md).
 FWD_DESC_CONFIGS = [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]
-# ping_pong adds 256-row query tiles computed as two interleaved 128-row halves (HALVES=True).
-FWD_PING_PONG_CONFIGS = [(256, 64, 8, 3), (256, 64, 8, 4)]
+# Two interleaved halves (HALVES=True): 256-row query tiles, 128 rows each half (the two fastest
+# configurations measured at D = 128).
+FWD_HALVES_CONFIGS = [(256, 64, 8, 3), (256, 64, 8, 4)]
 # Used instead when ATTNKIT_AUTOTUNE=0 (and as the first guess for each head dim).
 DEFAULT_CONFIGS = {"_attn_fwd": BlockConfig(128, 64, 4, 3), "_attn_fwd_desc": BlockConfig(128, 64, 4, 3),
-                   "_attn_fwd_desc_ping_pong": BlockConfig(128, 64, 4, 3),
+                   "_attn_fwd_desc_halves": BlockConfig(256, 64, 8, 3),
                    "_bwd_dkdv": BlockConfig(32, 64, 4, 3), "_bwd_dq": BlockConfig(64, 32, 4, 3)}
 
 
@@ -243,24 +245,25 @@ def _tuned(name: str):
         import triton
 
         shapes = {"_attn_fwd": FWD_CONFIGS, "_attn_fwd_desc": FWD_DESC_CONFIGS,
-                  "_attn_fwd_desc_ping_pong": FWD_DESC_CONFIGS + FWD_PING_PONG_CONFIGS,
+                  "_attn_fwd_desc_halves": FWD_HALVES_CONFIGS,
                   "_bwd_dkdv": BWD_DKDV_CONFIGS, "_bwd_dq": BWD_DQ_CONFIGS}[name]
         configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                    for m, n, w, s in shapes]
         key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL"]
-        if name == "_attn_fwd_desc":
+        if name.startswith("_attn_fwd_desc"):
             key += ["WARP_SPEC", "HALVES", "PIPELINE"]
-        if name == "_attn_fwd_desc_ping_pong":   # HALVES is part of each configuration here
-            configs = [triton.Config({**c.kwargs, "HALVES": c.kwargs["BLOCK_M"] == 256}, num_warps=c.num_warps,
-                                     num_stages=c.num_stages) for c in configs]
-            key += ["WARP_SPEC", "PIPELINE"]
         options = dict(configs=configs, key=key,
                        prune_configs_by={"early_config_prune": _prune_by_head_dim})
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
             options["do_bench"] = _quick_bench
-        kernel = "_attn_fwd_desc" if name.startswith("_attn_fwd_desc") else name
-        _TUNED[name] = triton.autotune(**options)(getattr(_compiled_kernels, kernel))
+        _TUNED[name] = triton.autotune(**options)(getattr(_compiled_kernels, _kernel_name(name)))
     return _TUNED[name]
+
+
+def _kernel_name(name: str) -> str:
+    """The jit function behind a launcher name ("_attn_fwd_desc_halves" is "_attn_fwd_desc" with
+    its own configurations)."""
+    return "_attn_fwd_desc" if name.startswith("_attn_fwd_desc") else name
 
 
 def _quick_bench(kernel_call, quantiles):
@@ -268,11 +271,6 @@ def _quick_bench(kernel_call, quantiles):
     import triton
 
     return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
-
-
-def _ping_pong_config(head_dim: int) -> BlockConfig:
-    """ping_pong's configuration when autotuning is off: two 128-row halves (D <= 128)."""
-    return BlockConfig(256, 64, 8, 3) if head_dim <= 128 else _untuned_config("_attn_fwd_desc", head_dim)
 
 
 def _untuned_config(name: str, head_dim: int) -> BlockConfig:
@@ -290,7 +288,7 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig, gr
     kernels = _kernels(device)
     if _is_interpreted(kernels):
         grid = (triton.cdiv(grid_rows, INTERPRETER_CONFIG.meta()[rows_block]), grid_heads)
-        getattr(kernels, name)[grid](*args, **constexprs, **INTERPRETER_CONFIG.meta())
+        getattr(kernels, _kernel_name(name))[grid](*args, **constexprs, **INTERPRETER_CONFIG.meta())
         return
     if fixed is None:
         fixed = _untuned_config(name, constexprs["HEAD_DIM"])
@@ -300,7 +298,7 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig, gr
             _tuned(name)[grid](*args, **constexprs)
         else:
             grid = (triton.cdiv(grid_rows, fixed.meta()[rows_block]), grid_heads)
-            getattr(kernels, name)[grid](*args, **constexprs, **fixed.meta())
+            getattr(kernels, _kernel_name(name))[grid](*args, **constexprs, **fixed.meta())
 
 
 # ------------------------------------------------------------------------------------------ forward
@@ -400,20 +398,17 @@ def _forward_switches(q, k, v, causal: bool, sm_scale: float, switches: dict, co
     qk_scale = sm_scale * LOG2E if switches["use_exp2"] else sm_scale
     tuned = switches["tuned"] and config is None
     fixed = config if config is not None else (None if switches["tuned"] else _fixed_forward_config(head_dim))
+    if switches["ping_pong"]:   # halves where they were measured fastest, whole tiles elsewhere
+        switches["halves"] = not causal and head_dim <= 128
     if switches["desc"]:
         _ensure_allocator()
-        name, extra = "_attn_fwd_desc", dict(HALVES=switches["halves"])
-        if switches["ping_pong"]:
-            if tuned and autotune_enabled():
-                name, extra = "_attn_fwd_desc_ping_pong", {}      # the autotuner picks HALVES
-            elif fixed is None:
-                fixed, extra = _ping_pong_config(head_dim), dict(HALVES=head_dim <= 128)
+        name = "_attn_fwd_desc_halves" if switches["halves"] and config is None else "_attn_fwd_desc"
         _launch(name, q.device, tuned, fixed, n_q, batch * n_heads,
                 q, k, v, o, lse, qk_scale,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
                 n_heads, n_heads // n_heads_kv, n_q, n_k,
                 HEAD_DIM=head_dim, CAUSAL=causal, WARP_SPEC=switches["warp_spec"],
-                PIPELINE=switches["pipeline"], DOT_PRECISION=_dot_precision(q.dtype), **extra)
+                HALVES=switches["halves"], PIPELINE=switches["pipeline"], DOT_PRECISION=_dot_precision(q.dtype))
     else:
         _launch("_attn_fwd", q.device, tuned, fixed, n_q, batch * n_heads,
                 q, k, v, o, lse, qk_scale,

@@ -143,7 +143,7 @@ def main() -> int:
         write_results("flash", rows, directory=out)
         log(f"bench {suite} {dtype} D={head_dim}: {time.time() - t0:.0f} s")
         log(bench_flash.summary(rows, dtype=dtype, head_dim=head_dim, suite=suite))
-    for name in ("_attn_fwd", "_bwd_dkdv", "_bwd_dq"):
+    for name in ("_attn_fwd", "_attn_fwd_desc", "_attn_fwd_desc_halves", "_bwd_dkdv", "_bwd_dq"):
         tuned = flash._TUNED.get(name)
         if tuned is not None:
             for key, config in list(tuned.cache.items())[:40]:

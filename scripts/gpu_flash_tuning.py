@@ -49,7 +49,7 @@ SWEEP = {
     "pipelined": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3)],
     "halves": [(256, 64, 8, 3), (256, 64, 8, 4)],
 }
-TUNED = ("autotuned", "descriptors", "ping_pong", "pipelined")
+TUNED = ("autotuned", "descriptors", "ping_pong", "pipelined")  # ladder rungs and candidates
 
 def log(*args):
     line = " ".join(str(a) for a in args)
@@ -269,9 +269,10 @@ def record(out: Path, start: float, budget: float) -> int:
         rows += bench_flash.run(only=lambda s, g=(suite, dtype, head_dim): (s[0], s[7], s[5]) == g)
         write_results("flash", rows, directory=out)
         log(f"bench {suite} {dtype} D={head_dim} done at {time.time() - start:.0f} s")
-    tuned = flash._TUNED.get("_attn_fwd_desc_ping_pong")
-    for key, config in list(tuned.cache.items())[:30] if tuned is not None else []:
-        log(f"  tuned ping_pong {key[:4]}: {config}")
+    for name in ("_attn_fwd_desc", "_attn_fwd_desc_halves", "_bwd_dkdv", "_bwd_dq"):
+        tuned = flash._TUNED.get(name)
+        for key, config in list(tuned.cache.items())[:30] if tuned is not None else []:
+            log(f"  tuned {name} {key[:4]}: {config}")
     for suite, dtype, head_dim in groups:
         log(bench_flash.summary(rows, dtype=dtype, head_dim=head_dim, suite=suite))
     ladder_table = {}

@@ -347,3 +347,25 @@ def test_descriptor_rungs_on_the_gpu(variant, dtype):
     for causal, (nq, nk) in ((False, (301, 517)), (True, (517, 301)), (True, (300, 1031))):
         check_forward(gen, 2, 8, 2, nq, nk, 128, dtype, causal=causal, variant=variant)
         check_forward(gen, 1, 4, 1, nq, nk, 64, dtype, causal=causal, variant=variant)
+
+
+@pytest.mark.skipif(not _interpreted_descriptor_kernel(), reason="needs Triton's interpreter with tensor descriptors")
+@pytest.mark.parametrize("name", [n for n in (*VARIANTS, *flash.CANDIDATES) if
+                                  {**VARIANTS, **flash.CANDIDATES}[n]["desc"]])
+@pytest.mark.parametrize("causal", [False, True])
+def test_descriptor_rungs_dispatch_in_the_interpreter(monkeypatch, name, causal):
+    """Each descriptor rung through the public entry point, as it runs on sm_90+ (the interpreter
+    stands in for the GPU): ping_pong's halves for non-causal, whole tiles for causal."""
+    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    monkeypatch.setattr(flash, "_ensure_allocator", lambda: None)
+    launched = []
+    real_launch = flash._launch
+    monkeypatch.setattr(flash, "_launch", lambda kernel, *a, **kw: launched.append((kernel, kw.get("HALVES")))
+                        or real_launch(kernel, *a, **kw))
+    gen = torch.Generator().manual_seed(31 + causal)
+    q, k, v = make_inputs(gen, 1, 4, 2, 37, 45, 32, torch.float32, device="cpu")
+    switches = {**VARIANTS, **flash.CANDIDATES}[name]
+    o, _ = flash._forward(q, k, v, causal, 0.2, name)
+    assert_close(o, attention_ref(q, k, v, causal=causal, sm_scale=0.2), torch.float32, "cpu", name)
+    halves = switches["halves"] or (switches["ping_pong"] and not causal)
+    assert launched == [("_attn_fwd_desc_halves" if halves else "_attn_fwd_desc", halves)]
