@@ -44,8 +44,9 @@ LADDER = {
     "split": "key tiles split into unmasked ones and the masked causal diagonal / ragged end",
     "autotuned": "block sizes, warps and pipeline stages autotuned per shape",
     "descriptors": "tiles copied by the TMA engine through tensor descriptors (sm_90+), wider autotune space",
-    "ping_pong": "non-causal: 256 query rows as two 128-row halves sharing each K/V tile, one half's "
-                 "product issued while the other's exponentials run (causal keeps 'descriptors')",
+    "ping_pong": "D = 128, non-causal: 256 query rows as two 128-row halves sharing each K/V tile, one "
+                 "half's product issued while the other's exponentials run; each shape gets the kernel "
+                 "measured fastest for it (ping_pong_choice)",
 }
 _BASE = dict(use_exp2=True, split=True, tuned=True, desc=False, warp_spec=False, halves=False, ping_pong=False,
              pipeline=False)
@@ -378,6 +379,18 @@ def effective_switches(switches: dict, *tensors) -> dict:
     return switches
 
 
+def ping_pong_choice(causal: bool, head_dim: int, n_k: int) -> dict:
+    """The kernel switches the ping_pong rung uses for one shape, from the H100 measurements in
+    figures/flash_notes.md: two half tiles for non-causal D = 128 from 1k keys on, descriptor tiles
+    for causal D = 128 from 2k keys on, and the autotuned pointer kernel elsewhere (at D = 64, and for
+    short sequences, where each program's few key tiles do not repay building its descriptors)."""
+    if head_dim != 128:
+        return dict(desc=False, halves=False)
+    if causal:
+        return dict(desc=n_k >= 2048, halves=False)
+    return dict(desc=n_k >= 1024, halves=n_k >= 1024)
+
+
 def _forward(q, k, v, causal: bool, sm_scale: float, variant: str):
     """o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] fp32. Inputs already checked."""
     switches = VARIANTS[variant] if variant in VARIANTS else CANDIDATES[variant]
@@ -394,12 +407,12 @@ def _forward_switches(q, k, v, causal: bool, sm_scale: float, switches: dict, co
     n_heads_kv, n_k = k.shape[1], k.shape[2]
     o = _new_buffer(q.shape, q.dtype, q.device)
     lse = _new_buffer((batch, n_heads, n_q), torch.float32, q.device)
+    if switches["ping_pong"]:
+        switches = dict(switches, **ping_pong_choice(causal, head_dim, n_k))
     switches = effective_switches(switches, q, k, v, o)
     qk_scale = sm_scale * LOG2E if switches["use_exp2"] else sm_scale
     tuned = switches["tuned"] and config is None
     fixed = config if config is not None else (None if switches["tuned"] else _fixed_forward_config(head_dim))
-    if switches["ping_pong"]:   # halves where they were measured fastest, whole tiles elsewhere
-        switches["halves"] = not causal and head_dim <= 128
     if switches["desc"]:
         _ensure_allocator()
         name = "_attn_fwd_desc_halves" if switches["halves"] and config is None else "_attn_fwd_desc"
@@ -534,4 +547,4 @@ def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = N
 
 
 __all__ = ["flash_attention", "flash_attention_forward", "flash_attention_backward", "check_inputs",
-           "LADDER", "VARIANTS", "BEST", "descriptors_supported", "warp_specialize_supported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]
+           "LADDER", "VARIANTS", "BEST", "ping_pong_choice", "descriptors_supported", "warp_specialize_supported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

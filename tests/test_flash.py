@@ -363,9 +363,32 @@ def test_descriptor_rungs_dispatch_in_the_interpreter(monkeypatch, name, causal)
     monkeypatch.setattr(flash, "_launch", lambda kernel, *a, **kw: launched.append((kernel, kw.get("HALVES")))
                         or real_launch(kernel, *a, **kw))
     gen = torch.Generator().manual_seed(31 + causal)
-    q, k, v = make_inputs(gen, 1, 4, 2, 37, 45, 32, torch.float32, device="cpu")
     switches = {**VARIANTS, **flash.CANDIDATES}[name]
+    d, n_k = (128, 2053) if switches["ping_pong"] else (32, 45)   # where ping_pong takes descriptors
+    q, k, v = make_inputs(gen, 1, 1, 1, 37, n_k, d, torch.float32, device="cpu")
     o, _ = flash._forward(q, k, v, causal, 0.2, name)
     assert_close(o, attention_ref(q, k, v, causal=causal, sm_scale=0.2), torch.float32, "cpu", name)
     halves = switches["halves"] or (switches["ping_pong"] and not causal)
     assert launched == [("_attn_fwd_desc_halves" if halves else "_attn_fwd_desc", halves)]
+
+
+def test_ping_pong_choice():
+    """The ping_pong rung's rule: halves (non-causal) and descriptors (causal) at D = 128 and long
+    sequences only; the pointer kernel elsewhere."""
+    choice = flash.ping_pong_choice
+    assert choice(False, 128, 4096) == dict(desc=True, halves=True)
+    assert choice(True, 128, 4096) == dict(desc=True, halves=False)
+    assert choice(False, 128, 512) == choice(True, 128, 1024) == dict(desc=False, halves=False)
+    assert all(choice(c, d, 16384) == dict(desc=False, halves=False) for c in (False, True) for d in (16, 32, 64, 256))
+
+
+@pytest.mark.skipif(not _interpreted_descriptor_kernel(), reason="needs Triton's interpreter with tensor descriptors")
+def test_ping_pong_short_sequences_take_the_pointer_kernel(monkeypatch):
+    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    launched = []
+    real_launch = flash._launch
+    monkeypatch.setattr(flash, "_launch", lambda kernel, *a, **kw: launched.append(kernel) or real_launch(kernel, *a, **kw))
+    q, k, v = make_inputs(torch.Generator().manual_seed(5), 1, 2, 1, 21, 33, 64, torch.float32, device="cpu")
+    o, _ = flash._forward(q, k, v, False, 0.2, "ping_pong")
+    assert_close(o, attention_ref(q, k, v, sm_scale=0.2), torch.float32, "cpu", "ping_pong at D = 64")
+    assert launched == ["_attn_fwd"]
