@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from .plotting import diagram
 from .tolerances import rel_error, tolerance
 
 TOKENS = 16 * 1024
@@ -266,3 +267,27 @@ def summary(rows, *, dtype="float16", head_dim=128, suite="mha") -> str:
         cells = " ".join(f"{'causal' if c else 'N'}={n}:{x:.2f}" for (c, n), x in sorted(r.items()))
         lines.append(f"  {pass_} vs {against}: {cells}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ figures from the recorded results
+
+
+def _recorded():
+    from .benchmarking import read_results
+
+    return read_results("flash")
+
+
+@diagram("flash_fwd_tflops.png")
+def recorded_forward_tflops():
+    return plot_tflops(_recorded(), pass_="fwd")
+
+
+@diagram("flash_bwd_tflops.png")
+def recorded_backward_tflops():
+    return plot_tflops(_recorded(), pass_="bwd")
+
+
+@diagram("flash_fwd_ratios.png")
+def recorded_forward_ratios():
+    return plot_ratios(_recorded(), pass_="fwd")

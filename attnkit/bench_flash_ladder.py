@@ -8,6 +8,7 @@ backends on the same inputs. Each rung is checked against the float64 reference 
 from __future__ import annotations
 
 from .bench_flash import TOKENS, _number, _sdpa, attention_flops, reference_slice, tflops
+from .plotting import diagram
 from .tolerances import rel_error, tolerance
 
 SEQ_LENS = (1024, 4096, 16384)
@@ -84,6 +85,14 @@ def plot_ladder(rows):
         ax.set_title(f"forward, D={HEAD_DIM}, fp16, {'causal' if causal else 'non-causal'}")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("TFLOP/s")
-    axes[0].legend(fontsize=8)
     fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(rungs), fontsize=8)
     return fig
+
+
+@diagram("flash_ladder.png")
+def recorded_ladder():
+    from .benchmarking import read_results
+
+    return plot_ladder(read_results("flash_ladder"))

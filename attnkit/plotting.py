@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
-DIAGRAM_MODULES = ("attnkit.iomodel",)
+DIAGRAM_MODULES = ("attnkit.iomodel", "attnkit.bench_flash", "attnkit.bench_flash_ladder")
 _REGISTRY: dict[str, object] = {}
 
 
