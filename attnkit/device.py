@@ -114,7 +114,8 @@ def _detect() -> Runtime:
             notes.append(
                 f"{name} has compute capability {capability[0]}.{capability[1]}, below the 8.0 that Triton "
                 "supports: kernels run, but tl.dot uses slow FMA code (timings are not representative) and "
-                "bf16 kernels do not compile, so the course runs them in fp16. "
+                "bf16 kernels do not compile, so the course's kernels compute bf16 inputs in fp32 and round "
+                "the result to bf16. "
                 "(torch.cuda.is_bf16_supported() may still say True: it speaks of PyTorch, not Triton.)"
             )
         interpreter = os.environ.get("TRITON_INTERPRET") == "1"
@@ -144,6 +145,18 @@ def _interpreter_breaks_on_new_numpy() -> bool:
     except OSError:
         return False
     return "int(self.handle.data)" in text and "handle.data.squeeze()" not in text
+
+
+def bf16_computed_in_fp32(device) -> bool:
+    """True where the course's Triton kernels must compute bf16 inputs in fp32 (and round the result
+    back to bf16): in the interpreter (its bf16 arithmetic is not faithful) and on GPUs below compute
+    capability 8.0 (Triton cannot compile bf16 there). ``device`` is a torch.device or a string."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return True
+    return torch.cuda.get_device_capability(device) < TRITON_MIN_CAPABILITY
 
 
 @functools.lru_cache(maxsize=1)

@@ -19,19 +19,22 @@ a row that sees no key gives 0. ``sm_scale`` defaults to 1/sqrt(D).
 
 Where it runs: CUDA tensors run compiled kernels (block sizes autotuned); CPU tensors run the same
 kernels in Triton's interpreter (one small fixed block size), also on a machine with a GPU. The
-interpreter's bf16 arithmetic is not faithful, so on the CPU bf16 is computed in fp32 and rounded.
+interpreter's bf16 arithmetic is not faithful, and Triton cannot compile bf16 below sm_80, so there
+bf16 is computed in fp32 and rounded.
 """
 from __future__ import annotations
 
 import atexit
 import inspect
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
 import torch
 
 from . import flash_kernels as _compiled_kernels
+from .device import bf16_computed_in_fp32
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -112,9 +115,10 @@ def check_inputs(q, k, v) -> None:
 
 
 def _scale(sm_scale, head_dim: int) -> float:
+    """sm_scale as a float: 1/sqrt(head_dim) for None, else any positive finite real (NumPy's too)."""
     if sm_scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale)
+    if (isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real) or not math.isfinite(sm_scale)
             or sm_scale <= 0):
         raise ValueError(f"sm_scale: expected a positive finite number or None, got {sm_scale!r}")
     return float(sm_scale)
@@ -314,8 +318,9 @@ def _dot_precision(dtype) -> str:
 
 
 def _compute_dtype_inputs(*tensors):
-    """On the CPU, bf16 goes through the interpreter as fp32 (its bf16 arithmetic is not faithful)."""
-    if tensors[0].device.type == "cpu" and tensors[0].dtype == torch.bfloat16:
+    """bf16 goes through the kernels as fp32 where they cannot take it (the interpreter, whose bf16
+    arithmetic is not faithful, and GPUs below sm_80, where Triton cannot compile bf16)."""
+    if tensors[0].dtype == torch.bfloat16 and bf16_computed_in_fp32(tensors[0].device):
         return tuple(t.float() for t in tensors)
     return tensors
 

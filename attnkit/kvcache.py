@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .device import TRITON_MIN_CAPABILITY, ensure_triton_backend
+from .device import TRITON_MIN_CAPABILITY, bf16_computed_in_fp32, ensure_triton_backend
 from .rope import check_base, check_mode, rope_cache
 
 GIB = 2 ** 30
@@ -546,8 +546,8 @@ def rope_append_triton(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_id
                  mode, base, cos_cache, sin_cache)
     cos, sin = _tables(plan, base, cos_cache, sin_cache, q.device)
     present_k, present_v = _present(k_cache, v_cache, plan, share_buffer)
-    bf16_on_cpu = q.device.type == "cpu" and q.dtype == torch.bfloat16
-    if bf16_on_cpu:   # the interpreter's bf16 is not faithful: compute in fp32, round at the end
+    bf16_on_cpu = q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device)
+    if bf16_on_cpu:   # the interpreter's bf16 is not faithful, sm < 80 has none: fp32, rounded at the end
         args = [t.float() for t in (q, k, v, present_k, present_v, k_cache, v_cache)]
     else:
         args = [q, k, v, present_k, present_v, k_cache, v_cache]

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .device import ensure_triton_backend
+from .device import bf16_computed_in_fp32, ensure_triton_backend
+from .flash import _scale as _check_scale
 
 ensure_triton_backend()
 
@@ -320,15 +321,6 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
                          f"the pages a sequence uses must lie in [0, num_pages) = [0, {num_pages})")
 
 
-def _check_scale(sm_scale, head_dim: int) -> float:
-    if sm_scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale)
-            or sm_scale <= 0):
-        raise ValueError(f"sm_scale: expected a positive finite number or None, got {sm_scale!r}")
-    return float(sm_scale)
-
-
 def _check_splits(num_splits) -> None:
     if num_splits is None:
         return
@@ -366,7 +358,7 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
         # library (tl.sum, tl.max, ...) cannot run in the interpreter then; compute on the GPU.
         inputs = (t.cuda() for t in (q, k_pages, v_pages, block_table, seq_lens))
         return _launch(*inputs, sm_scale, num_splits, variant, config).cpu()
-    if q.device.type == "cpu" and q.dtype == torch.bfloat16:       # interpreter: bf16 computed in fp32
+    if q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device):   # interpreter, or below sm_80
         q, k_pages, v_pages = q.float(), k_pages.float(), v_pages.float()
     kernels = sys.modules[__name__]
     if config is None:

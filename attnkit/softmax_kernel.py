@@ -8,13 +8,13 @@ element, instead of the five passes of an unfused softmax.
     from attnkit.softmax_kernel import softmax
     y = softmax(x)          # x: [..., n_cols] fp16 / bf16 / fp32, on the course's device
 
-The arithmetic runs in fp32 whatever the storage dtype. On the CPU (Triton's interpreter) bf16
-inputs are converted to fp32 before the kernel and back after it, because the interpreter's bf16
-arithmetic is not faithful.
+The arithmetic runs in fp32 whatever the storage dtype. Where Triton cannot take bf16 (its
+interpreter on the CPU, whose bf16 arithmetic is not faithful, and GPUs below sm_80) bf16 inputs
+are converted to fp32 before the kernel and back after it.
 """
 from __future__ import annotations
 
-from .device import ensure_triton_backend, runtime
+from .device import bf16_computed_in_fp32, ensure_triton_backend, runtime
 
 ensure_triton_backend()
 
@@ -65,7 +65,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension of ``x`` with one Triton program per row; same shape and dtype."""
     _validate(x)
     n_cols = x.shape[-1]
-    compute_in_fp32 = x.dtype == torch.bfloat16 and x.device.type == "cpu"
+    compute_in_fp32 = x.dtype == torch.bfloat16 and bf16_computed_in_fp32(x.device)
     rows = x.reshape(-1, n_cols)                                 # [n_rows, n_cols]
     rows = rows.float() if compute_in_fp32 else rows
     rows = rows.contiguous()

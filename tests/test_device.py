@@ -73,3 +73,29 @@ def test_old_triton_interpreter_with_new_numpy_is_flagged(monkeypatch, tmp_path)
     interpreter.write_text("tensor.__index__ = lambda self: int(self.handle.data)\n")
     monkeypatch.setattr(device, "_version", lambda name: {"numpy": "2.3.5"}.get(name, "3.4.0"))
     assert not device._interpreter_breaks_on_new_numpy()
+
+
+def test_bf16_is_computed_in_fp32_where_triton_cannot_take_it(monkeypatch):
+    """The interpreter and GPUs below sm_80 (Colab's T4) compute bf16 in fp32; sm_80+ take bf16."""
+    import torch
+
+    from attnkit.device import bf16_computed_in_fp32
+
+    assert bf16_computed_in_fp32("cpu") and bf16_computed_in_fp32(torch.device("cpu"))
+    for capability, expected in (((7, 5), True), ((7, 0), True), ((8, 0), False), ((9, 0), False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert bf16_computed_in_fp32("cuda") is expected, capability
+
+
+def test_kernel_wrappers_follow_the_bf16_rule(monkeypatch):
+    """flash (forward and backward) follows bf16_computed_in_fp32 for its inputs."""
+    import torch
+
+    from attnkit import flash
+
+    x = torch.randn(1, 1, 3, 16, dtype=torch.bfloat16)
+    monkeypatch.setattr(flash, "bf16_computed_in_fp32", lambda device: True)
+    assert all(t.dtype == torch.float32 for t in flash._compute_dtype_inputs(x, x))
+    monkeypatch.setattr(flash, "bf16_computed_in_fp32", lambda device: False)
+    assert all(t.dtype == torch.bfloat16 for t in flash._compute_dtype_inputs(x, x))
+    assert flash._compute_dtype_inputs(x.half())[0].dtype == torch.float16

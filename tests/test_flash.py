@@ -392,3 +392,16 @@ def test_ping_pong_short_sequences_take_the_pointer_kernel(monkeypatch):
     o, _ = flash._forward(q, k, v, False, 0.2, "ping_pong")
     assert_close(o, attention_ref(q, k, v, sm_scale=0.2), torch.float32, "cpu", "ping_pong at D = 64")
     assert launched == ["_attn_fwd"]
+
+
+def test_numpy_scalars_are_valid_scales():
+    """sm_scale may be any positive finite real, NumPy's float32 included (flash and paged share the rule)."""
+    import numpy as np
+
+    from attnkit import paged
+
+    assert paged._check_scale is flash._scale
+    assert flash._scale(np.float32(0.5), 64) == 0.5 and flash._scale(np.float64(0.25), 64) == 0.25
+    for bad in (np.float32("nan"), np.float32(-1.0), True, "0.5"):
+        with pytest.raises(ValueError, match="sm_scale"):
+            flash._scale(bad, 64)
