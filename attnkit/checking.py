@@ -12,6 +12,7 @@ text on every run and every device.
 """
 from __future__ import annotations
 
+import copy
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -124,6 +125,11 @@ def describe_difference(got, expected) -> str:
     return "\n".join(lines)
 
 
+def fresh_copy(value):
+    """A deep copy of a case's arguments: a function that writes into its inputs changes only its copy."""
+    return copy.deepcopy(value)
+
+
 def run_check(
     name: str,
     student_fn: Callable,
@@ -136,6 +142,11 @@ def run_check(
 ) -> CheckResult:
     """Run ``student_fn`` on every case and compare with ``reference_fn``.
 
+    For each case the reference runs first, then the student's function; each gets its own deep copy
+    of the case's arguments (NumPy arrays, torch tensors, and the tuples, lists and dicts holding them),
+    so neither can see what the other wrote into its inputs: an answer that modifies its arguments in
+    place is judged on what it returns, against the reference on the untouched inputs.
+
     ``compare(got, expected)`` decides a match; by default the relative error must be at most ``tol``.
     The first failing case is reported with what was expected, what came back, where they differ,
     and the hint.
@@ -147,10 +158,12 @@ def run_check(
     compare = compare or within_tolerance
     for index, c in enumerate(cases, start=1):
         where = f"case {index} of {len(cases)}, {c.label}"
+        expected = reference_fn(*fresh_copy(c.args), **fresh_copy(c.kwargs))
+        args, kwargs = fresh_copy(c.args), fresh_copy(c.kwargs)
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")      # keep the report the only output
-                got = student_fn(*c.args, **c.kwargs)
+                got = student_fn(*args, **kwargs)
         except Exception as exc:  # a blank, or a student's bug: report it, never a traceback
             if is_not_implemented(exc):
                 return not_implemented(name)
@@ -162,7 +175,6 @@ def run_check(
         if got is None:
             return CheckResult(name, FAILED, f"❌ {name}: {where}: your function returned None "
                                              f"(did you forget `return`?)\n   hint: {hint}")
-        expected = reference_fn(*c.args, **c.kwargs)
         if not compare(got, expected):
             return CheckResult(name, FAILED, f"❌ {name}: {where}: differs from the float64 reference.\n"
                                              f"{describe_difference(got, expected)}\n   hint: {hint}")

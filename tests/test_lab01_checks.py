@@ -85,3 +85,64 @@ def test_known_wrong_answer_is_rejected(name, label):
     result = lab01.EXERCISES[name](WRONG[name][label])
     assert result.status == "failed", f"{label} slipped through"
     assert "hint:" in result.report
+
+
+# Right answers that write into their inputs: each is judged on what it returns, against the reference
+# on the untouched inputs.
+def scores_scaling_q_in_place(Q, K):
+    Q /= math.sqrt(Q.shape[1])
+    return Q @ K.T
+
+
+def softmax_in_place(S):
+    S -= S.max(axis=1, keepdims=True)
+    np.exp(S, out=S)
+    S /= S.sum(axis=1, keepdims=True)
+    return S
+
+
+def attention_in_place(Q, K, V, causal=False):
+    S = scores_scaling_q_in_place(Q, K)
+    if causal:
+        S[np.triu_indices_from(S, k=1)] = -np.inf
+    out = softmax_in_place(S) @ V
+    V[:] = 0                                         # scribbles on an input after using it
+    return out
+
+
+@pytest.mark.parametrize("name, fn", [("scores", scores_scaling_q_in_place), ("softmax_rows", softmax_in_place),
+                                      ("attention", attention_in_place)])
+def test_a_right_answer_that_modifies_its_inputs_passes(name, fn):
+    result = lab01.EXERCISES[name](fn)
+    assert result.passed, result.report
+
+
+# Wrong answers that overwrite the inputs so that a reference run on them afterwards would agree.
+MUTATING_WRONG = {
+    "scores": lambda Q, K: (Q.fill(0), np.zeros((len(Q), len(K))))[1],
+    "softmax_rows": lambda S: (S.fill(0), np.full(S.shape, 1 / S.shape[1]))[1],
+    "attention": lambda Q, K, V, causal=False: (V.fill(0), np.zeros((len(Q), V.shape[1])))[1],
+}
+
+
+@pytest.mark.parametrize("name", list(MUTATING_WRONG))
+def test_an_answer_that_zeroes_its_inputs_and_returns_matching_garbage_fails(name):
+    result = lab01.EXERCISES[name](MUTATING_WRONG[name])
+    assert result.status == "failed", result.report
+    assert "differs from the float64 reference" in result.report and "hint:" in result.report
+
+
+def test_positions_are_checked_on_fresh_random_sizes():
+    seen = []
+
+    def recording(n, d):
+        seen.append((n, d))
+        return positions_ok(n, d)
+
+    first = lab01.check_positions(recording)
+    sizes_first = list(seen)
+    second = lab01.check_positions(recording)
+    assert first.passed and second.passed
+    assert first.report == "✅ sinusoidal_positions: matches the float64 reference on 4 random inputs."
+    assert len(sizes_first) == 4 and seen[4:] != sizes_first     # two draws of 4 sizes: practically never equal
+    assert all(n >= 2 and d >= 4 and d % 2 == 0 for n, d in seen)

@@ -1,6 +1,6 @@
 """Lab 07's checks accept the solution, say "not implemented yet" for the blank lab, and reject the
-known-wrong answers of lesson 7: RoPE modes swapped, seqlens_k taken as a length (off by one), K rotated
-but Q not, and a cache size that counts query heads or forgets V."""
+known-wrong answers of lesson 7: RoPE modes swapped, seqlens_k taken as a length (a row too early) or
+one row too late, K rotated but Q not, and a cache size that counts query heads or forgets V."""
 import linecache
 
 import nbformat
@@ -12,13 +12,17 @@ from attnkit.labs import lab07
 from attnkit.notebooks import ROOT
 
 
-def _notebook_namespace(relpath: str) -> dict:
-    """Run a lab notebook's code cells, except the setup cell and the check cells, in a fresh namespace."""
+def _notebook_namespace(relpath: str, replace: tuple[str, str] | None = None) -> dict:
+    """Run a lab notebook's code cells, except the setup cell and the check cells, in a fresh namespace
+    (with ``replace = (old, new)``: one line of the code changed, which must occur exactly once)."""
     import attnkit
 
     nb = nbformat.read(ROOT / relpath, as_version=4)
     code = [c.source for c in nb.cells if c.cell_type == "code"][1:]   # [0] is the setup cell
     namespace: dict = {"RT": attnkit.runtime(), "attnkit": attnkit}
+    if replace is not None:
+        assert sum(source.count(replace[0]) for source in code) == 1, replace
+        code = [source.replace(*replace) for source in code]
     for index, source in enumerate(code):
         if "lab07.check" in source:
             continue
@@ -100,8 +104,55 @@ def test_the_torch_path_itself_passes():
     assert lab07.check_rope_append(_torch_append()).passed
 
 
+@pytest.mark.parametrize("shift, diagnosis", [
+    (-1, "one row too early"),      # seqlens_k taken as a length: past = seqlens_k - S
+    (+1, "one row too late"),       # past = seqlens_k + 2 - S
+], ids=["seqlens_k as a length (shift -1)", "one past the end (shift +1)"])
+def test_rope_append_rejects_an_off_by_one_row(shift, diagnosis):
+    result = lab07.check_rope_append(_torch_append(seqlens_shift=shift))
+    assert result.status == "failed", result.report
+    report = result.report
+    # Rejected for the right reason: the K rows differ (no error raised), named as a shift by one row.
+    assert "rope_append (cache rows of K)" in report and "differs from the float64 reference" in report
+    assert "raised" not in report and "largest difference at index" in report
+    assert f"diagnosis: your new K rows are {diagnosis}" in report
+    assert "index of the LAST token" in report                                               # the hint
+
+
+def test_a_triton_kernel_taking_seqlens_k_as_a_length_is_diagnosed():
+    wrong = _notebook_namespace("solutions/lab07_gqa_kv_cache.ipynb",
+                                replace=("past = tl.load(seqlens_k + b) + 1 - S", "past = tl.load(seqlens_k + b) - S"))
+    result = lab07.check_rope_append(wrong["rope_append"])
+    assert result.status == "failed" and "rope_append (cache rows of K)" in result.report
+    assert "diagnosis: your new K rows are one row too early" in result.report, result.report
+
+
+def test_the_off_by_one_diagnosis_is_not_given_for_other_bugs():
+    result = lab07.check_rope_append(_torch_append(swap_modes=True))
+    assert result.status == "failed" and "diagnosis" not in result.report
+
+
+def test_a_right_answer_that_overwrites_q_k_v_in_place_passes():
+    """Its own copies: overwriting q, k and v after reading them does not change what it is judged on."""
+    def scribbling(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+        q_rot, _, _ = kvcache.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k, mode=mode)
+        q.zero_(), k.zero_(), v.zero_()
+        return q_rot
+
+    result = lab07.check_rope_append(scribbling)
+    assert result.passed, result.report
+
+
+def test_a_kernel_that_zeroes_q_and_returns_it_is_rejected():
+    def zeroes(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+        kvcache.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k, mode=mode)
+        return q.zero_()
+
+    result = lab07.check_rope_append(zeroes)
+    assert result.status == "failed" and "rope_append (rotated q)" in result.report
+
+
 @pytest.mark.parametrize("wrong, part, hint", [
-    (_torch_append(seqlens_shift=1), "cache rows of K", "index of the LAST token"),        # seqlens_k as a length
     (_torch_append(rotate_q=False), "rotated q", "rotate every query head too"),            # K rotated, Q not
     (_torch_append(swap_modes=True), "cache rows of K", "interleaved"),                     # modes swapped
 ])

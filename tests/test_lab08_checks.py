@@ -101,15 +101,75 @@ class PoolBlank(PoolRight):
         raise NotImplementedError
 
 
-def test_pool():
-    assert lab08.check_pool(PoolRight, seed=SEED).passed
+class PoolNeverRunsOut(PoolRight):
+    """Takes the pages it can and returns without an error when there are not enough."""
+
+    def append(self, seq, n):
+        return self._take(seq, n) if self.needed(seq, n) <= len(self.free) else []
+
+
+class PoolRefusesExactFit(PoolRight):
+    def append(self, seq, n):                        # >= instead of >: refuses to take the last free pages
+        if self.needed(seq, n) >= len(self.free) and self.needed(seq, n) > 0:
+            raise RuntimeError("out of pages")
+        return self._take(seq, n)
+
+
+class PoolCountsFailedTokens(PoolRight):
+    def append(self, seq, n):                        # counts the refused tokens as stored
+        if self.needed(seq, n) > len(self.free):
+            self.lengths[seq] += n
+            raise RuntimeError("out of pages")
+        return self._take(seq, n)
+
+
+SEEDS = (0, 1, 2, 3, 4, 10, 14, 28, 38, 58)   # with 10 .. 58 the random workloads alone never catch a partial grab
+WRONG_POOLS = {PoolPartialOnFailure: "raised an error but changed the pool first", PoolLeaks: "leak",
+               PoolPageEveryToken: "pages; expected ceil(", PoolSwapped: "but its page table puts it at",
+               PoolNeverRunsOut: "expected a RuntimeError (or MemoryError) and no change",
+               PoolRefusesExactFit: "so it must succeed, but it raised RuntimeError",
+               PoolCountsFailedTokens: "so it must succeed, but it raised RuntimeError"}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pool_accepts_the_right_pool(seed):
+    result = lab08.check_pool(PoolRight, seed=seed)
+    assert result.passed, result.report
+    assert result.report == ("✅ page pool (append, free, out of pages): a scripted workload and 3 random ones "
+                             "keep every token in its own slot, leak no page, and run out of pages cleanly "
+                             "(no change to the pool).")
+
+
+def test_pool_reports_a_blank():
     assert lab08.check_pool(PoolBlank).status == "not implemented"
-    expected = {PoolPartialOnFailure: "changed the pool first", PoolLeaks: "leak",
-                PoolPageEveryToken: "pages", PoolSwapped: "slot"}
-    for wrong, words in expected.items():
-        result = lab08.check_pool(wrong, seed=SEED)
-        assert not result.passed, wrong.__name__
-        assert words in result.report, (wrong.__name__, result.report)
+
+
+@pytest.mark.parametrize("wrong", list(WRONG_POOLS), ids=lambda cls: cls.__name__)
+def test_pool_rejects_a_wrong_pool_on_every_seed(wrong):
+    for seed in SEEDS:
+        result = lab08.check_pool(wrong, seed=seed)
+        assert result.status == "failed", (wrong.__name__, seed)
+        assert WRONG_POOLS[wrong] in result.report and "hint:" in result.report, (wrong.__name__, result.report)
+
+
+def test_a_partial_grab_is_caught_where_the_pool_runs_out_with_pages_free():
+    report = lab08.check_pool(PoolPartialOnFailure, seed=0).report
+    assert "the scripted workload" in report and "step 4, append(0, 19): out of pages (4 needed, 3 free)" in report
+
+
+def test_the_scripted_workload_runs_out_with_pages_free_and_with_none_free():
+    """What the scripted workload is for: an append that needs more pages than are free while some are
+    free (a partial grab would change the pool), and one with none free."""
+    free_at_refusal = []
+
+    class Recording(PoolRight):
+        def append(self, seq, n):
+            if self.needed(seq, n) > len(self.free):
+                free_at_refusal.append(len(self.free))
+            return super().append(seq, n)
+
+    assert lab08._run_scripted_pool(Recording) is None
+    assert free_at_refusal == [3, 0]
 
 
 # ------------------------------------------------------------------------------ exercise 3: kernel

@@ -73,7 +73,12 @@ def check_attention(attention) -> CheckResult:
 
 def check_positions(sinusoidal_positions) -> CheckResult:
     """sinusoidal_positions(n_positions, d_model) -> PE [n_positions, d_model]."""
-    cases = [case(n, d, label=f"{n} positions, d_model={d}") for n, d in [(8, 4), (50, 16), (3, 64), (128, 32)]]
+    rng = _rng()
+    # (positions, d_model / 2) ranges: a few positions and a narrow model up to many and a wide one.
+    # At least 2 positions and d_model >= 4, so that a wrong exponent (i/d instead of 2i/d) shows.
+    ranges = [((2, 9), (2, 5)), ((10, 65), (4, 17)), ((2, 6), (16, 33)), ((65, 129), (8, 33))]
+    sizes = [(int(rng.integers(*n)), 2 * int(rng.integers(*half))) for n, half in ranges]
+    cases = [case(n, d, label=f"{n} positions, d_model={d}") for n, d in sizes]
     return run_check("sinusoidal_positions", sinusoidal_positions, reference_positions, cases, tol=TOL,
                      hint="even columns 2i hold sin(pos / 10000^(2i/d_model)), odd columns 2i+1 the cos "
                           "of the same angle.")

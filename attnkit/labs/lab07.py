@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..checking import (NOT_IMPLEMENTED, CheckResult, case, is_not_implemented, not_implemented, run_check,
-                        student_error, summarize)
+from ..checking import (NOT_IMPLEMENTED, CheckResult, case, fresh_copy, is_not_implemented, not_implemented,
+                        run_check, student_error, summarize)
 from ..device import runtime
 from ..kvcache import kv_cache_bytes, rope_append_reference
 from ..models import MODELS
@@ -76,9 +76,12 @@ def _append_cases(seed):
 
     device = runtime().device
     g = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).entropy % 2 ** 31))
+    # Decoding comes first: there, a position off by one row either way still lies inside the cache, so
+    # that bug shows as wrong cache rows. (In the first prompt, seqlens_k taken as a length puts the
+    # first new token at row -1, outside the cache.)
     specs = [  # (B, S, Hq, Hkv, D, cache rows, seqlens_k, mode, what)
-        (2, 3, 4, 2, 16, 13, [2, 2], "half", "first prompt"),
         (2, 1, 4, 2, 16, 13, [6, 11], "half", "decoding"),
+        (2, 3, 4, 2, 16, 13, [2, 2], "half", "first prompt"),
         (2, 4, 6, 2, 32, 17, [9, 15], "interleaved", "chunked prefill"),
         (1, 2, 2, 2, 16, 9, [7], "interleaved", "decoding, Hq = Hkv"),
     ]
@@ -99,9 +102,8 @@ def check_rope_append(rope_append: Callable, seed: int | None = None) -> CheckRe
     results: dict[int, tuple] = {}
 
     def student(index):
-        if index not in results:
-            q, k, v, k_cache, v_cache, seqlens, mode = cases[index].args
-            k_cache, v_cache = k_cache.clone(), v_cache.clone()
+        if index not in results:    # the student's own copies: the references keep the case's inputs
+            q, k, v, k_cache, v_cache, seqlens, mode = fresh_copy(cases[index].args)
             try:
                 q_rot = rope_append(q, k, v, k_cache, v_cache, seqlens, mode)
             except Exception as exc:
@@ -127,10 +129,39 @@ def check_rope_append(rope_append: Callable, seed: int | None = None) -> CheckRe
         if result.status == NOT_IMPLEMENTED:
             return not_implemented("rope_append")
         if not result.passed:
+            if part == 1:
+                return _with_row_shift_diagnosis(result, cases, results, tol)
             return result
     return CheckResult("rope_append", result.status,
                        f"✅ rope_append: rotated q and the K and V caches match the float64 reference on "
                        f"{len(cases)} random inputs.")
+
+
+def _with_row_shift_diagnosis(result: CheckResult, cases, results: dict, tol: float) -> CheckResult:
+    """Add a line to a failed K-cache report when the student's rows are the right ones, one row off."""
+    from ..tolerances import rel_error
+
+    for index in sorted(results):
+        q, k, v, k_cache, v_cache, seqlens, mode = cases[index].args
+        got = results[index][1]
+        if rel_error(got, rope_append_reference(q, k, v, k_cache, v_cache, seqlens_k=seqlens,
+                                                mode=mode)[1]) <= tol:
+            continue                                  # this case is right; look at the one that failed
+        for shift, how in ((-1, "one row too early (and rotated one position too early): that is what "
+                                "taking seqlens_k as the length gives, past = seqlens_k − S"),
+                           (1, "one row too late (and rotated one position too late): past = "
+                               "seqlens_k + 1 − S, not seqlens_k + 2 − S")):
+            try:
+                shifted = rope_append_reference(q, k, v, k_cache, v_cache, seqlens_k=seqlens + shift,
+                                                mode=mode)[1]
+            except ValueError:
+                continue                              # that shift leaves the cache: not what happened
+            if rel_error(got, shifted) <= tol:
+                report = result.report.replace("\n   hint:", f"\n   diagnosis: your new K rows are {how}."
+                                                             "\n   hint:", 1)
+                return CheckResult(result.name, result.status, report)
+        break
+    return result
 
 
 def check_lab(cache_bytes: Callable, rope: Callable, rope_append: Callable):

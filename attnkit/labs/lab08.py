@@ -6,9 +6,9 @@
     check_merge(merge_splits)         exercise 4: merging split-KV partial results
     check_lab(...)                    all four, with a summary line
 
-Every check uses fresh random inputs: page tables are random permutations of the pool, lengths end
-inside a page, and the slots past each sequence's end hold stale values from an earlier sequence
-(as in a real cache), so reading them changes the answer.
+Every check uses fresh random inputs (the pool check runs one scripted workload first): page tables
+are random permutations of the pool, lengths end inside a page, and the slots past each sequence's end
+hold stale values from an earlier sequence (as in a real cache), so reading them changes the answer.
 """
 from __future__ import annotations
 
@@ -112,12 +112,53 @@ def _pool_state(pool, model: dict, page_size: int, num_pages: int) -> None:
                     "(a leak: were the pages of a freed sequence returned?)")
 
 
+def _snapshot(pool) -> tuple:
+    return sorted(pool.free), {s: list(t) for s, t in pool.tables.items()}
+
+
+def _pool_append(pool, model: dict, seq, n: int, page_size: int, num_pages: int) -> tuple[str | None, bool]:
+    """``pool.append(seq, n)`` judged against the model: (what went wrong or None, whether it ran out).
+
+    A request needing more pages than are free must raise RuntimeError (or MemoryError) and leave the
+    pool as it was; any other request must succeed and return the (page, offset) of each new token.
+    """
+    held = -(-len(model[seq]) // page_size)
+    need = -(-(len(model[seq]) + n) // page_size) - held
+    free = num_pages - sum(-(-len(slots) // page_size) for slots in model.values())
+    before = _snapshot(pool)
+    if need > free:
+        try:
+            pool.append(seq, n)
+        except NotImplementedError:                  # a blank (a RuntimeError too)
+            raise
+        except (RuntimeError, MemoryError):
+            if _snapshot(pool) != before:
+                return (f"out of pages ({need} needed, {free} free): raised an error but changed the pool "
+                        f"first (free list or page tables differ from before the call)"), True
+            return None, True
+        return (f"needs {need} pages but only {free} are free; expected a RuntimeError (or MemoryError) "
+                "and no change"), True
+    try:
+        slots = pool.append(seq, n)
+    except NotImplementedError:
+        raise
+    except (RuntimeError, MemoryError) as exc:
+        return (f"needs {need} new page{'s' if need != 1 else ''} and {free} are free, so it must succeed, "
+                f"but it raised {type(exc).__name__}: {exc}"), False
+    if slots is None:
+        return "returned None (return the (page, offset) of each new token)", False
+    slots = [tuple(int(x) for x in s) for s in slots]
+    if len(slots) != n:
+        return f"returned {len(slots)} slots for {n} tokens", False
+    model[seq] = model[seq] + slots
+    return None, False
+
+
 def _run_pool_scenario(PagePool, gen, num_pages: int, page_size: int, steps: int) -> str | None:
     """Random adds, appends and frees; returns what went wrong, or None."""
     pool = PagePool(num_pages, page_size)
     model: dict = {}
     next_id = 0
-    ran_out = False
     for step in range(steps):
         r = gen.random()
         if r < 0.2 or not model:
@@ -128,28 +169,10 @@ def _run_pool_scenario(PagePool, gen, num_pages: int, page_size: int, steps: int
         elif r < 0.8:
             seq = sorted(model)[gen.integers(len(model))]
             n = int(gen.integers(1, 2 * page_size + 2))
-            need = -(-(len(model[seq]) + n) // page_size) - -(-len(model[seq]) // page_size)
-            free_before = sorted(pool.free)
-            tables_before = {s: list(t) for s, t in pool.tables.items()}
             what = f"append({seq}, {n})"
-            if need > len(free_before):
-                ran_out = True
-                try:
-                    pool.append(seq, n)
-                except (RuntimeError, MemoryError):
-                    if sorted(pool.free) != free_before or {s: list(t) for s, t in pool.tables.items()} != tables_before:
-                        return (f"step {step}, {what}: out of pages ({need} needed, {len(free_before)} free) "
-                                "raised an error but changed the pool first")
-                    continue
-                return (f"step {step}, {what}: needs {need} pages but only {len(free_before)} are free; "
-                        "expected a RuntimeError (or MemoryError) and no change")
-            slots = pool.append(seq, n)
-            if slots is None:
-                return f"step {step}, {what}: returned None (return the (page, offset) of each new token)"
-            slots = [tuple(int(x) for x in s) for s in slots]
-            if len(slots) != n:
-                return f"step {step}, {what}: returned {len(slots)} slots for {n} tokens"
-            model[seq] = model[seq] + slots
+            problem, _ = _pool_append(pool, model, seq, n, page_size, num_pages)
+            if problem:
+                return f"step {step}, {what}: {problem}"
         else:
             seq = sorted(model)[gen.integers(len(model))]
             pool.free_sequence(seq)
@@ -159,19 +182,67 @@ def _run_pool_scenario(PagePool, gen, num_pages: int, page_size: int, steps: int
             _pool_state(pool, model, page_size, num_pages)
         except _Fail as fail:
             return f"step {step}, after {what}: {fail}"
-    return None if ran_out or steps < 20 else None
+    return None
+
+
+# The scripted workload (8 pages of 4 slots): it runs out of pages while some are still free (so a pool
+# that takes the pages it can before failing is caught), fills a partly used last page, takes the last
+# free pages exactly, appends into a partly filled page with none free, runs out with none free, and
+# frees a sequence. (operation, sequence, tokens)
+SCRIPTED_POOL = (8, 4, (("add", 0, 0), ("append", 0, 5),      # seq 0: 2 pages; 6 free
+                        ("add", 1, 0), ("append", 1, 9),      # seq 1: 3 pages; 3 free
+                        ("append", 0, 19),                    # needs 4 more pages, 3 free: out of pages
+                        ("append", 0, 3),                     # fills seq 0's second page: no new page
+                        ("append", 0, 12),                    # takes the last 3 pages
+                        ("append", 1, 3),                     # fills seq 1's third page with 0 free
+                        ("append", 1, 1),                     # needs 1 page, none free: out of pages
+                        ("free", 0, 0),                       # 5 pages back
+                        ("append", 1, 1)))                    # a new page for seq 1
+
+
+def _run_scripted_pool(PagePool) -> str | None:
+    """The scripted workload; returns what went wrong, or None."""
+    num_pages, page_size, ops = SCRIPTED_POOL
+    pool = PagePool(num_pages, page_size)
+    model: dict = {}
+    for step, (op, seq, n) in enumerate(ops):
+        if op == "add":
+            pool.add(seq)
+            model[seq] = []
+            what = f"add({seq})"
+        elif op == "free":
+            pool.free_sequence(seq)
+            del model[seq]
+            what = f"free_sequence({seq})"
+        else:
+            what = f"append({seq}, {n})"
+            problem, _ = _pool_append(pool, model, seq, n, page_size, num_pages)
+            if problem:
+                return f"step {step}, {what}: {problem}"
+        try:
+            _pool_state(pool, model, page_size, num_pages)
+        except _Fail as fail:
+            return f"step {step}, after {what}: {fail}"
+    return None
 
 
 def check_pool(PagePool, *, seed: int | None = None) -> CheckResult:
-    """Exercise 2: random workloads of add / append / free_sequence, running out of pages too."""
+    """Exercise 2: a scripted workload that runs out of pages while some are free, then random workloads
+    of add / append / free_sequence."""
     _require_callable("PagePool", PagePool)
     name = "page pool (append, free, out of pages)"
     gen = np.random.default_rng(_seed(seed))
-    scenarios = ((12, 4, 60), (6, 3, 60), (20, 8, 80))
-    for index, (num_pages, page_size, steps) in enumerate(scenarios, start=1):
-        where = f"scenario {index} of {len(scenarios)} (num_pages={num_pages}, page_size={page_size})"
+    num_pages, page_size, _ = SCRIPTED_POOL
+    scenarios = [(f"the scripted workload (num_pages={num_pages}, page_size={page_size}, it runs out of "
+                  "pages while some are free)", lambda: _run_scripted_pool(PagePool))]
+    random_sizes = ((12, 4, 60), (6, 3, 60), (20, 8, 80))
+    for index, (pages, size, steps) in enumerate(random_sizes, start=1):
+        scenarios.append((f"random workload {index} of {len(random_sizes)} (num_pages={pages}, page_size={size})",
+                          lambda pages=pages, size=size, steps=steps:
+                          _run_pool_scenario(PagePool, gen, pages, size, steps)))
+    for where, run in scenarios:
         try:
-            problem = _run_pool_scenario(PagePool, gen, num_pages, page_size, steps)
+            problem = run()
         except NotImplementedError:
             return not_implemented(name)
         except Exception as exc:
@@ -179,8 +250,9 @@ def check_pool(PagePool, *, seed: int | None = None) -> CheckResult:
                                              f"{exc}\n   hint: {HINT_POOL}")
         if problem:
             return CheckResult(name, FAILED, f"❌ {name}: {where}, {problem}\n   hint: {HINT_POOL}")
-    return CheckResult(name, PASSED, f"✅ {name}: {len(scenarios)} random workloads keep every token in "
-                                     "its own slot, leak no page and run out of pages cleanly.")
+    return CheckResult(name, PASSED, f"✅ {name}: a scripted workload and {len(random_sizes)} random ones keep "
+                                     "every token in its own slot, leak no page, and run out of pages "
+                                     "cleanly (no change to the pool).")
 
 
 # --------------------------------------------------------------------------- exercise 3: decode
