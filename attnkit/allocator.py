@@ -5,8 +5,8 @@ Three layers, each usable alone:
 
 ``BlockAllocator(num_pages)``
     The free list and a reference count per page. ``allocate(n)`` hands out n pages (all or none),
-    ``share(pages)`` adds a reference, ``release(pages)`` drops one; a page whose count reaches 0
-    returns to the free list.
+    ``share(pages)`` adds a reference, ``release(pages)`` drops one (each page listed once); a page
+    whose count reaches 0 returns to the free list.
 
 ``PageTables(num_pages, page_size)``
     Sequences on top of the allocator: each sequence id has a page table (a list of page ids) and a
@@ -87,24 +87,34 @@ class BlockAllocator:
         return pages
 
     def share(self, pages) -> None:
-        """One more reference to each page (all must be in use)."""
+        """One more reference to each page (all must be in use, each listed once)."""
+        pages = self._check_pages(pages)
         for p in pages:
-            self._check_page(p)
             if self._refs[p] == 0:
                 raise ValueError(f"pages: page {p} is free; only pages in use can be shared")
         for p in pages:
             self._refs[p] += 1
 
     def release(self, pages) -> None:
-        """One reference less to each page; a page at 0 returns to the free list."""
+        """One reference less to each page (each listed once); a page at 0 returns to the free list.
+        All pages are checked before any count changes."""
+        pages = self._check_pages(pages)
         for p in pages:
-            self._check_page(p)
             if self._refs[p] == 0:
                 raise ValueError(f"pages: page {p} is already free")
-        for p in reversed(list(pages)):
+        for p in reversed(pages):
             self._refs[p] -= 1
             if self._refs[p] == 0:
                 self._free.append(p)
+
+    def _check_pages(self, pages) -> list[int]:
+        pages = list(pages)
+        for p in pages:
+            self._check_page(p)
+        if len(set(pages)) != len(pages):
+            dup = next(p for p in pages if pages.count(p) > 1)
+            raise ValueError(f"pages: page {dup} is listed more than once; each page may appear once")
+        return pages
 
     def _check_page(self, page) -> None:
         if isinstance(page, bool) or not isinstance(page, int) or not 0 <= page < self.num_pages:
@@ -221,8 +231,12 @@ class PageTables:
                      positions % self.page_size)
 
     def reserve_many(self, seq_ids, n_tokens: int = 1) -> Slots:
-        """``reserve(s, n_tokens)`` for each sequence, all or nothing; slots concatenated in order."""
+        """``reserve(s, n_tokens)`` for each sequence (each id once), all or nothing; slots
+        concatenated in order. Every id and the page count are checked before anything changes."""
         ids = self._check_ids(seq_ids)
+        if len(set(ids)) != len(ids):
+            dup = next(s for s in ids if ids.count(s) > 1)
+            raise ValueError(f"seq_ids: sequence {dup!r} is listed more than once; each id may appear once")
         total = sum(self._plan(s, n_tokens)[0] for s in ids)
         if total > self.allocator.num_free:
             raise OutOfPagesError(f"out of pages: {total} needed for {len(ids)} sequences, "

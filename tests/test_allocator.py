@@ -65,6 +65,28 @@ def test_allocator_free_list_and_refcounts():
         BlockAllocator(0)
 
 
+def test_allocator_rejects_duplicate_pages_and_changes_nothing():
+    """release([p, p]) on a page held once would push its count to -1 and free it twice; share([p, p])
+    would count one holder twice. Both are refused before any count changes."""
+    alloc = BlockAllocator(4)
+    alloc.allocate(2)                    # pages 0, 1, count 1 each
+    state = (list(alloc._free), list(alloc._refs))
+    with pytest.raises(ValueError, match="pages: page 0 is listed more than once; each page may appear once"):
+        alloc.release([0, 0])
+    assert (alloc._free, alloc._refs) == state
+    with pytest.raises(ValueError, match="pages: page 1 is listed more than once"):
+        alloc.release([0, 1, 1])         # page 0 is fine, but is not released either
+    assert (alloc._free, alloc._refs) == state
+    with pytest.raises(ValueError, match="pages: page 1 is listed more than once"):
+        alloc.share([1, 1])
+    assert (alloc._free, alloc._refs) == state
+    with pytest.raises(ValueError, match="pages: page 2 is already free"):
+        alloc.release([0, 2])            # a bad page anywhere: page 0 keeps its count
+    assert (alloc._free, alloc._refs) == state
+    alloc.release(p for p in (0, 1))     # any iterable of distinct pages is fine
+    assert alloc.num_free == 4 and alloc._refs == [0, 0, 0, 0]
+
+
 # ---------------------------------------------------------------------------------- page tables
 def test_token_to_page_and_offset():
     tables = PageTables(num_pages=8, page_size=4)
@@ -147,6 +169,37 @@ def test_out_of_pages_changes_nothing():
     cache.append(2, *new)                                  # now there is room: copy-on-write
     model[2] = tuple(torch.cat([m, x], dim=1) for m, x in zip(model[0], new))
     assert_consistent(cache, {s: model[s] for s in (0, 2)})
+
+
+def test_reserve_many_rejects_duplicate_ids_and_changes_nothing():
+    """reserve_many(["a", "a"], 1) would plan each "a" from the same length (0 pages for 3 -> 4 tokens),
+    then grow "a" twice and run out half way. Duplicate ids are refused before anything changes."""
+    tables = PageTables(num_pages=2, page_size=4)
+    tables.add_sequence("a")
+    tables.add_sequence("b")
+    tables.reserve("a", 3)
+    tables.reserve("b", 4)                                 # no free page left
+
+    def state():
+        return ({s: list(t) for s, t in tables.tables.items()}, dict(tables.lengths),
+                list(tables.allocator._free), list(tables.allocator._refs))
+
+    before = state()
+    with pytest.raises(ValueError, match="seq_ids: sequence 'a' is listed more than once; each id may appear once"):
+        tables.reserve_many(["a", "a"], 1)
+    assert state() == before and tables.length("a") == 3
+    with pytest.raises(ValueError, match="seq_ids: sequence 'a' is listed more than once"):
+        tables.reserve_many(["a", "b", "a"], 0)
+    assert state() == before
+    with pytest.raises(ValueError, match="seq_id: no sequence 'c'"):
+        tables.reserve_many(["a", "c"], 1)                 # a bad id after a good one: "a" not grown
+    assert state() == before
+    with pytest.raises(OutOfPagesError, match="1 needed for 2 sequences, 0 free"):
+        tables.reserve_many(["a", "b"], 1)                 # "a" fits in its page, "b" needs one
+    assert state() == before
+    slots = tables.reserve_many(["a"], 1)
+    assert slots.pages.tolist() == [0] and slots.offsets.tolist() == [3] and tables.length("a") == 4
+    assert_consistent(tables)
 
 
 def test_fork_shares_pages_and_copies_on_write():

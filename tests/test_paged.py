@@ -180,8 +180,10 @@ def valid_case():
 
 
 def replaced(i, value):
+    """The valid case with argument i replaced; a tensor goes to the case's device (cuda on a GPU),
+    so each case fails on the rule it names, not on a device mismatch."""
     args = valid_case()
-    args[i] = value
+    args[i] = value.to(DEVICE) if isinstance(value, torch.Tensor) else value
     return args
 
 
@@ -214,8 +216,8 @@ def test_bad_inputs_raise_value_error(name):
     args, message = BAD[name]
     if name == "head dim":
         args = valid_case()
-        args[0] = torch.zeros(2, 4, 24, dtype=torch.float16)
-        args[1] = torch.zeros(5, 4, 2, 24, dtype=torch.float16)
+        args[0] = torch.zeros(2, 4, 24, dtype=torch.float16, device=DEVICE)
+        args[1] = torch.zeros(5, 4, 2, 24, dtype=torch.float16, device=DEVICE)
         args[2] = args[1].clone()
     elif name == "page id high":
         args = valid_case()
@@ -232,7 +234,7 @@ def test_bad_inputs_raise_value_error(name):
 def test_unused_table_entries_may_hold_anything():
     """Entries past a sequence's last page are not checked and not read."""
     args = valid_case()
-    args[3] = torch.cat([args[3], torch.full((2, 2), -7, dtype=torch.int32)], dim=1)
+    args[3] = torch.cat([args[3], torch.full((2, 2), -7, dtype=torch.int32, device=DEVICE)], dim=1)
     check(tuple(args))
 
 
