@@ -11,14 +11,23 @@ and is compared with the copy bandwidth of the same GPU, measured in the same ru
 device-to-device copy (bytes read + bytes written). A row with ``scenario == "allocation"`` records
 torch's measured allocation for a whole model's cache against ``kv_cache_bytes``.
 
+Rows whose scenario starts with ``"layout: "`` compare the two cache layouts (column ``layout``):
+the fused append (shared buffer) into a cache stored BNSH ``[B, Hkv, S, D]`` and into one stored
+BSNH ``[B, S, Hkv, D]``, which the kernel writes through a transposed view (it addresses the cache by
+strides); and a decode-style read (``key_scores``: one program reads a block of one sequence's keys for
+one head and dots them with one query), from each layout.
+
     python -m attnkit.benchmarking kvcache         # on a GPU: writes figures/bench_kvcache.csv
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
 from . import kvcache as kc
 from .benchmarking import time_ms
+from .kvcache import tl
 from .models import model
 from .tolerances import rel_error, tolerance
 
@@ -39,7 +48,27 @@ def copy_bandwidth_gbps() -> float:
     return 2 * COPY_BYTES / (ms * 1e-3) / 1e9
 
 
-def _inputs(batch, hq, hkv, d, new_len, past, share_buffer, dtype=torch.bfloat16, device="cuda"):
+LAYOUTS = ("BNSH", "BSNH")
+
+
+def stored_as(cache, layout):
+    """``cache`` [B, Hkv, S, D] copied into memory laid out as ``layout``, returned as a [B, Hkv, S, D] view.
+
+    BNSH: a contiguous copy. BSNH: a contiguous [B, S, Hkv, D] tensor seen through ``transpose(1, 2)``,
+    so that index [b, h, s, d] addresses the same element in both.
+    """
+    if layout == "BNSH":
+        return cache.contiguous()
+    if layout == "BSNH":
+        store = torch.empty(cache.shape[0], cache.shape[2], cache.shape[1], cache.shape[3], dtype=cache.dtype,
+                            device=cache.device)
+        view = store.transpose(1, 2)
+        view.copy_(cache)
+        return view
+    raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+
+
+def _inputs(batch, hq, hkv, d, new_len, past, share_buffer, dtype=torch.bfloat16, device="cuda", layout="BNSH"):
     g = torch.Generator(device=device).manual_seed(0)
 
     def r(*shape):
@@ -47,10 +76,8 @@ def _inputs(batch, hq, hkv, d, new_len, past, share_buffer, dtype=torch.bfloat16
 
     capacity = past + new_len
     q, k, v = r(batch, new_len, hq, d), r(batch, new_len, hkv, d), r(batch, new_len, hkv, d)
-    if share_buffer:
-        k_cache, v_cache = r(batch, hkv, capacity, d), r(batch, hkv, capacity, d)
-    else:
-        k_cache, v_cache = r(batch, hkv, max(past, 1), d), r(batch, hkv, max(past, 1), d)
+    rows = capacity if share_buffer else max(past, 1)
+    k_cache, v_cache = (stored_as(r(batch, hkv, rows, d), layout) for _ in range(2))
     seqlens = torch.full((batch,), capacity - 1, dtype=torch.int32, device=device)
     return q, k, v, k_cache, v_cache, seqlens
 
@@ -66,7 +93,10 @@ def _bytes_moved(q, k, past, share_buffer) -> int:
 
 
 def _prepared(q, k, v, k_cache, v_cache, seqlens, share_buffer):
-    """Closures that run one update each way, with everything but the update done beforehand."""
+    """Closures that run one update each way, with everything but the update done beforehand.
+
+    Each returns (rotated q, present k, present v).
+    """
     plan = kc._plan(q, k, v, k_cache, v_cache, seqlens, None, share_buffer, None, "half", 10000.0, None, None)
     cos, sin = kc._tables(plan, 10000.0, None, None, q.device)
     present_k, present_v = kc._present(k_cache, v_cache, plan, share_buffer)
@@ -78,12 +108,110 @@ def _prepared(q, k, v, k_cache, v_cache, seqlens, share_buffer):
     def fused():
         kc._launch(q, k, v, q_out, present_k, present_v, k_cache, v_cache, cos, sin, seqlens, None,
                    mode="half", share_buffer=share_buffer, past_rows=past_rows)
+        return q_out, present_k, present_v
 
     def separate_ops():
-        kc._torch_update(q, k, v, k_cache, v_cache, present_k, present_v, past_len, positions, cos, sin,
-                         "half", share_buffer, full_past=full_past)
+        q_rot = kc._torch_update(q, k, v, k_cache, v_cache, present_k, present_v, past_len, positions, cos, sin,
+                                 "half", share_buffer, full_past=full_past)
+        return q_rot, present_k, present_v
 
     return fused, separate_ops
+
+
+# ---------------------------------------------------------------- a decode-style read of the keys
+def _key_scores_kernel(k_ptr, q_ptr, out_ptr, S, D, HKV,
+                       skb, skh, sks, skd, sqb, sqh, sqd, sob, soh, sos,
+                       BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """One program: rows pid_s·BLOCK_S .. + BLOCK_S − 1 of one sequence's keys for one head, dotted with q.
+
+    The keys are addressed by strides alone, so the same kernel reads a BNSH or a BSNH cache.
+    """
+    pid_s = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // HKV).to(tl.int64)
+    h = pid_bh % HKV
+    offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_ok, d_ok = offs_s < S, offs_d < D
+    keys = tl.load(k_ptr + b * skb + h * skh + offs_s[:, None] * sks + offs_d[None, :] * skd,
+                   mask=s_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+    query = tl.load(q_ptr + b * sqb + h * sqh + offs_d * sqd, mask=d_ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + b * sob + h * soh + offs_s * sos, tl.sum(keys * query[None, :], axis=1), mask=s_ok)
+
+
+_READ_KERNELS: dict[bool, object] = {}
+
+
+def key_scores(k_cache, q, *, block_s=64, num_warps=4):
+    """scores[b, h, s] = k_cache[b, h, s] · q[b, h] in fp32: every key of every sequence and head read once.
+
+    k_cache: [B, Hkv, S, D] (any strides: BNSH, or BSNH seen through a transpose); q: [B, Hkv, D].
+    CUDA tensors run the compiled kernel, CPU tensors Triton's interpreter.
+    """
+    import triton
+
+    batch, hkv, rows, d = k_cache.shape
+    if tuple(q.shape) != (batch, hkv, d):
+        raise ValueError(f"q: expected [B={batch}, Hkv={hkv}, D={d}], got {tuple(q.shape)}")
+    interpret = k_cache.device.type == "cpu"
+    if interpret not in _READ_KERNELS:
+        saved = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+        try:
+            _READ_KERNELS[interpret] = triton.jit(_key_scores_kernel)
+        finally:
+            if saved is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+    out = torch.empty(batch, hkv, rows, dtype=torch.float32, device=k_cache.device)
+    extra = {} if interpret else dict(num_warps=num_warps)
+    _READ_KERNELS[interpret][(triton.cdiv(rows, block_s), batch * hkv)](
+        k_cache, q, out, rows, d, hkv, *k_cache.stride(), *q.stride(), *out.stride(),
+        BLOCK_S=block_s, BLOCK_D=triton.next_power_of_2(d), **extra)
+    return out
+
+
+# (scenario, B, Hq, Hkv, D, S_new, past) of the layout rows: the fused append in both layouts ...
+LAYOUT_APPENDS = (
+    ("layout: append, decode", 64, 32, 8, 128, 1, 4095),
+    ("layout: append, chunked prefill", 8, 32, 8, 128, 512, 3584),
+)
+# ... and the decode-style read of the keys: (B, Hkv, D, rows)
+LAYOUT_READ = (64, 8, 128, 4096)
+
+
+def layout_rows(copy_gbps: float) -> list[dict]:
+    """The fused append (shared buffer) and the key read, each from a BNSH and from a BSNH cache."""
+    rows = []
+    for scenario, batch, hq, hkv, d, new_len, past in LAYOUT_APPENDS:
+        for layout in LAYOUTS:
+            q, k, v, k_cache, v_cache, seqlens = _inputs(batch, hq, hkv, d, new_len, past, True, layout=layout)
+            fused, _ = _prepared(q, k, v, k_cache, v_cache, seqlens, True)
+            moved = _bytes_moved(q, k, past, True)
+            ms = time_ms(fused)
+            gbps = moved / (ms * 1e-3) / 1e9
+            rows.append(dict(scenario=scenario, layout=layout, buffer="shared", impl="triton fused",
+                             B=batch, Hq=hq, Hkv=hkv, D=d, S_new=new_len, past=past, dtype="bfloat16",
+                             ms=round(ms, 5), bytes=moved, GBps=round(gbps, 1), copy_GBps=round(copy_gbps, 1),
+                             fraction_of_copy=round(gbps / copy_gbps, 3)))
+            del q, k, v, k_cache, v_cache
+            torch.cuda.empty_cache()
+    batch, hkv, d, past = LAYOUT_READ
+    g = torch.Generator(device="cuda").manual_seed(1)
+    query = torch.randn(batch, hkv, d, device="cuda", generator=g).to(torch.bfloat16)
+    for layout in LAYOUTS:
+        keys = stored_as(torch.randn(batch, hkv, past, d, device="cuda", generator=g).to(torch.bfloat16), layout)
+        moved = keys.numel() * keys.element_size() + batch * hkv * past * 4     # keys read, fp32 scores written
+        ms = time_ms(lambda: key_scores(keys, query))
+        gbps = moved / (ms * 1e-3) / 1e9
+        rows.append(dict(scenario="layout: read keys, decode", layout=layout, buffer="", impl="triton read",
+                         B=batch, Hq="", Hkv=hkv, D=d, S_new=0, past=past, dtype="bfloat16",
+                         ms=round(ms, 5), bytes=moved, GBps=round(gbps, 1), copy_GBps=round(copy_gbps, 1),
+                         fraction_of_copy=round(gbps / copy_gbps, 3)))
+        del keys
+        torch.cuda.empty_cache()
+    return rows
 
 
 def check_on_gpu(device="cuda", head_dims=(64, 128, 96), dtypes=(torch.float32, torch.float16, torch.bfloat16)):
@@ -157,7 +285,7 @@ def run() -> list[dict]:
                                  copy_GBps=round(copy_gbps, 1), fraction_of_copy=round(gbps / copy_gbps, 3)))
             del q, k, v, k_cache, v_cache
             torch.cuda.empty_cache()
-    return rows + allocation_rows()
+    return rows + layout_rows(copy_gbps) + allocation_rows()
 
 
 def main() -> int:

@@ -11,7 +11,10 @@ datasheet it comes from.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import re
 from dataclasses import dataclass
 
 from .plotting import diagram
@@ -238,66 +241,153 @@ def _inputs(N, d, heads, dtype, device, seed=0):
     return q, k, v, mask
 
 
-def _timer(device):
-    """Median milliseconds of fn(): CUDA events via do_bench on a GPU, perf_counter on the CPU."""
-    import statistics
+CPU_TIMING = dict(threads=1, warmup=2, min_rounds=7, min_seconds=2.0)
+
+
+def cpu_best_ms(fns: dict, *, threads: int = 1, warmup: int = 2, min_rounds: int = 7,
+                min_seconds: float = 2.0) -> dict:
+    """Best (smallest) milliseconds of one call of each function in ``fns``, timed on the CPU.
+
+    Robust on a small, shared machine: torch runs on ``threads`` threads (a parallel region of two
+    threads stalls whenever another process takes one of two cores); every function runs ``warmup``
+    times first; then rounds call each function once in turn, interleaved, until at least
+    ``min_rounds`` rounds and ``min_seconds`` have passed. A burst of load from elsewhere slows a few
+    rounds of every function alike, and the minimum over the rounds leaves it out.
+    """
     import time
 
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for _ in range(warmup):
+            for fn in fns.values():
+                fn()
+        best = dict.fromkeys(fns, math.inf)
+        start, rounds = time.perf_counter(), 0
+        while rounds < min_rounds or time.perf_counter() - start < min_seconds:
+            for key, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                best[key] = min(best[key], (time.perf_counter() - t0) * 1e3)
+            rounds += 1
+    finally:
+        torch.set_num_threads(saved)
+    return best
+
+
+def _timer(device):
+    """Milliseconds of fn(): median by CUDA events (do_bench) on a GPU, best of rounds on the CPU."""
     if device == "cuda":
         from .benchmarking import time_ms
 
         return lambda fn: time_ms(fn)
-
-    def cpu_ms(fn, reps=5):
-        fn()                                                           # warm-up
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-    return cpu_ms
+    return lambda fn: cpu_best_ms({"fn": fn}, **{**CPU_TIMING, "min_seconds": 0.2})["fn"]
 
 
-def _time_sdpa_flash(timer, q, k, v):
-    """PyTorch's fused attention pinned to its FlashAttention backend (causal); NaN where it cannot run."""
-    import torch
+def _sdpa_flash_runs(q, k, v) -> bool:
+    """Whether PyTorch's FlashAttention backend takes these inputs."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     try:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return timer(lambda: sdpa(q, k, v, is_causal=True))
+            sdpa(q, k, v, is_causal=True)
     except RuntimeError:
-        return float("nan")
+        return False
+    return True
+
+
+def _naive_step_fns(q, k, v, mask) -> dict:
+    """The calls timed at one N: the whole naive attention, each of its steps, and fused SDPA.
+
+    Time them inside ``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``, which pins SDPA's backend.
+    """
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = q @ k.transpose(-1, -2)
+    sm = (s * scale).masked_fill(~mask, float("-inf"))
+    p = sm.softmax(-1)
+    fns = {"total_ms": lambda: naive_attention_torch(q, k, v, mask),
+           "QK^T_ms": lambda: q @ k.transpose(-1, -2),
+           "scale+mask_ms": lambda: (s * scale).masked_fill(~mask, float("-inf")),
+           "softmax_ms": lambda: sm.softmax(-1),
+           "PV_ms": lambda: p @ v}
+    if _sdpa_flash_runs(q, k, v):
+        fns["sdpa_flash_ms"] = lambda: sdpa(q, k, v, is_causal=True)
+    return fns
 
 
 def measure_naive_scaling(Ns, *, d: int, heads: int, dtype=None, device: str | None = None) -> list[dict]:
-    """Time naive attention (four kernels, causal mask) at each N: one row per N with total ms and per step."""
+    """Time naive attention (four kernels, causal mask) at each N: one row per N with total ms and per step.
+
+    On a GPU each call is timed by ``time_ms`` (median, CUDA events), one N after the other. On the CPU
+    every call at every N is timed by ``cpu_best_ms`` in the same interleaved rounds (``CPU_TIMING``:
+    one thread, best of at least 7 rounds and 2 s), so that load from elsewhere cannot make a larger N
+    look faster than a smaller one. PyTorch's fused SDPA is pinned to its FlashAttention backend (NaN
+    where that backend cannot run).
+    """
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.float16 if device == "cuda" else torch.float32)
+    keys = ("total_ms", "QK^T_ms", "scale+mask_ms", "softmax_ms", "PV_ms", "sdpa_flash_ms")
+
+    def row(N, times):
+        return {"N": N, "d": d, "heads": heads, "dtype": str(dtype).replace("torch.", ""), "device": device,
+                **{key: times.get(key, float("nan")) for key in keys}}
+
+    if device != "cuda":
+        fns = {}
+        for N in Ns:
+            fns.update({(N, key): fn for key, fn in _naive_step_fns(*_inputs(N, d, heads, dtype, device)).items()})
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            best = cpu_best_ms(fns, **CPU_TIMING)
+        return [row(N, {key: ms for (n, key), ms in best.items() if n == N}) for N in Ns]
+
     timer = _timer(device)
     rows = []
     for N in Ns:
-        q, k, v, mask = _inputs(N, d, heads, dtype, device)
-        scale = 1.0 / math.sqrt(d)
-        s = q @ k.transpose(-1, -2)
-        sm = (s * scale).masked_fill(~mask, float("-inf"))
-        p = sm.softmax(-1)
-        row = {"N": N, "d": d, "heads": heads, "dtype": str(dtype).replace("torch.", ""), "device": device,
-               "total_ms": timer(lambda: naive_attention_torch(q, k, v, mask)),
-               "QK^T_ms": timer(lambda: q @ k.transpose(-1, -2)),
-               "scale+mask_ms": timer(lambda: (s * scale).masked_fill(~mask, float("-inf"))),
-               "softmax_ms": timer(lambda: sm.softmax(-1)),
-               "PV_ms": timer(lambda: p @ v),
-               "sdpa_flash_ms": _time_sdpa_flash(timer, q, k, v)}
-        rows.append(row)
-        del q, k, v, mask, s, sm, p
-        if device == "cuda":
-            torch.cuda.empty_cache()
+        fns = _naive_step_fns(*_inputs(N, d, heads, dtype, device))
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            rows.append(row(N, {key: timer(fn) for key, fn in fns.items()}))
+        del fns
+        torch.cuda.empty_cache()
     return rows
+
+
+# A line of the profiler's own log (Kineto, written by C++ to file descriptor 2), such as
+# "USDT:2026-11-22 08:15:19 20716:20716 SyncActivityProfilerHandler.cpp:52] profiler_start".
+_PROFILER_LOG = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _without_profiler_log():
+    """Drop the profiler's log lines from stderr; pass every other line written meanwhile through."""
+    import sys
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):           # no file descriptor 2 to redirect: leave stderr alone
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode(errors="replace")
+            kept = "".join(line for line in text.splitlines(keepends=True) if not _PROFILER_LOG.match(line))
+            if kept:
+                sys.stderr.write(kept)
 
 
 def profile_naive(N: int, *, d: int, heads: int, dtype=None, device: str | None = None, reps: int = 3) -> list[dict]:
@@ -310,7 +400,7 @@ def profile_naive(N: int, *, d: int, heads: int, dtype=None, device: str | None 
     q, k, v, mask = _inputs(N, d, heads, dtype, device)
     naive_attention_torch(q, k, v, mask)                               # warm-up
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with _without_profiler_log(), profile(activities=activities) as prof:
         for _ in range(reps):
             naive_attention_torch(q, k, v, mask)
         if device == "cuda":

@@ -109,3 +109,47 @@ def test_recorded_h100_results_carry_their_provenance():
     rows = read_results("naive_attention")
     assert [r["N"] for r in rows] == sorted(r["N"] for r in rows)
     assert all(r["total_ms"] > 0 for r in rows)
+
+
+def test_cpu_timing_keeps_the_best_round_and_restores_the_threads():
+    import torch
+
+    threads = torch.get_num_threads()
+    calls = {"a": 0}
+    delays = iter([0.0] * 2 + [0.02, 0.001, 0.02])                           # 2 warm-ups, then 3 rounds
+
+    def slow_then_fast():
+        import time
+        calls["a"] += 1
+        time.sleep(next(delays))
+
+    best = iomodel.cpu_best_ms({"a": slow_then_fast}, warmup=2, min_rounds=3, min_seconds=0.0)
+    assert calls["a"] == 5 and 1.0 <= best["a"] < 15.0                       # the 1 ms round, not the 20 ms ones
+    assert torch.get_num_threads() == threads
+
+
+def test_naive_scaling_on_the_cpu_times_every_step(monkeypatch):
+    monkeypatch.setattr(iomodel, "CPU_TIMING", dict(threads=1, warmup=1, min_rounds=2, min_seconds=0.0))
+    rows = iomodel.measure_naive_scaling([32, 64], d=16, heads=1, device="cpu")
+    assert [r["N"] for r in rows] == [32, 64]
+    for r in rows:
+        for key in ("total_ms", "QK^T_ms", "scale+mask_ms", "softmax_ms", "PV_ms"):
+            assert 0 < r[key] < 1e3, key
+
+
+def test_the_profilers_log_lines_are_dropped_and_other_stderr_kept(capfd):
+    import os
+
+    with iomodel._without_profiler_log():
+        os.write(2, b"USDT:2026-11-22 08:15:19 20716:20716 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"STAGE:2026-11-22 08:15:19 20716:20716 SyncActivityProfilerHandler.cpp:60] Completed Stage\n")
+        os.write(2, b"a real error\n")
+    err = capfd.readouterr().err
+    assert "profiler_start" not in err and "Completed Stage" not in err
+    assert "a real error" in err
+
+
+def test_profile_naive_writes_no_profiler_log(capfd):
+    rows = iomodel.profile_naive(32, d=16, heads=1, device="cpu", reps=1)
+    assert [r["step"] for r in rows] == list(iomodel.NAIVE_STEPS)
+    assert "profiler_" not in capfd.readouterr().err

@@ -279,3 +279,51 @@ def test_calculator_reacts_to_its_controls():
     assert "2.00 GiB" in result.value                                     # 2·32·32·128·4096·2 bytes
     widget.children[2].value = 3                                          # the batch slider
     assert "6.00 GiB" in result.value
+
+
+# ------------------------------------------------------------------ the layout benchmark's code paths
+@pytest.mark.parametrize("new_len, past", [(1, 18), (3, 17)], ids=["decode", "chunked prefill"])
+def test_benchmarks_append_into_a_bsnh_stored_cache_writes_what_the_bnsh_one_does(new_len, past):
+    """bench_kvcache's layout rows: the timed fused update, into a cache stored BNSH and one stored BSNH."""
+    from attnkit import bench_kvcache as bench
+
+    results = {}
+    for layout in bench.LAYOUTS:
+        q, k, v, k_cache, v_cache, seqlens = bench._inputs(2, HQ, HKV, D, new_len, past, True,
+                                                           dtype=torch.float32, device="cpu", layout=layout)
+        if layout == "BSNH":     # the memory is [B, S, Hkv, D]; the kernel sees a [B, Hkv, S, D] view
+            assert k_cache.stride() == (k_cache.shape[2] * HKV * D, D, HKV * D, 1)
+        ref = kc.rope_append_reference(q, k, v, k_cache, v_cache, seqlens_k=seqlens)
+        fused, _ = bench._prepared(q, k, v, k_cache, v_cache, seqlens, True)
+        q_out, present_k, present_v = fused()
+        assert present_k is k_cache and present_v is v_cache                # written in place, through the view
+        for got, want in zip((q_out, present_k, present_v), ref):
+            assert_close(got, want, torch.float32)
+        results[layout] = [t.clone() for t in (q_out, present_k, present_v)]
+    for bnsh, bsnh in zip(results["BNSH"], results["BSNH"]):
+        assert torch.equal(bnsh, bsnh)
+
+
+def test_stored_as_keeps_the_values_and_rejects_unknown_layouts():
+    from attnkit import bench_kvcache as bench
+
+    cache = torch.randn(2, HKV, 5, D)
+    assert torch.equal(bench.stored_as(cache, "BNSH"), cache) and torch.equal(bench.stored_as(cache, "BSNH"), cache)
+    assert bench.stored_as(cache, "BSNH").transpose(1, 2).is_contiguous()
+    with pytest.raises(ValueError, match="layout: expected one of"):
+        bench.stored_as(cache, "SBNH")
+
+
+@pytest.mark.parametrize("layout", ["BNSH", "BSNH"])
+def test_benchmarks_key_read_computes_the_scores_in_either_layout(layout):
+    from attnkit import bench_kvcache as bench
+
+    g = torch.Generator().manual_seed(4)
+    keys = bench.stored_as(torch.randn(3, HKV, 37, D, generator=g), layout)      # 37 rows: not a block multiple
+    query = torch.randn(3, HKV, D, generator=g)
+    got = bench.key_scores(keys, query, block_s=16)
+    want = torch.einsum("bhsd,bhd->bhs", keys.double(), query.double())
+    assert got.shape == (3, HKV, 37)
+    assert_close(got, want, torch.float32)
+    with pytest.raises(ValueError, match="q: expected"):
+        bench.key_scores(keys, query[:, :1])
