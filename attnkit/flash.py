@@ -52,7 +52,7 @@ LADDER = {
                  "measured fastest for it (ping_pong_choice)",
 }
 _BASE = dict(use_exp2=True, split=True, tuned=True, desc=False, warp_spec=False, halves=False, ping_pong=False,
-             pipeline=False)
+             pipeline=False, host_desc=False)
 VARIANTS = {  # rung -> kernel switches
     "tiled": dict(_BASE, use_exp2=False, split=False, tuned=False),
     "exp2": dict(_BASE, split=False, tuned=False),
@@ -71,6 +71,8 @@ CANDIDATES = {
     "halves": dict(_BASE, desc=True, halves=True),
     "warp_specialized": dict(_BASE, desc=True, warp_spec=True),
     "pipelined": dict(_BASE, desc=True, pipeline=True),
+    "host_descriptors": dict(_BASE, desc=True, host_desc=True),
+    "host_halves": dict(_BASE, desc=True, host_desc=True, halves=True),
 }
 # The rung that "best" means: the fastest one verified on the H100 (figures/flash_notes.md), whose
 # full benchmark is recorded in figures/bench_flash.csv. Where a rung's features are missing (CPU
@@ -221,6 +223,8 @@ FWD_HALVES_CONFIGS = [(256, 64, 8, 3), (256, 64, 8, 4)]
 # Used instead when ATTNKIT_AUTOTUNE=0 (and as the first guess for each head dim).
 DEFAULT_CONFIGS = {"_attn_fwd": BlockConfig(128, 64, 4, 3), "_attn_fwd_desc": BlockConfig(128, 64, 4, 3),
                    "_attn_fwd_desc_halves": BlockConfig(256, 64, 8, 3),
+                   "_attn_fwd_host_desc": BlockConfig(128, 64, 4, 3),
+                   "_attn_fwd_host_desc_halves": BlockConfig(256, 64, 8, 3),
                    "_bwd_dkdv": BlockConfig(32, 64, 4, 3), "_bwd_dq": BlockConfig(64, 32, 4, 3)}
 
 
@@ -251,12 +255,16 @@ def _tuned(name: str):
 
         shapes = {"_attn_fwd": FWD_CONFIGS, "_attn_fwd_desc": FWD_DESC_CONFIGS,
                   "_attn_fwd_desc_halves": FWD_HALVES_CONFIGS,
+                  "_attn_fwd_host_desc": FWD_DESC_CONFIGS, "_attn_fwd_host_desc_halves": FWD_HALVES_CONFIGS,
                   "_bwd_dkdv": BWD_DKDV_CONFIGS, "_bwd_dq": BWD_DQ_CONFIGS}[name]
-        configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+        hook = _set_block_shapes if name.startswith("_attn_fwd_host_desc") else None
+        configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s, pre_hook=hook)
                    for m, n, w, s in shapes]
         key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL"]
         if name.startswith("_attn_fwd_desc"):
             key += ["WARP_SPEC", "HALVES", "PIPELINE"]
+        if name.startswith("_attn_fwd_host_desc"):
+            key += ["HALVES"]
         options = dict(configs=configs, key=key,
                        prune_configs_by={"early_config_prune": _prune_by_head_dim})
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
@@ -268,7 +276,19 @@ def _tuned(name: str):
 def _kernel_name(name: str) -> str:
     """The jit function behind a launcher name ("_attn_fwd_desc_halves" is "_attn_fwd_desc" with
     its own configurations)."""
-    return "_attn_fwd_desc" if name.startswith("_attn_fwd_desc") else name
+    for kernel in ("_attn_fwd_desc", "_attn_fwd_host_desc"):
+        if name.startswith(kernel):
+            return kernel
+    return name
+
+
+def _set_block_shapes(nargs) -> None:
+    """Host-built descriptors carry their block shape: set it for the launch's BLOCK_M and BLOCK_N
+    (the autotuner's pre-hook, and before a launch with one fixed configuration)."""
+    rows = nargs["BLOCK_M"] // (2 if nargs.get("HALVES") else 1)
+    head_dim = nargs["HEAD_DIM"]
+    for name, block in (("desc_q", rows), ("desc_o", rows), ("desc_k", nargs["BLOCK_N"]), ("desc_v", nargs["BLOCK_N"])):
+        nargs[name].block_shape = [1, 1, block, head_dim]
 
 
 def _quick_bench(kernel_call, quantiles):
@@ -291,7 +311,11 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig, gr
     import triton
 
     kernels = _kernels(device)
+    host_desc = name.startswith("_attn_fwd_host_desc")
     if _is_interpreted(kernels):
+        if host_desc:
+            _set_block_shapes(dict(zip(("desc_q", "desc_k", "desc_v", "desc_o"), args), **constexprs,
+                                   **INTERPRETER_CONFIG.meta()))
         grid = (triton.cdiv(grid_rows, INTERPRETER_CONFIG.meta()[rows_block]), grid_heads)
         getattr(kernels, _kernel_name(name))[grid](*args, **constexprs, **INTERPRETER_CONFIG.meta())
         return
@@ -302,6 +326,9 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig, gr
             grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
             _tuned(name)[grid](*args, **constexprs)
         else:
+            if host_desc:
+                _set_block_shapes(dict(zip(("desc_q", "desc_k", "desc_v", "desc_o"), args), **constexprs,
+                                       **fixed.meta()))
             grid = (triton.cdiv(grid_rows, fixed.meta()[rows_block]), grid_heads)
             getattr(kernels, _kernel_name(name))[grid](*args, **constexprs, **fixed.meta())
 
@@ -378,7 +405,7 @@ def effective_switches(switches: dict, *tensors) -> dict:
     """``switches`` with the features this device, Triton or these tensors lack turned off."""
     switches = dict(switches)
     if switches.get("desc") and not (descriptors_supported(tensors[0].device) and _tma_compatible(*tensors)):
-        switches.update(desc=False, warp_spec=False, halves=False, ping_pong=False, pipeline=False)
+        switches.update(desc=False, warp_spec=False, halves=False, ping_pong=False, pipeline=False, host_desc=False)
     if switches.get("warp_spec") and not warp_specialize_supported():
         switches["warp_spec"] = False
     return switches
@@ -418,7 +445,15 @@ def _forward_switches(q, k, v, causal: bool, sm_scale: float, switches: dict, co
     qk_scale = sm_scale * LOG2E if switches["use_exp2"] else sm_scale
     tuned = switches["tuned"] and config is None
     fixed = config if config is not None else (None if switches["tuned"] else _fixed_forward_config(head_dim))
-    if switches["desc"]:
+    if switches["desc"] and switches["host_desc"]:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        descs = [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, head_dim]) for t in (q, k, v, o)]
+        name = "_attn_fwd_host_desc_halves" if switches["halves"] and config is None else "_attn_fwd_host_desc"
+        _launch(name, q.device, tuned, fixed, n_q, batch * n_heads, *descs, lse, qk_scale,
+                n_heads, n_heads // n_heads_kv, n_q, n_k, HEAD_DIM=head_dim, CAUSAL=causal,
+                HALVES=switches["halves"], DOT_PRECISION=_dot_precision(q.dtype))
+    elif switches["desc"]:
         _ensure_allocator()
         name = "_attn_fwd_desc_halves" if switches["halves"] and config is None else "_attn_fwd_desc"
         _launch(name, q.device, tuned, fixed, n_q, batch * n_heads,

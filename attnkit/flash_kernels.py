@@ -565,3 +565,113 @@ def _attn_fwd_desc(Q, K, V, O, LSE, qk_scale,
         acc, l_i, m_i = _fwd_inner_desc(acc, l_i, m_i, q, desc_k, desc_v, offs_m, full, hi, n_k, shift,
                                         qk_scale, BLOCK_N, True, CAUSAL, DOT_PRECISION, False)
         _fwd_finish(acc, l_i, m_i, offs_m, desc_o, row0, O, LSE, lse_base, n_q)
+
+
+# ------------------------------------------------- forward with tensor descriptors built on the host
+# ``_attn_fwd_desc`` builds its four descriptors on the device, in every program. Here the host builds
+# them once per launch (triton.tools.tensor_descriptor.TensorDescriptor over the whole [B, H, N, D]
+# tensors, one [1, 1, rows, D] block at a time) and passes them as kernel arguments.
+@triton.jit
+def _tile4(desc, b, h, row, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Rows [row, row + ROWS) of head h of batch b, as a [ROWS, D] tile (zeros past the end)."""
+    return desc.load([b, h, row, 0]).reshape(ROWS, HEAD_DIM)
+
+
+@triton.jit
+def _fwd_inner_desc4(acc, l_i, m_i, q, desc_k, desc_v, off_b, off_hk, offs_m, lo, hi, n_k, shift, qk_scale,
+                     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr):
+    """``_fwd_inner_desc`` with tiles from host-built [B, H, N, D] descriptors."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        k = _tile4(desc_k, off_b, off_hk, start_n, BLOCK_N, HEAD_DIM)
+        v = _tile4(desc_v, off_b, off_hk, start_n, BLOCK_N, HEAD_DIM)
+        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k, v, start_n + offs_n, offs_m, n_k, shift,
+                                  qk_scale, MASKED, CAUSAL, DOT_PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_inner_halves4(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, off_b, off_hk, offs_m0, offs_m1,
+                       lo, hi, n_k, shift, qk_scale, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """``_fwd_inner_halves`` with tiles from host-built [B, H, N, D] descriptors."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kt = tl.trans(_tile4(desc_k, off_b, off_hk, start_n, BLOCK_N, HEAD_DIM))
+        qk0 = tl.dot(q0, kt, input_precision=DOT_PRECISION)
+        qk1 = tl.dot(q1, kt, input_precision=DOT_PRECISION)
+        v = _tile4(desc_v, off_b, off_hk, start_n, BLOCK_N, HEAD_DIM)
+        acc0, l0, m0 = _fwd_softmax_pv(acc0, l0, m0, qk0, v, cols, offs_m0, n_k, shift, qk_scale,
+                                       MASKED, CAUSAL, DOT_PRECISION)
+        acc1, l1, m1 = _fwd_softmax_pv(acc1, l1, m1, qk1, v, cols, offs_m1, n_k, shift, qk_scale,
+                                       MASKED, CAUSAL, DOT_PRECISION)
+    return acc0, l0, m0, acc1, l1, m1
+
+
+@triton.jit
+def _fwd_finish4(acc, l_i, m_i, offs_m, desc_o, off_b, off_h, row0, LSE, lse_base, n_q,
+                 ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """``_fwd_finish`` through a host-built [B, H, N, D] output descriptor."""
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    o = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    desc_o.store([off_b, off_h, row0, 0], o.to(desc_o.dtype).reshape(1, 1, ROWS, HEAD_DIM))
+    tl.store(LSE + lse_base + offs_m, lse, mask=offs_m < n_q)
+
+
+@triton.jit
+def _attn_fwd_host_desc(desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, n_heads, group, n_q, n_k,
+                        HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        CAUSAL: tl.constexpr, HALVES: tl.constexpr = False, DOT_PRECISION: tl.constexpr = "tf32"):
+    """``_attn_fwd_desc`` with its descriptors built on the host. desc_q, desc_o: blocks
+    [1, 1, BLOCK_M (or BLOCK_M // 2 with HALVES), D]; desc_k, desc_v: blocks [1, 1, BLOCK_N, D]."""
+    start_m = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - start_m
+    off_bh = tl.program_id(1)
+    off_b = off_bh // n_heads
+    off_h = off_bh % n_heads
+    off_hk = off_h // group
+    shift = n_k - n_q
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(start_m * BLOCK_M + BLOCK_M + shift, 0), n_k)
+        full = tl.minimum(tl.maximum(start_m * BLOCK_M + shift + 1, 0), n_k) // BLOCK_N * BLOCK_N
+    else:
+        hi = n_k
+        full = n_k // BLOCK_N * BLOCK_N
+    lse_base = off_bh.to(tl.int64) * n_q
+    row0 = start_m * BLOCK_M
+    if HALVES:
+        HALF: tl.constexpr = BLOCK_M // 2
+        offs_m0 = row0 + tl.arange(0, HALF)
+        offs_m1 = row0 + HALF + tl.arange(0, HALF)
+        q0 = _tile4(desc_q, off_b, off_h, row0, HALF, HEAD_DIM)
+        q1 = _tile4(desc_q, off_b, off_h, row0 + HALF, HALF, HEAD_DIM)
+        m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+        m1 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+        l0 = tl.zeros([HALF], dtype=tl.float32)
+        l1 = tl.zeros([HALF], dtype=tl.float32)
+        acc0 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+        acc1 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+        acc0, l0, m0, acc1, l1, m1 = _fwd_inner_halves4(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v,
+                                                        off_b, off_hk, offs_m0, offs_m1, 0, full, n_k, shift,
+                                                        qk_scale, BLOCK_N, HEAD_DIM, False, CAUSAL, DOT_PRECISION)
+        acc0, l0, m0, acc1, l1, m1 = _fwd_inner_halves4(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v,
+                                                        off_b, off_hk, offs_m0, offs_m1, full, hi, n_k, shift,
+                                                        qk_scale, BLOCK_N, HEAD_DIM, True, CAUSAL, DOT_PRECISION)
+        _fwd_finish4(acc0, l0, m0, offs_m0, desc_o, off_b, off_h, row0, LSE, lse_base, n_q, HALF, HEAD_DIM)
+        _fwd_finish4(acc1, l1, m1, offs_m1, desc_o, off_b, off_h, row0 + HALF, LSE, lse_base, n_q, HALF, HEAD_DIM)
+    else:
+        offs_m = row0 + tl.arange(0, BLOCK_M)
+        q = _tile4(desc_q, off_b, off_h, row0, BLOCK_M, HEAD_DIM)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        acc, l_i, m_i = _fwd_inner_desc4(acc, l_i, m_i, q, desc_k, desc_v, off_b, off_hk, offs_m, 0, full, n_k,
+                                         shift, qk_scale, BLOCK_N, HEAD_DIM, False, CAUSAL, DOT_PRECISION)
+        acc, l_i, m_i = _fwd_inner_desc4(acc, l_i, m_i, q, desc_k, desc_v, off_b, off_hk, offs_m, full, hi, n_k,
+                                         shift, qk_scale, BLOCK_N, HEAD_DIM, True, CAUSAL, DOT_PRECISION)
+        _fwd_finish4(acc, l_i, m_i, offs_m, desc_o, off_b, off_h, row0, LSE, lse_base, n_q, BLOCK_M, HEAD_DIM)

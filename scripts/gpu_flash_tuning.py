@@ -46,10 +46,9 @@ LOG_LINES: list[str] = []
 # (switch set, [(BLOCK_M, BLOCK_N, num_warps, num_stages), ...]) explored at D = 128: each set's
 # fixed configurations beside the autotuned forms in TUNED.
 SWEEP = {
-    "pipelined": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3)],
-    "halves": [(256, 64, 8, 3), (256, 64, 8, 4)],
+    "halves": [(256, 64, 8, 3)],
 }
-TUNED = ("autotuned", "descriptors", "ping_pong", "pipelined")  # ladder rungs and candidates
+TUNED = ("autotuned", "descriptors", "ping_pong", "host_descriptors", "host_halves")  # rungs and candidates
 
 def log(*args):
     line = " ".join(str(a) for a in args)

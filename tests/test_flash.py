@@ -366,10 +366,13 @@ def test_descriptor_rungs_dispatch_in_the_interpreter(monkeypatch, name, causal)
     switches = {**VARIANTS, **flash.CANDIDATES}[name]
     d, n_k = (128, 2053) if switches["ping_pong"] else (32, 45)   # where ping_pong takes descriptors
     q, k, v = make_inputs(gen, 1, 1, 1, 37, n_k, d, torch.float32, device="cpu")
-    o, _ = flash._forward(q, k, v, causal, 0.2, name)
+    o, lse = flash._forward(q, k, v, causal, 0.2, name)
     assert_close(o, attention_ref(q, k, v, causal=causal, sm_scale=0.2), torch.float32, "cpu", name)
+    ref = reference_lse(q, k, causal, sm_scale=0.2)
+    assert_close(lse, ref, torch.float32, "cpu", f"{name} lse")
     halves = switches["halves"] or (switches["ping_pong"] and not causal)
-    assert launched == [("_attn_fwd_desc_halves" if halves else "_attn_fwd_desc", halves)]
+    kernel = "_attn_fwd_host_desc" if switches["host_desc"] else "_attn_fwd_desc"
+    assert launched == [(kernel + "_halves" if halves else kernel, halves)]
 
 
 def test_ping_pong_choice():
