@@ -47,38 +47,39 @@ LADDER = {
     "split": "key tiles split into unmasked ones and the masked causal diagonal / ragged end",
     "autotuned": "block sizes, warps and pipeline stages autotuned per shape",
     "descriptors": "tiles copied by the TMA engine through tensor descriptors (sm_90+), wider autotune space",
-    "ping_pong": "D = 128, non-causal: 256 query rows as two 128-row halves sharing each K/V tile, one "
-                 "half's product issued while the other's exponentials run; each shape gets the kernel "
-                 "measured fastest for it (ping_pong_choice)",
+    "host_descriptors": "the descriptors built once per launch on the host and passed as arguments, "
+                        "instead of four per program on the device (D = 64 and 128; host_descriptor_choice)",
 }
 _BASE = dict(use_exp2=True, split=True, tuned=True, desc=False, warp_spec=False, halves=False, ping_pong=False,
-             pipeline=False, host_desc=False)
+             pipeline=False, host_desc=False, host_rule=False)
 VARIANTS = {  # rung -> kernel switches
     "tiled": dict(_BASE, use_exp2=False, split=False, tuned=False),
     "exp2": dict(_BASE, split=False, tuned=False),
     "split": dict(_BASE, tuned=False),
     "autotuned": dict(_BASE),
     "descriptors": dict(_BASE, desc=True),
-    "ping_pong": dict(_BASE, desc=True, ping_pong=True),
+    "host_descriptors": dict(_BASE, desc=True, host_desc=True, host_rule=True),
 }
 # Switch sets explored on the GPU (scripts/gpu_flash_tuning.py) outside the ladder (see
-# figures/flash_notes.md): "halves" computes every query tile as two interleaved halves, causal
-# too (the "ping_pong" rung uses it for non-causal attention only, where it was measured fastest);
-# "warp_specialized" did not compile on Hopper with Triton 3.6; "pipelined" issues the next tile's
-# score product before the current tile's softmax (FlashAttention-3's intra-warpgroup overlap by
-# hand), measured slower at every size.
+# figures/flash_notes.md): "halves" computes every query tile as two interleaved halves;
+# "ping_pong" takes halves for non-causal D = 128 from 1k keys on and whole descriptor tiles for
+# causal D = 128 from 2k keys on (ping_pong_choice), faster than "descriptors" but slower than
+# "host_descriptors"; "warp_specialized" did not compile on Hopper with Triton 3.6; "pipelined"
+# issues the next tile's score product before the current tile's softmax (FlashAttention-3's
+# intra-warpgroup overlap by hand), measured slower at every size; "host_halves" is "halves" with
+# host-built descriptors, slower than "host_descriptors".
 CANDIDATES = {
+    "ping_pong": dict(_BASE, desc=True, ping_pong=True),
     "halves": dict(_BASE, desc=True, halves=True),
     "warp_specialized": dict(_BASE, desc=True, warp_spec=True),
     "pipelined": dict(_BASE, desc=True, pipeline=True),
-    "host_descriptors": dict(_BASE, desc=True, host_desc=True),
     "host_halves": dict(_BASE, desc=True, host_desc=True, halves=True),
 }
 # The rung that "best" means: the fastest one verified on the H100 (figures/flash_notes.md), whose
 # full benchmark is recorded in figures/bench_flash.csv. Where a rung's features are missing (CPU
 # interpreter, GPUs below sm_90, Triton without tensor descriptors, strides TMA cannot take) it
 # falls back to the rung below it.
-BEST = "ping_pong"
+BEST = "host_descriptors"
 
 
 # ------------------------------------------------------------------------------------ input checks
@@ -405,7 +406,8 @@ def effective_switches(switches: dict, *tensors) -> dict:
     """``switches`` with the features this device, Triton or these tensors lack turned off."""
     switches = dict(switches)
     if switches.get("desc") and not (descriptors_supported(tensors[0].device) and _tma_compatible(*tensors)):
-        switches.update(desc=False, warp_spec=False, halves=False, ping_pong=False, pipeline=False, host_desc=False)
+        switches.update(desc=False, warp_spec=False, halves=False, ping_pong=False, pipeline=False, host_desc=False,
+                        host_rule=False)
     if switches.get("warp_spec") and not warp_specialize_supported():
         switches["warp_spec"] = False
     return switches
@@ -421,6 +423,14 @@ def ping_pong_choice(causal: bool, head_dim: int, n_k: int) -> dict:
     if causal:
         return dict(desc=n_k >= 2048, halves=False)
     return dict(desc=n_k >= 1024, halves=n_k >= 1024)
+
+
+def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
+    """Where the host_descriptors rung uses its descriptor kernel, from the H100 measurements in
+    figures/flash_notes.md: D = 64 and 128, causal at every length and non-causal from 1k keys on
+    (at 512 keys the pointer kernel was faster at D = 128); the autotuned pointer kernel elsewhere
+    (D = 16, 32 and 256 were not measured)."""
+    return dict(desc=head_dim in (64, 128) and (causal or n_k >= 1024))
 
 
 def _forward(q, k, v, causal: bool, sm_scale: float, variant: str):
@@ -441,6 +451,8 @@ def _forward_switches(q, k, v, causal: bool, sm_scale: float, switches: dict, co
     lse = _new_buffer((batch, n_heads, n_q), torch.float32, q.device)
     if switches["ping_pong"]:
         switches = dict(switches, **ping_pong_choice(causal, head_dim, n_k))
+    if switches["host_rule"]:
+        switches = dict(switches, **host_descriptor_choice(causal, head_dim, n_k))
     switches = effective_switches(switches, q, k, v, o)
     qk_scale = sm_scale * LOG2E if switches["use_exp2"] else sm_scale
     tuned = switches["tuned"] and config is None
@@ -587,4 +599,4 @@ def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = N
 
 
 __all__ = ["flash_attention", "flash_attention_forward", "flash_attention_backward", "check_inputs",
-           "LADDER", "VARIANTS", "BEST", "ping_pong_choice", "descriptors_supported", "warp_specialize_supported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]
+           "LADDER", "VARIANTS", "BEST", "ping_pong_choice", "host_descriptor_choice", "descriptors_supported", "warp_specialize_supported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

@@ -50,6 +50,7 @@ SWEEP = {
 }
 TUNED = ("autotuned", "descriptors", "ping_pong", "host_descriptors", "host_halves")  # rungs and candidates
 
+
 def log(*args):
     line = " ".join(str(a) for a in args)
     LOG_LINES.append(line)
@@ -268,7 +269,7 @@ def record(out: Path, start: float, budget: float) -> int:
         rows += bench_flash.run(only=lambda s, g=(suite, dtype, head_dim): (s[0], s[7], s[5]) == g)
         write_results("flash", rows, directory=out)
         log(f"bench {suite} {dtype} D={head_dim} done at {time.time() - start:.0f} s")
-    for name in ("_attn_fwd_desc", "_attn_fwd_desc_halves", "_bwd_dkdv", "_bwd_dq"):
+    for name in ("_attn_fwd_desc", "_attn_fwd_host_desc", "_bwd_dkdv", "_bwd_dq"):
         tuned = flash._TUNED.get(name)
         for key, config in list(tuned.cache.items())[:30] if tuned is not None else []:
             log(f"  tuned {name} {key[:4]}: {config}")

@@ -328,7 +328,7 @@ def test_new_rungs_fall_back_where_their_features_are_missing():
     assert not flash.descriptors_supported(q.device)
     for switches in (VARIANTS["descriptors"], *flash.CANDIDATES.values()):
         switches = flash.effective_switches(switches, q, q, q)
-        assert not any(switches[s] for s in ("desc", "warp_spec", "halves", "ping_pong", "pipeline"))
+        assert not any(switches[s] for s in ("desc", "warp_spec", "halves", "ping_pong", "pipeline", "host_desc"))
     assert flash.BEST in VARIANTS and list(VARIANTS).index(flash.BEST) >= list(VARIANTS).index("autotuned")
     for name in flash.CANDIDATES:                           # candidates run through the same entry point
         o, _ = flash._forward(q, q, q, False, 0.25, name)
@@ -364,7 +364,7 @@ def test_descriptor_rungs_dispatch_in_the_interpreter(monkeypatch, name, causal)
                         or real_launch(kernel, *a, **kw))
     gen = torch.Generator().manual_seed(31 + causal)
     switches = {**VARIANTS, **flash.CANDIDATES}[name]
-    d, n_k = (128, 2053) if switches["ping_pong"] else (32, 45)   # where ping_pong takes descriptors
+    d, n_k = (128, 2053) if switches["ping_pong"] or switches["host_rule"] else (32, 45)   # where the rules take descriptors
     q, k, v = make_inputs(gen, 1, 1, 1, 37, n_k, d, torch.float32, device="cpu")
     o, lse = flash._forward(q, k, v, causal, 0.2, name)
     assert_close(o, attention_ref(q, k, v, causal=causal, sm_scale=0.2), torch.float32, "cpu", name)
@@ -376,7 +376,7 @@ def test_descriptor_rungs_dispatch_in_the_interpreter(monkeypatch, name, causal)
 
 
 def test_ping_pong_choice():
-    """The ping_pong rung's rule: halves (non-causal) and descriptors (causal) at D = 128 and long
+    """The ping_pong candidate's rule: halves (non-causal) and descriptors (causal) at D = 128 and long
     sequences only; the pointer kernel elsewhere."""
     choice = flash.ping_pong_choice
     assert choice(False, 128, 4096) == dict(desc=True, halves=True)
@@ -408,3 +408,11 @@ def test_numpy_scalars_are_valid_scales():
     for bad in (np.float32("nan"), np.float32(-1.0), True, "0.5"):
         with pytest.raises(ValueError, match="sm_scale"):
             flash._scale(bad, 64)
+
+
+def test_host_descriptor_choice():
+    """The host_descriptors rung: descriptors at D = 64 and 128 (causal always, non-causal from 1k keys)."""
+    choice = flash.host_descriptor_choice
+    assert choice(True, 128, 512) == choice(False, 64, 1024) == choice(True, 64, 16384) == dict(desc=True)
+    assert choice(False, 128, 512) == dict(desc=False)
+    assert all(choice(c, d, 4096) == dict(desc=False) for c in (False, True) for d in (16, 32, 256))
