@@ -139,9 +139,6 @@ def _key_scores_kernel(k_ptr, q_ptr, out_ptr, S, D, HKV,
     tl.store(out_ptr + b * sob + h * soh + offs_s * sos, tl.sum(keys * query[None, :], axis=1), mask=s_ok)
 
 
-_READ_KERNELS: dict[bool, object] = {}
-
-
 def key_scores(k_cache, q, *, block_s=64, num_warps=4):
     """scores[b, h, s] = k_cache[b, h, s] · q[b, h] in fp32: every key of every sequence and head read once.
 
@@ -154,19 +151,9 @@ def key_scores(k_cache, q, *, block_s=64, num_warps=4):
     if tuple(q.shape) != (batch, hkv, d):
         raise ValueError(f"q: expected [B={batch}, Hkv={hkv}, D={d}], got {tuple(q.shape)}")
     interpret = k_cache.device.type == "cpu"
-    if interpret not in _READ_KERNELS:
-        saved = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-        try:
-            _READ_KERNELS[interpret] = triton.jit(_key_scores_kernel)
-        finally:
-            if saved is None:
-                del os.environ["TRITON_INTERPRET"]
-            else:
-                os.environ["TRITON_INTERPRET"] = saved
     out = torch.empty(batch, hkv, rows, dtype=torch.float32, device=k_cache.device)
     extra = {} if interpret else dict(num_warps=num_warps)
-    _READ_KERNELS[interpret][(triton.cdiv(rows, block_s), batch * hkv)](
+    kc.jit_for(_key_scores_kernel, interpret)[(triton.cdiv(rows, block_s), batch * hkv)](
         k_cache, q, out, rows, d, hkv, *k_cache.stride(), *q.stride(), *out.stride(),
         BLOCK_S=block_s, BLOCK_D=triton.next_power_of_2(d), **extra)
     return out

@@ -490,22 +490,29 @@ def _rope_append_kernel(
                 tl.store(vc_ptr + b * sxb + h * sxh + rows[:, None] * sxs + offs_d[None, :] * sxd, vp, mask=mask)
 
 
-_KERNELS: dict[bool, object] = {}
+_JITTED: dict[tuple, object] = {}
 
 
-def _kernel(interpret: bool):
-    """The kernel decorated for the interpreter (CPU tensors) or for compilation (CUDA tensors)."""
-    if interpret not in _KERNELS:
+def jit_for(fn, interpret: bool):
+    """``fn`` decorated with triton.jit for the interpreter (CPU tensors) or for compilation (CUDA
+    tensors); Triton reads TRITON_INTERPRET when it decorates, so each form is made once, here."""
+    key = (fn, interpret)
+    if key not in _JITTED:
         saved = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
         try:
-            _KERNELS[interpret] = triton.jit(_rope_append_kernel)
+            _JITTED[key] = triton.jit(fn)
         finally:
             if saved is None:
                 del os.environ["TRITON_INTERPRET"]
             else:
                 os.environ["TRITON_INTERPRET"] = saved
-    return _KERNELS[interpret]
+    return _JITTED[key]
+
+
+def _kernel(interpret: bool):
+    """The rotate-and-append kernel for the interpreter (CPU tensors) or for compilation (CUDA tensors)."""
+    return jit_for(_rope_append_kernel, interpret)
 
 
 def _launch(q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin, seqlens_k, position_ids, *,
