@@ -414,7 +414,7 @@ def effective_switches(switches: dict, *tensors) -> dict:
 
 
 def ping_pong_choice(causal: bool, head_dim: int, n_k: int) -> dict:
-    """The kernel switches the ping_pong rung uses for one shape, from the H100 measurements in
+    """The kernel switches the ping_pong candidate uses for one shape, from the H100 measurements in
     figures/flash_notes.md: two half tiles for non-causal D = 128 from 1k keys on, descriptor tiles
     for causal D = 128 from 2k keys on, and the autotuned pointer kernel elsewhere (at D = 64, and for
     short sequences, where each program's few key tiles do not repay building its descriptors)."""
