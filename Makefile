@@ -29,30 +29,31 @@ browser:
 	fi
 
 test: setup browser  ## package tests, nbval on notebooks/ and solutions/, labs executed, labs up to date
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest --nbval -n 2 --dist loadfile tests notebooks solutions
 
 execute: setup  ## run notebooks (NB=...) and store their outputs, then regenerate the labs
-	$(PY) -m attnkit.notebooks execute $(NB)
-	$(PY) -m attnkit.labgen
+	$(PY) -m attnkit.classroom.notebooks execute $(NB)
+	$(PY) -m attnkit.classroom.labgen
 
 labs: setup  ## generate labs/ from solutions/ (FORCE=1 overwrites edited labs)
-	$(PY) -m attnkit.labgen $(if $(FORCE),--force,)
+	$(PY) -m attnkit.classroom.labgen $(if $(FORCE),--force,)
 
 headers: setup  ## rewrite Colab badges and setup cells from attnkit/course.py
-	$(PY) -m attnkit.notebooks headers
+	$(PY) -m attnkit.classroom.notebooks headers
 
 figures: setup  ## redraw the diagrams in figures/
-	$(PY) -m attnkit.plotting
+	$(PY) -m attnkit.classroom.figures
 
 bench: setup  ## GPU only: measure the kernels, write CSVs to figures/
-	$(PY) -m attnkit.benchmarking
+	$(PY) -m attnkit.bench.recorder
 
 site: setup  ## the course as a static website in site/_build/html, from stored outputs (SITE_ARGS=--no-solutions)
-	$(PY) -m attnkit.site $(SITE_ARGS)
+	$(PY) -m attnkit.classroom.site $(SITE_ARGS)
 
 grade: setup  ## grade a student's lab: make grade LAB=01 NOTEBOOK=path/to/lab.ipynb [GRADES=build/grades] [STRICT=1]
 	@test -n "$(LAB)" -a -n "$(NOTEBOOK)" || { echo "usage: make grade LAB=01 NOTEBOOK=path/to/student_lab.ipynb"; exit 2; }
-	$(PY) -m attnkit.grading --lab "$(LAB)" --out "$(or $(GRADES),build/grades)" $(if $(STRICT),--strict,) $(NOTEBOOK)
+	$(PY) -m attnkit.classroom.grading --lab "$(LAB)" --out "$(or $(GRADES),build/grades)" $(if $(STRICT),--strict,) $(NOTEBOOK)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

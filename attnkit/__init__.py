@@ -14,10 +14,10 @@ __version__ = "0.1.0"
 
 # Public names that live in heavier modules, imported on first use.
 _LAZY = {
-    "flash_attention": "attnkit.flash",
-    "paged_decode": "attnkit.paged",
-    "kv_cache_bytes": "attnkit.kvcache",
-    "attention_ref": "attnkit.reference",
+    "flash_attention": "attnkit.kernels.flash",
+    "paged_decode": "attnkit.kernels.paged",
+    "kv_cache_bytes": "attnkit.serving.kv_cache",
+    "attention_ref": "attnkit.reference.attention",
 }
 
 

@@ -6,7 +6,7 @@
    GQA/MQA, causal with Nq < Nk and Nq > Nk, fp16/bf16/fp32, every head dim, with NaN-poisoned outputs,
    and the CPU path (Triton's interpreter) on a machine with a GPU;
 2. measures the two ceilings (a large fp16 matrix product, a device-to-device copy);
-3. runs attnkit.bench_flash_ladder and attnkit.bench_flash, writing bench_*.csv into OUTDIR;
+3. runs attnkit.bench.flash_ladder and attnkit.bench.flash, writing bench_*.csv into OUTDIR;
 4. prints a short table of the ratios last.
 """
 from __future__ import annotations
@@ -19,10 +19,9 @@ from pathlib import Path
 
 import torch
 
-from attnkit import flash
-from attnkit.bench_flash import reference_slice
-from attnkit.benchmarking import provenance, time_ms, write_results
-from attnkit.reference import attention_ref
+from attnkit.bench.recorder import provenance, time_ms, write_results
+from attnkit.kernels import flash
+from attnkit.reference.attention import attention_ref
 from attnkit.tolerances import rel_error, tolerance
 
 
@@ -124,7 +123,8 @@ def main() -> int:
         return 0
     log("ceilings:", ceilings())
 
-    from attnkit import bench_flash, bench_flash_ladder
+    from attnkit.bench import flash as bench_flash
+    from attnkit.bench import flash_ladder as bench_flash_ladder
 
     t0 = time.time()
     ladder = bench_flash_ladder.run()

@@ -2,7 +2,7 @@
 
     python scripts/gpu_flash_tuning.py [OUTDIR] [--budget SECONDS] [--record]
 
-Candidates are kernel switches (attnkit.flash.VARIANTS / CANDIDATES: tensor descriptors, warp
+Candidates are kernel switches (attnkit.kernels.flash.VARIANTS / CANDIDATES: tensor descriptors, warp
 specialization, two half query tiles) crossed with fixed launch configurations, plus the current
 "autotuned" rung and SDPA's cuDNN and flash backends on the same inputs.
 
@@ -18,7 +18,7 @@ A time budget (default 370 s) stops the sweep early; what was measured is still 
 
 With --record (after a sweep has chosen the rungs): checks the ladder's new rungs as in step 1, then
 re-records bench_flash_ladder.csv and, group by group while the budget lasts, bench_flash.csv
-(D = 128 fp16 first) through attnkit.bench_flash_ladder.run() and attnkit.bench_flash.run().
+(D = 128 fp16 first) through attnkit.bench.flash_ladder.run() and attnkit.bench.flash.run().
 """
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from attnkit import flash  # noqa: E402
-from attnkit.bench_flash import TOKENS, _sdpa, attention_flops, reference_slice, tflops  # noqa: E402
-from attnkit.flash import BlockConfig  # noqa: E402
-from attnkit.reference import attention_ref  # noqa: E402
+from attnkit.bench.flash import TOKENS, _sdpa, attention_flops, reference_slice, tflops  # noqa: E402
+from attnkit.kernels import flash
+from attnkit.kernels.flash import BlockConfig  # noqa: E402
+from attnkit.reference.attention import attention_ref  # noqa: E402
 from attnkit.tolerances import rel_error, tolerance  # noqa: E402
 
 HEADS, HEAD_DIM = 16, 128
@@ -132,7 +132,7 @@ def check_switch_sets(names, device="cuda", shapes=None) -> dict[str, list[str]]
 
 def _timer(device):
     if device == "cuda":
-        from attnkit.benchmarking import time_ms
+        from attnkit.bench.recorder import time_ms
 
         return lambda fn: time_ms(fn, warmup=10, rep=60)
 
@@ -184,7 +184,7 @@ def sweep(cands, *, seq_lens=SEQ_LENS, heads=HEADS, head_dim=HEAD_DIM, tokens=TO
                 rows.append(row)
                 log(f"  {tag:>40} causal={causal!s:5} N={n:>5} "
                     f"{(row['tflops'] or 0):7.1f} TFLOP/s ({time.time() - t0:4.1f} s) {reason}")
-            del q, k, v, do
+            q = k = v = do = None  # free the memory before the next size
             if device == "cuda":
                 torch.cuda.empty_cache()
     return rows
@@ -232,7 +232,7 @@ def write_csv(rows, path: Path) -> None:
         return
     stamp = {}
     try:
-        from attnkit.benchmarking import provenance
+        from attnkit.bench.recorder import provenance
 
         stamp = provenance()
     except Exception:   # noqa: BLE001
@@ -245,8 +245,9 @@ def write_csv(rows, path: Path) -> None:
 
 
 def record(out: Path, start: float, budget: float) -> int:
-    from attnkit import bench_flash, bench_flash_ladder
-    from attnkit.benchmarking import write_results
+    from attnkit.bench import flash as bench_flash
+    from attnkit.bench import flash_ladder as bench_flash_ladder
+    from attnkit.bench.recorder import write_results
 
     names = [n for n in flash.VARIANTS if flash.VARIANTS[n].get("desc")]
     failures = check_switch_sets(names)
@@ -290,7 +291,7 @@ def main() -> int:
     out = Path(args[0] if args else os.environ.get("OUT", "."))
     budget = float(sys.argv[sys.argv.index("--budget") + 1]) if "--budget" in sys.argv else 370.0
     start = time.time()
-    from attnkit.benchmarking import provenance
+    from attnkit.bench.recorder import provenance
 
     log(provenance())
     log(f"capability {torch.cuda.get_device_capability()}, descriptors {flash.descriptors_supported(torch.device('cuda'))}, "

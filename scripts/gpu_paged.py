@@ -8,7 +8,7 @@
    with permuted page tables, ragged lengths (seq_len 1, partial last pages), GQA group sizes 1, 4, 8
    and MQA, NaN in every slot a sequence does not own and NaN-poisoned outputs; and CPU tensors on
    this GPU machine;
-3. runs attnkit.bench_paged.run() and writes bench_paged.csv into OUTDIR;
+3. runs attnkit.bench.paged.run() and writes bench_paged.csv into OUTDIR;
 4. prints the ratios last.
 """
 from __future__ import annotations
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from attnkit import bench_paged, paged
-from attnkit.benchmarking import provenance, write_results
+from attnkit.bench import paged as bench_paged
+from attnkit.bench.recorder import provenance, write_results
+from attnkit.kernels import paged
 from attnkit.tolerances import rel_error, tolerance
 
 
@@ -50,7 +51,7 @@ def sweep():
                     log(f"sweep {variant} {config}: {ms:.4f} ms  {nbytes / ms / 1e6:.0f} GB/s")
         results.sort(key=lambda r: r[0])
         best[variant] = results[0][1]
-    del p, args
+    p = args = None  # free the memory before the next size
     torch.cuda.empty_cache()
     paged.GPU_CONFIGS.update(best)
     p = bench_paged.make_problem(*bench_paged.SHAPES["long"])
@@ -61,7 +62,7 @@ def sweep():
         ms = bench_paged.graph_ms(lambda: paged._launch(*args, 0.088, s, "grouped"))
         splits.append((ms, s))
         log(f"sweep long grouped splits={s}: {ms:.4f} ms  {nbytes / ms / 1e6:.0f} GB/s")
-    del p, args
+    p = args = None  # free the memory before the next size
     torch.cuda.empty_cache()
     return best, min(splits)[1]
 

@@ -5,7 +5,7 @@
 
 1. A small grammar about the course's topics writes ``attnkit/data/tiny_corpus.txt``: one sentence a
    line, lowercase, a few tens of KB.
-2. A character-level ``attnkit.tinymodel.TinyModel`` (2 layers, GQA with 4 query and 2 key/value
+2. A character-level ``attnkit.serving.tinymodel.TinyModel`` (2 layers, GQA with 4 query and 2 key/value
    heads of dimension 16, RoPE) learns it with AdamW, in float32 on the CPU, with PyTorch's own
    attention (training needs no cache).
 3. The weights, the configuration and the vocabulary go to ``attnkit/data/tiny_model.pt``.
@@ -26,7 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from attnkit.tinymodel import CORPUS_PATH, WEIGHTS_PATH, TinyConfig, TinyModel, save_model  # noqa: E402
+from attnkit.serving.tinymodel import CORPUS_PATH, WEIGHTS_PATH, TinyConfig, TinyModel, save_model  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ grammar
 # Each subject has its own verb phrases, so every sentence the grammar writes is true of the course.

@@ -2,7 +2,7 @@
 
 The notebooks are rendered from their stored outputs: nothing is executed while the site is built.
 """
-from attnkit.course import BRANCH, REPO_URL
+from attnkit.classroom.course import BRANCH, REPO_URL
 
 project = "Attention kernels, from a 4×4 example to paged decoding"
 author = "the course's authors"

@@ -1,4 +1,4 @@
-"""The paged KV cache (attnkit.allocator): free list, page tables, fork, copy-on-write, running out.
+"""The paged KV cache (attnkit.serving.allocator): free list, page tables, fork, copy-on-write, running out.
 
 A model of the cache (each sequence's tokens as a plain list) is kept beside it; after every
 operation the cache must give back exactly the model's tokens, and the page accounting must hold:
@@ -13,8 +13,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnkit.allocator import BlockAllocator, OutOfPagesError, PagedKVCache, PageTables
-from attnkit.paged import paged_decode, paged_decode_ref
+from attnkit.kernels.paged import paged_decode, paged_decode_ref
+from attnkit.serving.allocator import BlockAllocator, OutOfPagesError, PagedKVCache, PageTables
 from attnkit.tolerances import rel_error, tolerance
 
 HKV, D, LAYERS = 2, 16, 2

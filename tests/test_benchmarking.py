@@ -2,11 +2,9 @@
 import importlib
 
 import pytest
+from attnkit.bench import recorder as benchmarking
 
-from attnkit import benchmarking
-from conftest import ROOT
-
-RECORDED = sorted((ROOT / "figures").glob("bench_*.csv"))
+RECORDED = sorted(benchmarking.RESULTS.glob("bench_*.csv"))
 
 
 def test_results_round_trip_with_provenance(tmp_path):
@@ -24,9 +22,19 @@ def test_nothing_to_write_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("name", benchmarking.SUITES)
-def test_every_suite_has_a_run_function(name):
-    module = importlib.import_module(f"attnkit.bench_{name}")
-    assert callable(module.run)
+def test_every_suite_names_a_function(name):
+    module, function = benchmarking.SUITES[name].split(":")
+    assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_every_suite_is_recorded():
+    """Each suite has its CSV in the package data, so an installed course shows it."""
+    assert {p.stem.removeprefix("bench_") for p in RECORDED} == set(benchmarking.SUITES)
+
+
+def test_unknown_suite_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="names: unknown suites"):
+        benchmarking.record(["flsh"], tmp_path)
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.name for p in RECORDED])

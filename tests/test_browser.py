@@ -16,9 +16,9 @@ import urllib.request
 
 import nbformat
 import pytest
-
-from attnkit.course import LESSONS
 from conftest import ROOT
+
+from attnkit.classroom.course import LESSONS
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and os.path.exists(p)), None)
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

@@ -1,7 +1,7 @@
 """The lab-check machinery reports passes, blanks, wrong answers and crashes clearly."""
 import numpy as np
 
-from attnkit.checking import FAILED, NOT_IMPLEMENTED, PASSED, case, run_check, summarize
+from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED, PASSED, case, run_check, summarize
 
 
 def reference(x):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from attnkit.course import LESSONS
-from attnkit.notebooks import IGNORE_MARKER, setup_source
 from conftest import ROOT
+
+from attnkit.classroom.course import LESSONS
+from attnkit.classroom.notebooks import IGNORE_MARKER, setup_source
 
 pytestmark = pytest.mark.slow
 LESSONS_RUN = [l.notebook for l in LESSONS if l.number in (0, 1)]

@@ -91,7 +91,7 @@ def test_kernel_wrappers_follow_the_bf16_rule(monkeypatch):
     """flash (forward and backward) follows bf16_computed_in_fp32 for its inputs."""
     import torch
 
-    from attnkit import flash
+    from attnkit.kernels import flash
 
     x = torch.randn(1, 1, 3, 16, dtype=torch.bfloat16)
     monkeypatch.setattr(flash, "bf16_computed_in_fp32", lambda device: True)

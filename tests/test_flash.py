@@ -1,4 +1,4 @@
-"""FlashAttention kernels (attnkit.flash) against the float64 reference, on fresh random inputs.
+"""FlashAttention kernels (attnkit.kernels.flash) against the float64 reference, on fresh random inputs.
 
 On a CPU the kernels run in Triton's interpreter, so the shapes are small; every N is chosen so that
 it is not a multiple of the interpreter's 16-row tiles (or is smaller than one tile).
@@ -14,10 +14,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnkit import flash
-from attnkit.flash import (LADDER, VARIANTS, flash_attention, flash_attention_backward,
-                           flash_attention_forward)
-from attnkit.reference import attention_ref, causal_mask_np
+from attnkit.kernels import flash
+from attnkit.kernels.flash import LADDER, VARIANTS, flash_attention, flash_attention_backward, flash_attention_forward
+from attnkit.reference.attention import attention_ref, causal_mask_np
 from attnkit.tolerances import assert_close, rel_error, tolerance
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -401,13 +400,12 @@ def test_numpy_scalars_are_valid_scales():
     """sm_scale may be any positive finite real, NumPy's float32 included (flash and paged share the rule)."""
     import numpy as np
 
-    from attnkit import paged
+    from attnkit.validation import softmax_scale
 
-    assert paged._check_scale is flash._scale
-    assert flash._scale(np.float32(0.5), 64) == 0.5 and flash._scale(np.float64(0.25), 64) == 0.25
+    assert softmax_scale(np.float32(0.5), 64) == 0.5 and softmax_scale(np.float64(0.25), 64) == 0.25
     for bad in (np.float32("nan"), np.float32(-1.0), True, "0.5"):
         with pytest.raises(ValueError, match="sm_scale"):
-            flash._scale(bad, 64)
+            softmax_scale(bad, 64)
 
 
 def test_host_descriptor_choice():

@@ -6,10 +6,10 @@ import xml.etree.ElementTree as ET
 
 import nbformat
 import pytest
-
-from attnkit import grading
-from attnkit.course import LESSONS
 from conftest import ROOT
+
+from attnkit.classroom import grading
+from attnkit.classroom.course import LESSONS
 
 LAB01 = next(l for l in LESSONS if l.number == 1)
 FIXTURES = ROOT / "tests" / "fixtures"

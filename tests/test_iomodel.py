@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from attnkit import iomodel
-from attnkit.iomodel import GPUS, attention_flops, attention_steps, fused_attention, roofline_figure
-from attnkit.tiled_numpy import naive_traffic_bytes
+from attnkit.bench import iomodel
+from attnkit.bench.iomodel import GPUS, attention_flops, attention_steps, fused_attention, roofline_figure
+from attnkit.reference.tiled_numpy import naive_traffic_bytes
 
 N, D = 4096, 128
 
@@ -81,7 +81,7 @@ def test_figures_draw(tmp_path):
 def test_naive_torch_steps_match_the_reference():
     import torch
 
-    from attnkit.reference import attention_ref
+    from attnkit.reference.attention import attention_ref
     from attnkit.tolerances import assert_close
 
     g = torch.Generator().manual_seed(0)
@@ -99,9 +99,9 @@ def test_quadratic_fit_and_exponent_recover_a_quadratic():
 
 
 def test_recorded_h100_results_carry_their_provenance():
-    from attnkit.benchmarking import FIGURES, read_results
+    from attnkit.bench.recorder import RESULTS, read_results
 
-    if not (FIGURES / "bench_naive_attention.csv").exists():
+    if not (RESULTS / "bench_naive_attention.csv").exists():
         pytest.skip("no recorded GPU results")
     for name in ("naive_attention", "naive_profile"):
         rows = read_results(name)

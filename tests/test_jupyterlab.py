@@ -8,7 +8,6 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import ROOT
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from attnkit.labs import lab01
-from attnkit.reference import attention_np, softmax_np
+from attnkit.reference.attention import attention_np, softmax_np
 
 
 def blank(*args, **kwargs):

@@ -149,8 +149,8 @@ def test_known_wrong_answer_is_rejected(name, wrong):
 
 
 def test_package_functions_pass_their_own_checks():
-    from attnkit import online_softmax as osm
-    from attnkit.tiled_numpy import tiled_attention
+    from attnkit.reference import online_softmax as osm
+    from attnkit.reference.tiled_numpy import tiled_attention
 
     def merge_pkg(a, b):
         s = osm.merge(osm.PartialState(*a), osm.PartialState(*b))

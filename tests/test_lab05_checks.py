@@ -8,10 +8,10 @@ import nbformat
 import pytest
 import torch
 
+from attnkit.classroom.checking import is_not_implemented
+from attnkit.classroom.notebooks import ROOT
 from attnkit.device import ensure_triton_backend
-from attnkit.checking import is_not_implemented
 from attnkit.labs import lab05
-from attnkit.notebooks import ROOT
 
 ensure_triton_backend()
 import triton  # noqa: E402
@@ -148,10 +148,9 @@ def test_rejects_known_wrong_kernels(bug, name, words):
 
 def test_causal_offset_bug_is_invisible_when_nq_equals_nk():
     # Why the causal check needs Nq ≠ Nk: with a square mask both offsets agree.
-    from attnkit.reference import attention_ref
-    from attnkit.tolerances import rel_error, tolerance
-
     from attnkit import runtime
+    from attnkit.reference.attention import attention_ref
+    from attnkit.tolerances import rel_error, tolerance
 
     device = runtime().device
     q, k, v = (torch.randn(1, 1, 20, 16).half().to(device) for _ in range(3))

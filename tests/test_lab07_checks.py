@@ -5,11 +5,10 @@ import linecache
 
 import nbformat
 import pytest
-import torch
 
-from attnkit import kvcache
+from attnkit.classroom.notebooks import ROOT
+from attnkit.kernels import rope_append
 from attnkit.labs import lab07
-from attnkit.notebooks import ROOT
 
 
 def _notebook_namespace(relpath: str, replace: tuple[str, str] | None = None) -> dict:
@@ -70,7 +69,7 @@ def bytes_without_v(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, bat
 
 
 def bytes_with_query_heads(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
-    from attnkit.models import MODELS
+    from attnkit.serving.model_configs import MODELS
     q_heads = {(m.num_layers, m.num_kv_heads, m.head_dim): m.num_q_heads for m in MODELS}
     return 2 * num_layers * q_heads[(num_layers, num_kv_heads, head_dim)] * head_dim * tokens * batch * dtype_bytes
 
@@ -90,13 +89,13 @@ def test_rope_rejects_modes_swapped(solution):
 
 def _torch_append(seqlens_shift=0, rotate_q=True, swap_modes=False):
     """A wrong rope_append built on the package's PyTorch path (the caches are written in place)."""
-    def rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+    def student_rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
         if swap_modes:
             mode = "interleaved" if mode == "half" else "half"
-        q_rot, _, _ = kvcache.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k + seqlens_shift,
+        q_rot, _, _ = rope_append.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k + seqlens_shift,
                                                 mode=mode)
         return q_rot if rotate_q else q.clone()
-    return rope_append
+    return student_rope_append
 
 
 def test_the_torch_path_itself_passes():
@@ -135,7 +134,7 @@ def test_the_off_by_one_diagnosis_is_not_given_for_other_bugs():
 def test_a_right_answer_that_overwrites_q_k_v_in_place_passes():
     """Its own copies: overwriting q, k and v after reading them does not change what it is judged on."""
     def scribbling(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
-        q_rot, _, _ = kvcache.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k, mode=mode)
+        q_rot, _, _ = rope_append.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k, mode=mode)
         q.zero_(), k.zero_(), v.zero_()
         return q_rot
 
@@ -145,7 +144,7 @@ def test_a_right_answer_that_overwrites_q_k_v_in_place_passes():
 
 def test_a_kernel_that_zeroes_q_and_returns_it_is_rejected():
     def zeroes(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
-        kvcache.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k, mode=mode)
+        rope_append.rope_append_torch(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k, mode=mode)
         return q.zero_()
 
     result = lab07.check_rope_append(zeroes)

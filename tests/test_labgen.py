@@ -3,8 +3,8 @@ import nbformat
 import nbformat.v4 as v4
 import pytest
 
-from attnkit import labgen
-from attnkit.labgen import clear_solutions
+from attnkit.classroom import labgen
+from attnkit.classroom.labgen import clear_solutions
 
 
 def test_marked_region_becomes_one_raise_at_its_indentation():
@@ -27,7 +27,7 @@ def test_unbalanced_markers_are_errors(bad):
 @pytest.fixture
 def course(tmp_path, monkeypatch):
     """A throw-away course with one solved lab, wired into labgen."""
-    from attnkit.course import Lesson
+    from attnkit.classroom.course import Lesson
 
     (tmp_path / "solutions").mkdir()
     lesson = Lesson(1, "demo", "Demo", True)

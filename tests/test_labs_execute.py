@@ -3,9 +3,9 @@ import shutil
 
 import nbformat
 import pytest
-
-from attnkit import notebooks
 from conftest import ROOT
+
+from attnkit.classroom import notebooks
 
 LABS = sorted((ROOT / "labs").glob("lab*.ipynb"))
 

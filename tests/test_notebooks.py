@@ -1,11 +1,11 @@
 """The committed notebooks are in the state nbval and students need."""
 import nbformat
 import pytest
-
-from attnkit import notebooks
-from attnkit.course import LESSONS
-from attnkit.labgen import main as labgen_main
 from conftest import ROOT
+
+from attnkit.classroom import notebooks
+from attnkit.classroom.course import LESSONS
+from attnkit.classroom.labgen import main as labgen_main
 
 COMMITTED = [p for p in notebooks.course_notebooks()]
 EXECUTED = [p for p in COMMITTED if p.parent.name in ("notebooks", "solutions")]

@@ -6,12 +6,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit import examples
-from attnkit.online_softmax import (PartialState, block_state, empty_state, finalize, merge, merge_all,
-                                    online_max_sum, online_softmax)
-from attnkit.reference import attention_np, softmax_np
-from attnkit.tiled_numpy import (blocks_for_sram, naive_attention, naive_traffic_bytes, sram_bytes_needed,
-                                 tiled_attention, tiled_traffic_bytes)
+from attnkit.reference import example_4x4 as examples
+from attnkit.reference.attention import attention_np, softmax_np
+from attnkit.reference.online_softmax import (
+    PartialState,
+    block_state,
+    empty_state,
+    finalize,
+    merge,
+    merge_all,
+    online_max_sum,
+    online_softmax,
+)
+from attnkit.reference.tiled_numpy import (
+    blocks_for_sram,
+    naive_attention,
+    naive_traffic_bytes,
+    sram_bytes_needed,
+    tiled_attention,
+    tiled_traffic_bytes,
+)
 from attnkit.tolerances import assert_close
 
 F64 = "float64"

@@ -1,4 +1,4 @@
-"""Paged decode (attnkit.paged) against the float64 reference, on fresh random inputs.
+"""Paged decode (attnkit.kernels.paged) against the float64 reference, on fresh random inputs.
 
 Every case uses a permuted page table (a sequence's pages are scattered over the pool), lengths that
 end inside a page, and garbage in the table entries and page slots that a sequence does not use, so
@@ -15,10 +15,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnkit import paged
-from attnkit.paged import (VARIANTS, choose_num_splits, gather_dense, merge_partials, paged_decode,
-                           paged_decode_ref)
-from attnkit.reference import attention_ref
+from attnkit.kernels import paged
+from attnkit.kernels.paged import (
+    VARIANTS,
+    choose_num_splits,
+    gather_dense,
+    merge_partials,
+    paged_decode,
+    paged_decode_ref,
+)
+from attnkit.reference.attention import attention_ref
 from attnkit.tolerances import rel_error, tolerance
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit.reference import attention_np, attention_ref, causal_mask_np, softmax_np
+from attnkit.reference.attention import attention_np, attention_ref, causal_mask_np, softmax_np
 
 
 def test_softmax_rows_sum_to_one_and_survive_large_scores():

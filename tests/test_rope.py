@@ -7,8 +7,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit.rope import (MODES, apply_rope, inv_frequencies, pair_layout, rope_angles, rope_cache,
-                          rotation_matrix)
+from attnkit.reference.rope import (
+    MODES,
+    apply_rope,
+    inv_frequencies,
+    pair_layout,
+    rope_angles,
+    rope_cache,
+    rotation_matrix,
+)
 
 
 def rope_by_pairs(x: np.ndarray, pos: int, mode: str, base: float = 10000.0) -> np.ndarray:

@@ -5,10 +5,18 @@ import random
 import pytest
 import torch
 
-from attnkit.reference import attention_ref
-from attnkit.serving import (Backend, Engine, Request, compare_with_no_cache, kernel_backend, kv_memory,
-                             paged_decode_torch, torch_backend)
-from attnkit.tinymodel import CORPUS_PATH, load_model, tiny_model
+from attnkit.reference.attention import attention_ref
+from attnkit.serving.engine import (
+    Backend,
+    Engine,
+    Request,
+    compare_with_no_cache,
+    kernel_backend,
+    kv_memory,
+    paged_decode_torch,
+    torch_backend,
+)
+from attnkit.serving.tinymodel import CORPUS_PATH, load_model, tiny_model
 from attnkit.tolerances import assert_close
 
 

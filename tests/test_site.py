@@ -6,11 +6,11 @@ import sys
 
 import nbformat
 import pytest
-
-from attnkit import site
-from attnkit.course import LESSONS
-from attnkit.notebooks import course_notebooks
 from conftest import ROOT
+
+from attnkit.classroom import site
+from attnkit.classroom.course import LESSONS
+from attnkit.classroom.notebooks import course_notebooks
 
 
 def offline_prefix() -> list[str]:
@@ -24,7 +24,7 @@ def offline_prefix() -> list[str]:
 def built(tmp_path_factory):
     """The whole course's site, built without a network where the machine can cut it off."""
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([*offline_prefix(), sys.executable, "-m", "attnkit.site", "--out", str(out)], cwd=ROOT,
+    done = subprocess.run([*offline_prefix(), sys.executable, "-m", "attnkit.classroom.site", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return out

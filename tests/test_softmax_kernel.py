@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from attnkit import runtime
-from attnkit.reference import softmax_np
-from attnkit.softmax_kernel import MAX_COLS, softmax
+from attnkit.kernels.softmax import MAX_COLS, softmax
+from attnkit.reference.attention import softmax_np
 from attnkit.tolerances import rel_error, tolerance
 
 DEVICE = runtime().device

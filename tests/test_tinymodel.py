@@ -5,13 +5,20 @@ import re
 
 import pytest
 import torch
-
-from attnkit.tinymodel import (CORPUS_PATH, TinyConfig, TinyModel, causal_attention_torch, greedy_no_cache,
-                               load_model, save_model, tiny_model)
-from attnkit.reference import attention_ref
-from attnkit.tolerances import assert_close
-
 from conftest import ROOT
+
+from attnkit.reference.attention import attention_ref
+from attnkit.serving.tinymodel import (
+    CORPUS_PATH,
+    TinyConfig,
+    TinyModel,
+    causal_attention_torch,
+    greedy_no_cache,
+    load_model,
+    save_model,
+    tiny_model,
+)
+from attnkit.tolerances import assert_close
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 
-from ..checking import CheckResult, case, run_check
-from ..reference import attention_np, softmax_np
+from ..classroom.checking import CheckResult, case, run_check
+from ..reference.attention import attention_np, softmax_np
 from ..tolerances import tolerance
 
 TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: far below any real bug

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checking import CheckResult, case, run_check, summarize
-from ..online_softmax import PartialState, block_state, empty_state, merge
-from ..reference import attention_np, softmax_np
+from ..classroom.checking import CheckResult, case, run_check, summarize
+from ..reference.attention import attention_np, softmax_np
+from ..reference.online_softmax import PartialState, block_state, empty_state, merge
 from ..tolerances import tolerance
 
 TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: far below any real bug

@@ -3,7 +3,7 @@
 Each check calls the student's launch function ``flash_forward(q, k, v, causal=...)`` (the lab gives
 it; it launches the student's kernel) on fresh random fp16 inputs of small shapes, on the course's
 device (Triton's interpreter on a CPU), and compares the output with the float64 reference
-``attnkit.reference.attention_ref``:
+``attnkit.reference.attention.attention_ref``:
 
     check_forward(flash_forward)   exercise 1: the online-softmax loop (no mask, Hq = Hkv)
     check_causal(flash_forward)    exercise 2: the causal mask aligned to the end, also with Nq < Nk
@@ -18,9 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..checking import CheckResult, case, is_not_implemented, run_check, student_error, summarize
+from ..classroom.checking import CheckResult, case, is_not_implemented, run_check, student_error, summarize
 from ..device import runtime
-from ..reference import attention_ref
+from ..reference.attention import attention_ref
 from ..tolerances import tolerance
 
 DTYPE_NAME = "float16"

@@ -6,7 +6,7 @@
     check_lab(cache_bytes, rope, rope_append)
 
 Every check draws fresh random inputs and compares with the float64 references of
-``attnkit.kvcache`` and ``attnkit.rope``. Exercise 3 runs the student's kernel on the course's device
+``attnkit.kernels.rope_append`` and ``attnkit.reference.rope``. Exercise 3 runs the student's kernel on the course's device
 (Triton's interpreter on a CPU) on sizes whose cache rows are not multiples of anything.
 """
 from __future__ import annotations
@@ -15,12 +15,22 @@ from typing import Callable
 
 import numpy as np
 
-from ..checking import (NOT_IMPLEMENTED, CheckResult, case, fresh_copy, is_not_implemented, not_implemented,
-                        run_check, student_error, summarize)
+from ..classroom.checking import (
+    NOT_IMPLEMENTED,
+    CheckResult,
+    case,
+    fresh_copy,
+    is_not_implemented,
+    not_implemented,
+    run_check,
+    student_error,
+    summarize,
+)
 from ..device import runtime
-from ..kvcache import kv_cache_bytes, rope_append_reference
-from ..models import MODELS
-from ..rope import apply_rope
+from ..kernels.rope_append import rope_append_reference
+from ..reference.rope import apply_rope
+from ..serving.kv_cache import kv_cache_bytes
+from ..serving.model_configs import MODELS
 from ..tolerances import tolerance
 
 HINT_BYTES = ("every layer stores a K and a V vector of head_dim numbers for each KV head (not each query "

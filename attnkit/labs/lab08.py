@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..checking import FAILED, PASSED, CheckResult, case, not_implemented, run_check, summarize, unwrapped
+from ..classroom.checking import FAILED, PASSED, CheckResult, case, not_implemented, run_check, summarize, unwrapped
 from ..device import runtime
 from ..tolerances import tolerance
 
@@ -285,7 +285,7 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
     """Exercise 3: ``paged_decode(q, k_pages, v_pages, block_table, seq_lens) -> o`` against float64."""
     import torch
 
-    from ..paged import paged_decode_ref
+    from ..kernels.paged import paged_decode_ref
 
     _require_callable("paged_decode", paged_decode)
     gen = torch.Generator().manual_seed(_seed(seed))
@@ -321,7 +321,7 @@ def _partials(gen, rows: int, keys: int, d: int, cuts):
 
 
 def _reference_merge(m, l, z):
-    from ..paged import merge_partials
+    from ..kernels.paged import merge_partials
 
     return merge_partials(m.double(), l.double(), z.double())
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .tolerances import _as_float64, rel_error
+from ..tolerances import _as_float64, rel_error
 
 PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
 

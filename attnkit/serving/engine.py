@@ -61,8 +61,8 @@ class Backend:
 
 def kernel_backend() -> Backend:
     """The course's Triton kernels: flash_attention for prefill, paged_decode for decode."""
-    from .flash import flash_attention
-    from .paged import paged_decode
+    from ..kernels.flash import flash_attention
+    from ..kernels.paged import paged_decode
 
     return Backend("kernels", lambda q, k, v: flash_attention(q, k, v, causal=True), paged_decode)
 

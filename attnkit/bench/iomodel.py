@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .plotting import diagram
+from ..classroom.figures import diagram
 
 
 # ------------------------------------------------------------------------------------------ GPUs
@@ -280,7 +280,7 @@ def cpu_best_ms(fns: dict, *, threads: int = 1, warmup: int = 2, min_rounds: int
 def _timer(device):
     """Milliseconds of fn(): median by CUDA events (do_bench) on a GPU, best of rounds on the CPU."""
     if device == "cuda":
-        from .benchmarking import time_ms
+        from .recorder import time_ms
 
         return lambda fn: time_ms(fn)
     return lambda fn: cpu_best_ms({"fn": fn}, **{**CPU_TIMING, "min_seconds": 0.2})["fn"]
@@ -437,13 +437,11 @@ def scaling_exponent(Ns, ms, last: int = 3) -> float:
     return float(np.polyfit(np.log(Ns), np.log(ms), 1)[0])
 
 
-def record_gpu_results(out_dir, *, Ns=(512, 1024, 2048, 4096, 8192), d: int = 128, heads: int = 32,
-                       profile_N: int = 4096) -> list:
-    """On a GPU: measure and write bench_naive_attention.csv and bench_naive_profile.csv into out_dir."""
-    from pathlib import Path
+def run_naive_scaling() -> list[dict]:
+    """The recorded suite of lesson 2: naive attention's time against N on this GPU."""
+    return measure_naive_scaling((512, 1024, 2048, 4096, 8192), d=128, heads=32)
 
-    from .benchmarking import write_results
 
-    paths = [write_results("naive_attention", measure_naive_scaling(Ns, d=d, heads=heads), directory=Path(out_dir))]
-    paths.append(write_results("naive_profile", profile_naive(profile_N, d=d, heads=heads), directory=Path(out_dir)))
-    return paths
+def run_naive_profile() -> list[dict]:
+    """The recorded suite of lesson 2: torch.profiler's split of naive attention into its steps."""
+    return profile_naive(4096, d=128, heads=32)

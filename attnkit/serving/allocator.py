@@ -16,7 +16,7 @@ Three layers, each usable alone:
 ``PagedKVCache(num_pages, page_size, num_layers, num_kv_heads, head_dim, dtype, device)``
     PageTables plus the storage ``k``, ``v``: tensors [num_layers, num_pages, page_size, Hkv, D];
     ``cache.k[layer]`` / ``cache.v[layer]`` are the [num_pages, page_size, Hkv, D] views that
-    ``attnkit.paged.paged_decode`` reads.
+    ``attnkit.kernels.paged.paged_decode`` reads.
 
 Typical use (one decode step of a batch, in a model with L layers)::
 

@@ -17,19 +17,18 @@ BSNH ``[B, S, Hkv, D]``, which the kernel writes through a transposed view (it a
 strides); and a decode-style read (``key_scores``: one program reads a block of one sequence's keys for
 one head and dots them with one query), from each layout.
 
-    python -m attnkit.benchmarking kvcache         # on a GPU: writes figures/bench_kvcache.csv
+    python -m attnkit.bench.recorder kvcache         # on a GPU: writes attnkit/bench/results/bench_kvcache.csv
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
-from . import kvcache as kc
-from .benchmarking import time_ms
-from .kvcache import tl
-from .models import model
-from .tolerances import rel_error, tolerance
+from ..kernels import rope_append
+from ..kernels.rope_append import tl
+from ..serving import kv_cache
+from ..serving.model_configs import model
+from ..tolerances import rel_error, tolerance
+from .recorder import time_ms
 
 # (scenario, B, Hq, Hkv, D, S_new, past): a Llama-3-8B-shaped layer (Hq=32, Hkv=8, D=128)
 SCENARIOS = (
@@ -97,21 +96,21 @@ def _prepared(q, k, v, k_cache, v_cache, seqlens, share_buffer):
 
     Each returns (rotated q, present k, present v).
     """
-    plan = kc._plan(q, k, v, k_cache, v_cache, seqlens, None, share_buffer, None, "half", 10000.0, None, None)
-    cos, sin = kc._tables(plan, 10000.0, None, None, q.device)
-    present_k, present_v = kc._present(k_cache, v_cache, plan, share_buffer)
+    plan = rope_append._plan(q, k, v, k_cache, v_cache, seqlens, None, share_buffer, None, "half", 10000.0, None, None)
+    cos, sin = rope_append._tables(plan, 10000.0, None, None, q.device)
+    present_k, present_v = rope_append._present(k_cache, v_cache, plan, share_buffer)
     q_out = torch.empty_like(q)
     past_len, positions = plan.past_len.to(q.device), plan.positions.to(q.device)
     past_rows = int(plan.past_len.max())
     full_past = bool((plan.past_len == k_cache.shape[2]).all())
 
     def fused():
-        kc._launch(q, k, v, q_out, present_k, present_v, k_cache, v_cache, cos, sin, seqlens, None,
+        rope_append._launch(q, k, v, q_out, present_k, present_v, k_cache, v_cache, cos, sin, seqlens, None,
                    mode="half", share_buffer=share_buffer, past_rows=past_rows)
         return q_out, present_k, present_v
 
     def separate_ops():
-        q_rot = kc._torch_update(q, k, v, k_cache, v_cache, present_k, present_v, past_len, positions, cos, sin,
+        q_rot = rope_append._torch_update(q, k, v, k_cache, v_cache, present_k, present_v, past_len, positions, cos, sin,
                                  "half", share_buffer, full_past=full_past)
         return q_rot, present_k, present_v
 
@@ -153,7 +152,7 @@ def key_scores(k_cache, q, *, block_s=64, num_warps=4):
     interpret = k_cache.device.type == "cpu"
     out = torch.empty(batch, hkv, rows, dtype=torch.float32, device=k_cache.device)
     extra = {} if interpret else dict(num_warps=num_warps)
-    kc.jit_for(_key_scores_kernel, interpret)[(triton.cdiv(rows, block_s), batch * hkv)](
+    rope_append.jit_for(_key_scores_kernel, interpret)[(triton.cdiv(rows, block_s), batch * hkv)](
         k_cache, q, out, rows, d, hkv, *k_cache.stride(), *q.stride(), *out.stride(),
         BLOCK_S=block_s, BLOCK_D=triton.next_power_of_2(d), **extra)
     return out
@@ -182,7 +181,7 @@ def layout_rows(copy_gbps: float) -> list[dict]:
                              B=batch, Hq=hq, Hkv=hkv, D=d, S_new=new_len, past=past, dtype="bfloat16",
                              ms=round(ms, 5), bytes=moved, GBps=round(gbps, 1), copy_GBps=round(copy_gbps, 1),
                              fraction_of_copy=round(gbps / copy_gbps, 3)))
-            del q, k, v, k_cache, v_cache
+            q = k = v = k_cache = v_cache = None  # free the memory before the next size
             torch.cuda.empty_cache()
     batch, hkv, d, past = LAYOUT_READ
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -196,7 +195,7 @@ def layout_rows(copy_gbps: float) -> list[dict]:
                          B=batch, Hq="", Hkv=hkv, D=d, S_new=0, past=past, dtype="bfloat16",
                          ms=round(ms, 5), bytes=moved, GBps=round(gbps, 1), copy_GBps=round(copy_gbps, 1),
                          fraction_of_copy=round(gbps / copy_gbps, 3)))
-        del keys
+        keys = None  # free the memory before the next size
         torch.cuda.empty_cache()
     return rows
 
@@ -222,8 +221,8 @@ def check_on_gpu(device="cuda", head_dims=(64, 128, 96), dtypes=(torch.float32, 
                         v = torch.randn(3, new_len, 4, d, device=device, generator=g).to(dtype)
                         kc_ = torch.randn(3, 4, 100, d, device=device, generator=g).to(dtype)
                         vc_ = torch.randn(3, 4, 100, d, device=device, generator=g).to(dtype)
-                        ref = kc.rope_append_reference(q, k, v, kc_, vc_, share_buffer=share, mode=mode, **kwargs)
-                        out = kc.rope_append(q, k, v, kc_.clone(), vc_.clone(), share_buffer=share, mode=mode,
+                        ref = rope_append.rope_append_reference(q, k, v, kc_, vc_, share_buffer=share, mode=mode, **kwargs)
+                        out = rope_append.rope_append(q, k, v, kc_.clone(), vc_.clone(), share_buffer=share, mode=mode,
                                              backend="triton", **kwargs)
                         errs = [rel_error(o, r) for o, r in zip((out.q, out.k_cache, out.v_cache), ref)]
                         bound = tolerance(dtype)
@@ -244,9 +243,9 @@ def allocation_rows() -> list[dict]:
         caches = [torch.empty(2, batch, cfg.num_kv_heads, tokens, cfg.head_dim, dtype=torch.bfloat16,
                               device="cuda") for _ in range(cfg.num_layers)]      # K and V per layer, BNSH
         measured = torch.cuda.memory_allocated() - before
-        del caches
+        caches = None  # free the memory before the next size
         rows.append(dict(scenario="allocation", model=name, B=batch, tokens=tokens, measured_bytes=measured,
-                         formula_bytes=kc.model_cache_bytes(cfg, tokens=tokens, batch=batch)))
+                         formula_bytes=kv_cache.model_cache_bytes(cfg, tokens=tokens, batch=batch)))
     return rows
 
 
@@ -270,7 +269,7 @@ def run() -> list[dict]:
                                  B=batch, Hq=hq, Hkv=hkv, D=d, S_new=new_len, past=past, dtype="bfloat16",
                                  ms=round(ms, 5), bytes=moved, GBps=round(gbps, 1),
                                  copy_GBps=round(copy_gbps, 1), fraction_of_copy=round(gbps / copy_gbps, 3)))
-            del q, k, v, k_cache, v_cache
+            q = k = v = k_cache = v_cache = None  # free the memory before the next size
             torch.cuda.empty_cache()
     return rows + layout_rows(copy_gbps) + allocation_rows()
 
@@ -279,7 +278,7 @@ def main() -> int:
     import os
     from pathlib import Path
 
-    from .benchmarking import write_results
+    from .recorder import write_results
 
     for line in check_on_gpu():
         print(line)

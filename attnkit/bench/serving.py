@@ -9,7 +9,7 @@ Two measures, each at several batch sizes B:
   prompts and output lengths (16 to 64 tokens, no stop character) mixed; wall-clock time of the whole run (scheduler, prefills, decodes,
   host synchronisation), median of 3 runs after a warm-up. tokens/s = new tokens / time.
 
-    python -m attnkit.benchmarking serving      # writes figures/bench_serving.csv
+    python -m attnkit.bench.recorder serving      # writes attnkit/bench/results/bench_serving.csv
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from .benchmarking import time_ms
-from .serving import Engine, Request
-from .tinymodel import load_model
+from ..serving.engine import Engine, Request
+from ..serving.tinymodel import load_model
+from .recorder import time_ms
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 CONTEXT = 64          # cached tokens per sequence in the decode-step measure
@@ -83,7 +83,7 @@ def engine_row(model, batch: int, repeats: int = 3) -> dict:
 def run(batches=BATCHES, measures=("decode_step", "engine")) -> list[dict]:
     """Rows of tokens/s against batch size for ``measures``; needs a CUDA GPU."""
     if not torch.cuda.is_available():
-        raise ValueError("run: the serving benchmark needs a CUDA GPU; figures/bench_serving.csv holds "
+        raise ValueError("run: the serving benchmark needs a CUDA GPU; attnkit/bench/results/bench_serving.csv holds "
                          "recorded results")
     unknown = set(measures) - {"decode_step", "engine"}
     if unknown:

@@ -7,7 +7,7 @@ intermediate in HBM with ``itemsize`` bytes per element (2 for fp16). Two schedu
   softmax, P is written, read back by P·V.
 * ``tiled_attention``: FlashAttention's schedule. For each block of b_q query rows, load Q_i once, then
   stream the key/value blocks K_j, V_j through on-chip memory, keeping the partial state (m, ℓ, z) of
-  ``attnkit.online_softmax`` on chip; write O_i once. S and P never reach HBM.
+  ``attnkit.reference.online_softmax`` on chip; write O_i once. S and P never reach HBM.
 
 Closed forms (checked against the counters in the tests), with T_q = ⌈N_q / b_q⌉:
 

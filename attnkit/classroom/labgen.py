@@ -4,9 +4,9 @@ In a solution's code cells, everything between ``### BEGIN SOLUTION`` and ``### 
 replaced by ``raise NotImplementedError`` at the same indentation (nbgrader's convention); outputs
 and execution counts are cleared; the Colab badge is pointed at the lab.
 
-    python -m attnkit.labgen            # write labs/ (never over a lab a student has edited)
-    python -m attnkit.labgen --force    # overwrite edited labs too
-    python -m attnkit.labgen --check    # exit 1 when labs/ differs from a fresh generation
+    python -m attnkit.classroom.labgen            # write labs/ (never over a lab a student has edited)
+    python -m attnkit.classroom.labgen --force    # overwrite edited labs too
+    python -m attnkit.classroom.labgen --check    # exit 1 when labs/ differs from a fresh generation
 
 Each generated lab records a fingerprint of its own cells in its metadata; a lab whose cells no
 longer match its fingerprint has been edited by someone and is left alone unless forced.
@@ -88,7 +88,7 @@ def was_edited(lab_path: Path) -> bool:
 def main(argv=None) -> int:
     import nbformat
 
-    parser = argparse.ArgumentParser(prog="python -m attnkit.labgen")
+    parser = argparse.ArgumentParser(prog="python -m attnkit.classroom.labgen")
     parser.add_argument("--force", action="store_true", help="overwrite labs that were edited")
     parser.add_argument("--check", action="store_true", help="fail when labs/ is out of date")
     args = parser.parse_args(argv)

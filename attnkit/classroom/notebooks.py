@@ -1,18 +1,17 @@
 """Notebook plumbing for the course: standard header cells, execution with stored outputs, checks.
 
-    python -m attnkit.notebooks execute notebooks/01_attention_by_hand.ipynb ...   # run, store outputs
-    python -m attnkit.notebooks headers [--check]                                   # badges + setup cells
+    python -m attnkit.classroom.notebooks execute notebooks/01_attention_by_hand.ipynb ...   # run, store outputs
+    python -m attnkit.classroom.notebooks headers [--check]                                   # badges + setup cells
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from .course import LESSONS, colab_url, pip_spec, readme_toc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]      # the repository (a clone; not in an installed wheel)
 IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"
 TOC_BEGIN = "<!-- toc: written by `make headers` from attnkit/course.py -->"
 TOC_END = "<!-- /toc -->"
@@ -192,7 +191,7 @@ def course_notebooks() -> list[Path]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnkit.notebooks")
+    parser = argparse.ArgumentParser(prog="python -m attnkit.classroom.notebooks")
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("execute", help="run notebooks and store their outputs")
     ex.add_argument("paths", nargs="+")

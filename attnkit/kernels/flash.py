@@ -26,18 +26,17 @@ from __future__ import annotations
 
 import atexit
 import inspect
-import math
-import numbers
 import os
 from dataclasses import dataclass
 
 import torch
 
+from .. import validation
+from ..device import bf16_computed_in_fp32
 from . import flash_kernels as _compiled_kernels
-from .device import bf16_computed_in_fp32
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+SUPPORTED_DTYPES = validation.FLOAT_DTYPES
 LOG2E = 1.4426950408889634
 
 # The forward's performance ladder: each rung keeps the ones before it and adds one idea.
@@ -61,7 +60,7 @@ VARIANTS = {  # rung -> kernel switches
     "host_descriptors": dict(_BASE, desc=True, host_desc=True, host_rule=True),
 }
 # Switch sets explored on the GPU (scripts/gpu_flash_tuning.py) outside the ladder (see
-# figures/flash_notes.md): "halves" computes every query tile as two interleaved halves;
+# docs/flash_notes.md): "halves" computes every query tile as two interleaved halves;
 # "ping_pong" takes halves for non-causal D = 128 from 1k keys on and whole descriptor tiles for
 # causal D = 128 from 2k keys on (ping_pong_choice), faster than "descriptors" but slower than
 # "host_descriptors"; "warp_specialized" did not compile on Hopper with Triton 3.6; "pipelined"
@@ -75,29 +74,18 @@ CANDIDATES = {
     "pipelined": dict(_BASE, desc=True, pipeline=True),
     "host_halves": dict(_BASE, desc=True, host_desc=True, halves=True),
 }
-# The rung that "best" means: the fastest one verified on the H100 (figures/flash_notes.md), whose
-# full benchmark is recorded in figures/bench_flash.csv. Where a rung's features are missing (CPU
+# The rung that "best" means: the fastest one verified on the H100 (docs/flash_notes.md), whose
+# full benchmark is recorded in attnkit/bench/results/bench_flash.csv. Where a rung's features are missing (CPU
 # interpreter, GPUs below sm_90, Triton without tensor descriptors, strides TMA cannot take) it
 # falls back to the rung below it.
 BEST = "host_descriptors"
 
 
 # ------------------------------------------------------------------------------------ input checks
-def _check_tensor(name: str, t) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 4:
-        raise ValueError(f"{name}: expected 4 dimensions [B, H, N, D], got shape {tuple(t.shape)}")
-    if t.numel() == 0:
-        raise ValueError(f"{name}: every size must be >= 1, got shape {tuple(t.shape)}")
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"{name}: dtype {t.dtype} is not supported; use float16, bfloat16 or float32")
-
-
 def check_inputs(q, k, v) -> None:
     """Raise ValueError, naming the argument and the rule, unless q, k, v are valid attention inputs."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, t)
+        validation.tensor(name, t, 4, "[B, H, N, D]", SUPPORTED_DTYPES)
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v: must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
@@ -115,22 +103,6 @@ def check_inputs(q, k, v) -> None:
         raise ValueError(f"q: head dim D={q.shape[3]} is not supported; D must be one of {SUPPORTED_HEAD_DIMS}")
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError(f"q: device {q.device} is not supported; use a CUDA GPU or the CPU")
-
-
-def _scale(sm_scale, head_dim: int) -> float:
-    """sm_scale as a float: 1/sqrt(head_dim) for None, else any positive finite real (NumPy's too)."""
-    if sm_scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if (isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real) or not math.isfinite(sm_scale)
-            or sm_scale <= 0):
-        raise ValueError(f"sm_scale: expected a positive finite number or None, got {sm_scale!r}")
-    return float(sm_scale)
-
-
-def _check_causal(causal) -> bool:
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal: expected True or False, got {causal!r}")
-    return causal
 
 
 # ----------------------------------------------------------------------------- kernels and configs
@@ -216,7 +188,7 @@ FWD_CONFIGS = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 
 BWD_DKDV_CONFIGS = [(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2)]
 BWD_DQ_CONFIGS = [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 2)]
 # The tensor-descriptor forward (sm_90+): a wider space, BLOCK_N = 128 and deeper pipelines included.
-# The four fastest of eight measured at D = 128 (figures/flash_notes.md).
+# The four fastest of eight measured at D = 128 (docs/flash_notes.md).
 FWD_DESC_CONFIGS = [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]
 # Two interleaved halves (HALVES=True): 256-row query tiles, 128 rows each half (the two fastest
 # configurations measured at D = 128).
@@ -415,7 +387,7 @@ def effective_switches(switches: dict, *tensors) -> dict:
 
 def ping_pong_choice(causal: bool, head_dim: int, n_k: int) -> dict:
     """The kernel switches the ping_pong candidate uses for one shape, from the H100 measurements in
-    figures/flash_notes.md: two half tiles for non-causal D = 128 from 1k keys on, descriptor tiles
+    docs/flash_notes.md: two half tiles for non-causal D = 128 from 1k keys on, descriptor tiles
     for causal D = 128 from 2k keys on, and the autotuned pointer kernel elsewhere (at D = 64, and for
     short sequences, where each program's few key tiles do not repay building its descriptors)."""
     if head_dim != 128:
@@ -427,7 +399,7 @@ def ping_pong_choice(causal: bool, head_dim: int, n_k: int) -> dict:
 
 def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
     """Where the host_descriptors rung uses its descriptor kernel, from the H100 measurements in
-    figures/flash_notes.md: D = 64 and 128, causal at every length and non-causal from 1k keys on
+    docs/flash_notes.md: D = 64 and 128, causal at every length and non-causal from 1k keys on
     (at 512 keys the pointer kernel was faster at D = 128); the autotuned pointer kernel elsewhere
     (D = 16, 32 and 256 were not measured)."""
     return dict(desc=head_dim in (64, 128) and (causal or n_k >= 1024))
@@ -494,8 +466,8 @@ def flash_attention_forward(q, k, v, *, causal: bool = False, sm_scale: float | 
     features it falls back to the rung below, down to "autotuned").
     """
     check_inputs(q, k, v)
-    causal = _check_causal(causal)
-    sm_scale = _scale(sm_scale, q.shape[-1])
+    causal = validation.flag("causal", causal)
+    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
     if variant == "best":
         variant = BEST
     if variant not in VARIANTS:
@@ -557,8 +529,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal: bool = False, sm_sc
     have k's shape: each K/V head's gradient is summed over the query heads that read it.
     """
     check_inputs(q, k, v)
-    causal = _check_causal(causal)
-    sm_scale = _scale(sm_scale, q.shape[-1])
+    causal = validation.flag("causal", causal)
+    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
     for name, t in (("do", do), ("o", o)):
         if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name}: must be a tensor with q's shape, dtype and device")
@@ -593,8 +565,8 @@ class FlashAttentionFunction(torch.autograd.Function):
 def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = None):
     """softmax(q kᵀ · sm_scale [+ causal mask]) v, differentiable. See the module docstring for shapes."""
     check_inputs(q, k, v)
-    causal = _check_causal(causal)
-    sm_scale = _scale(sm_scale, q.shape[-1])
+    causal = validation.flag("causal", causal)
+    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
     return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)
 
 

@@ -1,4 +1,4 @@
-"""Benchmark: the forward kernel's performance ladder, one rung at a time (attnkit.flash.LADDER).
+"""Benchmark: the forward kernel's performance ladder, one rung at a time (attnkit.kernels.flash.LADDER).
 
 ``run()`` times ``flash_attention_forward(..., variant=rung)`` for every rung at D = 128, fp16,
 B·N = 16k tokens, 16 heads, causal and not, N in (1k, 4k, 16k), beside SDPA's cuDNN and flash
@@ -7,9 +7,9 @@ backends on the same inputs. Each rung is checked against the float64 reference 
 """
 from __future__ import annotations
 
-from .bench_flash import TOKENS, _number, _sdpa, attention_flops, reference_slice, tflops
-from .plotting import diagram
-from .tolerances import rel_error, tolerance
+from ..classroom.figures import diagram
+from ..tolerances import rel_error, tolerance
+from .flash import TOKENS, _number, _sdpa, attention_flops, reference_slice, tflops
 
 SEQ_LENS = (1024, 4096, 16384)
 HEAD_DIM = 128
@@ -18,7 +18,7 @@ BASELINES = ("sdpa_cudnn", "sdpa_flash")
 
 
 def _attend(name):
-    from .flash import flash_attention_forward
+    from ..kernels.flash import flash_attention_forward
 
     if name in BASELINES:
         return _sdpa(name)
@@ -28,8 +28,8 @@ def _attend(name):
 def run(seq_lens=SEQ_LENS, device="cuda") -> list[dict]:
     import torch
 
-    from .benchmarking import time_ms
-    from .flash import VARIANTS
+    from ..kernels.flash import VARIANTS
+    from .recorder import time_ms
 
     rows = []
     gen = torch.Generator(device=device).manual_seed(1)
@@ -58,7 +58,7 @@ def run(seq_lens=SEQ_LENS, device="cuda") -> list[dict]:
                 rows.append({"rung": name, "N": n, "B": b, "H": HEADS, "D": HEAD_DIM, "causal": causal,
                              "dtype": "float16", "ms": ms, "tflops": None if ms is None else tflops(flops, ms),
                              "reason": reason})
-            del q, k, v, do
+            q = k = v = do = None  # free the memory before the next size
             if device == "cuda":
                 torch.cuda.empty_cache()
     return rows
@@ -93,6 +93,6 @@ def plot_ladder(rows):
 
 @diagram("flash_ladder.png")
 def recorded_ladder():
-    from .benchmarking import read_results
+    from .recorder import read_results
 
     return plot_ladder(read_results("flash_ladder"))

@@ -9,7 +9,7 @@ The attention itself is left to the caller, so the same weights run three ways:
 
 - ``model(tokens)``: the plain forward pass over whole sequences, attention written out in PyTorch
   (causal, no cache). Training uses it, and it is the reference that serving is checked against.
-- ``attnkit.serving``: prefill with the course's ``flash_attention`` and decode with ``paged_decode``
+- ``attnkit.serving.engine``: prefill with the course's ``flash_attention`` and decode with ``paged_decode``
   over a paged KV cache, through ``Block.project_qkv`` and ``Block.finish``.
 
 The weights in ``attnkit/data/tiny_model.pt`` come from ``scripts/train_tiny_model.py``.
@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .rope import apply_rope
+from ..reference.rope import apply_rope
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 CORPUS_PATH = DATA / "tiny_corpus.txt"
 WEIGHTS_PATH = DATA / "tiny_model.pt"
 

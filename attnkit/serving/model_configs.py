@@ -5,7 +5,7 @@ heads, head dimension, the context the model was configured for and the RoPE bas
 address of the ``config.json`` on the Hugging Face hub that each number comes from; where a config
 does not name ``head_dim``, it is ``hidden_size // num_attention_heads``.
 
-    >>> from attnkit.models import MODELS, model
+    >>> from attnkit.serving.model_configs import MODELS, model
     >>> model("Llama 3 8B").group_size
     4
 """

@@ -5,7 +5,7 @@ lanes (the lanes past the row's end are masked off and read as -inf), subtracts 
 exponentiates, divides by the sum, and writes the row back: one read and one write of HBM per
 element, instead of the five passes of an unfused softmax.
 
-    from attnkit.softmax_kernel import softmax
+    from attnkit.kernels.softmax import softmax
     y = softmax(x)          # x: [..., n_cols] fp16 / bf16 / fp32, on the course's device
 
 The arithmetic runs in fp32 whatever the storage dtype. Where Triton cannot take bf16 (its
@@ -14,7 +14,8 @@ are converted to fp32 before the kernel and back after it.
 """
 from __future__ import annotations
 
-from .device import bf16_computed_in_fp32, ensure_triton_backend, runtime
+from .. import validation
+from ..device import bf16_computed_in_fp32, ensure_triton_backend, runtime
 
 ensure_triton_backend()
 
@@ -22,7 +23,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+SUPPORTED_DTYPES = validation.FLOAT_DTYPES
 # One row lives in one program's registers: beyond this the block spills and a row-splitting
 # (online) softmax is the right tool, the subject of lesson 3.
 MAX_COLS = 16384

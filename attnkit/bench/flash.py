@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from .plotting import diagram
-from .tolerances import rel_error, tolerance
+from ..classroom.figures import diagram
+from ..tolerances import rel_error, tolerance
 
 TOKENS = 16 * 1024
 MODEL_WIDTH = 2048                      # H · D
@@ -60,7 +60,7 @@ def _sdpa(backend_name: str):
 def implementation(name: str):
     """attend(q, k, v, causal) -> o for ``name`` in IMPLS."""
     if name == "attnkit":
-        from .flash import flash_attention
+        from ..kernels.flash import flash_attention
 
         return lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
     return _sdpa(name)
@@ -109,7 +109,7 @@ def check(name, q, k, v, do, causal, expected) -> str | None:
 
 
 def _time(fn) -> float:
-    from .benchmarking import time_ms
+    from .recorder import time_ms
 
     return time_ms(fn)
 
@@ -173,7 +173,7 @@ def run(impls=IMPLS, only=None, device="cuda") -> list[dict]:
                 rows.append({"suite": suite, "impl": name, "pass": pass_, "B": b, "Hq": hq, "Hkv": hkv,
                              "N": n, "D": d, "causal": causal, "dtype": dtype_name, "ms": ms,
                              "tflops": None if ms is None else tflops(flops, ms), "reason": result["reason"]})
-        del q, k, v, do, expected
+        q = k = v = do = expected = None  # free the memory before the next size
         if device == "cuda":
             torch.cuda.empty_cache()
     return rows
@@ -273,7 +273,7 @@ def summary(rows, *, dtype="float16", head_dim=128, suite="mha") -> str:
 
 
 def _recorded():
-    from .benchmarking import read_results
+    from .recorder import read_results
 
     return read_results("flash")
 

@@ -1,11 +1,11 @@
 """The course as a static website, built from the notebooks' stored outputs (nothing is executed).
 
-    python -m attnkit.site                       # build site/_build/html (what `make site` runs)
-    python -m attnkit.site --no-solutions        # leave solutions/ out, e.g. for a class's own site
-    python -m attnkit.site --out DIR             # build elsewhere
-    python -m attnkit.site --root CHECKOUT       # build another copy of the course
+    python -m attnkit.classroom.site                       # build site/_build/html (what `make site` runs)
+    python -m attnkit.classroom.site --no-solutions        # leave solutions/ out, e.g. for a class's own site
+    python -m attnkit.classroom.site --out DIR             # build elsewhere
+    python -m attnkit.classroom.site --root CHECKOUT       # build another copy of the course
 
-The lessons, labs and solutions that exist (``attnkit.notebooks.course_notebooks``), the figures (with
+The lessons, labs and solutions that exist (``attnkit.classroom.notebooks.course_notebooks``), the figures (with
 the notes on recorded results, ``figures/*.md``) and the instructor guide are copied into ``<out>/src`` with the repository's layout, so relative links
 between them keep working, and Sphinx with MyST-NB renders them (settings: ``site/conf.py``). The table
 of contents comes from ``attnkit/course.py``. Open ``<out>/html/index.html`` in a browser.
@@ -173,7 +173,7 @@ def broken_links(html_dir: str | Path) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnkit.site", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attnkit.classroom.site", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="build folder (default: site/_build)")
     parser.add_argument("--no-solutions", action="store_true", help="leave solutions/ out of the site")
     parser.add_argument("--root", default=str(ROOT), help="the course checkout to build (default: this one)")

@@ -39,14 +39,13 @@ faithful). CPU tensors on a machine with a GPU are copied to it, computed there 
 """
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass
 
 import torch
 
-from .device import bf16_computed_in_fp32, ensure_triton_backend
-from .flash import _scale as _check_scale
+from .. import validation
+from ..device import bf16_computed_in_fp32, ensure_triton_backend
 
 ensure_triton_backend()
 
@@ -54,7 +53,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+SUPPORTED_DTYPES = validation.FLOAT_DTYPES
 VARIANTS = {
     "grouped": "the query heads that share a KV head in one tile; scores by tl.dot (tensor cores)",
     "per_head": "one query head per program; scores by multiply-and-sum (no tensor cores)",
@@ -243,31 +242,22 @@ class LaunchConfig:
 
 
 INTERPRETER_CONFIG = LaunchConfig(16, 1, 1)   # small blocks: ragged lengths span several blocks
-# On a GPU (chosen by the sweep in scripts/gpu_paged.py on an H100; see figures/paged_notes.md).
+# On a GPU (chosen by the sweep in scripts/gpu_paged.py on an H100; see docs/paged_notes.md).
 GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 3), "per_head": LaunchConfig(128, 4, 2)}
 
 
 # ------------------------------------------------------------------------------------- input checks
-def _is_tensor(name: str, t, dims: int, layout: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != dims:
-        raise ValueError(f"{name}: expected {dims} dimensions {layout}, got shape {tuple(t.shape)}")
-    if t.numel() == 0:
-        raise ValueError(f"{name}: every size must be >= 1, got shape {tuple(t.shape)}")
-
-
 def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_values: bool = True) -> None:
     """Raise ValueError, naming the argument and the rule, unless the inputs are a valid decode step.
 
     With ``check_values`` (the default) the contents of seq_lens and block_table are checked too: one
     small copy to the host, so that a bad page table is an error here, never a device fault.
     """
-    _is_tensor("q", q, 3, "[B, Hq, D]")
-    _is_tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]")
-    _is_tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]")
-    _is_tensor("block_table", block_table, 2, "[B, max_pages]")
-    _is_tensor("seq_lens", seq_lens, 1, "[B]")
+    validation.tensor("q", q, 3, "[B, Hq, D]")
+    validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]")
+    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]")
+    validation.tensor("block_table", block_table, 2, "[B, max_pages]")
+    validation.tensor("seq_lens", seq_lens, 1, "[B]")
     for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages)):
         if t.dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"{name}: dtype {t.dtype} is not supported; use float16, bfloat16 or float32")
@@ -423,7 +413,7 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
     host and a synchronisation); only for tables built by a trusted allocator.
     """
     check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, check_values=check_values)
-    sm_scale = _check_scale(sm_scale, q.shape[-1])
+    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
     _check_splits(num_splits)
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
@@ -475,7 +465,7 @@ def gather_dense(k_pages, v_pages, block_table, seq_lens):
 def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float | None = None):
     """float64 reference on the CPU: each sequence's tokens gathered through the page table, then
     exact attention. Returns float64 [B, Hq, D]."""
-    from .reference import attention_ref
+    from ..reference.attention import attention_ref
 
     pages, offsets = token_pages(block_table, seq_lens, k_pages.shape[1])
     k_all, v_all = k_pages.detach().cpu().double(), v_pages.detach().cpu().double()

@@ -1,6 +1,6 @@
 """Grade students' lab notebooks: run each one, apply the lab's checks, write a summary and JUnit XML.
 
-    python -m attnkit.grading --lab 01 submissions/*.ipynb [--out build/grades] [--strict]
+    python -m attnkit.classroom.grading --lab 01 submissions/*.ipynb [--out build/grades] [--strict]
     make grade LAB=01 NOTEBOOK=path/to/student_lab.ipynb
 
 The exercises are the lab's check cells: each cell of ``labs/labNN_*.ipynb`` that calls one
@@ -383,7 +383,7 @@ def write_reports(grades: list[Grade], out: str | Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnkit.grading",
+    parser = argparse.ArgumentParser(prog="python -m attnkit.classroom.grading",
                                      description="Grade students' lab notebooks with the lab's checks.")
     parser.add_argument("--lab", required=True, help="which lab: 01, lab01, or the lab's file name")
     parser.add_argument("notebooks", nargs="+", help="the students' notebooks (.ipynb)")

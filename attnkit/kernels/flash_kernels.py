@@ -1,6 +1,6 @@
 """The FlashAttention kernels in Triton: forward, and the three backward kernels.
 
-This module holds only ``@triton.jit`` code; ``attnkit.flash`` checks inputs, picks block sizes and
+This module holds only ``@triton.jit`` code; ``attnkit.kernels.flash`` checks inputs, picks block sizes and
 launches these. Everything uses pointer arithmetic with explicit strides, so any strided
 [B, H, N, D] view works without a copy.
 
@@ -17,7 +17,7 @@ Conventions shared by every kernel:
 """
 from __future__ import annotations
 
-from .device import ensure_triton_backend
+from ..device import ensure_triton_backend
 
 ensure_triton_backend()
 
@@ -373,7 +373,7 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, qk_scale,
 #   exponentials run (the "ping-pong" idea of FlashAttention-3, written inside one program);
 # - ``PIPELINE`` issues the score product of the next K tile before the softmax of the current one
 #   (FlashAttention-3's intra-warpgroup overlap, by software pipelining the key loop by hand).
-# These kernels need CUDA capability >= 9 and a Triton with tensor descriptors (3.4+); attnkit.flash
+# These kernels need CUDA capability >= 9 and a Triton with tensor descriptors (3.4+); attnkit.kernels.flash
 # launches them only there (and only when strides and alignment allow TMA), else ``_attn_fwd``.
 @triton.jit
 def _fwd_tile(acc, l_i, m_i, q, k, v, cols, offs_m, n_k, shift, qk_scale,

@@ -1,6 +1,6 @@
 """Shared plot style and the registry of diagrams that `make figures` draws into figures/.
 
-A module registers a diagram with ``@diagram("name.png")``; ``python -m attnkit.plotting`` imports
+A module registers a diagram with ``@diagram("name.png")``; ``python -m attnkit.classroom.figures`` imports
 every module listed in ``DIAGRAM_MODULES`` and saves each registered figure.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import importlib
 import sys
 from pathlib import Path
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-DIAGRAM_MODULES = ("attnkit.iomodel", "attnkit.bench_flash", "attnkit.bench_flash_ladder")
+FIGURES = Path(__file__).resolve().parents[2] / "figures"
+DIAGRAM_MODULES = ("attnkit.bench.iomodel", "attnkit.bench.flash", "attnkit.bench.flash_ladder")
 _REGISTRY: dict[str, object] = {}
 
 
@@ -32,9 +32,9 @@ def main() -> int:
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
-    # Run as `python -m attnkit.plotting`, this file is __main__: the registry that the diagram modules
-    # filled is the one of the imported module attnkit.plotting.
-    registry = importlib.import_module("attnkit.plotting")._REGISTRY
+    # Run as `python -m attnkit.classroom.figures`, this file is __main__: the registry that the diagram modules
+    # filled is the one of the imported module attnkit.classroom.figures.
+    registry = importlib.import_module("attnkit.classroom.figures")._REGISTRY
     for filename, draw in sorted(registry.items()):
         fig = draw()
         fig.savefig(FIGURES / filename, dpi=120, bbox_inches="tight")

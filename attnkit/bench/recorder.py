@@ -1,7 +1,7 @@
 """Timing and recording GPU results, shared by every benchmark in the course.
 
-Each benchmark suite is a module ``attnkit.bench_<name>`` with ``run() -> list[dict]``; ``make bench``
-runs them all on a GPU and writes ``figures/bench_<name>.csv``. Every row carries the GPU's name, the
+Each benchmark suite is a function listed in ``SUITES`` that returns rows (one dict per measurement);
+``make bench`` (``record``) runs them on a GPU and writes ``attnkit/bench/results/bench_<name>.csv``. Every row carries the GPU's name, the
 date and the torch / triton / cuDNN versions, so a recorded number always says where it came from.
 On a CPU, notebooks show these recorded files instead of live timings.
 """
@@ -13,10 +13,19 @@ import importlib
 import sys
 from pathlib import Path
 
-from .device import versions
+from ..device import versions
 
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
-SUITES = ("naive_attention", "naive_profile", "flash", "flash_ladder", "paged", "kvcache", "serving")
+RESULTS = Path(__file__).resolve().parent / "results"     # package data: installed with the course
+# Every recorded suite: its name (the CSV is bench_<name>.csv) and the function that measures it.
+SUITES = {
+    "naive_attention": "attnkit.bench.iomodel:run_naive_scaling",
+    "naive_profile": "attnkit.bench.iomodel:run_naive_profile",
+    "flash": "attnkit.bench.flash:run",
+    "flash_ladder": "attnkit.bench.flash_ladder:run",
+    "paged": "attnkit.bench.paged:run",
+    "kvcache": "attnkit.bench.kvcache:run",
+    "serving": "attnkit.bench.serving:run",
+}
 PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
 
@@ -39,7 +48,7 @@ def provenance() -> dict:
     }
 
 
-def write_results(name: str, rows: list[dict], directory: Path = FIGURES) -> Path:
+def write_results(name: str, rows: list[dict], directory: Path = RESULTS) -> Path:
     """Write ``rows`` to ``directory/bench_<name>.csv`` with the provenance columns added."""
     if not rows:
         raise ValueError("rows: nothing to write")
@@ -55,7 +64,7 @@ def write_results(name: str, rows: list[dict], directory: Path = FIGURES) -> Pat
     return path
 
 
-def read_results(name: str, directory: Path = FIGURES) -> list[dict]:
+def read_results(name: str, directory: Path = RESULTS) -> list[dict]:
     """The recorded rows of ``bench_<name>.csv``; numbers come back as floats where they parse."""
     path = Path(directory) / f"bench_{name}.csv"
     with path.open() as f:
@@ -82,14 +91,25 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("make bench needs a CUDA GPU; the recorded results are in figures/bench_*.csv")
+        print("make bench needs a CUDA GPU; the recorded results are in attnkit/bench/results/bench_*.csv")
         return 1
-    names = (argv or sys.argv[1:]) or SUITES
-    for name in names:
-        module = importlib.import_module(f"attnkit.bench_{name}")
-        rows = module.run()
-        print(f"wrote {write_results(name, rows)} ({len(rows)} rows)")
+    names = (argv or sys.argv[1:]) or list(SUITES)
+    for path in record(names):
+        print(f"wrote {path}")
     return 0
+
+
+def record(names, directory: Path = RESULTS) -> list[Path]:
+    """Run the named suites on this GPU and write each one's rows, with provenance, to ``directory``."""
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise ValueError(f"names: unknown suites {unknown}; the suites are {list(SUITES)}")
+    paths = []
+    for name in names:
+        module, function = SUITES[name].split(":")
+        rows = getattr(importlib.import_module(module), function)()
+        paths.append(write_results(name, rows, directory))
+    return paths
 
 
 if __name__ == "__main__":

@@ -1,15 +1,4 @@
-"""The KV cache: its size, and a Triton kernel that rotates new keys and queries and appends them.
-
-Sizing
-- ``kv_cache_bytes(*, num_layers, num_kv_heads, head_dim, tokens, dtype_bytes=2, batch=1)``: bytes of K
-  and V together, 2 · L · Hkv · D · tokens · batch · dtype_bytes.
-- ``max_batch_size(config, *, context, memory_bytes, dtype_bytes=2)``: how many sequences of
-  ``context`` tokens fit in ``memory_bytes`` of cache.
-- ``calculator()``: an ipywidgets calculator over ``attnkit.models.MODELS`` (ipywidgets 7 and 8).
-
-Grouped heads
-- ``pool_kv_heads(x, num_kv_heads)``: [B, H, N, D] -> [B, Hkv, N, D], the mean of each group of H/Hkv
-  heads (how an MHA checkpoint is turned into GQA before fine-tuning).
+"""A Triton kernel that rotates new keys and queries by RoPE and appends them to the KV cache.
 
 Rotate and append (the update of ONNX Runtime's GroupQueryAttention operator, in Triton)
 - ``rope_append(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_ids=None, share_buffer=True,
@@ -36,129 +25,19 @@ interpreter's bf16 arithmetic is not faithful, so on the CPU bf16 is computed in
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 
 import torch
 
-from .device import TRITON_MIN_CAPABILITY, bf16_computed_in_fp32, ensure_triton_backend
-from .rope import check_base, check_mode, rope_cache
+from .. import validation
+from ..device import TRITON_MIN_CAPABILITY, bf16_computed_in_fp32, ensure_triton_backend
+from ..reference.rope import check_base, check_mode, rope_cache
 
-GIB = 2 ** 30
 DISABLE_ENV = "ATTNKIT_DISABLE_TRITON_KVCACHE"
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)      # the Triton kernel's
+SUPPORTED_DTYPES = validation.FLOAT_DTYPES      # the Triton kernel's
 FALLBACK_DTYPES = SUPPORTED_DTYPES + (torch.float64,)                    # the PyTorch path's
 MAX_HEAD_DIM = 256
-
-
-# ------------------------------------------------------------------------------------------ sizing
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name}: must be positive (>= 1), got {value}")
-    return value
-
-
-def kv_cache_bytes(*, num_layers, num_kv_heads, head_dim, tokens, dtype_bytes=2, batch=1) -> int:
-    """Bytes of the K and V caches together: 2 · num_layers · num_kv_heads · head_dim · tokens · batch · dtype_bytes.
-
-    Every argument must be a positive integer (ValueError naming it otherwise).
-    """
-    args = dict(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, tokens=tokens,
-                dtype_bytes=dtype_bytes, batch=batch)
-    for name, value in args.items():
-        _positive_int(name, value)
-    return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * dtype_bytes
-
-
-def model_cache_bytes(config, *, tokens: int, batch: int = 1, dtype_bytes: int = 2) -> int:
-    """``kv_cache_bytes`` for an ``attnkit.models.ModelConfig``."""
-    return kv_cache_bytes(num_layers=config.num_layers, num_kv_heads=config.num_kv_heads,
-                          head_dim=config.head_dim, tokens=tokens, dtype_bytes=dtype_bytes, batch=batch)
-
-
-def max_batch_size(config, *, context: int, memory_bytes: int, dtype_bytes: int = 2) -> int:
-    """The most sequences of ``context`` tokens whose cache fits in ``memory_bytes`` (0 if not even one)."""
-    _positive_int("memory_bytes", memory_bytes)
-    return memory_bytes // model_cache_bytes(config, tokens=context, dtype_bytes=dtype_bytes)
-
-
-def describe_cache(config, *, context: int, batch: int, dtype_bytes: int, memory_gib: float) -> str:
-    """The calculator's text: the cache of ``batch`` sequences and the largest batch that fits."""
-    size = model_cache_bytes(config, tokens=context, batch=batch, dtype_bytes=dtype_bytes)
-    per_seq = model_cache_bytes(config, tokens=context, dtype_bytes=dtype_bytes)
-    fits = int(memory_gib * GIB) // per_seq
-    return "\n".join([
-        f"{config.name} ({config.kind}, Hq={config.num_q_heads}, Hkv={config.num_kv_heads}, "
-        f"D={config.head_dim}, {config.num_layers} layers), {dtype_bytes}-byte elements",
-        f"  per token:   2·{config.num_layers}·{config.num_kv_heads}·{config.head_dim}·{dtype_bytes} = "
-        f"{config.kv_bytes_per_token(dtype_bytes):,} bytes",
-        f"  cache for batch {batch} × {context:,} tokens: {size:,} bytes = {size / GIB:.2f} GiB",
-        f"  largest batch in {memory_gib:g} GiB of cache memory: {fits} "
-        f"({per_seq / GIB:.3f} GiB per sequence)",
-    ])
-
-
-class _CalculatorBox:
-    """Mix-in: a fixed text form, so a saved notebook reads the same under ipywidgets 7 and 8."""
-
-    def __repr__(self) -> str:
-        return "KV-cache calculator (interactive with a running kernel)"
-
-
-def calculator(*, model: str = "Llama 3 8B", context: int = 8192, batch: int = 8, dtype: str = "bf16",
-               memory_gib: float = 80.0):
-    """An ipywidgets calculator: model, context, batch, dtype, GPU memory -> cache GiB, largest batch.
-
-    Uses only widgets and calls that ipywidgets 7 and 8 both have.
-    """
-    import ipywidgets as widgets
-
-    from .models import MODELS
-
-    names = [m.name for m in MODELS]
-    dtypes = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-    controls = dict(
-        name=widgets.Dropdown(options=names, value=model, description="model"),
-        context=widgets.IntSlider(value=context, min=512, max=131072, step=512, description="context"),
-        batch=widgets.IntSlider(value=batch, min=1, max=256, description="batch"),
-        dtype=widgets.Dropdown(options=list(dtypes), value=dtype, description="dtype"),
-        memory_gib=widgets.FloatSlider(value=memory_gib, min=8.0, max=192.0, step=8.0, description="GiB"),
-    )
-
-    result = widgets.HTML()                      # a widget's value, not printed output: the same in 7 and 8
-
-    def update(_change=None):
-        from html import escape
-
-        from .models import model as lookup
-
-        text = describe_cache(lookup(controls["name"].value), context=controls["context"].value,
-                              batch=controls["batch"].value, dtype_bytes=dtypes[controls["dtype"].value],
-                              memory_gib=controls["memory_gib"].value)
-        result.value = f"<pre>{escape(text)}</pre>"
-
-    for control in controls.values():
-        control.observe(update, names="value")
-    update()
-    box_type = type("KVCacheCalculator", (_CalculatorBox, widgets.VBox), {})
-    return box_type([widgets.HBox([controls["name"], controls["dtype"]]),
-                     controls["context"], controls["batch"], controls["memory_gib"], result])
-
-
-# ---------------------------------------------------------------------------------- grouped heads
-def pool_kv_heads(x: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
-    """[B, H, N, D] -> [B, Hkv, N, D]: KV head r is the mean of heads r·g .. r·g + g − 1 (g = H / Hkv)."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError(f"x: expected a tensor [B, H, N, D], got {getattr(x, 'shape', type(x).__name__)}")
-    _positive_int("num_kv_heads", num_kv_heads)
-    heads = x.shape[1]
-    if heads % num_kv_heads:
-        raise ValueError(f"num_kv_heads: must divide the {heads} heads of x (H % Hkv == 0), got {num_kv_heads}")
-    b, _, n, d = x.shape
-    return x.reshape(b, num_kv_heads, heads // num_kv_heads, n, d).mean(dim=2)
 
 
 # ---------------------------------------------------------------------------------- input checks
@@ -177,23 +56,14 @@ class _Plan:
     dtype: torch.dtype
 
 
-def _check_4d(name: str, t, layout: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 4:
-        raise ValueError(f"{name}: expected 4 dimensions {layout}, got shape {tuple(t.shape)}")
-    if t.numel() == 0:
-        raise ValueError(f"{name}: every size must be >= 1, got shape {tuple(t.shape)}")
-
-
 def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, total_sequence_length,
           mode, base, cos_cache, sin_cache) -> _Plan:
     """Check every input (ValueError naming the argument and the rule) and work out the update."""
-    _check_4d("q", q, "[B, S, Hq, D] (BSNH)")
-    _check_4d("k", k, "[B, S, Hkv, D] (BSNH)")
-    _check_4d("v", v, "[B, S, Hkv, D] (BSNH)")
-    _check_4d("k_cache", k_cache, "[B, Hkv, S_cache, D] (BNSH)")
-    _check_4d("v_cache", v_cache, "[B, Hkv, S_cache, D] (BNSH)")
+    validation.tensor("q", q, 4, "[B, S, Hq, D] (BSNH)")
+    validation.tensor("k", k, 4, "[B, S, Hkv, D] (BSNH)")
+    validation.tensor("v", v, 4, "[B, S, Hkv, D] (BSNH)")
+    validation.tensor("k_cache", k_cache, 4, "[B, Hkv, S_cache, D] (BNSH)")
+    validation.tensor("v_cache", v_cache, 4, "[B, Hkv, S_cache, D] (BNSH)")
     check_mode(mode)
     check_base(base)
     if not isinstance(share_buffer, bool):
@@ -316,7 +186,7 @@ def rope_append_reference(q, k, v, k_cache, v_cache, *, seqlens_k=None, position
     Nothing passed in is modified. present_* are [B, Hkv, S_present, D]; for ``share_buffer`` they are
     copies of the caches with the new rows written.
     """
-    from .rope import apply_rope
+    from ..reference.rope import apply_rope
 
     plan = _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, total_sequence_length,
                  mode, base, None, None)

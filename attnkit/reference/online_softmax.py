@@ -12,7 +12,7 @@ blocks in any way and the blocks merged in any order: this is what FlashAttentio
 split-KV decoding (lesson 8) both rely on.
 
 Rows that have seen no key (or only masked keys, score −inf) have m = −inf, l = 0, z = 0, and
-``finalize`` gives 0 for them, like ``attnkit.reference.attention_np`` does for fully masked rows.
+``finalize`` gives 0 for them, like ``attnkit.reference.attention.attention_np`` does for fully masked rows.
 """
 from __future__ import annotations
 

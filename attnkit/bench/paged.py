@@ -15,13 +15,13 @@ through three copies of its cache (3 × 134 MB) so that the 50 MB L2 cache canno
 share a KV head are passed as the query rows of that head (q as [B, Hkv, Hq/Hkv, D]), which is the
 same non-causal attention and needs no copy of K or V.
 
-``run() -> rows`` (one dict per measurement); ``make bench`` writes figures/bench_paged.csv.
+``run() -> rows`` (one dict per measurement); ``make bench`` writes attnkit/bench/results/bench_paged.csv.
 """
 from __future__ import annotations
 
 import torch
 
-from .benchmarking import time_ms
+from .recorder import time_ms
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = {"batch": (64, 4096), "long": (1, 32768)}     # name -> (B, context)
@@ -98,7 +98,7 @@ def sdpa_call(p, backend_name: str, mode: str):
 
 
 def paged_call(p, variant: str, num_splits: int | None, config=None):
-    from . import paged
+    from ..kernels import paged
 
     args = (p["q"], p["k_pages"], p["v_pages"], p["block_table"], p["seq_lens"])
     paged.check_paged_inputs(*args)
@@ -179,7 +179,7 @@ def run(shapes=SHAPES, sdpa_backends=("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFF
                     each(lambda c, b=backend, m=mode: sdpa_call(c, b, m)), note="contiguous cache [B, Hkv, N, D]")
         add("gather + sdpa flash", each(lambda c: gathered_sdpa_call(c, "FLASH_ATTENTION")),
             note="pages gathered each call")
-        del p, copies
+        p = copies = None  # free the memory before the next size
         torch.cuda.empty_cache()
     return rows
 
