@@ -200,3 +200,47 @@ class CheckSummary:
 
 def summarize(results: Iterable[CheckResult]) -> CheckSummary:
     return CheckSummary(tuple(results))
+
+
+# ------------------------------------------------------------------------------------ a lab's exercises
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise of a lab: the function the student writes and the check that judges it.
+
+    ``check(student_fn, *, seed=None) -> CheckResult``: fixed adversarial cases first, then cases drawn
+    from ``seed`` (fresh ones when None; the grader passes a seed the student never sees).
+    ``depends`` names earlier exercises whose functions the student's function is expected to call.
+    """
+
+    function: str
+    check: Callable
+    depends: tuple[str, ...] = ()
+    points: int = 1
+
+
+def check_exercises(exercises: Sequence[Exercise], functions: dict, *, seed: int | None = None) -> CheckSummary:
+    """Run every exercise's check on ``functions[exercise.function]``, in order.
+
+    A check whose exercise depends on one that did not pass says so first: its failure may be the
+    earlier exercise's, not its own.
+    """
+    missing = [e.function for e in exercises if e.function not in functions]
+    if missing:
+        raise ValueError(f"functions: no function named {', '.join(missing)} (define every exercise's "
+                         f"function, even if it still raises NotImplementedError)")
+    results, passed = [], {}
+    for exercise in exercises:
+        result = exercise.check(functions[exercise.function], seed=seed)
+        failed_before = [d for d in exercise.depends if not passed.get(d, False)]
+        if not result.passed and failed_before:
+            names = ", ".join(f"exercise {_number_of(exercises, d)} ({d})" for d in failed_before)
+            result = CheckResult(result.name, result.status,
+                                 f"{result.report}\n   note: this uses your {names}, which does not pass yet: "
+                                 f"fix that one first.")
+        passed[exercise.function] = result.passed
+        results.append(result)
+    return summarize(results)
+
+
+def _number_of(exercises: Sequence[Exercise], function: str) -> int:
+    return next(i for i, e in enumerate(exercises, start=1) if e.function == function)
