@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import copy
 import traceback
+import tracemalloc
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..tolerances import _as_float64, rel_error
+from ..tolerances import REL_TOL, _as_float64, dtype_name, rel_error
 
 PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
 
@@ -32,10 +34,17 @@ class Case:
     args: tuple
     kwargs: dict
     label: str
+    max_bytes: int | None = None     # the most memory the student's function may allocate on this case
 
 
 def case(*args, label: str, **kwargs) -> Case:
     return Case(args, kwargs, label)
+
+
+def with_memory_limit(c: Case, max_bytes: int) -> Case:
+    """``c`` where the student's function may allocate at most ``max_bytes`` at its peak (NumPy arrays
+    included: NumPy reports its allocations to ``tracemalloc``)."""
+    return Case(c.args, c.kwargs, c.label, int(max_bytes))
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,15 @@ def _preview(a: np.ndarray, limit: int = 6) -> str:
         return np.array2string(flat, prefix="      ").replace("\n", "\n      ")
 
 
+def _distinct_digits(expected: float, got: float) -> tuple[str, str]:
+    """Two numbers written with 6 significant digits, or more until they read differently (up to 17)."""
+    for digits in range(6, 18):
+        want, have = f"{expected:.{digits}g}", f"{got:.{digits}g}"
+        if want != have:
+            break
+    return want, have
+
+
 def describe_difference(got, expected) -> str:
     """Lines that say how ``got`` differs from ``expected``: shape, error, the worst element."""
     got64, exp64 = _as_float64(got), _as_float64(expected)
@@ -118,8 +136,8 @@ def describe_difference(got, expected) -> str:
         lines.append(f"   relative error ‖got − expected‖/‖expected‖ = {rel_error(got64, exp64):.3g}")
         where = np.unravel_index(int(np.argmax(np.abs(got64 - exp64))), exp64.shape)
         where = tuple(int(i) for i in where)
-        lines.append(f"   largest difference at index {list(where)}: "
-                     f"expected {exp64[where]:.6g}, got {got64[where]:.6g}")
+        want, have = _distinct_digits(exp64[where], got64[where])
+        lines.append(f"   largest difference at index {list(where)}: expected {want}, got {have}")
     lines.append(f"   expected: {_preview(exp64)}")
     lines.append(f"   got:      {_preview(got64)}")
     return "\n".join(lines)
@@ -128,6 +146,115 @@ def describe_difference(got, expected) -> str:
 def fresh_copy(value):
     """A deep copy of a case's arguments: a function that writes into its inputs changes only its copy."""
     return copy.deepcopy(value)
+
+
+# ------------------------------------------------------------------ what a lesson claims about structure
+class OneShotStream:
+    """A stream of 1-D blocks that can be read once, like a generator: ``for block in stream``.
+
+    Each block arrives in the same buffer, which the stream overwrites with the next block: keeping the
+    blocks (``list(stream)``) keeps views of one buffer, and a second pass finds the stream exhausted.
+    ``blocks`` holds the data, for the reference.
+    """
+
+    def __init__(self, blocks: Sequence[np.ndarray]):
+        self.blocks = [np.array(b, dtype=np.float64).ravel() for b in blocks]
+        self._next = 0
+        self._buffer = np.empty(max((len(b) for b in self.blocks), default=0))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> np.ndarray:
+        if self._next >= len(self.blocks):
+            raise StopIteration
+        block = self.blocks[self._next]
+        self._next += 1
+        view = self._buffer[:len(block)]
+        view[:] = block
+        return view
+
+    def __repr__(self) -> str:
+        return f"<a one-pass stream of {len(self.blocks)} blocks>"
+
+
+class ForbiddenCall(Exception):
+    """Raised by a course function that a student's answer may not call (see ``forbidden_calls``)."""
+
+
+_FORBIDDEN: list[str] = []       # the forbidden functions called while a guard is on, in order
+
+
+def _forbidden_body(*args, **kwargs):
+    # Runs as the body of a forbidden function, with that function's globals: only builtins here.
+    import sys as _sys
+
+    from attnkit.classroom import checking as _checking
+    return _checking._refuse(_sys._getframe().f_code.co_name)
+
+
+def _refuse(name: str):
+    _FORBIDDEN.append(name)
+    raise ForbiddenCall(f"{name} is the course's own implementation: write this exercise yourself")
+
+
+@contextmanager
+def forbidden_calls(functions: Iterable[Callable]):
+    """While the block runs, each of ``functions`` raises ``ForbiddenCall`` when called, through any
+    name a notebook imported it under; yields the list of the names called (also when the student's
+    code caught the error)."""
+    swapped, called = [], []
+    start = len(_FORBIDDEN)
+    try:
+        for fn in dict.fromkeys(functions):          # each once, in order
+            code = fn.__code__
+            if code.co_freevars:
+                raise ValueError(f"functions: {fn.__qualname__} is a closure; only module-level "
+                                 f"functions can be forbidden")
+            fn.__code__ = _forbidden_body.__code__.replace(co_name=fn.__name__, co_qualname=fn.__qualname__)
+            swapped.append((fn, code))
+        yield called
+    finally:
+        for fn, code in swapped:
+            fn.__code__ = code
+        called.extend(_FORBIDDEN[start:])
+        del _FORBIDDEN[start:]
+
+
+@contextmanager
+def memory_peak():
+    """Yields a one-item list that holds, after the block, the peak bytes allocated during it."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    peak = [0]
+    try:
+        yield peak
+    finally:
+        peak[0] = max(0, tracemalloc.get_traced_memory()[1] - base)
+        if started:
+            tracemalloc.stop()
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def within_dtype_tolerance(tol: float) -> Callable[[Any, Any], bool]:
+    """A comparison that allows ``tol`` for a float64 answer and the dtype's own bound for a lower
+    precision (a float32 answer: ``REL_TOL['float32']``)."""
+    def compare(got, expected) -> bool:
+        err = rel_error(got, expected)
+        dtype = getattr(got, "dtype", None)
+        try:
+            name = dtype_name(dtype) if dtype is not None else "float64"
+        except ValueError:
+            name = "float64"
+        bound = max(tol, REL_TOL[name]) if name != "float64" else tol
+        return bool(np.isfinite(err) and err <= bound)
+    return compare
 
 
 def run_check(
@@ -139,6 +266,8 @@ def run_check(
     tol: float,
     hint: str,
     compare: Callable[[Any, Any], bool] | None = None,
+    forbidden: Iterable[Callable] = (),
+    fixed: int | None = None,
 ) -> CheckResult:
     """Run ``student_fn`` on every case and compare with ``reference_fn``.
 
@@ -148,6 +277,9 @@ def run_check(
     place is judged on what it returns, against the reference on the untouched inputs.
 
     ``compare(got, expected)`` decides a match; by default the relative error must be at most ``tol``.
+    ``forbidden``: course functions the student's function may not call (they raise while it runs).
+    A case with ``max_bytes`` fails when the student's function allocates more at its peak.
+    ``fixed``: how many of the cases (the first ones) are fixed; the pass line says so.
     The first failing case is reported with what was expected, what came back, where they differ,
     and the hint.
     """
@@ -156,29 +288,51 @@ def run_check(
         return np.isfinite(err) and err <= tol
 
     compare = compare or within_tolerance
+    forbidden = tuple(forbidden)
     for index, c in enumerate(cases, start=1):
         where = f"case {index} of {len(cases)}, {c.label}"
         expected = reference_fn(*fresh_copy(c.args), **fresh_copy(c.kwargs))
         args, kwargs = fresh_copy(c.args), fresh_copy(c.kwargs)
+        called: list[str] = []
+        peak = [0]
         try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
+            with warnings.catch_warnings(), np.errstate(all="ignore"), forbidden_calls(forbidden) as called:
                 warnings.simplefilter("ignore")      # keep the report the only output
-                got = student_fn(*args, **kwargs)
+                if c.max_bytes is None:
+                    got = student_fn(*args, **kwargs)
+                else:
+                    with memory_peak() as peak:
+                        got = student_fn(*args, **kwargs)
         except Exception as exc:  # a blank, or a student's bug: report it, never a traceback
             if is_not_implemented(exc):
                 return not_implemented(name)
             exc = student_error(exc)
-            last = traceback.extract_tb(exc.__traceback__)[-1]
+            if not called:
+                last = traceback.extract_tb(exc.__traceback__)[-1]
+                return CheckResult(name, FAILED,
+                                   f"❌ {name}: {where}: your function raised {type(exc).__name__}: {exc}\n"
+                                   f"   (line {last.lineno}: {last.line})\n   hint: {hint}")
+        if called:
             return CheckResult(name, FAILED,
-                               f"❌ {name}: {where}: your function raised {type(exc).__name__}: {exc}\n"
-                               f"   (line {last.lineno}: {last.line})\n   hint: {hint}")
+                               f"❌ {name}: {where}: your function called the course's own {called[0]}: "
+                               f"write this exercise with NumPy (and your earlier functions) only.\n"
+                               f"   hint: {hint}")
+        if c.max_bytes is not None and peak[0] > c.max_bytes:
+            return CheckResult(name, FAILED,
+                               f"❌ {name}: {where}: your function allocated {_megabytes(peak[0])} at its "
+                               f"peak; this case allows at most {_megabytes(c.max_bytes)}.\n"
+                               f"   hint: {hint}")
         if got is None:
             return CheckResult(name, FAILED, f"❌ {name}: {where}: your function returned None "
                                              f"(did you forget `return`?)\n   hint: {hint}")
         if not compare(got, expected):
             return CheckResult(name, FAILED, f"❌ {name}: {where}: differs from the float64 reference.\n"
                                              f"{describe_difference(got, expected)}\n   hint: {hint}")
-    return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {len(cases)} random inputs.")
+    if fixed is None:
+        inputs = f"{len(cases)} random inputs"
+    else:
+        inputs = f"{fixed} fixed and {len(cases) - fixed} random inputs"
+    return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {inputs}.")
 
 
 @dataclass(frozen=True)
@@ -218,6 +372,19 @@ class Exercise:
     points: int = 1
 
 
+def _dependency_note(exercises: Sequence[Exercise], exercise: Exercise, result: CheckResult,
+                     passed: Callable[[str], bool]) -> CheckResult:
+    """``result`` with a note after its first line when it failed and an exercise it uses fails too."""
+    failed_before = [d for d in exercise.depends if not passed(d)]
+    if result.passed or not failed_before:
+        return result
+    names = ", ".join(f"exercise {_number_of(exercises, d)} ({d})" for d in failed_before)
+    verb = "does" if len(failed_before) == 1 else "do"
+    note = f"   note: this uses your {names}, which {verb} not pass yet: fix that first."
+    first, _, rest = result.report.partition("\n")
+    return CheckResult(result.name, result.status, "\n".join(line for line in (first, note, rest) if line))
+
+
 def check_exercises(exercises: Sequence[Exercise], functions: dict, *, seed: int | None = None) -> CheckSummary:
     """Run every exercise's check on ``functions[exercise.function]``, in order.
 
@@ -231,15 +398,39 @@ def check_exercises(exercises: Sequence[Exercise], functions: dict, *, seed: int
     results, passed = [], {}
     for exercise in exercises:
         result = exercise.check(functions[exercise.function], seed=seed)
-        failed_before = [d for d in exercise.depends if not passed.get(d, False)]
-        if not result.passed and failed_before:
-            names = ", ".join(f"exercise {_number_of(exercises, d)} ({d})" for d in failed_before)
-            result = CheckResult(result.name, result.status,
-                                 f"{result.report}\n   note: this uses your {names}, which does not pass yet: "
-                                 f"fix that one first.")
+        result = _dependency_note(exercises, exercise, result, lambda d: passed.get(d, False))
         passed[exercise.function] = result.passed
         results.append(result)
     return summarize(results)
+
+
+def exercise_check(exercises: Sequence[Exercise], function: str) -> Callable:
+    """The one-line check of one exercise, for its check cell: ``check(student_fn, *, seed=None)``.
+
+    When it fails and the exercise depends on earlier ones, it looks up the student's earlier functions
+    by name where ``student_fn`` was defined (the notebook), checks them with the same seed and names
+    those that fail.
+    """
+    exercise = next(e for e in exercises if e.function == function)
+
+    def check(student_fn: Callable, *, seed: int | None = None) -> CheckResult:
+        result = exercise.check(student_fn, seed=seed)
+        if result.passed or not exercise.depends:
+            return result
+        where = getattr(student_fn, "__globals__", {})
+
+        def passed(dependency: str) -> bool:
+            earlier = next(e for e in exercises if e.function == dependency)
+            fn = where.get(dependency)
+            if not callable(fn):
+                return True                  # not found under its name: nothing to say about it
+            return earlier.check(fn, seed=seed).passed
+
+        return _dependency_note(exercises, exercise, result, passed)
+
+    check.__name__ = check.__qualname__ = exercise.check.__name__.lstrip("_")
+    check.__doc__ = exercise.check.__doc__
+    return check
 
 
 def _number_of(exercises: Sequence[Exercise], function: str) -> int:
