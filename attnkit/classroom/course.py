@@ -18,6 +18,15 @@ class Lesson:
     slug: str        # notebooks/{number:02d}_{slug}.ipynb
     title: str
     has_lab: bool
+    minutes: int = 0                      # expected time to read and run the lesson (its lab not included)
+    objectives: tuple[str, ...] = ()      # "After this lesson you can ..." items
+    prerequisites: str = ""               # what to know first
+    questions: tuple[str, ...] = ()       # closing questions; answers in docs/instructor_guide.md
+
+    @property
+    def heading(self) -> str:
+        """The lesson's title as every page shows it: "Lesson N · Title"."""
+        return f"Lesson {self.number} · {self.title}"
 
     @property
     def notebook(self) -> str:
@@ -33,16 +42,105 @@ class Lesson:
 
 
 LESSONS = (
-    Lesson(0, "setup", "Setup: what runs where", False),
-    Lesson(1, "attention_by_hand", "Attention by hand", True),
-    Lesson(2, "io_bound", "Why attention is IO-bound", False),
-    Lesson(3, "online_softmax", "Online softmax and tiled attention in NumPy", True),
-    Lesson(4, "triton_primer", "A Triton primer", False),
-    Lesson(5, "flash_attention", "FlashAttention in Triton", True),
-    Lesson(6, "flash_backward", "FlashAttention backward", False),
-    Lesson(7, "gqa_kv_cache", "GQA and the KV cache", True),
-    Lesson(8, "paged_attention", "Paged attention", True),
-    Lesson(9, "capstone_serving", "Capstone: serving a tiny model", False),
+    Lesson(0, "setup", "Setup: what runs where", False, minutes=20,
+           objectives=("say where this machine runs the course's kernels (GPU, Triton's interpreter, or not at all)",
+                       "run and time a first Triton kernel",
+                       "tell apart the architecture (GQA), the kernel (FlashAttention) and the cache layout (pages)"),
+           prerequisites="Python and NumPy; a browser with Colab or a machine with Python 3.11+",
+           questions=("What does `TRITON_INTERPRET=1` change about how a kernel runs, and why is it set "
+                      "before `import triton`?",
+                      "Why can a bf16 kernel not compile on a T4 while `torch.cuda.is_bf16_supported()` says True?",
+                      "GQA, FlashAttention and paged attention: which changes the model's weights, which the kernel, "
+                      "which only where K and V live?")),
+    Lesson(1, "attention_by_hand", "Attention by hand", True, minutes=45,
+           objectives=("compute S = QKᵀ/√d, P = softmax(S) and O = PV for a 4×4 example by hand, to 4 decimals",
+                       "explain why scores are scaled by √d",
+                       "apply a causal mask and split attention into heads",
+                       "build sinusoidal position encodings"),
+           prerequisites="matrix products and the exponential function; Python and NumPy",
+           questions=("For the 4×4 example, why must rounding wait until O is computed?",
+                      "If d grows from 16 to 256 and scores are not scaled, what happens to the softmax rows, and why?",
+                      "A causal mask sets some scores to −∞ before the softmax, not some probabilities to 0 after it. "
+                      "Why does the order matter?",
+                      "How many numbers does P hold for N = 4096 tokens, and why does that matter for lesson 2?")),
+    Lesson(2, "io_bound", "Why attention is IO-bound", False, minutes=50,
+           objectives=("count the FLOPs and HBM bytes of each step of naive attention",
+                       "compute arithmetic intensity and place a kernel on a GPU's roofline",
+                       "explain why writing S and P to HBM, not the FLOPs, limits naive attention"),
+           prerequisites="lesson 1",
+           questions=("What is the arithmetic intensity of the softmax step of naive attention, and is it "
+                      "compute- or memory-bound on an H100?",
+                      "At N = 4096, d = 128 in fp16, which tensors dominate the HBM traffic of one head, "
+                      "and by how much?",
+                      "Doubling N multiplies naive attention's time by about how much, and why?",
+                      "Which of the three ways out is exact, and which bytes does it remove?")),
+    Lesson(3, "online_softmax", "Online softmax and tiled attention in NumPy", True, minutes=60,
+           objectives=("compute a safe softmax in one pass with the running max m and sum ℓ",
+                       "merge two partial results (m, ℓ, z) with the merge rule",
+                       "tile attention into b_q × b_k blocks and reproduce lesson 1's O exactly",
+                       "count HBM and SRAM traffic of naive and tiled attention"),
+           prerequisites="lessons 1 and 2",
+           questions=("Why subtract the maximum before exponentiating, and why does the result not change?",
+                      "When the running maximum grows from m to m′, what happens to ℓ and z, and why?",
+                      "In tiled attention, which tensors never reach HBM?",
+                      "How does the tiled traffic depend on the SRAM size M?")),
+    Lesson(4, "triton_primer", "A Triton primer", False, minutes=45,
+           objectives=("write a Triton kernel with programs, blocks, pointers and masks",
+                       "write a fused row softmax that reads each row once",
+                       "test a kernel against a reference in the interpreter and time it on a GPU"),
+           prerequisites="lesson 3; PyTorch tensors",
+           questions=("What does one Triton program compute, and what decides how many run?",
+                      "Why does the last block of a row need a mask, and what does `other=` do?",
+                      "Why is a fused softmax faster than three PyTorch calls on a GPU?",
+                      "What can the interpreter tell you about a kernel, and what can it not?")),
+    Lesson(5, "flash_attention", "FlashAttention in Triton", True, minutes=75,
+           objectives=("build the FlashAttention forward kernel step by step in Triton",
+                       "add a causal mask aligned to the end and GQA by head indexing",
+                       "read a performance ladder: each optimisation's predicted and measured gain",
+                       "compare TFLOP/s with PyTorch's SDPA backends and the roofline"),
+           prerequisites="lessons 3 and 4",
+           questions=("Which loop of the kernel runs over key tiles, and what does each program keep in SRAM?",
+                      "How does a GQA query head find its key/value head without copying K and V?",
+                      "Why does causal attention count half the FLOPs, and which tiles need the mask?",
+                      "What does folding log₂e into the scale save, and how much did it gain on the H100?")),
+    Lesson(6, "flash_backward", "FlashAttention backward", False, minutes=60,
+           objectives=("derive dQ, dK and dV of attention",
+                       "explain why the forward saves the log-sum-exp and the backward recomputes P",
+                       "check a `torch.autograd.Function` against float64 autograd"),
+           prerequisites="lesson 5; the chain rule",
+           questions=("What is the softmax's backward in terms of P and dP, and what is D = rowsum(dO ∘ O)?",
+                      "Why does the backward need only the log-sum-exp of each row, not P?",
+                      "Why are dK and dV computed in one loop and dQ in another?")),
+    Lesson(7, "gqa_kv_cache", "GQA and the KV cache", True, minutes=70,
+           objectives=("map query heads to key/value heads with r(h) = ⌊h/g⌋",
+                       "size a KV cache for a real model configuration",
+                       "choose a cache layout (BNSH or BSNH) and an append mode",
+                       "apply rotary embeddings fused with the cache append"),
+           prerequisites="lessons 1 and 5",
+           questions=("How many bytes per token does Llama 3 8B's KV cache take in bf16, and which factor "
+                      "does GQA shrink?",
+                      "What does `seqlens_k` hold before and after a decode step appends one token?",
+                      "Half-split and interleaved RoPE rotate different pairs of dimensions: why must "
+                      "the query and the key use the same one?",
+                      "Why does GQA speed up decoding more than it speeds up prefill?")),
+    Lesson(8, "paged_attention", "Paged attention", True, minutes=70,
+           objectives=("store K/V caches in fixed-size pages found through a page table",
+                       "manage pages with a free list, reference counts and copy-on-write prefix sharing",
+                       "measure fragmentation against contiguous allocation",
+                       "write a paged decode kernel and split-KV with the merge rule of lesson 3"),
+           prerequisites="lessons 3, 5 and 7",
+           questions=("Which token slot of the cache holds token t of a sequence, given its page table and page size?",
+                      "When two sequences share a prefix page and one appends, what does copy-on-write do?",
+                      "Where does contiguous allocation waste memory that pages do not?",
+                      "Why does split-KV help decode with a small batch, and what merges the splits?")),
+    Lesson(9, "capstone_serving", "Capstone: serving a tiny model", False, minutes=60,
+           objectives=("run prefill with `flash_attention` and decode with `paged_decode` in one model",
+                       "schedule requests with continuous batching and chunked prefill",
+                       "check generated tokens one by one against a no-cache reference"),
+           prerequisites="lessons 5, 7 and 8",
+           questions=("What does continuous batching do when a sequence finishes mid-batch?",
+                      "Why are the generated tokens exactly those of the plain forward pass, not just close?",
+                      "How do tokens per second change with batch size in decode, and why?")),
 )
 
 

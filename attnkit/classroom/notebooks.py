@@ -1,22 +1,38 @@
 """Notebook plumbing for the course: standard header cells, execution with stored outputs, checks.
 
     python -m attnkit.classroom.notebooks execute notebooks/01_attention_by_hand.ipynb ...   # run, store outputs
-    python -m attnkit.classroom.notebooks headers [--check]                                   # badges + setup cells
+    python -m attnkit.classroom.notebooks headers [--check]        # titles, badges, setup cells, questions, tags
+
+``headers`` writes everything a notebook shares with the course table (``attnkit/classroom/course.py``):
+the badge and numbered title ("Lesson N ·", "Lab NN ·"), the objectives, prerequisites and time, the
+setup cell, the closing questions, and nbval's ``nbval-ignore-output`` cell tags in place of the
+``# NBVAL_IGNORE_OUTPUT`` comment. It never touches a code cell's outputs, and running it twice
+changes nothing the second time.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import re
 import sys
 from pathlib import Path
 
-from .course import LESSONS, colab_url, pip_spec, readme_toc
+from .course import BRANCH, LESSONS, REPO_URL, colab_url, pip_spec, readme_toc
 
 ROOT = Path(__file__).resolve().parents[2]      # the repository (a clone; not in an installed wheel)
-IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"
+IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"         # the comment form, converted to tags by `make headers`
+IGNORE_TAG = "nbval-ignore-output"              # what nbval reads from a cell's tags
+REASON_TAG = "device-dependent-"                # + one of DEVICE_REASONS, beside IGNORE_TAG
 TOC_BEGIN = "<!-- toc: written by `make headers` from attnkit/course.py -->"
 TOC_END = "<!-- /toc -->"
-# The one reason line allowed under the marker: what makes the output machine-dependent.
+ABOUT_BEGIN = "<!-- about: written by `make headers` from attnkit/classroom/course.py -->"
+ABOUT_END = "<!-- /about -->"
+QUESTIONS_MARK = "<!-- questions: written by `make headers` from attnkit/classroom/course.py -->"
+GLOSSARY_URL = f"{REPO_URL}/blob/{BRANCH}/docs/glossary.md"
+# The one reason allowed with the marker: what makes the output machine-dependent.
 DEVICE_REASONS = ("timing", "benchmark", "versions")
+# Where a setup cell's Colab branch installs the course from, when set (a fork, a release, a wheel).
+PIP_SPEC_VARIABLE = "ATTNKIT_PIP_SPEC"
 
 
 def badge_line(relpath: str) -> str:
@@ -25,16 +41,22 @@ def badge_line(relpath: str) -> str:
 
 
 def setup_source() -> str:
-    """The first code cell of every notebook: install in Colab, then report what runs where."""
+    """The first code cell of every notebook: install in Colab, report what runs where, and without
+    Triton let the cells that need it say so instead of failing."""
     return "\n".join([
-        IGNORE_MARKER,
-        "# device-dependent: versions",
-        "import subprocess, sys",
+        "import os, subprocess, sys",
         'if "google.colab" in sys.modules:  # in Colab, install the course first',
-        f'    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "{pip_spec()}"], check=True)',
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "-q",',
+        f'                    os.environ.get("{PIP_SPEC_VARIABLE}", "{pip_spec()}")], check=True)',
         "import attnkit",
         "RT = attnkit.setup()",
+        "if not RT.has_triton:  # macOS, Windows: cells that need Triton say what to use instead",
+        "    from attnkit.classroom.notebooks import skip_cells_needing_triton",
+        "    skip_cells_needing_triton()",
     ])
+
+
+SETUP_TAGS = [IGNORE_TAG, REASON_TAG + "versions"]
 
 
 def header_cells(relpath: str, title: str, intro: str = ""):
@@ -44,7 +66,7 @@ def header_cells(relpath: str, title: str, intro: str = ""):
     text = f"{badge_line(relpath)}\n\n# {title}"
     if intro:
         text += f"\n\n{intro.strip()}"
-    return [v4.new_markdown_cell(text), v4.new_code_cell(setup_source())]
+    return [v4.new_markdown_cell(text), v4.new_code_cell(setup_source(), metadata={"tags": list(SETUP_TAGS)})]
 
 
 def new_notebook(relpath: str, title: str, cells, intro: str = ""):
@@ -116,17 +138,30 @@ def state_problems(path: str | Path, *, lab: bool = False) -> list[str]:
     return problems
 
 
+def _tags(cell) -> list[str]:
+    return list(cell.metadata.get("tags", []))
+
+
 def marker_problems(path: str | Path) -> list[str]:
-    """nbval markers: only ``# NBVAL_IGNORE_OUTPUT`` on a cell's first line, followed by a
-    ``# device-dependent: <timing|benchmark|versions>`` line; no tags, no other markers."""
+    """nbval markers: a device-dependent cell carries the tags ``nbval-ignore-output`` and
+    ``device-dependent-<timing|benchmark|versions>`` (or, until `make headers` converts it, the comment
+    ``# NBVAL_IGNORE_OUTPUT`` on its first line followed by ``# device-dependent: <reason>``); no other
+    nbval marker, in tags or comments."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     problems = []
     for i, cell in enumerate(code_cells(nb)):
-        tags = [t for t in cell.metadata.get("tags", []) if t.startswith("nbval") or t == "raises-exception"]
-        if tags:
-            problems.append(f"{path}: code cell {i} uses nbval tags {tags}; use the comment marker")
+        tags = _tags(cell)
+        others = [t for t in tags if (t.startswith("nbval") and t != IGNORE_TAG) or t == "raises-exception"]
+        if others:
+            problems.append(f"{path}: code cell {i} uses nbval tags {others}; only {IGNORE_TAG} is allowed")
+        reasons = [t for t in tags if t.startswith(REASON_TAG)]
+        if IGNORE_TAG in tags and (len(reasons) != 1 or reasons[0][len(REASON_TAG):] not in DEVICE_REASONS):
+            problems.append(f"{path}: code cell {i}: the {IGNORE_TAG} tag needs one reason tag, "
+                            f"{REASON_TAG}<{'|'.join(DEVICE_REASONS)}>")
+        if reasons and IGNORE_TAG not in tags:
+            problems.append(f"{path}: code cell {i}: a reason tag without the {IGNORE_TAG} tag")
         lines = cell.source.splitlines()
         others = [l for l in lines if "NBVAL_" in l and l.strip() != IGNORE_MARKER]
         if others:
@@ -134,6 +169,8 @@ def marker_problems(path: str | Path) -> list[str]:
         marked = [j for j, l in enumerate(lines) if l.strip() == IGNORE_MARKER]
         if not marked:
             continue
+        if IGNORE_TAG in tags:
+            problems.append(f"{path}: code cell {i} has both the comment marker and the tag")
         reason = lines[1].strip() if len(lines) > 1 else ""
         if marked != [0] or not any(reason == f"# device-dependent: {r}" for r in DEVICE_REASONS):
             problems.append(f"{path}: code cell {i}: the marker must be the first line, followed by "
@@ -141,8 +178,142 @@ def marker_problems(path: str | Path) -> list[str]:
     return problems
 
 
+def ignores_output(cell) -> bool:
+    """Does nbval leave this cell's output uncompared (the tag, or the comment marker)?"""
+    return IGNORE_TAG in _tags(cell) or cell.source.startswith(IGNORE_MARKER)
+
+
+def convert_markers(nb) -> bool:
+    """Turn each ``# NBVAL_IGNORE_OUTPUT`` + ``# device-dependent: <reason>`` comment pair into the two
+    cell tags nbval and the course read; outputs are left alone. True when a cell changed."""
+    changed = False
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        lines = cell.source.split("\n")
+        if not lines or lines[0].strip() != IGNORE_MARKER:
+            continue
+        match = re.fullmatch(r"# device-dependent: (\w+)", lines[1].strip()) if len(lines) > 1 else None
+        if not match or match.group(1) not in DEVICE_REASONS:
+            continue                                  # malformed: marker_problems reports it
+        tags = [t for t in _tags(cell) if t != IGNORE_TAG and not t.startswith(REASON_TAG)]
+        cell.metadata["tags"] = tags + [IGNORE_TAG, REASON_TAG + match.group(1)]
+        cell.source = "\n".join(lines[2:])
+        changed = True
+    return changed
+
+
+def _lesson_of(relpath: str):
+    for lesson in LESSONS:
+        if relpath in (lesson.notebook, lesson.lab, lesson.solution):
+            return lesson
+    return None
+
+
+def _plain(text: str) -> str:
+    """Course-table prose for a markdown cell: nothing to escape but a leading list marker."""
+    return text.strip()
+
+
+def about_block(relpath: str) -> str:
+    """What a lesson or lab opens with, between ABOUT_BEGIN and ABOUT_END: from the course table."""
+    lesson = _lesson_of(relpath)
+    lines = [ABOUT_BEGIN, ""]
+    if relpath == lesson.notebook:
+        if lesson.objectives:
+            lines.append("**After this lesson you can**")
+            lines.append("")
+            lines += [f"- {_plain(o)}" for o in lesson.objectives]
+            lines.append("")
+        facts = []
+        if lesson.prerequisites:
+            facts.append(f"**Before you start:** {_plain(lesson.prerequisites)}")
+        if lesson.minutes:
+            facts.append(f"**Time:** about {lesson.minutes} minutes")
+        facts.append(f"**Words:** [the glossary]({GLOSSARY_URL})")
+        lines.append(" · ".join(facts))
+    else:
+        lines.append(f"**Before you start:** lesson {lesson.number} · **Words:** [the glossary]({GLOSSARY_URL})")
+    lines += ["", ABOUT_END]
+    return "\n".join(lines)
+
+
+def numbered_title(relpath: str, current: str) -> str:
+    """A lesson's title from the course table; a lab's own title with the number in front."""
+    lesson = _lesson_of(relpath)
+    if relpath == lesson.notebook:
+        return lesson.heading
+    rest = re.sub(r"^(Lab\s+\d+\s*[·:.-]\s*)+", "", current.strip())
+    rest = rest[:1].upper() + rest[1:] if rest else lesson.title
+    return f"Lab {lesson.number:02d} · {rest}"
+
+
+def first_cell_source(relpath: str, source: str) -> str:
+    """Cell 0 as `make headers` writes it: badge, numbered title, the author's intro, the about block."""
+    lines = source.split("\n")
+    while lines and (lines[0].startswith("[![Open In Colab]") or not lines[0].strip()):
+        lines = lines[1:]
+    title = ""
+    if lines and lines[0].startswith("# "):
+        title, lines = lines[0][2:], lines[1:]
+    body = "\n".join(lines)
+    if ABOUT_BEGIN in body and ABOUT_END in body:
+        start, end = body.index(ABOUT_BEGIN), body.index(ABOUT_END) + len(ABOUT_END)
+        body = body[:start] + body[end:]
+    body = body.strip()
+    parts = [badge_line(relpath), f"# {numbered_title(relpath, title)}"]
+    if body:
+        parts.append(body)
+    parts.append(about_block(relpath))
+    return "\n\n".join(parts)
+
+
+def questions_source(relpath: str) -> str | None:
+    """A lesson's closing cell: its questions from the course table (answers: the instructor guide)."""
+    lesson = _lesson_of(relpath)
+    if relpath != lesson.notebook or not lesson.questions:
+        return None
+    lines = [QUESTIONS_MARK, "", "## Check your understanding", ""]
+    lines += [f"{i}. {_plain(q)}" for i, q in enumerate(lesson.questions, 1)]
+    lines += ["", f"Words you met here are explained in [the glossary]({GLOSSARY_URL})."]
+    return "\n".join(lines)
+
+
+def apply_headers(nb, relpath: str) -> bool:
+    """Everything `make headers` writes into one notebook (nbformat object); True when it changed."""
+    import nbformat.v4 as v4
+
+    changed = convert_markers(nb)
+    first = nb.cells[0]
+    fresh = first_cell_source(relpath, first.source)
+    if first.source != fresh:
+        first.source, changed = fresh, True
+    setup = nb.cells[1]
+    if setup.source != setup_source():
+        setup.source, changed = setup_source(), True
+    tags = [t for t in _tags(setup) if t != IGNORE_TAG and not t.startswith(REASON_TAG)] + SETUP_TAGS
+    if _tags(setup) != tags:
+        setup.metadata["tags"], changed = tags, True
+    closing = questions_source(relpath)
+    last = nb.cells[-1]
+    has_footer = last.cell_type == "markdown" and last.source.startswith(QUESTIONS_MARK)
+    if closing is None and has_footer:
+        nb.cells.pop()
+        changed = True
+    elif closing is not None and not has_footer:
+        nb.cells.append(v4.new_markdown_cell(closing))
+        nb.cells[-1].pop("id", None)
+        changed = True
+    elif closing is not None and last.source != closing:
+        last.source, changed = closing, True
+    return changed
+
+
 def header_problems(path: str | Path) -> list[str]:
-    """The first cells must be the standard badge/title cell and setup cell for this file."""
+    """The notebook must be as `make headers` writes it: badge, numbered title, about block, setup cell
+    with its tags, closing questions for a lesson, tags instead of comment markers."""
+    import copy
+
     import nbformat
 
     path = Path(path).resolve()
@@ -153,29 +324,28 @@ def header_problems(path: str | Path) -> list[str]:
         problems.append(f"{relpath}: the first cell must start with its Open-in-Colab badge")
     if len(nb.cells) < 2 or nb.cells[1].source != setup_source():
         problems.append(f"{relpath}: the second cell must be the standard setup cell")
+    if not problems and apply_headers(copy.deepcopy(nb), relpath):
+        problems.append(f"{relpath}: title, about block, questions or nbval tags differ from `make headers`")
     return problems
 
 
 def restamp_headers(path: str | Path) -> bool:
-    """Rewrite the badge and setup cell of an existing notebook; True when something changed."""
+    """Rewrite what `make headers` owns in an existing notebook; True when something changed.
+
+    A generated lab that had not been edited keeps its fingerprint current, so `make labs` still
+    regenerates it (the same change is made to its solution)."""
     import nbformat
 
     path = Path(path).resolve()
     relpath = path.relative_to(ROOT).as_posix()
     nb = nbformat.read(path, as_version=4)
-    changed = False
-    first = nb.cells[0]
-    lines = first.source.split("\n")
-    if lines and lines[0].startswith("[![Open In Colab]"):
-        lines = lines[1:]
-        while lines and not lines[0].strip():
-            lines = lines[1:]
-    new_first = badge_line(relpath) + "\n\n" + "\n".join(lines)
-    if first.source != new_first:
-        first.source, changed = new_first, True
-    if nb.cells[1].source != setup_source():
-        nb.cells[1].source, changed = setup_source(), True
+    from .labgen import FINGERPRINT_KEY, fingerprint
+
+    generated = nb.metadata.get(FINGERPRINT_KEY) == fingerprint(nb)
+    changed = apply_headers(nb, relpath)
     if changed:
+        if generated:
+            nb.metadata[FINGERPRINT_KEY] = fingerprint(nb)
         nbformat.write(nb, path)
     return changed
 
@@ -188,6 +358,151 @@ def course_notebooks() -> list[Path]:
             if rel and (ROOT / rel).exists():
                 paths.append(ROOT / rel)
     return paths
+
+
+# ---------------------------------------------------------------------------------------------------
+# Without Triton (macOS, Windows): cells that need it say so instead of failing.
+
+SKIP_VALUE = "__attnkit_cell_value__"
+SKIP_NAME = "__attnkit_triton_skipper__"
+
+
+def _needs_triton(error: BaseException) -> bool:
+    return isinstance(error, ImportError) and (getattr(error, "name", None) or "").split(".")[0] == "triton"
+
+
+class TritonSkipper(ast.NodeTransformer):
+    """An IPython AST transformer: runs each cell inside ``try``; a cell that fails because Triton is
+    missing, or later because a name such a cell would have defined is missing, prints what it needed
+    and where to run it instead of raising. Any other error is raised as usual."""
+
+    def __init__(self):
+        super().__init__()
+        self.skipped = 0
+
+    def visit_Module(self, node):
+        if not node.body or any(isinstance(n, (ast.Await, ast.AsyncFor, ast.AsyncWith)) for n in ast.walk(node)):
+            return node
+        body = list(node.body)
+        last = body.pop() if isinstance(body[-1], ast.Expr) else None
+        if last is not None:                          # keep the cell's value for display
+            body.append(ast.Assign(targets=[ast.Name(SKIP_VALUE, ast.Store())], value=last.value))
+        handle = ast.Call(ast.Attribute(ast.Name(SKIP_NAME, ast.Load()), "handle", ast.Load()),
+                          [ast.Name("__attnkit_error__", ast.Load())], [])
+        handler = ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name="__attnkit_error__",
+                                    body=[ast.If(test=ast.UnaryOp(ast.Not(), handle), body=[ast.Raise()], orelse=[])])
+        new = [ast.Assign(targets=[ast.Name(SKIP_VALUE, ast.Store())], value=ast.Constant(None)),
+               ast.Try(body=body or [ast.Pass()], handlers=[handler], orelse=[], finalbody=[])]
+        if last is not None:
+            new.append(ast.Expr(ast.Name(SKIP_VALUE, ast.Load())))
+        node.body = new
+        return ast.fix_missing_locations(node)
+
+    def handle(self, error: BaseException) -> bool:
+        """Print why the rest of this cell is skipped and return True, or return False to raise."""
+        if _needs_triton(error):
+            why = "this cell needs Triton, which is not installed here"
+        elif isinstance(error, NameError) and self.skipped:
+            why = f"this cell uses {getattr(error, 'name', None) or 'a name'}, made by a cell above that needed Triton"
+        else:
+            return False
+        self.skipped += 1
+        print(f"skipped: {why}.\n"
+              f"  Its output, recorded with Triton, is in the course's copy of this notebook: {REPO_URL}\n"
+              "  To run it: Colab with a GPU runtime, or a Linux machine (`pip install triton`; "
+              "without a GPU it runs in Triton's interpreter).")
+        return True
+
+
+def skip_cells_needing_triton() -> TritonSkipper | None:
+    """In a notebook without Triton, let every following cell that needs it print a note instead of
+    failing (see ``TritonSkipper``). Outside IPython this does nothing and returns None."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None:
+        return None
+    shell.ast_transformers[:] = [t for t in shell.ast_transformers if not isinstance(t, TritonSkipper)]
+    skipper = TritonSkipper()
+    shell.ast_transformers.append(skipper)
+    shell.user_ns[SKIP_NAME] = skipper
+    return skipper
+
+
+# ---------------------------------------------------------------------------------------------------
+# nbgrader: the metadata its release, collect and autograde steps read (cell metadata schema 3).
+
+NBGRADER_SCHEMA = 3
+
+
+def nbgrader_metadata(cell, *, grade_id: str, points: float | None = None) -> dict | None:
+    """The ``nbgrader`` metadata for one lab cell, or None for a cell nbgrader may leave alone.
+
+    A code cell holding a solution region (``### BEGIN SOLUTION``) or its blank (``raise
+    NotImplementedError``) is a *solution* cell; a code cell given ``points`` is an *autograded test*
+    cell (locked, graded); every other cell is neither.
+    """
+    if not isinstance(grade_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", grade_id):
+        raise ValueError(f"grade_id: must be a non-empty string of letters, digits, '_' and '-', got {grade_id!r}")
+    if points is not None and (isinstance(points, bool) or not isinstance(points, (int, float)) or points < 0):
+        raise ValueError(f"points: must be a number >= 0, got {points!r}")
+    if cell.cell_type != "code":
+        return None
+    meta = {"schema_version": NBGRADER_SCHEMA, "grade_id": grade_id, "locked": False,
+            "solution": False, "grade": False, "task": False}
+    if "### BEGIN SOLUTION" in cell.source or "raise NotImplementedError" in cell.source:
+        meta["solution"] = True
+        if points is not None:
+            raise ValueError("points: a solution cell carries no points; give them to its check cell")
+        return meta
+    if points is not None:
+        meta.update(grade=True, locked=True, points=points)
+        return meta
+    return None
+
+
+def add_nbgrader_metadata(nb, exercises=()) -> int:
+    """Mark a lab's (or solution's) cells for nbgrader; return how many cells were marked.
+
+    ``exercises`` are the lab module's ``Exercise`` objects: a code cell that calls ``check_lab`` gets
+    their points added up, one that calls an exercise's check (by its function name) gets that
+    exercise's points, any other check cell (a call of ``check_...``) one point.
+    """
+    points_of = {getattr(e.check, "__name__", ""): getattr(e, "points", 1) for e in exercises}
+    marked = 0
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        calls = {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+                 for n in ast.walk(_parse(cell.source)) if isinstance(n, ast.Call)
+                 and isinstance(n.func, (ast.Name, ast.Attribute))}
+        points = None
+        if "check_lab" in calls:
+            points = sum(points_of.values()) or 1
+        else:
+            named = [c for c in calls if c.startswith("check_")]
+            if named:
+                points = sum(points_of.get(c, 1) for c in named)
+        kind = "check" if points is not None else "exercise"
+        meta = nbgrader_metadata(cell, grade_id=f"{kind}-{index:02d}",
+                                 points=None if "### BEGIN SOLUTION" in cell.source
+                                 or "raise NotImplementedError" in cell.source else points)
+        if meta is None:
+            cell.metadata.pop("nbgrader", None)
+            continue
+        cell.metadata["nbgrader"] = meta
+        marked += 1
+    return marked
+
+
+def _parse(source: str):
+    lines = [l for l in source.split("\n") if not l.lstrip().startswith(("%", "!"))]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return ast.Module(body=[], type_ignores=[])
 
 
 def main(argv=None) -> int:
