@@ -102,16 +102,53 @@ def _run(seed=4, **kw):
     return engine, requests, engine.run(requests)
 
 
-def test_every_request_is_prefilled_once_then_decoded_every_step_until_it_finishes():
+def test_every_request_is_prefilled_then_decoded_every_step_until_it_finishes_or_is_preempted():
     engine, requests, result = _run()
     assert sorted(result.completions) == [r.rid for r in requests]
+    preempted = {rid for s in result.steps for rid in s.preempted}
+    assert preempted and preempted != set(result.completions), "the workload should preempt some requests"
     for rid, c in result.completions.items():
         prefills = [s.step for s in result.steps if rid in s.prefill]
         decodes = [s.step for s in result.steps if rid in s.decode]
-        assert prefills == [c.admitted] and c.admitted >= c.request.arrival
-        assert decodes == list(range(c.admitted + 1, c.finished + 1))
-        assert len(c.tokens) == 1 + len(decodes)
-        assert c.tokens[-1] == engine.stop_token or len(c.tokens) == c.request.max_new_tokens
+        assert prefills[0] == c.admitted >= c.request.arrival
+        assert len(prefills) >= 1 + c.preemptions                  # a prefill per admission, in chunks when pages lack
+        assert c.preemptions == sum(rid in s.preempted for s in result.steps)
+        if not c.preemptions:
+            assert decodes == list(range(c.admitted + 1, c.finished + 1))
+        # a token per decode, and one per prefill that reached the end of the context before a preemption
+        assert 1 <= len(c.tokens) - len(decodes) <= 1 + c.preemptions
+        assert c.finish_reason == ("stop" if c.tokens[-1] == engine.stop_token else "length")
+        assert c.finish_reason == "stop" or len(c.tokens) == c.request.max_new_tokens
+
+
+@pytest.mark.parametrize("seed", range(20, 26))
+@pytest.mark.parametrize("num_pages, budget", [(13, None), (13, 6), (30, 4)])
+def test_preemption_and_chunked_prefill_keep_the_tokens_exact(seed, num_pages, budget):
+    """A pool too small for every request at once, prompts cut into chunks: the same tokens."""
+    model = tiny_model()
+    engine = Engine(model, num_pages=num_pages, page_size=4, max_batch=4, backend=torch_backend())
+    result = engine.run(workload(seed, n_requests=6, max_new=20), max_tokens_per_step=budget)
+    assert compare_with_no_cache(model, result).all_equal
+    for s in result.steps:
+        assert len(s.decode) + s.prefill_tokens <= (budget or 10 ** 9)
+        assert s.pages_in_use <= num_pages
+    assert engine.cache.pages_in_use == 0
+
+
+def test_kernels_with_preemption_and_chunks_keep_the_tokens_exact():
+    """flash_attention on a chunk after a cached prefix (causal aligned to the end) and paged_decode."""
+    model = tiny_model()
+    engine = Engine(model, num_pages=11, page_size=4, max_batch=3, backend=kernel_backend())
+    result = engine.run(workload(10, n_requests=4, max_new=12), max_tokens_per_step=5)
+    assert sum(len(s.preempted) for s in result.steps) > 0 and max(s.prefill_tokens for s in result.steps) <= 5
+    assert compare_with_no_cache(model, result).all_equal
+
+
+def test_an_idle_engine_jumps_to_the_next_arrival():
+    engine = Engine(tiny_model(), num_pages=8, page_size=4, backend=torch_backend())
+    result = engine.run([Request(0, "the", 3), Request(1, "a", 3, arrival=10 ** 6)])
+    assert len(result.steps) <= 8
+    assert result.completions[1].admitted == 10 ** 6
 
 
 def test_batch_and_pages_stay_within_limits_and_are_all_freed():
@@ -133,10 +170,10 @@ def test_prefill_and_decode_interleave_and_freed_pages_are_reused_at_once():
             if later.admitted > c.finished and set(later.pages) & set(c.pages):
                 reused = True
     assert reused
-    # A request that waited was admitted in the step right after pages or a slot came free.
+    # A request that waited, and was never preempted, was admitted right after pages or a slot came free.
     for c in result.completions.values():
-        if c.admitted > c.request.arrival:
-            assert any(s.finished for s in result.steps if s.step == c.admitted - 1)
+        if c.admitted > c.request.arrival and not c.preemptions:
+            assert any(s.finished or s.preempted for s in result.steps if s.step == c.admitted - 1)
 
 
 def test_kv_memory_counts_pages_against_a_contiguous_cache():
@@ -164,8 +201,11 @@ def test_paged_decode_torch_matches_the_float64_reference():
 
 # --------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("requests, rule", [
-    ([Request(0, "", 5)], "empty prompt"),
-    ([Request(0, "the", 0)], "max_new_tokens < 1"),
+    ([Request(0, "", 5)], r"requests\[0\]\.prompt: expected a non-empty string"),
+    ([Request(0, "the", 0)], r"requests\[0\]\.max_new_tokens: expected an integer >= 1"),
+    ([Request(0, "the", "5")], r"requests\[0\]\.max_new_tokens: expected an integer >= 1, got '5'"),
+    ([Request(0, "the", 5), Request(1, "a", 5, arrival=-1)], r"requests\[1\]\.arrival"),
+    ([Request("a", "the", 5)], r"requests\[0\]\.rid"),
     ([Request(0, "the", 200)], "max_seq_len=128"),
     ([Request(0, "THE", 5)], "not in the model's vocabulary"),
     ([Request(0, "the", 5), Request(0, "a", 5)], "distinct"),
@@ -176,6 +216,13 @@ def test_bad_requests_are_named(requests, rule):
     engine = Engine(tiny_model(), num_pages=8, page_size=4, backend=torch_backend())
     with pytest.raises(ValueError, match=rule):
         engine.run(requests)
+
+
+@pytest.mark.parametrize("budget", [0, 2, 4.5, True])
+def test_a_step_budget_below_the_batch_is_refused(budget):
+    engine = Engine(tiny_model(), num_pages=8, page_size=4, max_batch=3, backend=torch_backend())
+    with pytest.raises(ValueError, match="max_tokens_per_step"):
+        engine.run([Request(0, "the", 3)], max_tokens_per_step=budget)
 
 
 @pytest.mark.parametrize("kw", [{"num_pages": 0}, {"page_size": -1}, {"max_batch": 1.5}])

@@ -4,16 +4,21 @@
     result = engine.run([Request(0, "the kernel", 40), Request(1, "a new request", 30, arrival=2), ...])
     result.completions[0].text, result.steps        # what each request got; what each step did
 
-One scheduler step:
-1. **Admit** arrived requests, first come first served, while a batch slot is free and the free pages
-   cover the new request's worst case (prompt + max_new_tokens − 1 cached tokens) on top of what the
-   running requests may still claim. So no running request can ever run out of pages.
-2. **Prefill** each admitted request: its whole prompt in one causal pass (``flash_attention``), its
-   K and V written into its pages; the last position's logits give its first new token.
-3. **Decode** every request that was already running: one token each, batched; each new K and V go
-   into the request's pages and attention reads the cache through the page table (``paged_decode``).
-4. **Retire** requests that produced their stop token or reached max_new_tokens: their pages go back
-   to the free list at once, for the next step's admissions.
+One scheduler step, under a budget of ``max_tokens_per_step`` tokens (None: no limit):
+1. **Decode** every request whose context is cached: one token each, batched; each new K and V go into
+   the request's pages and attention reads the cache through the page table (``paged_decode``). A
+   request whose last page is full takes a fresh one; when none is free, the most recently admitted
+   request is **preempted**: its pages are freed and it goes back to the front of the queue, keeping
+   the tokens it generated (as vLLM's recompute preemption does).
+2. **Prefill** in chunks: requests still prefilling, then newly admitted ones (first come, first served,
+   while a batch slot is free and free pages cover the chunk), each get a chunk of their context
+   (prompt, plus the tokens generated before a preemption) within the step's remaining budget. A chunk
+   attends causally to the cached tokens before it and to itself (``flash_attention``, aligned to the
+   end); the last chunk's last position gives the next token. Decodes and prefill chunks share a step
+   (Sarathi-Serve's and vLLM's chunked prefill).
+3. **Retire** requests that produced their stop token or reached max_new_tokens: their pages go back
+   to the free list at once.
+When nothing runs and nothing has arrived, the clock jumps to the next arrival.
 
 Greedy decoding (argmax) throughout, so ``compare_with_no_cache`` can demand that every request's
 tokens equal those of the plain forward pass that recomputes the whole sequence for each token.
@@ -92,9 +97,18 @@ class Completion:
     tokens: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)
     text: str = ""
-    admitted: int = -1              # the step of its prefill
+    admitted: int = -1              # the step of its first prefill chunk
     finished: int = -1              # the step that produced its last token
     pages: list[int] = field(default_factory=list)   # the pages it held when it finished
+    finish_reason: str = ""         # "stop" (its stop token) or "length" (max_new_tokens)
+    preemptions: int = 0            # times its pages were taken back and its context recomputed
+    cached: int = 0                 # context tokens whose K and V are in its pages now
+
+    @property
+    def context(self) -> list[int]:
+        """What its pages must hold before its next token: the prompt and all but the last new token;
+        after a preemption the last new token too (it is recomputed with the rest)."""
+        return self.prompt_ids + self.tokens
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,8 @@ class StepRecord:
     finished: tuple[int, ...]       # retired at the end of this step; their pages are free again
     pages_in_use: int
     tokens_cached: int
+    preempted: tuple[int, ...] = ()  # pages taken back this step; back to the queue
+    prefill_tokens: int = 0          # context tokens prefilled this step (all chunks together)
 
 
 @dataclass
@@ -144,34 +160,48 @@ class Engine:
         """Pages a request may hold at most: its last new token is never cached."""
         return self.pages_for(len(request.prompt) + request.max_new_tokens - 1)
 
-    def check_request(self, request: Request) -> None:
+    def check_request(self, request: Request, index: int = 0) -> None:
+        """ValueError naming the request and the field unless ``request`` can be served."""
+        where = f"requests[{index}]"
         if not isinstance(request, Request):
-            raise ValueError(f"requests: expected Request objects, got {type(request).__name__}")
-        if not request.prompt:
-            raise ValueError(f"requests: request {request.rid} has an empty prompt")
-        if request.max_new_tokens < 1:
-            raise ValueError(f"requests: request {request.rid} has max_new_tokens < 1")
-        self.model.encode(request.prompt)
+            raise ValueError(f"{where}: expected Request objects, got {type(request).__name__}")
+        for name, low in (("rid", 0), ("max_new_tokens", 1), ("arrival", 0)):
+            value = getattr(request, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{where}.{name}: expected an integer >= {low}, got {value!r}")
+        if not isinstance(request.prompt, str) or not request.prompt:
+            raise ValueError(f"{where}.prompt: expected a non-empty string, got {request.prompt!r}")
+        try:
+            self.model.encode(request.prompt)
+        except ValueError as exc:
+            raise ValueError(f"{where}.prompt: {exc}") from None
         total = len(request.prompt) + request.max_new_tokens
         if total > self.cfg.max_seq_len:
-            raise ValueError(f"requests: request {request.rid} needs {total} positions, more than the "
+            raise ValueError(f"{where}: request {request.rid} needs {total} positions, more than the "
                              f"model's max_seq_len={self.cfg.max_seq_len}")
         if self.worst_case_pages(request) > self.cache.num_pages:
-            raise ValueError(f"requests: request {request.rid} may need {self.worst_case_pages(request)} "
+            raise ValueError(f"{where}: request {request.rid} may need {self.worst_case_pages(request)} "
                              f"pages, more than the cache's {self.cache.num_pages}")
 
     # -------------------------------------------------------------- model passes
     @torch.no_grad()
-    def prefill(self, seq_id: int, prompt_ids: list[int]) -> torch.Tensor:
-        """Run a prompt through the model, caching its K and V; returns the last position's logits [vocab]."""
-        n = len(prompt_ids)
+    def prefill(self, seq_id: int, token_ids: list[int], start: int = 0) -> torch.Tensor:
+        """Cache the K and V of ``token_ids`` at positions start, start + 1, … of ``seq_id``, whose first
+        ``start`` tokens are cached already; returns the last position's logits [vocab].
+
+        The chunk's queries attend to the cached prefix and causally to each other.
+        """
+        n = len(token_ids)
         slots = self.cache.reserve(seq_id, n)                                       # pages as needed
-        tokens = torch.tensor([prompt_ids], device=self.device)                      # [1, T]
-        positions = torch.arange(n, device=self.device)[None]                       # [1, T]
+        tokens = torch.tensor([token_ids], device=self.device)                       # [1, T]
+        positions = torch.arange(start, start + n, device=self.device)[None]        # [1, T]
         x = self.model.embed(tokens)                                                 # [1, T, d_model]
         for layer, block in enumerate(self.model.blocks):
             q, k, v = block.project_qkv(x, positions)                               # [1, H, T, D]
             self.cache.write(layer, slots, k[0].transpose(0, 1), v[0].transpose(0, 1))  # [T, Hkv, D]
+            if start:                                                                # attend to the prefix too
+                k_all, v_all = self.cache.gather(seq_id, layer)                     # [start + T, Hkv, D]
+                k, v = (t.transpose(0, 1)[None].to(q.dtype) for t in (k_all, v_all))
             x = block.finish(x, self.backend.prefill(q, k, v))
         return self.model.logits(x[0, -1])
 
@@ -194,71 +224,127 @@ class Engine:
         return self.model.logits(x[:, 0])
 
     # -------------------------------------------------------------- the scheduler
-    def _admit(self, waiting: list[Completion], running: list[Completion]) -> list[Completion]:
-        held = self.cache.tables
-        claimed = sum(self.worst_case_pages(c.request) - len(held[c.request.rid]) for c in running)
-        admitted = []
-        for c in waiting:                                    # first come, first served
-            if len(running) + len(admitted) >= self.max_batch:
-                break
-            need = self.worst_case_pages(c.request)
-            if self.cache.num_free_pages - claimed < need:
-                break
-            claimed += need
-            admitted.append(c)
-        return admitted
-
     def _emit(self, c: Completion, logits: torch.Tensor) -> None:
         c.logits.append(logits.float().cpu())
         c.tokens.append(int(logits.argmax()))
 
-    def _done(self, c: Completion) -> bool:
-        return c.tokens[-1] == self.stop_token or len(c.tokens) == c.request.max_new_tokens
+    def _done(self, c: Completion) -> str:
+        """Why ``c`` is finished ("stop", "length"), or "" while it goes on."""
+        if c.tokens[-1] == self.stop_token:
+            return "stop"
+        return "length" if len(c.tokens) == c.request.max_new_tokens else ""
 
-    def run(self, requests: list[Request]) -> ServeResult:
-        """Serve ``requests`` to completion with continuous batching; every step is recorded."""
-        for r in requests:
-            self.check_request(r)
+    def _preempt(self, c: Completion, running: list, queue: list) -> None:
+        """Take ``c``'s pages back; it waits at the front of the queue and recomputes its context later."""
+        running.remove(c)
+        self.cache.free(c.request.rid)
+        c.cached, c.preemptions = 0, c.preemptions + 1
+        queue.insert(0, c)
+
+    def _grow(self, decoding: list, running: list, queue: list) -> list:
+        """A slot for each decoding request's next token; preempts the latest admitted while pages lack.
+        Returns the requests preempted."""
+        preempted = []
+        while decoding:
+            need = sum(self.cache.pages_needed(c.request.rid, 1) for c in decoding)
+            if need <= self.cache.num_free_pages:
+                return preempted
+            victim = running[-1]                              # the most recently admitted
+            self._preempt(victim, running, queue)
+            preempted.append(victim)
+            if victim in decoding:
+                decoding.remove(victim)
+        return preempted
+
+    def _room(self, c: Completion) -> int:
+        """Tokens ``c`` can still cache: the rest of its last page and every free page."""
+        held = len(self.cache.tables.get(c.request.rid, ()))
+        return (held + self.cache.num_free_pages) * self.page_size - c.cached
+
+    def run(self, requests: list[Request], *, max_tokens_per_step: int | None = None) -> ServeResult:
+        """Serve ``requests`` to completion with continuous batching; every step is recorded.
+
+        ``max_tokens_per_step``: at most this many tokens (decodes + prefill chunk tokens) per step;
+        None: every admitted context is prefilled whole in one step.
+        """
+        if not isinstance(requests, (list, tuple)):
+            raise ValueError(f"requests: expected a list of Request objects, got {type(requests).__name__}")
+        for i, r in enumerate(requests):
+            self.check_request(r, i)
         if len({r.rid for r in requests}) != len(requests):
             raise ValueError("requests: request ids (rid) must be distinct")
+        if max_tokens_per_step is not None and (isinstance(max_tokens_per_step, bool)
+                                                or not isinstance(max_tokens_per_step, int)
+                                                or max_tokens_per_step < self.max_batch):
+            raise ValueError(f"max_tokens_per_step: expected None or an integer >= max_batch={self.max_batch} "
+                             f"(room for every decode), got {max_tokens_per_step!r}")
         if self.cache.pages_in_use:
             raise ValueError("run: the engine's cache is in use; make a new Engine")
-        pending = [Completion(r, self.model.encode(r.prompt))
-                   for r in sorted(requests, key=lambda r: (r.arrival, r.rid))]
-        running: list[Completion] = []
+        budget_per_step = max_tokens_per_step or math.inf
+        future = [Completion(r, self.model.encode(r.prompt))
+                  for r in sorted(requests, key=lambda r: (r.arrival, r.rid))]
+        queue: list[Completion] = []                          # arrived, not running
+        running: list[Completion] = []                        # admission order
         done: dict[int, Completion] = {}
         steps: list[StepRecord] = []
         step = 0
-        while pending or running:
-            arrived = [c for c in pending if c.request.arrival <= step]
-            admitted = self._admit(arrived, running)
-            decoding = list(running)
-            for c in admitted:                                # prefill: the prompt, then the first token
-                pending.remove(c)
-                c.admitted = step
-                self.cache.add_sequence(c.request.rid)
-                self._emit(c, self.prefill(c.request.rid, c.prompt_ids))
-            if decoding:                                      # decode: one token for each running request
+        while future or queue or running:
+            if not queue and not running and future[0].request.arrival > step:
+                step = future[0].request.arrival              # idle: the clock jumps
+            while future and future[0].request.arrival <= step:
+                queue.append(future.pop(0))
+            # 1. decode the requests whose context is cached
+            decoding = [c for c in running if c.tokens and c.cached == len(c.context) - 1]
+            preempted = self._grow(decoding, running, queue)
+            if decoding:
                 ids = [c.request.rid for c in decoding]
-                positions = [len(c.prompt_ids) + len(c.tokens) - 1 for c in decoding]
-                slots = self.cache.reserve_many(ids, 1)          # a page more where one is full
+                positions = [len(c.context) - 1 for c in decoding]
+                slots = self.cache.reserve_many(ids, 1)
                 logits = self.decode(torch.tensor([c.tokens[-1] for c in decoding], device=self.device),
                                      torch.tensor(positions, device=self.device),
                                      self.cache.block_table(ids, self.device), slots)
                 for c, row in zip(decoding, logits):
+                    c.cached += 1
                     self._emit(c, row)
-            running += admitted
-            finished = [c for c in running if self._done(c)]
-            for c in finished:                                # retire: pages free at once
+            # 2. prefill chunks: requests part-way through first, then admissions
+            budget = budget_per_step - len(decoding)
+            prefilled, chunk_tokens = [], 0
+            candidates = [c for c in running if c not in decoding]
+            while budget > 0:
+                if candidates:
+                    c = candidates.pop(0)
+                elif queue and not preempted and len(running) < self.max_batch:
+                    c = queue[0]
+                else:
+                    break
+                n = int(min(len(c.context) - c.cached, budget, self._room(c)))
+                if n == 0:
+                    break                                     # no free page: wait for one
+                if c not in running:                          # admit
+                    queue.remove(c)
+                    self.cache.add_sequence(c.request.rid)
+                    running.append(c)
+                    c.admitted = step if c.admitted < 0 else c.admitted
+                logits = self.prefill(c.request.rid, c.context[c.cached:c.cached + n], c.cached)
+                c.cached += n
+                budget -= n
+                chunk_tokens += n
+                prefilled.append(c)
+                if c.cached == len(c.context):                # the whole context: the next token
+                    self._emit(c, logits)
+            # 3. retire
+            finished = [c for c in running if c.tokens and c.cached == len(c.context) - 1 and self._done(c)]
+            for c in finished:
                 running.remove(c)
                 c.pages = self.cache.pages_of(c.request.rid)
                 self.cache.free(c.request.rid)
-                c.finished, c.text = step, self.model.decode(c.tokens)
+                c.finished, c.text, c.finish_reason = step, self.model.decode(c.tokens), self._done(c)
                 done[c.request.rid] = c
             steps.append(StepRecord(
-                step, tuple(c.request.rid for c in arrived if c not in admitted),
-                tuple(c.request.rid for c in admitted), tuple(c.request.rid for c in decoding),
-                tuple(c.request.rid for c in finished), self.cache.pages_in_use, sum(self.cache.lengths.values())))
+                step, tuple(c.request.rid for c in queue),
+                tuple(c.request.rid for c in prefilled), tuple(c.request.rid for c in decoding),
+                tuple(c.request.rid for c in finished), self.cache.pages_in_use,
+                sum(self.cache.lengths.values()), tuple(c.request.rid for c in preempted), chunk_tokens))
             step += 1
         return ServeResult(dict(sorted(done.items())), steps)
 

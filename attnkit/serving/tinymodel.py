@@ -58,14 +58,15 @@ class TinyConfig:
 def causal_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """softmax(q kᵀ / √D + causal mask) v written out in PyTorch; grouped-query heads by repetition.
 
-    q [B, Hq, T, D]; k, v [B, Hkv, T, D] → [B, Hq, T, D].
+    q [B, Hq, Tq, D]; k, v [B, Hkv, Tk, D] → [B, Hq, Tq, D]. With Tq < Tk the queries are the last Tq
+    positions (a chunk after a cached prefix): the mask is aligned to the end, as in flash_attention.
     """
     group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)                          # [B, Hq, T, D]
+    k = k.repeat_interleave(group, dim=1)                          # [B, Hq, Tk, D]
     v = v.repeat_interleave(group, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])      # [B, Hq, T, T]
-    t = q.shape[2]
-    future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])      # [B, Hq, Tq, Tk]
+    tq, tk = q.shape[2], k.shape[2]
+    future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(1 + tk - tq)
     scores = scores.masked_fill(future, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 
