@@ -1,148 +1,109 @@
-"""Lab 01's checks accept right answers, say "not implemented yet" for blanks, reject known-wrong ones."""
-import math
-
+"""Lab 01's checks: every wrong answer of the catalogue fails on every seed, every right one passes."""
 import numpy as np
 import pytest
+from mutants.lab01 import (
+    RIGHT,
+    WRONG,
+    attention_loops,
+    positions_float32,
+    positions_loops,
+    scores_einsum,
+    softmax_loops,
+)
+from mutation import SEEDS, assert_accepted, assert_rejected_on_every_seed
 
+from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED
 from attnkit.labs import lab01
-from attnkit.reference.attention import attention_np, softmax_np
+
+CHECKS = {e.function: e.check for e in lab01.EXERCISES}
 
 
 def blank(*args, **kwargs):
     raise NotImplementedError
 
 
-# Right answers, written differently from the references on purpose.
-def scores_ok(Q, K):
-    return np.einsum("id,jd->ij", Q, K) / np.sqrt(K.shape[1])
+@pytest.mark.parametrize("name, wrong", [pytest.param(n, f, id=f"{n}: {label}")
+                                         for n in WRONG for label, f in WRONG[n].items()])
+def test_every_wrong_answer_fails_on_every_seed(name, wrong):
+    assert_rejected_on_every_seed(CHECKS[name], wrong, SEEDS, contains="hint:")
 
 
-def softmax_ok(S):
-    e = np.exp(S - S.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+@pytest.mark.parametrize("name, right", [pytest.param(n, f, id=f"{n}: {label}")
+                                         for n in RIGHT for label, f in RIGHT[n].items()])
+def test_every_right_answer_passes_on_every_seed(name, right):
+    assert_accepted(CHECKS[name], right, SEEDS)
 
 
-def attention_ok(Q, K, V, causal=False):
-    S = scores_ok(Q, K)
-    if causal:
-        S = np.where(np.tril(np.ones_like(S, dtype=bool)), S, -np.inf)
-    return softmax_ok(S) @ V
+def test_the_catalogue_is_large_enough():
+    for name in CHECKS:
+        assert len(WRONG[name]) >= 8 and len(RIGHT[name]) >= 3, name
 
 
-def positions_ok(n, d):
-    pe = np.empty((n, d))
-    for pos in range(n):
-        for i in range(d // 2):
-            angle = pos / 10000 ** (2 * i / d)
-            pe[pos, 2 * i], pe[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
-    return pe
-
-
-RIGHT = {"scores": scores_ok, "softmax_rows": softmax_ok, "attention": attention_ok,
-         "sinusoidal_positions": positions_ok}
-
-WRONG = {
-    "scores": {
-        "no scaling": lambda Q, K: Q @ K.T,
-        "scaled by d instead of √d": lambda Q, K: Q @ K.T / Q.shape[1],
-        "keys and queries swapped": lambda Q, K: K @ Q.T / math.sqrt(Q.shape[1]),
-    },
-    "softmax_rows": {
-        "normalised over columns": lambda S: softmax_np(S.T).T,
-        "no max subtraction (overflows)": lambda S: np.exp(S) / np.exp(S).sum(-1, keepdims=True),
-        "exp without normalising": lambda S: np.exp(S - S.max(-1, keepdims=True)),
-    },
-    "attention": {
-        "mask on the wrong side": lambda Q, K, V, causal=False: attention_np(Q[::-1], K[::-1], V[::-1],
-                                                                             causal=causal)[::-1],
-        "mask after softmax, no renormalising": lambda Q, K, V, causal=False: (
-            (softmax_ok(scores_ok(Q, K)) * (np.tril(np.ones((len(Q), len(K)))) if causal else 1)) @ V),
-        "causal ignored": lambda Q, K, V, causal=False: attention_np(Q, K, V),
-        "scaled by d": lambda Q, K, V, causal=False: attention_np(Q, K, V, causal=causal, scale=1 / Q.shape[1]),
-    },
-    "sinusoidal_positions": {
-        "sin and cos swapped": lambda n, d: positions_ok(n, d)[:, [i ^ 1 for i in range(d)]],
-        "exponent i/d instead of 2i/d": lambda n, d: np.stack(
-            [f(p / 10000 ** (i / d)) for p in range(n) for i in range(d // 2) for f in (np.sin, np.cos)]
-        ).reshape(n, d),
-    },
-}
-
-
-@pytest.mark.parametrize("name", list(lab01.EXERCISES))
-def test_right_answer_passes(name):
-    assert lab01.EXERCISES[name](RIGHT[name]).passed
-
-
-@pytest.mark.parametrize("name", list(lab01.EXERCISES))
+@pytest.mark.parametrize("name", list(CHECKS))
 def test_blank_reports_not_implemented(name):
-    result = lab01.EXERCISES[name](blank)
-    assert result.status == "not implemented" and "not implemented yet" in result.report
+    result = CHECKS[name](blank)
+    assert result.status == NOT_IMPLEMENTED and "not implemented yet" in result.report
 
 
-@pytest.mark.parametrize("name, label", [(n, l) for n in WRONG for l in WRONG[n]])
-def test_known_wrong_answer_is_rejected(name, label):
-    result = lab01.EXERCISES[name](WRONG[name][label])
-    assert result.status == "failed", f"{label} slipped through"
-    assert "hint:" in result.report
+def test_a_global_maximum_is_named_in_the_hint():
+    result = lab01.check_softmax(WRONG["softmax_rows"]["one global maximum"], seed=0)
+    assert result.status == FAILED and "EACH ROW's own maximum" in result.report
 
 
-# Right answers that write into their inputs: each is judged on what it returns, against the reference
-# on the untouched inputs.
-def scores_scaling_q_in_place(Q, K):
-    Q /= math.sqrt(Q.shape[1])
-    return Q @ K.T
+def test_a_float32_table_passes_and_a_difference_shows_its_digits():
+    assert lab01.check_positions(positions_float32, seed=1).passed
+    off = lab01.check_positions(lambda n, d: positions_loops(n, d) * (1 + 1e-7), seed=1)
+    line = next(line for line in off.report.splitlines() if "largest difference" in line)
+    expected, got = line.split("expected ")[1].split(", got ")
+    assert expected != got, line
 
 
-def softmax_in_place(S):
-    S -= S.max(axis=1, keepdims=True)
-    np.exp(S, out=S)
-    S /= S.sum(axis=1, keepdims=True)
-    return S
+def test_calling_the_course_reference_fails_even_when_the_error_is_caught():
+    from attnkit.reference.attention import softmax_np
+
+    def sneaky(S):
+        try:
+            return softmax_np(S)
+        except Exception:
+            return softmax_loops(S)
+
+    result = lab01.check_softmax(sneaky, seed=0)
+    assert result.status == FAILED and "the course's own softmax_np" in result.report
+    assert softmax_np(np.zeros((1, 2))).tolist() == [[0.5, 0.5]]     # restored afterwards
 
 
-def attention_in_place(Q, K, V, causal=False):
-    S = scores_scaling_q_in_place(Q, K)
-    if causal:
-        S[np.triu_indices_from(S, k=1)] = -np.inf
-    out = softmax_in_place(S) @ V
-    V[:] = 0                                         # scribbles on an input after using it
-    return out
-
-
-@pytest.mark.parametrize("name, fn", [("scores", scores_scaling_q_in_place), ("softmax_rows", softmax_in_place),
-                                      ("attention", attention_in_place)])
-def test_a_right_answer_that_modifies_its_inputs_passes(name, fn):
-    result = lab01.EXERCISES[name](fn)
-    assert result.passed, result.report
-
-
-# Wrong answers that overwrite the inputs so that a reference run on them afterwards would agree.
-MUTATING_WRONG = {
-    "scores": lambda Q, K: (Q.fill(0), np.zeros((len(Q), len(K))))[1],
-    "softmax_rows": lambda S: (S.fill(0), np.full(S.shape, 1 / S.shape[1]))[1],
-    "attention": lambda Q, K, V, causal=False: (V.fill(0), np.zeros((len(Q), V.shape[1])))[1],
-}
-
-
-@pytest.mark.parametrize("name", list(MUTATING_WRONG))
-def test_an_answer_that_zeroes_its_inputs_and_returns_matching_garbage_fails(name):
-    result = lab01.EXERCISES[name](MUTATING_WRONG[name])
-    assert result.status == "failed", result.report
-    assert "differs from the float64 reference" in result.report and "hint:" in result.report
-
-
-def test_positions_are_checked_on_fresh_random_sizes():
+def test_a_check_is_the_same_for_a_seed_and_fresh_without_one():
     seen = []
 
     def recording(n, d):
         seen.append((n, d))
-        return positions_ok(n, d)
+        return positions_loops(n, d)
 
-    first = lab01.check_positions(recording)
-    sizes_first = list(seen)
-    second = lab01.check_positions(recording)
-    assert first.passed and second.passed
-    assert first.report == "✅ sinusoidal_positions: matches the float64 reference on 4 random inputs."
-    assert len(sizes_first) == 4 and seen[4:] != sizes_first     # two draws of 4 sizes: practically never equal
-    assert all(n >= 2 and d >= 4 and d % 2 == 0 for n, d in seen)
+    for seed in (5, 5, None, None):
+        assert CHECKS["sinusoidal_positions"](recording, seed=seed).passed
+    runs = [seen[i:i + 8] for i in range(0, 32, 8)]
+    assert runs[0] == runs[1] and runs[2] != runs[3]
+    assert runs[0][:4] == runs[2][:4]                                # the fixed cases come first
+
+
+def test_attention_names_the_earlier_exercise_that_fails():
+    # In a notebook, attention uses the student's own scores and softmax_rows.
+    namespace = {"np": np}
+    exec("def scores(Q, K):\n    return Q @ K.T\n"                    # exercise 1 wrong: no 1/√d
+         "def softmax_rows(S):\n    e = np.exp(S - S.max(axis=1, keepdims=True))\n"
+         "    return e / e.sum(axis=1, keepdims=True)\n"
+         "def attention(Q, K, V, causal=False):\n    return softmax_rows(scores(Q, K)) @ V\n", namespace)
+    report = lab01.check_attention(namespace["attention"], seed=0).report
+    assert report.splitlines()[1] == ("   note: this uses your exercise 1 (scores), which does not pass yet: "
+                                      "fix that first.")
+    summary = lab01.check_lab(seed=0, scores=namespace["scores"], softmax_rows=namespace["softmax_rows"],
+                              attention=namespace["attention"], sinusoidal_positions=blank)
+    assert "this uses your exercise 1 (scores)" in repr(summary) and "1 of 4 exercises pass." in repr(summary)
+    right = lab01.check_lab(seed=0, scores=scores_einsum, softmax_rows=softmax_loops, attention=attention_loops,
+                            sinusoidal_positions=positions_float32)
+    assert right.passed and "note:" not in repr(right)
+
+
+def test_check_lab_names_a_missing_function():
+    with pytest.raises(ValueError, match="functions: no function named sinusoidal_positions"):
+        lab01.check_lab(scores=blank, softmax_rows=blank, attention=blank)

@@ -1,0 +1,239 @@
+"""Lab 01: wrong answers a student could write (WRONG) and right ones written differently (RIGHT).
+
+Each function is standalone: the attention answers carry their own scores and softmax, as a student's
+notebook would.
+"""
+import math
+
+import numpy as np
+
+
+def _softmax(S):
+    e = np.exp(S - S.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _causal(S):
+    return np.where(np.tril(np.ones(S.shape, dtype=bool)), S, -np.inf)
+
+
+# ------------------------------------------------------------------------------------ exercise 1: scores
+def scores_einsum(Q, K):
+    return np.einsum("id,jd->ij", Q, K) / np.sqrt(K.shape[1])
+
+
+def scores_loops(Q, K):
+    S = np.zeros((len(Q), len(K)))
+    for i in range(len(Q)):
+        for j in range(len(K)):
+            S[i, j] = sum(Q[i, t] * K[j, t] for t in range(Q.shape[1])) / math.sqrt(Q.shape[1])
+    return S
+
+
+def scores_scale_q_first(Q, K):
+    return (Q / math.sqrt(Q.shape[1])) @ K.T
+
+
+def scores_float32(Q, K):
+    return (Q.astype(np.float32) @ K.astype(np.float32).T) / np.float32(math.sqrt(Q.shape[1]))
+
+
+SCORES_RIGHT = {"einsum": scores_einsum, "loops": scores_loops, "scale Q first": scores_scale_q_first,
+                "float32": scores_float32}
+
+SCORES_WRONG = {
+    "no scaling": lambda Q, K: Q @ K.T,
+    "divided by d": lambda Q, K: Q @ K.T / Q.shape[1],
+    "√ of the number of keys": lambda Q, K: Q @ K.T / math.sqrt(K.shape[0]),
+    "√ of the number of queries": lambda Q, K: Q @ K.T / math.sqrt(len(Q)),
+    "√4 = 2 from the example": lambda Q, K: Q @ K.T / 2,
+    "keys and queries swapped": lambda Q, K: K @ Q.T / math.sqrt(Q.shape[1]),
+    "multiplied by √d": lambda Q, K: Q @ K.T * math.sqrt(Q.shape[1]),
+    "both scaled by 1/√d": lambda Q, K: (Q / math.sqrt(Q.shape[1])) @ (K / math.sqrt(Q.shape[1])).T,
+    "rounded to 4 decimals like the lesson's table": lambda Q, K: np.round(Q @ K.T / math.sqrt(Q.shape[1]), 4),
+    "float16": lambda Q, K: Q.astype(np.float16) @ K.astype(np.float16).T / np.float16(math.sqrt(Q.shape[1])),
+    "calls the course's softmax-free reference": lambda Q, K: __import__(
+        "attnkit.labs.lab01", fromlist=["x"]).reference_scores(Q, K),
+}
+
+
+# ------------------------------------------------------------------------------------ exercise 2: softmax
+def softmax_loops(S):
+    out = np.empty_like(S, dtype=float)
+    for i, row in enumerate(S):
+        m = max(row)
+        e = [math.exp(x - m) for x in row]
+        out[i] = [x / sum(e) for x in e]
+    return out
+
+
+def softmax_log_sum_exp(S):
+    m = S.max(axis=1, keepdims=True)
+    lse = m + np.log(np.exp(S - m).sum(axis=1, keepdims=True))
+    return np.exp(S - lse)
+
+
+def softmax_keepdims_vectorised(S):
+    shifted = S - np.max(S, axis=-1)[:, None]
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=-1)[:, None]
+
+
+SOFTMAX_RIGHT = {"loops": softmax_loops, "log-sum-exp": softmax_log_sum_exp,
+                 "vectorised": softmax_keepdims_vectorised}
+
+
+def softmax_in_place(S):
+    S -= S.max(axis=1, keepdims=True)
+    np.exp(S, out=S)
+    S /= S.sum(axis=1, keepdims=True)
+    return S
+
+
+SOFTMAX_RIGHT["writes into its input"] = softmax_in_place
+
+SOFTMAX_WRONG = {
+    "one global maximum": lambda S: np.exp(S - S.max()) / np.exp(S - S.max()).sum(axis=1, keepdims=True),
+    "no maximum (overflows)": lambda S: np.exp(S) / np.exp(S).sum(axis=1, keepdims=True),
+    "column maxima": lambda S: np.exp(S - S.max(axis=0, keepdims=True)) / np.exp(
+        S - S.max(axis=0, keepdims=True)).sum(axis=1, keepdims=True),
+    "maximum without keepdims": lambda S: np.exp(S - S.max(axis=1)) / np.exp(S - S.max(axis=1)).sum(
+        axis=1, keepdims=True),
+    "normalised over columns": lambda S: _softmax(S.T).T,
+    "normalised over the whole matrix": lambda S: np.exp(S - S.max()) / np.exp(S - S.max()).sum(),
+    "subtracts the row minimum": lambda S: np.exp(S - S.min(axis=1, keepdims=True)) / np.exp(
+        S - S.min(axis=1, keepdims=True)).sum(axis=1, keepdims=True),
+    "divides by the row maximum of exp": lambda S: np.exp(S - S.max(axis=1, keepdims=True)) / np.exp(
+        S - S.max(axis=1, keepdims=True)).max(axis=1, keepdims=True),
+    "shifted numerator, unshifted denominator": lambda S: np.exp(S - S.max(axis=1, keepdims=True)) / np.exp(
+        S).sum(axis=1, keepdims=True),
+    "clips scores instead of shifting": lambda S: np.exp(np.clip(S, -700, 700)) / np.exp(
+        np.clip(S, -700, 700)).sum(axis=1, keepdims=True),
+    "returns log-softmax": lambda S: S - S.max(axis=1, keepdims=True) - np.log(np.exp(
+        S - S.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)),
+    "calls the course's softmax_np": lambda S: __import__(
+        "attnkit.reference.attention", fromlist=["x"]).softmax_np(S),
+}
+
+
+# ------------------------------------------------------------------------------------ exercise 3: attention
+def attention_loops(Q, K, V, causal=False):
+    out = np.zeros((len(Q), V.shape[1]))
+    for i in range(len(Q)):
+        visible = range(i + 1) if causal else range(len(K))
+        s = [float(Q[i] @ K[j]) / math.sqrt(Q.shape[1]) for j in visible]
+        m = max(s)
+        w = [math.exp(x - m) for x in s]
+        for j, wj in zip(visible, w):
+            out[i] += wj / sum(w) * V[j]
+    return out
+
+
+def attention_einsum_big_negative(Q, K, V, causal=False):
+    S = np.einsum("id,jd->ij", Q, K) / math.sqrt(Q.shape[1])
+    if causal:
+        S = S + np.triu(np.full(S.shape, -1e30), k=1)
+    return np.einsum("ij,jd->id", _softmax(S), V)
+
+
+def attention_log_sum_exp(Q, K, V, causal=False):
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    if causal:
+        S[np.triu_indices_from(S, k=1)] = -np.inf
+    m = S.max(axis=1, keepdims=True)
+    lse = m + np.log(np.exp(S - m).sum(axis=1, keepdims=True))
+    return np.exp(S - lse) @ V
+
+
+ATTENTION_RIGHT = {"loops": attention_loops, "einsum, -1e30 mask": attention_einsum_big_negative,
+                   "log-sum-exp": attention_log_sum_exp}
+
+
+def _attention(Q, K, V, causal, mask=_causal, softmax=_softmax, scale=None):
+    S = Q @ K.T * (1 / math.sqrt(Q.shape[1]) if scale is None else scale)
+    return softmax(mask(S) if causal else S) @ V
+
+
+ATTENTION_WRONG = {
+    "causal ignored": lambda Q, K, V, causal=False: _attention(Q, K, V, False),
+    "always causal": lambda Q, K, V, causal=False: _attention(Q, K, V, True),
+    "mask on the wrong side": lambda Q, K, V, causal=False: _attention(
+        Q, K, V, causal, mask=lambda S: np.where(np.triu(np.ones(S.shape, dtype=bool)), S, -np.inf)),
+    "diagonal hidden too": lambda Q, K, V, causal=False: _attention(
+        Q, K, V, causal, mask=lambda S: np.where(np.tril(np.ones(S.shape, dtype=bool), k=-1), S, -1e30)),
+    "mask after the softmax": lambda Q, K, V, causal=False: (
+        _softmax(Q @ K.T / math.sqrt(Q.shape[1])) * (np.tril(np.ones((len(Q), len(K)))) if causal else 1)) @ V,
+    "masked scores set to 0": lambda Q, K, V, causal=False: _attention(
+        Q, K, V, causal, mask=lambda S: np.tril(S)),
+    "scaled by 1/d": lambda Q, K, V, causal=False: _attention(Q, K, V, causal, scale=1 / Q.shape[1]),
+    "softmax over columns": lambda Q, K, V, causal=False: _attention(
+        Q, K, V, causal, softmax=lambda S: _softmax(S.T).T),
+    "one global maximum": lambda Q, K, V, causal=False: _attention(
+        Q, K, V, causal, softmax=lambda S: np.exp(S - S.max()) / np.exp(S - S.max()).sum(axis=1, keepdims=True)),
+    "returns P instead of P V": lambda Q, K, V, causal=False: _softmax(
+        _causal(Q @ K.T / math.sqrt(Q.shape[1])) if causal else Q @ K.T / math.sqrt(Q.shape[1])),
+    "calls the course's attention_np": lambda Q, K, V, causal=False: __import__(
+        "attnkit.reference.attention", fromlist=["x"]).attention_np(Q, K, V, causal=causal),
+}
+
+
+# ------------------------------------------------------------------------------------ exercise 4: positions
+def positions_loops(n, d):
+    pe = np.empty((n, d))
+    for pos in range(n):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            pe[pos, 2 * i], pe[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return pe
+
+
+def positions_exp_log(n, d):
+    inv_freq = np.exp(-math.log(10000.0) * np.arange(0, d, 2) / d)
+    angles = np.outer(np.arange(n), inv_freq)
+    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(n, d)
+
+
+def positions_float32(n, d):
+    pos = np.arange(n, dtype=np.float32)[:, None]
+    inv_freq = (np.float32(1.0) / np.float32(10000.0) ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)))
+    angles = pos * inv_freq
+    pe = np.empty((n, d), dtype=np.float32)
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angles), np.cos(angles)
+    return pe
+
+
+POSITIONS_RIGHT = {"loops": positions_loops, "exp-log and stack": positions_exp_log, "float32": positions_float32}
+
+
+def _table(n, d, *, exponent=lambda i, d: 2 * i / d, base=10000.0, first=0, funcs=(np.sin, np.cos),
+           layout="interleaved", dtype=np.float64):
+    i = np.arange(d // 2)
+    angles = (np.arange(n)[:, None] + first) / base ** exponent(i, d)
+    a, b = funcs[0](angles), funcs[1](angles)
+    out = np.stack([a, b], axis=-1).reshape(n, d) if layout == "interleaved" else np.concatenate([a, b], axis=1)
+    return out.astype(dtype)
+
+
+POSITIONS_WRONG = {
+    "exponent i/d instead of 2i/d": lambda n, d: _table(n, d, exponent=lambda i, d: i / d),
+    "sin and cos swapped": lambda n, d: _table(n, d, funcs=(np.cos, np.sin)),
+    "sines first, then cosines": lambda n, d: _table(n, d, layout="halves"),
+    "positions start at 1": lambda n, d: _table(n, d, first=1),
+    "base 1000": lambda n, d: _table(n, d, base=1000.0),
+    "angle times the frequency": lambda n, d: _table(n, d, exponent=lambda i, d: -2 * i / d),
+    "column index in the exponent": lambda n, d: np.where(
+        np.arange(d) % 2 == 0, np.sin(np.arange(n)[:, None] / 10000 ** (np.arange(d) / d)),
+        np.cos(np.arange(n)[:, None] / 10000 ** (np.arange(d) / d))),
+    "integer division": lambda n, d: np.stack(
+        [f(np.arange(n)[:, None] // 10000 ** (2 * np.arange(d // 2) / d)) for f in (np.sin, np.cos)],
+        axis=-1).reshape(n, d),
+    "float16 table": lambda n, d: _table(n, d, dtype=np.float16),
+    "degrees": lambda n, d: _table(n, d, funcs=(lambda a: np.sin(np.radians(a)), lambda a: np.cos(np.radians(a)))),
+    "calls the lab's own reference": lambda n, d: __import__(
+        "attnkit.labs.lab01", fromlist=["x"]).reference_positions(n, d),
+}
+
+RIGHT = {"scores": SCORES_RIGHT, "softmax_rows": SOFTMAX_RIGHT, "attention": ATTENTION_RIGHT,
+         "sinusoidal_positions": POSITIONS_RIGHT}
+WRONG = {"scores": SCORES_WRONG, "softmax_rows": SOFTMAX_WRONG, "attention": ATTENTION_WRONG,
+         "sinusoidal_positions": POSITIONS_WRONG}
