@@ -144,6 +144,53 @@ def test_kernels_with_preemption_and_chunks_keep_the_tokens_exact():
     assert compare_with_no_cache(model, result).all_equal
 
 
+def shared_prompt_workload(n_requests: int = 6) -> list[Request]:
+    """A system prompt of 20 characters shared by every request, then each request's own words."""
+    system = "the kernel reads the"
+    tails = [" tile", " page", " cache", " queue", " gpu", " scheduler", " block", " token"]
+    return [Request(i, system + tails[i % len(tails)], 6, arrival=i) for i in range(n_requests)]
+
+
+@pytest.mark.parametrize("num_pages, budget", [(40, None), (12, 6)])
+def test_prefix_caching_reuses_shared_pages_and_keeps_the_tokens_exact(num_pages, budget):
+    model = tiny_model()
+    plain = Engine(model, num_pages=num_pages, page_size=4, max_batch=3, backend=torch_backend())
+    cached = Engine(model, num_pages=num_pages, page_size=4, max_batch=3, backend=torch_backend(),
+                    prefix_caching=True)
+    requests = shared_prompt_workload()
+    without = plain.run(requests, max_tokens_per_step=budget)
+    with_cache = cached.run(requests, max_tokens_per_step=budget)
+    assert compare_with_no_cache(model, with_cache).all_equal
+    assert {r: c.tokens for r, c in with_cache.completions.items()} == \
+           {r: c.tokens for r, c in without.completions.items()}
+    reused = sum(c.reused for c in with_cache.completions.values())
+    assert reused >= 16 * (len(requests) - 3)              # 4 full pages of the system prompt, most requests
+    prefilled = [sum(s.prefill_tokens for s in r.steps) for r in (without, with_cache)]
+    assert prefilled[1] == prefilled[0] - reused
+    assert cached.prefix.hit_tokens == reused and cached.prefix.lookup_tokens > reused
+    for s in with_cache.steps:
+        assert s.pages_in_use <= num_pages
+
+
+def test_prefix_cache_evicts_least_recently_used_pages_no_sequence_holds():
+    from attnkit.serving.allocator import PageTables, PrefixCache
+
+    tables = PageTables(num_pages=4, page_size=2)
+    cache = PrefixCache(tables)
+    for seq, tokens in (("a", [1, 2, 3, 4]), ("b", [5, 6, 7, 8])):
+        tables.add_sequence(seq)
+        tables.reserve(seq, 4)
+        cache.register(seq, tokens)
+        tables.free(seq)
+    assert tables.num_free_pages == 0 and cache.num_evictable == 4 and tables.num_available_pages == 4
+    tables.add_sequence("c")
+    assert cache.match("c", [1, 2, 3, 4, 9]) == 4          # a's two pages, now most recently used
+    tables.reserve("c", 3)                                  # two fresh pages: b's pages are evicted
+    assert cache.num_cached == 2 and set(tables.pages_of("c")[:2]) == set(cache.page_of.values())
+    with pytest.raises(ValueError, match="token_ids"):
+        cache.register("c", [1, 2])
+
+
 def test_an_idle_engine_jumps_to_the_next_arrival():
     engine = Engine(tiny_model(), num_pages=8, page_size=4, backend=torch_backend())
     result = engine.run([Request(0, "the", 3), Request(1, "a", 3, arrival=10 ** 6)])

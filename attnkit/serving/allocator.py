@@ -37,12 +37,20 @@ nothing is copied. Full shared pages are never written again (appends go to late
 either sequence appends into a shared, partly filled last page, that page is copied first into a new
 page of its own (copy-on-write), all layers.
 
+Prefix caching: ``PrefixCache(tables)`` keeps full pages after their sequences end, keyed by a hash of
+their tokens and of every token before them (as vLLM's automatic prefix caching does): a new sequence
+whose prompt starts with the same pages shares them (``match``) instead of computing them again. The
+cache holds one reference to each page it keeps; when free pages run out, ``reserve`` evicts the least
+recently used pages that no sequence holds.
+
 Running out: ``reserve``/``append``/``fork``-then-append raise ``OutOfPagesError`` (a RuntimeError)
 before changing anything, so the cache is exactly as it was and the caller can free or preempt a
 sequence and try again.
 """
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -143,6 +151,7 @@ class PageTables:
         self.page_size = page_size
         self.tables: dict = {}           # seq id -> list of page ids
         self.lengths: dict = {}          # seq id -> tokens stored
+        self.prefix_cache: PrefixCache | None = None     # set by PrefixCache(self)
 
     # ---- queries
     @property
@@ -157,6 +166,11 @@ class PageTables:
     @property
     def num_free_pages(self) -> int:
         return self.allocator.num_free
+
+    @property
+    def num_available_pages(self) -> int:
+        """Free pages plus cached pages that no sequence holds (evicted on demand)."""
+        return self.allocator.num_free + (self.prefix_cache.num_evictable if self.prefix_cache else 0)
 
     @property
     def sequences(self) -> list:
@@ -214,6 +228,7 @@ class PageTables:
         """
         self._check_seq(seq_id)
         needed, cow = self._plan(seq_id, n_tokens)
+        self._make_room(needed)
         fresh = self.allocator.allocate(needed)            # raises before any change
         table = self.tables[seq_id]
         if cow:
@@ -238,6 +253,7 @@ class PageTables:
             dup = next(s for s in ids if ids.count(s) > 1)
             raise ValueError(f"seq_ids: sequence {dup!r} is listed more than once; each id may appear once")
         total = sum(self._plan(s, n_tokens)[0] for s in ids)
+        self._make_room(total)
         if total > self.allocator.num_free:
             raise OutOfPagesError(f"out of pages: {total} needed for {len(ids)} sequences, "
                                   f"{self.allocator.num_free} free of {self.num_pages}")
@@ -270,6 +286,11 @@ class PageTables:
         partly_filled = length % self.page_size != 0
         cow = (n_tokens > 0 and partly_filled and self.allocator.refcount(table[-1]) > 1)
         return needed + int(cow), cow
+
+    def _make_room(self, pages: int) -> None:
+        """Evict cached pages no sequence holds until ``pages`` are free (or none is left to evict)."""
+        if self.prefix_cache and pages > self.allocator.num_free:
+            self.prefix_cache.evict(pages - self.allocator.num_free)
 
     def _copy_page(self, src: int, dst: int) -> None:
         """Copy a page's contents (nothing to copy without storage)."""
@@ -349,4 +370,79 @@ class PagedKVCache(PageTables):
         self.v[:, dst] = self.v[:, src]
 
 
-__all__ = ["BlockAllocator", "PageTables", "PagedKVCache", "Slots", "OutOfPagesError"]
+# --------------------------------------------------------------------------------- prefix caching
+class PrefixCache:
+    """Full pages kept for reuse, keyed by their tokens and the tokens before them (see module doc).
+
+    ``match(seq_id, token_ids)``: an empty sequence takes the longest run of cached pages that starts
+    its ``token_ids``; returns the tokens it got without computing them.
+    ``register(seq_id, token_ids)``: the sequence's full pages (``token_ids`` are its stored tokens)
+    are kept for later sequences.
+    """
+
+    def __init__(self, tables: PageTables):
+        self.tables = tables
+        self.allocator = tables.allocator
+        self.page_of: OrderedDict[bytes, int] = OrderedDict()     # key -> page, least recently used first
+        self.key_of: dict[int, bytes] = {}
+        self.lookup_tokens = 0          # tokens asked for by match
+        self.hit_tokens = 0             # tokens match found cached
+        tables.prefix_cache = self
+
+    def page_keys(self, token_ids) -> list[bytes]:
+        """One key per full page of ``token_ids``: a hash of the page's tokens chained to the previous key."""
+        keys, parent, size = [], b"", self.tables.page_size
+        for start in range(0, len(token_ids) - size + 1, size):
+            page = b"".join(int(t).to_bytes(4, "little", signed=True) for t in token_ids[start:start + size])
+            parent = hashlib.sha256(parent + page).digest()
+            keys.append(parent)
+        return keys
+
+    @property
+    def num_cached(self) -> int:
+        return len(self.page_of)
+
+    @property
+    def num_evictable(self) -> int:
+        """Cached pages held by no sequence (the cache's own reference only)."""
+        return sum(self.allocator.refcount(p) == 1 for p in self.page_of.values())
+
+    def match(self, seq_id, token_ids) -> int:
+        self.tables._check_seq(seq_id)
+        if self.tables.lengths[seq_id]:
+            raise ValueError(f"seq_id: sequence {seq_id!r} is not empty; match a prefix before its first token")
+        pages = []
+        for key in self.page_keys(token_ids):
+            if key not in self.page_of:
+                break
+            self.page_of.move_to_end(key)                       # recently used
+            pages.append(self.page_of[key])
+        self.allocator.share(pages)
+        self.tables.tables[seq_id] = pages
+        self.tables.lengths[seq_id] = len(pages) * self.tables.page_size
+        self.lookup_tokens += len(token_ids)
+        self.hit_tokens += self.tables.lengths[seq_id]
+        return self.tables.lengths[seq_id]
+
+    def register(self, seq_id, token_ids) -> None:
+        self.tables._check_seq(seq_id)
+        if len(token_ids) != self.tables.lengths[seq_id]:
+            raise ValueError(f"token_ids: expected the sequence's {self.tables.lengths[seq_id]} stored tokens, "
+                             f"got {len(token_ids)}")
+        for key, page in zip(self.page_keys(token_ids), self.tables.tables[seq_id]):
+            if key in self.page_of or page in self.key_of:
+                continue                                        # kept already (this page or an equal one)
+            self.allocator.share([page])
+            self.page_of[key], self.key_of[page] = page, key
+
+    def evict(self, n: int) -> int:
+        """Release up to ``n`` least recently used cached pages that no sequence holds; returns how many."""
+        victims = [k for k, p in self.page_of.items() if self.allocator.refcount(p) == 1][:n]
+        for key in victims:
+            page = self.page_of.pop(key)
+            del self.key_of[page]
+            self.allocator.release([page])
+        return len(victims)
+
+
+__all__ = ["BlockAllocator", "PageTables", "PagedKVCache", "PrefixCache", "Slots", "OutOfPagesError"]

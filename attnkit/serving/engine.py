@@ -20,6 +20,11 @@ One scheduler step, under a budget of ``max_tokens_per_step`` tokens (None: no l
    to the free list at once.
 When nothing runs and nothing has arrived, the clock jumps to the next arrival.
 
+With ``prefix_caching=True`` full pages outlive their requests, keyed by their tokens and all tokens
+before them (``allocator.PrefixCache``): an admitted request first takes the cached pages its context
+starts with and prefills only the rest; cached pages no request holds are evicted, least recently used
+first, when free pages run out.
+
 Greedy decoding (argmax) throughout, so ``compare_with_no_cache`` can demand that every request's
 tokens equal those of the plain forward pass that recomputes the whole sequence for each token.
 """
@@ -30,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .allocator import PagedKVCache, Slots
+from .allocator import PagedKVCache, PrefixCache, Slots
 from .tinymodel import TinyModel, causal_attention_torch, greedy_no_cache
 
 
@@ -102,6 +107,7 @@ class Completion:
     pages: list[int] = field(default_factory=list)   # the pages it held when it finished
     finish_reason: str = ""         # "stop" (its stop token) or "length" (max_new_tokens)
     preemptions: int = 0            # times its pages were taken back and its context recomputed
+    reused: int = 0                 # context tokens found in the prefix cache instead of computed
     cached: int = 0                 # context tokens whose K and V are in its pages now
 
     @property
@@ -137,7 +143,7 @@ class Engine:
     """Greedy generation for many requests at once over a paged KV cache (see the module docstring)."""
 
     def __init__(self, model: TinyModel, *, num_pages: int, page_size: int = 8, max_batch: int = 4,
-                 backend: Backend | None = None, stop: str | None = "\n"):
+                 backend: Backend | None = None, stop: str | None = "\n", prefix_caching: bool = False):
         for name, value in (("num_pages", num_pages), ("page_size", page_size), ("max_batch", max_batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
@@ -151,6 +157,9 @@ class Engine:
         # one page table per request; a page id names the same page in every layer.
         self.cache = PagedKVCache(num_pages, page_size, self.cfg.n_layers, self.cfg.n_kv_heads,
                                   self.cfg.head_dim, dtype=self.dtype, device=self.device)
+        if not isinstance(prefix_caching, bool):
+            raise ValueError(f"prefix_caching: expected True or False, got {prefix_caching!r}")
+        self.prefix = PrefixCache(self.cache) if prefix_caching else None
 
     # -------------------------------------------------------------- sizes
     def pages_for(self, n_tokens: int) -> int:
@@ -247,7 +256,7 @@ class Engine:
         preempted = []
         while decoding:
             need = sum(self.cache.pages_needed(c.request.rid, 1) for c in decoding)
-            if need <= self.cache.num_free_pages:
+            if need <= self.cache.num_available_pages:
                 return preempted
             victim = running[-1]                              # the most recently admitted
             self._preempt(victim, running, queue)
@@ -256,10 +265,14 @@ class Engine:
                 decoding.remove(victim)
         return preempted
 
+    def _keep_pages(self, c: Completion) -> None:
+        if self.prefix:
+            self.prefix.register(c.request.rid, c.context[:c.cached])
+
     def _room(self, c: Completion) -> int:
         """Tokens ``c`` can still cache: the rest of its last page and every free page."""
         held = len(self.cache.tables.get(c.request.rid, ()))
-        return (held + self.cache.num_free_pages) * self.page_size - c.cached
+        return (held + self.cache.num_available_pages) * self.page_size - c.cached
 
     def run(self, requests: list[Request], *, max_tokens_per_step: int | None = None) -> ServeResult:
         """Serve ``requests`` to completion with continuous batching; every step is recorded.
@@ -278,7 +291,7 @@ class Engine:
                                                 or max_tokens_per_step < self.max_batch):
             raise ValueError(f"max_tokens_per_step: expected None or an integer >= max_batch={self.max_batch} "
                              f"(room for every decode), got {max_tokens_per_step!r}")
-        if self.cache.pages_in_use:
+        if self.cache.sequences:
             raise ValueError("run: the engine's cache is in use; make a new Engine")
         budget_per_step = max_tokens_per_step or math.inf
         future = [Completion(r, self.model.encode(r.prompt))
@@ -306,6 +319,7 @@ class Engine:
                 for c, row in zip(decoding, logits):
                     c.cached += 1
                     self._emit(c, row)
+                    self._keep_pages(c)
             # 2. prefill chunks: requests part-way through first, then admissions
             budget = budget_per_step - len(decoding)
             prefilled, chunk_tokens = [], 0
@@ -325,11 +339,18 @@ class Engine:
                     self.cache.add_sequence(c.request.rid)
                     running.append(c)
                     c.admitted = step if c.admitted < 0 else c.admitted
+                    if self.prefix:                           # cached pages first; at least one token to compute
+                        c.cached = self.prefix.match(c.request.rid, c.context[:-1])
+                        c.reused += c.cached
+                        n = int(min(len(c.context) - c.cached, budget, self._room(c)))
+                        if n == 0:
+                            break
                 logits = self.prefill(c.request.rid, c.context[c.cached:c.cached + n], c.cached)
                 c.cached += n
                 budget -= n
                 chunk_tokens += n
                 prefilled.append(c)
+                self._keep_pages(c)
                 if c.cached == len(c.context):                # the whole context: the next token
                     self._emit(c, logits)
             # 3. retire
