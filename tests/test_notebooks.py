@@ -50,14 +50,60 @@ def test_labs_are_up_to_date_with_their_solutions():
 def test_marker_check_rejects_bad_markers(tmp_path):
     import nbformat.v4 as v4
 
+    tags = {"tags": ["nbval-ignore-output", "device-dependent-timing"]}
     cells = [v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint(1)"),                 # no reason line
              v4.new_code_cell("# NBVAL_SKIP\nprint(1)"),                            # another marker
-             v4.new_code_cell("print(1)", metadata={"tags": ["nbval-ignore-output"]}),
-             v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\n# device-dependent: timing\nprint(1)")]  # fine
+             v4.new_code_cell("print(1)", metadata={"tags": ["nbval-ignore-output"]}),   # tag without reason
+             v4.new_code_cell("print(1)", metadata={"tags": ["nbval-skip"]}),             # another tag
+             v4.new_code_cell("print(1)", metadata={"tags": ["device-dependent-mood"]}),  # reason alone
+             v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\n# device-dependent: timing\nprint(1)"),  # fine (old form)
+             v4.new_code_cell("print(1)", metadata=tags)]                                # fine
     path = tmp_path / "x.ipynb"
     nbformat.write(v4.new_notebook(cells=cells), path)
     problems = notebooks.marker_problems(path)
-    assert len(problems) == 3 and not any("code cell 3" in p for p in problems)
+    assert len(problems) == 5, problems
+    assert not any("code cell 5" in p or "code cell 6" in p for p in problems)
+
+
+def test_headers_convert_markers_to_tags_keep_outputs_and_are_idempotent():
+    """`make headers` on copies of every committed notebook: outputs untouched, the second run a no-op."""
+    import copy
+
+    for path in COMMITTED:
+        rel = path.relative_to(ROOT).as_posix()
+        original = nbformat.read(path, as_version=4)
+        nb = copy.deepcopy(original)
+        notebooks.apply_headers(nb, rel)
+        assert not notebooks.apply_headers(nb, rel), f"{rel}: a second run changed it"
+        before = [(c.outputs, c.get("execution_count")) for c in original.cells if c.cell_type == "code"]
+        after = [(c.outputs, c.get("execution_count")) for c in nb.cells if c.cell_type == "code"]
+        assert before == after, f"{rel}: headers changed a code cell's outputs"
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert notebooks.IGNORE_MARKER not in cell.source, rel
+        assert nb.cells[0].source.split("\n")[2].startswith(("# Lesson ", "# Lab ")), rel
+
+
+def test_every_lesson_opens_with_objectives_and_time_and_ends_with_questions():
+    from attnkit.classroom.course import LESSONS
+
+    for lesson in LESSONS:
+        assert lesson.minutes > 0 and 2 <= len(lesson.objectives) <= 6 and lesson.prerequisites, lesson.number
+        assert 3 <= len(lesson.questions) <= 5, f"lesson {lesson.number}: 3 to 5 questions"
+        about = notebooks.about_block(lesson.notebook)
+        assert f"about {lesson.minutes} minutes" in about and notebooks.GLOSSARY_URL in about
+        closing = notebooks.questions_source(lesson.notebook)
+        assert all(q in closing for q in lesson.questions)
+        assert lesson.lab is None or notebooks.questions_source(lesson.lab) is None
+
+
+def test_numbered_titles():
+    assert notebooks.numbered_title("notebooks/08_paged_attention.ipynb", "Lesson 8: paged attention") == \
+        "Lesson 8 · Paged attention"
+    assert notebooks.numbered_title("labs/lab08_paged_attention.ipynb", "Lab 08: paged attention") == \
+        "Lab 08 · Paged attention"
+    assert notebooks.numbered_title("solutions/lab05_flash_attention.ipynb", "Lab 05 · FlashAttention forward") == \
+        "Lab 05 · FlashAttention forward"
 
 
 def test_state_check_rejects_unexecuted_cells_errors_and_lab_outputs(tmp_path):
@@ -74,3 +120,115 @@ def test_state_check_rejects_unexecuted_cells_errors_and_lab_outputs(tmp_path):
 
 def test_readme_contents_and_headers_are_current(capsys):
     assert notebooks.main(["headers", "--check"]) == 0, capsys.readouterr().out + " (run `make headers`)"
+
+
+def test_without_triton_a_cell_needing_it_prints_a_note_and_others_still_fail():
+    """The setup cell's skipper, in a real IPython shell: a missing Triton and names such a cell would
+    have made become notes; any other error is raised as before; values still display."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    shell = InteractiveShell.instance()
+    try:
+        skipper = None
+        shell.user_ns["get_ipython"] = lambda: shell
+        with capture_output() as out:
+            result = shell.run_cell("from attnkit.classroom.notebooks import skip_cells_needing_triton\n"
+                                    "skipper = skip_cells_needing_triton()")
+        assert result.success, out.stdout
+        skipper = shell.user_ns["skipper"]
+        with capture_output() as out:
+            r1 = shell.run_cell("a = 1\nraise ModuleNotFoundError(\"No module named 'triton'\", name='triton')\nb = 2")
+            r2 = shell.run_cell("print(made_by_the_kernel_cell)")
+            r3 = shell.run_cell("1 / 0")
+            r4 = shell.run_cell("a + 41")
+        assert r1.success and r2.success and shell.user_ns["a"] == 1 and "b" not in shell.user_ns
+        assert not r3.success and isinstance(r3.error_in_exec, ZeroDivisionError)
+        assert r4.success and r4.result == 42
+        assert out.stdout.count("skipped:") == 2 and "Colab with a GPU runtime" in out.stdout
+        assert skipper.skipped == 2
+    finally:
+        shell.ast_transformers[:] = [t for t in shell.ast_transformers
+                                     if not isinstance(t, notebooks.TritonSkipper)]
+        InteractiveShell.clear_instance()
+
+
+# nbgrader's cell metadata schema, version 3 (nbgrader/nbgraderformat/v3.json), and the rules its
+# MetadataValidatorV3 adds: a grade_id on every graded, solution or locked cell, unique in the
+# notebook; points on graded cells; task cells only in markdown.
+NBGRADER_V3 = {
+    "type": "object",
+    "properties": {
+        "schema_version": {"type": "integer", "minimum": 3, "maximum": 3},
+        "grade": {"type": "boolean"}, "locked": {"type": "boolean"}, "solution": {"type": "boolean"},
+        "task": {"type": "boolean"},
+        "grade_id": {"type": "string", "pattern": "^[a-zA-Z0-9_\\-]*$"},
+        "points": {"type": "number", "minimum": 0},
+        "checksum": {"type": "string", "minLength": 32, "maxLength": 32},
+        "cell_type": {"type": "string", "enum": ["raw", "code", "markdown"]},
+    },
+    "required": ["schema_version", "grade", "locked", "solution"],
+    "additionalProperties": False,
+}
+
+
+def nbgrader_problems(nb) -> list[str]:
+    import jsonschema
+
+    problems, ids = [], set()
+    for index, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader")
+        if meta is None:
+            continue
+        try:
+            jsonschema.validate(meta, NBGRADER_V3)
+        except jsonschema.ValidationError as err:
+            problems.append(f"cell {index}: {err.message}")
+            continue
+        if (meta["grade"] or meta["solution"] or meta["locked"]):
+            if not meta.get("grade_id"):
+                problems.append(f"cell {index}: no grade_id")
+            elif meta["grade_id"] in ids:
+                problems.append(f"cell {index}: duplicate grade_id {meta['grade_id']}")
+            ids.add(meta.get("grade_id"))
+        if meta["grade"] and "points" not in meta:
+            problems.append(f"cell {index}: graded without points")
+        if meta.get("task") and cell.cell_type != "markdown":
+            problems.append(f"cell {index}: a task cell must be markdown")
+        if cell.cell_type == "markdown" and meta["grade"] != meta["solution"] and not meta.get("task"):
+            problems.append(f"cell {index}: a markdown cell must be both graded and a solution, or neither")
+    return problems
+
+
+@pytest.mark.parametrize("path", LABS, ids=_ids(LABS))
+def test_nbgrader_metadata_of_every_lab_follows_nbgraders_schema(path):
+    import copy
+
+    import nbformat.v4 as v4
+
+    nb = copy.deepcopy(nbformat.read(path, as_version=4))
+    marked = notebooks.add_nbgrader_metadata(nb)
+    kinds = [(c.metadata["nbgrader"]["solution"], c.metadata["nbgrader"]["grade"])
+             for c in nb.cells if "nbgrader" in c.metadata]
+    assert marked == len(kinds) and (True, False) in kinds and (False, True) in kinds, kinds
+    assert nbgrader_problems(nb) == []
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert all(c.metadata["nbgrader"]["locked"] and c.metadata["nbgrader"]["points"] > 0 for c in graded)
+    # The validator itself rejects what nbgrader rejects.
+    bad = v4.new_notebook(cells=[v4.new_code_cell("x", metadata={"nbgrader": {"schema_version": 3, "grade": True,
+                                                                             "locked": True, "solution": False,
+                                                                             "grade_id": "a b"}})])
+    assert len(nbgrader_problems(bad)) == 1
+
+
+def test_nbgrader_metadata_rejects_bad_arguments():
+    import nbformat.v4 as v4
+
+    cell = v4.new_code_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")
+    assert notebooks.nbgrader_metadata(cell, grade_id="ex-1")["solution"] is True
+    assert notebooks.nbgrader_metadata(v4.new_markdown_cell("text"), grade_id="md") is None
+    for kwargs, word in (({"grade_id": "has space"}, "grade_id"), ({"grade_id": ""}, "grade_id"),
+                         ({"grade_id": "ok", "points": -1}, "points"), ({"grade_id": "ok", "points": True}, "points"),
+                         ({"grade_id": "ok", "points": 2}, "points")):
+        with pytest.raises(ValueError, match=word):
+            notebooks.nbgrader_metadata(cell, **kwargs)
