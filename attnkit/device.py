@@ -154,9 +154,50 @@ def bf16_computed_in_fp32(device) -> bool:
     import torch
 
     device = torch.device(device)
-    if device.type != "cuda":
+    if device.type != "cuda" or triton_interprets():
         return True
     return torch.cuda.get_device_capability(device) < TRITON_MIN_CAPABILITY
+
+
+def triton_interprets() -> bool:
+    """True when this process's Triton runs kernels in its interpreter (it was imported with
+    TRITON_INTERPRET=1: no GPU, or asked for). Triton decides once, at import, for its own standard
+    library (tl.max, tl.sum, ...) and for every kernel decorated by then, so this never changes."""
+    ensure_triton_backend()
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.max, InterpretedFunction)
+
+
+def kernel_device(device):
+    """Where the course's Triton kernels run for tensors on ``device`` -- the one rule every kernel follows:
+
+    - CUDA tensors: on their GPU (compiled), or in the interpreter when Triton interprets;
+    - CPU tensors, Triton interpreting (a machine without a GPU): in the interpreter, on the CPU;
+    - CPU tensors on a machine whose Triton compiles (it has a GPU): on the current GPU. Triton
+      cannot interpret there (its standard library was built compiled), so the kernel's callers copy
+      the tensors to the GPU and the results back (``to_kernel_device``).
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cpu" and not triton_interprets():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def to_kernel_device(*tensors):
+    """The tensors (None passes through) on ``kernel_device`` of the first one's device: unchanged
+    where they already are, else copied (CPU tensors on a machine whose Triton compiles)."""
+    where = kernel_device(tensors[0].device)
+    return tuple(t if t is None or t.device == where else t.to(where) for t in tensors)
+
+
+def launch_options(**options) -> dict:
+    """``options`` (num_warps, num_stages, ...) for a compiled launch; none in the interpreter, which
+    runs one program at a time and has no warps."""
+    return {} if triton_interprets() else options
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,6 +5,10 @@
 - ``positive_int(name, value)``: an int >= 1 (bool refused).
 - ``softmax_scale(sm_scale, head_dim)``: 1/sqrt(head_dim) for None, else a positive finite real.
 - ``flag(name, value)``: a bool.
+- ``same(what, **tensors)``: the tensors share one dtype (``what="dtype"``) or one device.
+- ``head_groups(names, n_heads, n_kv_heads)``: Hq % Hkv == 0; ``head_dim(name, d, allowed)``.
+- ``kernel_device(name, t)``: ``t`` is on a device the Triton kernels run for (CUDA or the CPU).
+- ``disjoint(**tensors)``: no two of the tensors share memory (an output written twice).
 """
 from __future__ import annotations
 
@@ -52,3 +56,49 @@ def flag(name: str, value) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name}: expected True or False, got {value!r}")
     return value
+
+
+def same(what: str, **tensors) -> None:
+    """The tensors share one ``what`` ("dtype" or "device")."""
+    values = {name: getattr(t, what) for name, t in tensors.items()}
+    if len(set(values.values())) > 1:
+        rule = "share one dtype" if what == "dtype" else "be on one device"
+        raise ValueError(f"{', '.join(values)}: must {rule}, got "
+                         + ", ".join(f"{name}={value}" for name, value in values.items()))
+
+
+def head_groups(names: str, n_heads: int, n_kv_heads: int) -> None:
+    if n_heads % n_kv_heads:
+        raise ValueError(f"{names}: the query heads Hq={n_heads} must be a multiple of the key/value heads "
+                         f"Hkv={n_kv_heads} (Hq % Hkv == 0)")
+
+
+def head_dim(name: str, d: int, allowed) -> None:
+    if d not in allowed:
+        raise ValueError(f"{name}: head dim D={d} is not supported; D must be one of {tuple(allowed)}")
+
+
+def kernel_device(name: str, t: torch.Tensor) -> None:
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: device {t.device} is not supported; use a CUDA GPU or the CPU")
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last) byte addresses that ``t``'s elements can occupy."""
+    if t.numel() == 0:
+        return (t.data_ptr(), t.data_ptr())
+    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride())) + 1
+    return (t.data_ptr(), t.data_ptr() + extent * t.element_size())
+
+
+def disjoint(**tensors) -> None:
+    """No two of the tensors (outputs a kernel writes) occupy overlapping memory."""
+    items = [(name, t) for name, t in tensors.items() if t is not None]
+    for i, (name_a, a) in enumerate(items):
+        for name_b, b in items[i + 1:]:
+            if a.device != b.device:
+                continue
+            (a0, a1), (b0, b1) = _span(a), _span(b)
+            if a0 < b1 and b0 < a1:
+                raise ValueError(f"{name_a}, {name_b}: must not share memory (both are written: one would "
+                                 f"overwrite the other)")

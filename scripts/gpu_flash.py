@@ -1,12 +1,13 @@
 """One GPU session for the FlashAttention kernels: check every variant, then time them.
 
-    python scripts/gpu_flash.py [OUTDIR] [--quick | --check-only]
+    python scripts/gpu_flash.py [OUTDIR] [--check-only]
 
 1. checks every ladder rung (forward) and the backward against float64 references on ragged shapes,
    GQA/MQA, causal with Nq < Nk and Nq > Nk, fp16/bf16/fp32, every head dim, with NaN-poisoned outputs,
-   and the CPU path (Triton's interpreter) on a machine with a GPU;
+   and CPU tensors on a machine with a GPU (computed on the GPU, attnkit.device.kernel_device);
 2. measures the two ceilings (a large fp16 matrix product, a device-to-device copy);
-3. runs attnkit.bench.flash_ladder and attnkit.bench.flash, writing bench_*.csv into OUTDIR;
+3. records the suites flash_ladder and flash into OUTDIR with attnkit.bench.recorder.record (what
+   ``python -m attnkit.bench.recorder --out OUTDIR flash_ladder flash`` does);
 4. prints a short table of the ratios last.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.bench.recorder import provenance, time_ms, write_results
+from attnkit.bench.recorder import provenance, read_results, record, time_ms
 from attnkit.kernels import flash
 from attnkit.reference.attention import attention_ref
 from attnkit.tolerances import rel_error, tolerance
@@ -80,20 +81,20 @@ def check_all(device="cuda") -> list[str]:
 
 
 def check_cpu_path() -> list[str]:
-    """CPU tensors on a GPU machine run in Triton's interpreter (a helper process)."""
+    """CPU tensors on a GPU machine: computed on the GPU and copied back (attnkit.device.kernel_device)."""
     qc, kc, vc = (torch.randn(1, 2, 19, 16, requires_grad=True) for _ in range(3))
     o = flash.flash_attention(qc, kc, vc, causal=True)
     err = rel_error(o, attention_ref(qc, kc, vc, causal=True))
     o.sum().backward()
     ok = err <= tolerance(torch.float32, "cpu") and all(torch.isfinite(t.grad).all() for t in (qc, kc, vc))
-    return [] if ok else [f"cpu interpreter path: {err:.2e}"]
+    return [] if ok else [f"cpu tensors: {err:.2e}"]
 
 
 def check_cpu_path_safely() -> list[str]:
     try:
         return check_cpu_path()
     except Exception as exc:
-        return [f"cpu interpreter path: {type(exc).__name__}: {exc}"]
+        return [f"cpu tensors: {type(exc).__name__}: {exc}"]
 
 
 def ceilings() -> dict:
@@ -108,55 +109,37 @@ def ceilings() -> dict:
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else os.environ.get("OUT", "."))
-    quick = "--quick" in sys.argv
     log(provenance())
     t0 = time.time()
     os.environ["ATTNKIT_AUTOTUNE"] = "0"     # the fixed configurations here; the benchmark checks the tuned ones
     failures = check_all()
     del os.environ["ATTNKIT_AUTOTUNE"]
+    failures += check_cpu_path_safely()
     log(f"correctness: {len(failures)} failures in {time.time() - t0:.0f} s")
     for f in failures:
         log("  FAIL", f)
     if "--check-only" in sys.argv:
-        failures += check_cpu_path_safely()
-        log(f"correctness failures: {len(failures)}")
         return 0
     log("ceilings:", ceilings())
 
     from attnkit.bench import flash as bench_flash
-    from attnkit.bench import flash_ladder as bench_flash_ladder
 
     t0 = time.time()
-    ladder = bench_flash_ladder.run()
-    write_results("flash_ladder", ladder, directory=out)
-    log(f"ladder: {time.time() - t0:.0f} s")
-    for r in ladder:
-        log(f"  {r['rung']:>15} N={r['N']:>5} causal={r['causal']!s:5} "
-            f"{(r['tflops'] or 0):7.1f} TFLOP/s {r['reason']}")
-
-    rows = []
-    groups = [("mha", "float16", 128), ("gqa", "float16", 64), ("mha", "float16", 64),
-              ("mha", "bfloat16", 128), ("mha", "bfloat16", 64)]
-    for suite, dtype, head_dim in groups[:2] if quick else groups:
-        t0 = time.time()
-        rows += bench_flash.run(only=lambda s, g=(suite, dtype, head_dim): (s[0], s[7], s[5]) == g)
-        write_results("flash", rows, directory=out)
-        log(f"bench {suite} {dtype} D={head_dim}: {time.time() - t0:.0f} s")
-        log(bench_flash.summary(rows, dtype=dtype, head_dim=head_dim, suite=suite))
-    for name in ("_attn_fwd", "_attn_fwd_desc", "_attn_fwd_desc_halves", "_bwd_dkdv", "_bwd_dq"):
-        tuned = flash._TUNED.get(name)
-        if tuned is not None:
-            for key, config in list(tuned.cache.items())[:40]:
-                log(f"  tuned {name} {key[:4]}: {config}")
+    for path in record(["flash_ladder", "flash"], out):
+        log(f"wrote {path} at {time.time() - t0:.0f} s")
+    for r in read_results("flash_ladder", out):
+        log(f"  {r['rung']:>16} N={r['N']:>5} causal={r['causal']!s:5} {(r['tflops'] or 0):7.1f} TFLOP/s {r['reason']}")
+    for name, tuned in flash._TUNED.items():
+        for key, config in list(tuned.cache.items())[:40]:
+            log(f"  tuned {name} {key[:5]}: {config}")
+    rows = read_results("flash", out)
     for r in rows:
         if r["reason"]:
             log(f"  no time: {r['suite']} {r['impl']} {r['pass']} N={r['N']} D={r['D']} causal={r['causal']} "
                 f"{r['dtype']}: {r['reason']}")
-    for suite, dtype, head_dim in groups:
+    for suite, dtype, head_dim in (("mha", "float16", 128), ("gqa", "float16", 64), ("mha", "float16", 64),
+                                   ("mha", "bfloat16", 128), ("mha", "bfloat16", 64)):
         log(bench_flash.summary(rows, dtype=dtype, head_dim=head_dim, suite=suite))
-    failures += check_cpu_path_safely()
-    for f in failures:
-        log("  FAIL", f)
     log(f"correctness failures: {len(failures)}")
     return 0
 

@@ -2,31 +2,31 @@
 
     python scripts/gpu_flash_tuning.py [OUTDIR] [--budget SECONDS] [--record]
 
-Candidates are kernel switches (attnkit.kernels.flash.VARIANTS / CANDIDATES: tensor descriptors, warp
-specialization, two half query tiles) crossed with fixed launch configurations, plus the current
-"autotuned" rung and SDPA's cuDNN and flash backends on the same inputs.
+Candidates are rungs of attnkit.kernels.flash.VARIANTS (a ``Rung``: the forward kernel's constexprs)
+crossed with fixed launch configurations, plus their autotuned forms and SDPA's cuDNN and flash
+backends on the same inputs. To try a new idea, add a constexpr to the kernel and a Rung here.
 
-1. correctness: every new switch set (fixed default configuration) against float64 references on
+1. correctness: every candidate rung (fixed default configuration) against float64 references on
    ragged shapes (odd N, causal with Nq != Nk, GQA/MQA, fp16/bf16/fp32, D = 16 ... 256), outputs
    poisoned with NaN, o and lse both compared; a switch set that fails is not timed;
 2. the sweep: D = 128, fp16, B·N = 16k, 16 heads, N in (2k, 4k, 16k), causal and not; each
    candidate is checked against the float64 reference slice on the same inputs, then timed;
-3. writes tuning.csv and tuning_log.txt under OUTDIR and prints a short table last (TFLOP/s and the
+3. writes bench_tuning.csv and tuning_log.txt under OUTDIR and prints a short table last (TFLOP/s and the
    ratio to cuDNN and to SDPA flash of the fastest verified configuration of each switch set).
 
 A time budget (default 370 s) stops the sweep early; what was measured is still written and printed.
 
-With --record (after a sweep has chosen the rungs): checks the ladder's new rungs as in step 1, then
-re-records bench_flash_ladder.csv and, group by group while the budget lasts, bench_flash.csv
-(D = 128 fp16 first) through attnkit.bench.flash_ladder.run() and attnkit.bench.flash.run().
+With --record (after a sweep has chosen the rungs): checks the ladder's descriptor rungs as in
+step 1, then records bench_flash_ladder.csv and bench_flash.csv into OUTDIR with
+attnkit.bench.recorder.record, as ``python -m attnkit.bench.recorder --out OUTDIR flash_ladder flash``.
 """
 from __future__ import annotations
 
-import csv
 import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -34,8 +34,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from attnkit.bench.flash import TOKENS, _sdpa, attention_flops, reference_slice, tflops  # noqa: E402
-from attnkit.kernels import flash
-from attnkit.kernels.flash import BlockConfig  # noqa: E402
+from attnkit.kernels import flash  # noqa: E402
+from attnkit.kernels.flash import BlockConfig, Rung  # noqa: E402
 from attnkit.reference.attention import attention_ref  # noqa: E402
 from attnkit.tolerances import rel_error, tolerance  # noqa: E402
 
@@ -43,12 +43,14 @@ HEADS, HEAD_DIM = 16, 128
 SEQ_LENS = (1024, 2048, 4096, 16384)
 LOG_LINES: list[str] = []
 
-# (switch set, [(BLOCK_M, BLOCK_N, num_warps, num_stages), ...]) explored at D = 128: each set's
-# fixed configurations beside the autotuned forms in TUNED.
+# Candidate rungs beyond the ladder (none now: the variants that lost are in experiments/flash_variants).
+CANDIDATES: dict[str, Rung] = {}
+# (rung, [(BLOCK_M, BLOCK_N, num_warps, num_stages), ...]) explored at D = 128: each rung's fixed
+# configurations beside the autotuned forms in TUNED.
 SWEEP = {
-    "halves": [(256, 64, 8, 3)],
+    "host_descriptors": [(128, 128, 8, 3), (128, 64, 8, 3)],
 }
-TUNED = ("autotuned", "descriptors", "ping_pong", "host_descriptors", "host_halves")  # rungs and candidates
+TUNED = ("autotuned", "descriptors", "host_descriptors")
 
 
 def log(*args):
@@ -57,8 +59,8 @@ def log(*args):
     print(line, flush=True)
 
 
-def switches_of(name: str) -> dict:
-    return flash.VARIANTS[name] if name in flash.VARIANTS else flash.CANDIDATES[name]
+def rung_of(name: str) -> Rung:
+    return flash.VARIANTS[name] if name in flash.VARIANTS else CANDIDATES[name]
 
 
 def candidates(sweep=SWEEP, tuned=TUNED) -> list[tuple[str, BlockConfig | None]]:
@@ -113,9 +115,9 @@ def check_switch_sets(names, device="cuda", shapes=None) -> dict[str, list[str]]
             bound = tolerance(dtype, device)
             what = f"{(b, hq, hkv, nq, nk, d)} causal={causal} {str(dtype)[6:]}"
             for name in names:
-                sw = dict(switches_of(name), tuned=False)
+                rung = replace(rung_of(name), tuned=False)
                 try:
-                    o, lse = flash._forward_switches(q, k, v, causal, 1 / math.sqrt(d), sw)
+                    o, lse = flash._forward_rung(q, k, v, causal, 1 / math.sqrt(d), rung)
                     torch.cuda.synchronize() if device == "cuda" else None
                     err = rel_error(o, ref)
                     lse_ok = (torch.equal(torch.isfinite(lse), seen)
@@ -166,8 +168,8 @@ def sweep(cands, *, seq_lens=SEQ_LENS, heads=HEADS, head_dim=HEAD_DIM, tokens=TO
                     attend = _sdpa(name)
                     fn = lambda: attend(q, k, v, causal)  # noqa: E731
                 else:
-                    sw = switches_of(name)
-                    fn = lambda: flash._forward_switches(q, k, v, causal, 1 / math.sqrt(head_dim), sw, config)[0]  # noqa: E731,B023
+                    rung = rung_of(name)
+                    fn = lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(head_dim), rung, config)[0]  # noqa: E731,B023
                 ms, reason = None, ""
                 t0 = time.time()
                 try:
@@ -228,59 +230,27 @@ def table(rows) -> str:
 
 
 def write_csv(rows, path: Path) -> None:
-    if not rows:
-        return
-    stamp = {}
-    try:
-        from attnkit.bench.recorder import provenance
+    if rows:
+        from attnkit.bench.recorder import write_results
 
-        stamp = provenance()
-    except Exception:   # noqa: BLE001
-        pass
-    fields = list(dict.fromkeys([*rows[0], *stamp]))
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows({**r, **stamp} for r in rows)
+        write_results(path.stem.removeprefix("bench_"), rows, path.parent)
 
 
-def record(out: Path, start: float, budget: float) -> int:
-    from attnkit.bench import flash as bench_flash
-    from attnkit.bench import flash_ladder as bench_flash_ladder
-    from attnkit.bench.recorder import write_results
+def record(out: Path, start: float) -> int:
+    """Check the descriptor rungs, then record the ladder and the full benchmark with the recorder."""
+    from attnkit.bench.recorder import record as record_suites
 
-    names = [n for n in flash.VARIANTS if flash.VARIANTS[n].get("desc")]
+    names = [n for n, rung in flash.VARIANTS.items() if rung.desc]
     failures = check_switch_sets(names)
     for name, fails in failures.items():
         for f in fails:
             log("  FAIL", name, f)
     log(f"correctness: {sum(map(len, failures.values()))} failures in {time.time() - start:.0f} s")
-    ladder = bench_flash_ladder.run()
-    write_results("flash_ladder", ladder, directory=out)
-    for r in ladder:
-        log(f"  {r['rung']:>16} N={r['N']:>5} causal={r['causal']!s:5} {(r['tflops'] or 0):7.1f} TFLOP/s {r['reason']}")
-    log(f"ladder done at {time.time() - start:.0f} s")
-    rows = []
-    groups = [("mha", "float16", 128), ("mha", "bfloat16", 128), ("mha", "float16", 64), ("gqa", "float16", 64),
-              ("mha", "bfloat16", 64)]
-    for suite, dtype, head_dim in groups:
-        if time.time() - start > budget - 90:
-            log(f"budget: {suite} {dtype} D={head_dim} not re-recorded")
-            continue
-        rows += bench_flash.run(only=lambda s, g=(suite, dtype, head_dim): (s[0], s[7], s[5]) == g)
-        write_results("flash", rows, directory=out)
-        log(f"bench {suite} {dtype} D={head_dim} done at {time.time() - start:.0f} s")
-    for name in ("_attn_fwd_desc", "_attn_fwd_host_desc", "_bwd_dkdv", "_bwd_dq"):
-        tuned = flash._TUNED.get(name)
-        for key, config in list(tuned.cache.items())[:30] if tuned is not None else []:
-            log(f"  tuned {name} {key[:4]}: {config}")
-    for suite, dtype, head_dim in groups:
-        log(bench_flash.summary(rows, dtype=dtype, head_dim=head_dim, suite=suite))
-    ladder_table = {}
-    for r in ladder:
-        ladder_table.setdefault(r["rung"], []).append(f"{'c' if r['causal'] else 'n'}{r['N']}:{(r['tflops'] or 0):.0f}")
-    for rung, cells in ladder_table.items():
-        log(f"{rung:>16} " + " ".join(cells))
+    for path in record_suites(["flash_ladder", "flash"], out):
+        log(f"wrote {path} at {time.time() - start:.0f} s")
+    for name, tuned in flash._TUNED.items():
+        for key, config in list(tuned.cache.items())[:30]:
+            log(f"  tuned {name} {key[:5]}: {config}")
     log(f"correctness failures: {failures}")
     (out / "record_log.txt").write_text("\n".join(LOG_LINES) + "\n")
     return 0
@@ -294,10 +264,10 @@ def main() -> int:
     from attnkit.bench.recorder import provenance
 
     log(provenance())
-    log(f"capability {torch.cuda.get_device_capability()}, descriptors {flash.descriptors_supported(torch.device('cuda'))}, "
-        f"warp_specialize {flash.warp_specialize_supported()}")
+    log(f"capability {torch.cuda.get_device_capability()}, "
+        f"descriptors {flash.descriptors_supported(torch.device('cuda'))}")
     if "--record" in sys.argv:
-        return record(out, start, budget)
+        return record(out, start)
     names = list(dict.fromkeys([*SWEEP, *(t for t in TUNED if t != "autotuned")]))
     failures = check_switch_sets(names)
     for name, fails in failures.items():
@@ -310,7 +280,7 @@ def main() -> int:
     try:
         rows = sweep(candidates(sweep_plan, tuned_plan), deadline=start + budget)
     finally:
-        write_csv(rows, out / "tuning.csv")
+        write_csv(rows, out / "bench_tuning.csv")
         log(f"total {time.time() - start:.0f} s; correctness failures: "
             + ", ".join(f"{n}={len(f)}" for n, f in failures.items()))
         log(table(rows))

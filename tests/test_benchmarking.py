@@ -2,6 +2,7 @@
 import importlib
 
 import pytest
+
 from attnkit.bench import recorder as benchmarking
 
 RECORDED = sorted(benchmarking.RESULTS.glob("bench_*.csv"))
@@ -44,3 +45,29 @@ def test_every_recorded_result_names_gpu_date_and_versions(path):
     for row in rows:
         assert "H100" in row["gpu"] or "H200" in row["gpu"]
         assert row["date"] and row["torch"] and row["triton"] and row["cuda"] and row["cudnn"]
+
+
+def test_the_command_names_its_output_directory_and_suites(monkeypatch, tmp_path, capsys):
+    """``python -m attnkit.bench.recorder --out DIR SUITE ...`` records exactly those suites into DIR."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    recorded = []
+    monkeypatch.setattr(benchmarking, "record", lambda names, directory: recorded.append((names, directory)) or [])
+    assert benchmarking.main(["--out", str(tmp_path), "flash_ladder", "flash"]) == 0
+    assert recorded == [(["flash_ladder", "flash"], tmp_path)]
+    assert benchmarking.main([]) == 0 and recorded[-1] == (list(benchmarking.SUITES), benchmarking.RESULTS)
+    with pytest.raises(SystemExit):
+        benchmarking.main(["--out", str(tmp_path), "flsh"])
+    assert "unknown suites ['flsh']" in capsys.readouterr().err
+
+
+def test_the_gpu_scripts_record_through_the_recorder():
+    """scripts/gpu_flash.py and gpu_flash_tuning.py write the benchmark CSVs with recorder.record only."""
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    for name in ("gpu_flash.py", "gpu_flash_tuning.py"):
+        text = (scripts / name).read_text()
+        assert "record(" in text and "csv.DictWriter" not in text, name
+        assert 'write_results("flash' not in text, name

@@ -79,9 +79,11 @@ def test_bf16_is_computed_in_fp32_where_triton_cannot_take_it(monkeypatch):
     """The interpreter and GPUs below sm_80 (Colab's T4) compute bf16 in fp32; sm_80+ take bf16."""
     import torch
 
+    from attnkit import device
     from attnkit.device import bf16_computed_in_fp32
 
     assert bf16_computed_in_fp32("cpu") and bf16_computed_in_fp32(torch.device("cpu"))
+    monkeypatch.setattr(device, "triton_interprets", lambda: False)     # a compiling Triton, as on a GPU
     for capability, expected in (((7, 5), True), ((7, 0), True), ((8, 0), False), ((9, 0), False)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
         assert bf16_computed_in_fp32("cuda") is expected, capability

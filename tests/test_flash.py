@@ -203,18 +203,6 @@ def test_backward_entry_point_matches_autograd():
         assert_close(got, ref, torch.float32, DEVICE, name)
 
 
-def test_interpreter_helper_process():
-    """The path CPU tensors take on a machine with a GPU: a helper process that runs the interpreter."""
-    gen = torch.Generator().manual_seed(19)
-    q, k, v = make_inputs(gen, 1, 4, 2, 20, 27, 16, torch.float32, device="cpu")
-    do = torch.randn(q.shape, generator=gen)
-    o, lse = flash._in_interpreter_process("_forward", q, k, v, True, 0.25, "autotuned")
-    assert_close(o, attention_ref(q, k, v, causal=True, sm_scale=0.25), torch.float32, "cpu", "o (helper)")
-    grads = flash._in_interpreter_process("_backward", do, q, k, v, o, lse, True, 0.25)
-    for name, got, ref in zip(("dq", "dk", "dv"), grads, reference_grads(q, k, v, do, True, 0.25)):
-        assert_close(got, ref, torch.float32, "cpu", f"{name} (helper)")
-
-
 # ------------------------------------------------------------------------------------- bad input
 def _valid(**changes):
     shapes = dict(q=(1, 4, 8, 16), k=(1, 2, 8, 16), v=(1, 2, 8, 16))
@@ -289,31 +277,32 @@ def test_cpu_and_cuda_agree():
 
 # ------------------------------------------------------------------ tensor-descriptor forward kernel
 def _interpreted_descriptor_kernel():
-    """The tensor-descriptor kernel runs here only where Triton's interpreter has descriptors."""
+    """The descriptor rungs run here only where Triton's interpreter has descriptors."""
     import triton.language as tl
 
-    return flash._is_interpreted(flash._compiled_kernels) and hasattr(tl, "make_tensor_descriptor")
+    from attnkit.device import triton_interprets
+
+    return triton_interprets() and hasattr(tl, "make_tensor_descriptor")
 
 
 @pytest.mark.skipif(not _interpreted_descriptor_kernel(), reason="needs Triton's interpreter with tensor descriptors")
-@pytest.mark.parametrize("switches", [{}, dict(WARP_SPEC=True), dict(HALVES=True), dict(WARP_SPEC=True, HALVES=True),
-                                      dict(PIPELINE=True)], ids=["plain", "warp_spec", "halves", "warp_spec_halves",
-                                                                 "pipeline"])
+@pytest.mark.parametrize("desc", [1, 2], ids=["device_descriptors", "host_descriptors"])
 @pytest.mark.parametrize("shape", [(1, 4, 2, 35, 27, 32, True), (2, 4, 1, 21, 45, 16, True),
                                    (1, 2, 1, 40, 19, 16, False), (1, 8, 2, 33, 19, 64, True),
                                    (1, 2, 2, 50, 67, 16, False)], ids=str)
-def test_descriptor_kernel_in_the_interpreter(shape, switches):
-    """``_attn_fwd_desc`` (the GPU-only rungs' kernel) run directly in the interpreter: descriptor
+def test_descriptor_kernel_in_the_interpreter(monkeypatch, shape, desc):
+    """The forward with DESC = 1 and 2 (the GPU-only rungs' tiles) run in the interpreter: descriptor
     loads pad the ragged ends with zeros and descriptor stores clip them, as TMA does."""
+    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    monkeypatch.setattr(flash, "_ensure_allocator", lambda: None)
+    launched = []
+    real_launch = flash._launch
+    monkeypatch.setattr(flash, "_launch", lambda *a, **kw: launched.append(kw["DESC"]) or real_launch(*a, **kw))
     b, hq, hkv, nq, nk, d, causal = shape
     gen = torch.Generator().manual_seed(hash(shape) % 2**31)
     q, k, v = make_inputs(gen, b, hq, hkv, nq, nk, d, torch.float32, device="cpu")
-    o = torch.full_like(q, float("nan"))
-    lse = torch.full((b, hq, nq), float("nan"))
-    flash._launch("_attn_fwd_desc", q.device, False, None, nq, b * hq, q, k, v, o, lse,
-                  flash.LOG2E / math.sqrt(d), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-                  *o.stride()[:3], hq, hq // hkv, nq, nk, HEAD_DIM=d, CAUSAL=causal,
-                  DOT_PRECISION="ieee", **switches)
+    o, lse = flash._forward_rung(q, k, v, causal, 1 / math.sqrt(d), flash.Rung(desc=desc))
+    assert launched == [desc]
     assert_close(o, attention_ref(q, k, v, causal=causal), torch.float32, "cpu", "o (descriptor kernel)")
     ref = reference_lse(q, k, causal)
     seen = torch.isfinite(ref)
@@ -323,15 +312,11 @@ def test_descriptor_kernel_in_the_interpreter(shape, switches):
 
 def test_new_rungs_fall_back_where_their_features_are_missing():
     """On the CPU (and below sm_90, or without descriptors) the descriptor rungs run the pointer kernel."""
-    q = torch.randn(1, 2, 19, 16)
+    q = torch.randn(1, 2, 19, 64)
     assert not flash.descriptors_supported(q.device)
-    for switches in (VARIANTS["descriptors"], *flash.CANDIDATES.values()):
-        switches = flash.effective_switches(switches, q, q, q)
-        assert not any(switches[s] for s in ("desc", "warp_spec", "halves", "ping_pong", "pipeline", "host_desc"))
+    for name in ("descriptors", "host_descriptors"):
+        assert flash.effective_rung(VARIANTS[name], True, q, q, q, q).desc == 0
     assert flash.BEST in VARIANTS and list(VARIANTS).index(flash.BEST) >= list(VARIANTS).index("autotuned")
-    for name in flash.CANDIDATES:                           # candidates run through the same entry point
-        o, _ = flash._forward(q, q, q, False, 0.25, name)
-        assert_close(o, attention_ref(q, q, q, sm_scale=0.25), torch.float32, "cpu", name)
     strided = torch.randn(1, 2, 19, 32)[..., ::2]           # last stride 2: no TMA even on a GPU
     assert not flash._tma_compatible(strided)
 
@@ -348,52 +333,16 @@ def test_descriptor_rungs_on_the_gpu(variant, dtype):
         check_forward(gen, 1, 4, 1, nq, nk, 64, dtype, causal=causal, variant=variant)
 
 
-@pytest.mark.skipif(not _interpreted_descriptor_kernel(), reason="needs Triton's interpreter with tensor descriptors")
-@pytest.mark.parametrize("name", [n for n in (*VARIANTS, *flash.CANDIDATES) if
-                                  {**VARIANTS, **flash.CANDIDATES}[n]["desc"]])
 @pytest.mark.parametrize("causal", [False, True])
-def test_descriptor_rungs_dispatch_in_the_interpreter(monkeypatch, name, causal):
-    """Each descriptor rung through the public entry point, as it runs on sm_90+ (the interpreter
-    stands in for the GPU): ping_pong's halves for non-causal, whole tiles for causal."""
+def test_host_descriptor_rule_picks_the_tiles(monkeypatch, causal):
+    """host_descriptors on a device with descriptors: its rule takes them at D = 64 (causal, or from 1k
+    keys) and pointer loads for short non-causal sequences and other head dims."""
     monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
-    monkeypatch.setattr(flash, "_ensure_allocator", lambda: None)
-    launched = []
-    real_launch = flash._launch
-    monkeypatch.setattr(flash, "_launch", lambda kernel, *a, **kw: launched.append((kernel, kw.get("HALVES")))
-                        or real_launch(kernel, *a, **kw))
-    gen = torch.Generator().manual_seed(31 + causal)
-    switches = {**VARIANTS, **flash.CANDIDATES}[name]
-    d, n_k = (128, 2053) if switches["ping_pong"] or switches["host_rule"] else (32, 45)   # where the rules take descriptors
-    q, k, v = make_inputs(gen, 1, 1, 1, 37, n_k, d, torch.float32, device="cpu")
-    o, lse = flash._forward(q, k, v, causal, 0.2, name)
-    assert_close(o, attention_ref(q, k, v, causal=causal, sm_scale=0.2), torch.float32, "cpu", name)
-    ref = reference_lse(q, k, causal, sm_scale=0.2)
-    assert_close(lse, ref, torch.float32, "cpu", f"{name} lse")
-    halves = switches["halves"] or (switches["ping_pong"] and not causal)
-    kernel = "_attn_fwd_host_desc" if switches["host_desc"] else "_attn_fwd_desc"
-    assert launched == [(kernel + "_halves" if halves else kernel, halves)]
-
-
-def test_ping_pong_choice():
-    """The ping_pong candidate's rule: halves (non-causal) and descriptors (causal) at D = 128 and long
-    sequences only; the pointer kernel elsewhere."""
-    choice = flash.ping_pong_choice
-    assert choice(False, 128, 4096) == dict(desc=True, halves=True)
-    assert choice(True, 128, 4096) == dict(desc=True, halves=False)
-    assert choice(False, 128, 512) == choice(True, 128, 1024) == dict(desc=False, halves=False)
-    assert all(choice(c, d, 16384) == dict(desc=False, halves=False) for c in (False, True) for d in (16, 32, 64, 256))
-
-
-@pytest.mark.skipif(not _interpreted_descriptor_kernel(), reason="needs Triton's interpreter with tensor descriptors")
-def test_ping_pong_short_sequences_take_the_pointer_kernel(monkeypatch):
-    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
-    launched = []
-    real_launch = flash._launch
-    monkeypatch.setattr(flash, "_launch", lambda kernel, *a, **kw: launched.append(kernel) or real_launch(kernel, *a, **kw))
-    q, k, v = make_inputs(torch.Generator().manual_seed(5), 1, 2, 1, 21, 33, 64, torch.float32, device="cpu")
-    o, _ = flash._forward(q, k, v, False, 0.2, "ping_pong")
-    assert_close(o, attention_ref(q, k, v, sm_scale=0.2), torch.float32, "cpu", "ping_pong at D = 64")
-    assert launched == ["_attn_fwd"]
+    rung = VARIANTS["host_descriptors"]
+    short, long, d32 = (torch.randn(1, 1, n, d) for n, d in ((33, 64), (1024, 64), (33, 32)))
+    assert flash.effective_rung(rung, causal, short, short, short, short).desc == (2 if causal else 0)
+    assert flash.effective_rung(rung, causal, short, long, long, short).desc == 2
+    assert flash.effective_rung(rung, causal, d32, d32, d32, d32).desc == 0
 
 
 def test_numpy_scalars_are_valid_scales():

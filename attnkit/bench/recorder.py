@@ -1,9 +1,13 @@
 """Timing and recording GPU results, shared by every benchmark in the course.
 
 Each benchmark suite is a function listed in ``SUITES`` that returns rows (one dict per measurement);
-``make bench`` (``record``) runs them on a GPU and writes ``attnkit/bench/results/bench_<name>.csv``. Every row carries the GPU's name, the
-date and the torch / triton / cuDNN versions, so a recorded number always says where it came from.
-On a CPU, notebooks show these recorded files instead of live timings.
+``record`` runs them on a GPU and writes ``bench_<name>.csv`` (by default into the package's
+``attnkit/bench/results/``). Every row carries the GPU's name, the date and the torch / triton / cuDNN
+versions, so a recorded number always says where it came from. On a CPU, notebooks show these
+recorded files instead of live timings. The one command (``make bench`` and the GPU scripts in
+``scripts/`` run the same ``record``):
+
+    python -m attnkit.bench.recorder [--out DIR] [SUITE ...]      # every suite when none is named
 """
 from __future__ import annotations
 
@@ -88,14 +92,24 @@ def describe_source(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
+    import argparse
+
     import torch
 
+    parser = argparse.ArgumentParser(prog="python -m attnkit.bench.recorder",
+                                     description="Run benchmark suites on this GPU and write bench_<suite>.csv.")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="directory for the CSVs (default: the package's recorded results)")
+    parser.add_argument("suites", nargs="*", metavar="SUITE", help=f"any of {list(SUITES)} (default: all)")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.suites if n not in SUITES]
+    if unknown:
+        parser.error(f"unknown suites {unknown}; the suites are {list(SUITES)}")
     if not torch.cuda.is_available():
-        print("make bench needs a CUDA GPU; the recorded results are in attnkit/bench/results/bench_*.csv")
+        print("recording needs a CUDA GPU; the recorded results are in attnkit/bench/results/bench_*.csv")
         return 1
-    names = (argv or sys.argv[1:]) or list(SUITES)
-    for path in record(names):
-        print(f"wrote {path}")
+    for path in record(args.suites or list(SUITES), args.out):
+        print(f"wrote {path}", flush=True)
     return 0
 
 
