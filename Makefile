@@ -17,8 +17,11 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# JupyterLab as students meet it: no news pop-up, no update check (the course's venv only).
+LAB_QUIET := --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 lab: setup  ## open the course in JupyterLab (LAB_ARGS=... passes options, e.g. --no-browser --port=8899)
-	$(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_setup.ipynb
+	$(VENV)/bin/jupyter labextension disable --level=sys_prefix "@jupyterlab/apputils-extension:announcements" >/dev/null
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_QUIET) $(LAB_ARGS) notebooks/00_setup.ipynb
 
 # The browser test drives Debian's chromium (never a downloaded browser): installed when missing and
 # when this runs as root with apt-get; otherwise that one test is skipped and says why.
@@ -39,7 +42,7 @@ execute: setup  ## run notebooks (NB=...) and store their outputs, then regenera
 labs: setup  ## generate labs/ from solutions/ (FORCE=1 overwrites edited labs)
 	$(PY) -m attnkit.classroom.labgen $(if $(FORCE),--force,)
 
-headers: setup  ## rewrite Colab badges and setup cells from attnkit/course.py
+headers: setup  ## rewrite titles, badges, objectives, setup cells, questions and nbval tags from attnkit/classroom/course.py
 	$(PY) -m attnkit.classroom.notebooks headers
 
 figures: setup  ## redraw the diagrams in figures/

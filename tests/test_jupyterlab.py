@@ -1,6 +1,7 @@
 """`make lab` serves the course: start it, list the notebooks over HTTP, stop it."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -38,6 +39,14 @@ def test_make_lab_serves_the_notebook_list(tmp_path):
         names = {item["name"] for item in listing["content"]}
         expected = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
         assert expected and expected <= names
+        # No news pop-up: the plugin that asks is disabled, and the server fetches no news.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=10) as response:
+            page = response.read().decode()
+        config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                      page, re.S).group(1))
+        assert "@jupyterlab/apputils-extension:announcements" in config["disabledExtensions"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab/api/news?token={token}", timeout=10) as response:
+            assert json.load(response)["news"] == []
     finally:
         stop(server)
 
