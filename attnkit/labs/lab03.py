@@ -2,144 +2,267 @@
 
 Students write three functions:
 
-    online_softmax(row)                    -> softmax of a 1-D row, from one streaming pass for (m, ℓ)
-    merge(a, b)                            -> (m, l, z), the state over the keys of both a and b
-    tiled_attention(Q, K, V, block_q, block_k) -> softmax(Q Kᵀ/√d) V, tile by tile
+    online_softmax(blocks)                      exercise 1: (m, ℓ) of a row of scores that arrives as a
+                                                stream of blocks, read once
+    merge(a, b)                                 exercise 2: (m, l, z), the state over the keys of a and b
+    tiled_attention(Q, K, V, block_q, block_k)  exercise 3: softmax(Q Kᵀ/√d) V, tile by tile, with merge
 
-Each check draws fresh random inputs and compares with the float64 references of the package.
+Each check runs fixed adversarial cases first (rows whose maxima are thousands apart, scores that
+overflow ``exp``, tiles that do not divide the lengths), then cases drawn from ``seed`` (fresh ones when
+None), and compares with the float64 references of the package. The lesson's claims about structure are
+checked too: the stream can be read once (a second pass finds nothing, and each block arrives in a
+buffer that the next one overwrites); a tiled forward never builds a score block larger than the tile
+(one case is large enough that the full matrix, or a row of tiles, exceeds its memory limit); and no
+answer may call the course's own implementations.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ..classroom.checking import CheckResult, case, run_check, summarize
-from ..reference.attention import attention_np, softmax_np
-from ..reference.online_softmax import PartialState, block_state, empty_state, merge
-from ..tolerances import tolerance
+from ..classroom.checking import (
+    CheckResult,
+    Exercise,
+    OneShotStream,
+    case,
+    check_exercises,
+    exercise_check,
+    run_check,
+    with_memory_limit,
+)
+from ..reference import attention as _attention
+from ..reference import online_softmax as _online
+from ..reference import tiled_numpy as _tiled
+from ..reference.online_softmax import PartialState, block_state, empty_state
+from ..tolerances import rel_error, tolerance
 
 TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: far below any real bug
 
+HINT_ONLINE = ("one loop over the blocks, keeping the running maximum m and the running sum ℓ: for each "
+               "block, m_new = max(m, block.max()), ℓ = ℓ·exp(m − m_new) + Σ exp(block − m_new). The stream "
+               "can be read only once, and each block is overwritten by the next: use a block before "
+               "asking for the next one.")
+HINT_MERGE = ("m = max(m_a, m_b) ROW BY ROW (np.maximum, not one maximum for all rows); then "
+              "l = exp(m_a − m)·l_a + exp(m_b − m)·l_b and z = exp(m_a − m)[:, None]·z_a + exp(m_b − m)[:, None]·z_b. "
+              "Return the tuple (m, l, z). (The report shows one line per row: m, l, then z.)")
+HINT_TILED = ("for each block of query rows start from m = -inf, l = 0, z = 0; for each key/value block "
+              "compute the scores S = Q_i K_jᵀ/√d (never more than block_q × block_k of them at once), take "
+              "each ROW's maximum, turn them into the block's state and merge it in; the last tiles may be "
+              "shorter than block_q / block_k; finish with O_i = z / l.")
 
-def _rng():
-    return np.random.default_rng()    # fresh inputs on every check
+
+# The course's own implementations: a student's function that calls one of them fails.
+FORBIDDEN = (_online.online_max_sum, _online.online_softmax, _online.block_state, _online.merge,
+             _online.merge_all, _online.finalize, _online.empty_state, _tiled.tiled_attention,
+             _tiled.naive_attention, _attention.softmax_np, _attention.attention_np, _attention.attention_ref)
 
 
-# ------------------------------------------------------------------------------ online softmax
-def _row_cases():
-    rng = _rng()
-    return [
-        case(rng.standard_normal(7), label="a row of 7 scores"),
-        case(np.sort(rng.standard_normal(12) * 3), label="12 increasing scores (the maximum changes at every step)"),
-        case(np.sort(rng.standard_normal(9))[::-1].copy(), label="9 decreasing scores (the maximum comes first)"),
-        case(rng.standard_normal(33) * 2 + np.linspace(-4, 4, 33), label="33 scores drifting upwards"),
-        case(rng.standard_normal(10) * 30 + 900, label="10 scores near 900 (exp(900) overflows)"),
-        case(np.concatenate([rng.uniform(800, 1000, 4), rng.uniform(-1000, -800, 4)]),
-             label="8 scores: four near +900, then four near -900"),
-        case(np.array([rng.standard_normal()]), label="a single score"),
+def _check(name, student_fn, reference_fn, fixed, drawn, hint, compare) -> CheckResult:
+    return run_check(name, student_fn, reference_fn, fixed + drawn, tol=TOL, hint=hint, compare=compare,
+                     forbidden=FORBIDDEN, fixed=len(fixed))
+
+
+def _parts_close(got, expected, columns) -> bool:
+    """Each group of columns (m, then l, then z) within TOL of the reference, on its own scale."""
+    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    if got.shape != expected.shape:
+        return False
+    return all(rel_error(got[:, c], expected[:, c]) <= TOL for c in columns)
+
+
+# ------------------------------------------------------------------------------ exercise 1
+def _stream(blocks, what) -> object:
+    blocks = [np.asarray(b, dtype=np.float64) for b in blocks]
+    sizes = "+".join(str(len(b)) for b in blocks)
+    return case(OneShotStream(blocks), label=f"{what}, blocks of {sizes}")
+
+
+def _reference_stats(stream: OneShotStream):
+    m, l = _online.online_max_sum(np.concatenate(stream.blocks))
+    return np.array([[m, l]])
+
+
+def _student_stats(online_softmax):
+    def call(stream):
+        out = online_softmax(stream)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(f"online_softmax must return the tuple (m, l), got {type(out).__name__}")
+        return np.array([[float(out[0]), float(out[1])]])
+    return call
+
+
+def _check_online_softmax(online_softmax, *, seed: int | None = None) -> CheckResult:
+    """online_softmax(blocks) -> (m, l): the maximum and Σ exp(x − m) of a row streamed as 1-D blocks."""
+    rng = np.random.default_rng(4)
+    fixed = [
+        _stream(np.split(np.sort(rng.standard_normal(12) * 3), [3, 6, 9]), "12 increasing scores"),
+        _stream(np.split(np.sort(rng.standard_normal(9))[::-1], [2, 7]), "9 decreasing scores"),
+        _stream([rng.standard_normal(4) * 30 + 900, rng.standard_normal(6) * 30 + 950],
+                "10 scores near 900 (exp(900) overflows)"),
+        _stream([rng.uniform(800, 1000, 3), rng.uniform(-1000, -800, 4), rng.uniform(-10, 10, 2)],
+                "scores near +900, then -900, then 0"),
+        _stream([rng.uniform(-1000, -800, 3), rng.uniform(800, 1000, 5)], "scores near -900, then +900"),
+        _stream([np.array([rng.standard_normal()])], "a single score"),
+        _stream(np.split(rng.standard_normal(15) + np.linspace(0, 40, 15), [1, 6, 8]), "15 rising scores"),
     ]
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(4):
+        n_blocks = int(rng.integers(2, 7))
+        heights = rng.uniform(-2000, 2000, n_blocks)
+        drawn.append(_stream([rng.standard_normal(int(rng.integers(1, 9))) * 5 + h for h in heights],
+                             f"{n_blocks} blocks at heights thousands apart"))
+    return _check("online_softmax", _student_stats(online_softmax), _reference_stats, fixed, drawn, HINT_ONLINE,
+                  compare=lambda got, want: _parts_close(got, want, (slice(0, 1), slice(1, 2))))
 
 
-def check_online_softmax(online_softmax) -> CheckResult:
-    """online_softmax(row) -> the softmax of the 1-D array ``row``."""
-    return run_check("online_softmax", online_softmax, softmax_np, _row_cases(), tol=TOL,
-                     hint="keep the running maximum m and the running sum ℓ; when the maximum grows from "
-                          "m to m_new, multiply ℓ by exp(m − m_new) before adding exp(x − m_new); at the end "
-                          "return exp(row − m) / ℓ.")
-
-
-# ------------------------------------------------------------------------------------ merge rule
-def _random_state(rng, rows, dv, n_keys, shift=0.0) -> tuple:
-    scores = rng.standard_normal((rows, n_keys)) * 2 + shift
-    values = rng.standard_normal((n_keys, dv))
-    s = block_state(scores, values)
+# ------------------------------------------------------------------------------------ exercise 2
+def _state(rng, rows, dv, n_keys, heights) -> tuple:
+    scores = rng.standard_normal((rows, n_keys)) * 2 + np.reshape(heights, (rows, 1))
+    s = block_state(scores, rng.standard_normal((n_keys, dv)))
     return (s.m, s.l, s.z)
 
 
-def _merge_cases():
-    rng = _rng()
-    cases = []
-    a, b = _random_state(rng, 3, 2, 4, shift=0.0), _random_state(rng, 3, 2, 5, shift=3.0)
-    cases.append(case(a, b, label="3 rows, b holds the larger scores"))
-    a, b = _random_state(rng, 4, 3, 6, shift=3.0), _random_state(rng, 4, 3, 2, shift=0.0)
-    cases.append(case(a, b, label="4 rows, a holds the larger scores"))
-    a = _random_state(rng, 5, 4, 3, shift=0.0)
-    b = _random_state(rng, 5, 4, 7, shift=0.0)
-    b = (b[0] + np.array([-5.0, 5.0, -5.0, 5.0, 0.0]), b[1], b[2])       # larger max in some rows only
-    cases.append(case(a, b, label="5 rows, the larger maximum differs from row to row"))
-    e = empty_state(3, 2)
-    cases.append(case((e.m, e.l, e.z), _random_state(rng, 3, 2, 4), label="a is the empty state (m=-inf, l=0, z=0)"))
-    a, b = _random_state(rng, 2, 3, 5, shift=500.0), _random_state(rng, 2, 3, 5, shift=510.0)
-    cases.append(case(a, b, label="2 rows with scores near 500"))
-    return cases
+def _merge_reference(a, b):
+    s = _online.merge(PartialState(*a), PartialState(*b))
+    return np.column_stack([s.m, s.l, s.z])
 
 
-def _flatten_state(state):
-    """(m, l, z) as one vector m | l | z, so that the report can show where it differs."""
-    if isinstance(state, (tuple, list)) and len(state) == 3:
-        return np.concatenate([np.ravel(np.asarray(x, dtype=np.float64)) for x in state])
-    size = f" of {len(state)} items" if isinstance(state, (tuple, list)) else ""
-    raise TypeError(f"merge must return a tuple (m, l, z) of three arrays, got a {type(state).__name__}{size}")
+def _student_merge(merge_fn):
+    def call(a, b):
+        state = merge_fn(a, b)
+        if not (isinstance(state, (tuple, list)) and len(state) == 3):
+            size = f" of {len(state)} items" if isinstance(state, (tuple, list)) else ""
+            raise TypeError(f"merge must return a tuple (m, l, z) of three arrays, got a "
+                            f"{type(state).__name__}{size}")
+        m, l, z = (np.asarray(x, dtype=np.float64) for x in state)
+        if m.ndim != 1 or l.shape != m.shape or z.ndim != 2 or len(z) != len(m):
+            raise TypeError(f"merge must return m and l of shape [rows] and z of shape [rows, dv], got "
+                            f"m {m.shape}, l {l.shape}, z {z.shape}")
+        return np.column_stack([m, l, z])
+    return call
 
 
-def _merge_ref(a, b):
-    s = merge(PartialState(*a), PartialState(*b))
-    return _flatten_state((s.m, s.l, s.z))
+def _merge_label(a, b, what) -> str:
+    return f"{what}: {len(a[0])} rows, dv = {a[2].shape[1]}"
 
 
-def check_merge(merge_fn) -> CheckResult:
-    """merge(a, b) -> (m, l, z) where a = (m_a, l_a, z_a), b = (m_b, l_b, z_b); m, l: [rows], z: [rows, dv].
-
-    The report shows the three arrays flattened one after another: m (rows values), l (rows), z (rows·dv).
-    """
-    return run_check(
-        "merge", lambda a, b: _flatten_state(merge_fn(a, b)), _merge_ref, _merge_cases(), tol=TOL,
-        hint="m = max(m_a, m_b) row by row; then l = exp(m_a − m)·l_a + exp(m_b − m)·l_b and "
-             "z = exp(m_a − m)[:, None]·z_a + exp(m_b − m)[:, None]·z_b. Return the tuple (m, l, z) "
-             "(the report lists m, then l, then z, flattened).")
-
-
-# ----------------------------------------------------------------------------- tiled attention
-def _tiled_cases():
-    rng = _rng()
-    shapes = [  # (N_q, N_k, d, dv, block_q, block_k)
-        (4, 4, 4, 2, 2, 2),
-        (10, 10, 8, 8, 4, 4),        # N not a multiple of the tile
-        (7, 13, 16, 5, 3, 4),        # N_q ≠ N_k, d ≠ dv, ragged tiles on both axes
-        (16, 9, 8, 8, 16, 2),        # one query block, many key blocks
-        (5, 20, 4, 3, 2, 32),        # one key block larger than N_k
+def _check_merge(merge_fn, *, seed: int | None = None) -> CheckResult:
+    """merge(a, b) -> (m, l, z) where a = (m_a, l_a, z_a), b = (m_b, l_b, z_b); m, l: [rows], z: [rows, dv]."""
+    rng = np.random.default_rng(5)
+    pairs = [
+        (_state(rng, 3, 2, 4, [0, 0, 0]), _state(rng, 3, 2, 5, [3, 3, 3]), "b holds the larger scores"),
+        (_state(rng, 4, 3, 6, [3, 3, 3, 3]), _state(rng, 4, 3, 2, [0, 0, 0, 0]), "a holds the larger scores"),
+        (_state(rng, 4, 4, 3, [0, 0, 0, 0]), _state(rng, 4, 4, 7, [-5, 5, -5, 5]),
+         "the larger maximum differs from row to row (z is square)"),
+        (_state(rng, 3, 2, 4, [0, 1500, -1500]), _state(rng, 3, 2, 4, [1, 1490, -1510]),
+         "rows whose maxima are thousands apart"),
+        (tuple(np.asarray(x) for x in (lambda e: (e.m, e.l, e.z))(empty_state(3, 2))),
+         _state(rng, 3, 2, 4, [0, 0, 0]), "a is the empty state (m = -inf, l = 0, z = 0)"),
+        (_state(rng, 2, 3, 5, [500, 500]), _state(rng, 2, 3, 5, [510, 510]), "scores near 500"),
     ]
-    cases = []
-    for n_q, n_k, d, dv, bq, bk in shapes:
+    fixed = [case(a, b, label=_merge_label(a, b, what)) for a, b, what in pairs]
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(4):
+        rows, dv = int(rng.integers(2, 7)), int(rng.integers(1, 5))
+        a = _state(rng, rows, dv, int(rng.integers(1, 6)), rng.uniform(-2000, 2000, rows))
+        b = _state(rng, rows, dv, int(rng.integers(1, 6)), rng.uniform(-2000, 2000, rows))
+        drawn.append(case(a, b, label=_merge_label(a, b, "random heights")))
+    return _check("merge", _student_merge(merge_fn), _merge_reference, fixed, drawn, HINT_MERGE,
+                  compare=lambda got, want: _parts_close(got, want, (slice(0, 1), slice(1, 2), slice(2, None))))
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def _far_apart(rng, n_q, n_k, d, dv):
+    """Q, K, V where neighbouring query rows have scores thousands apart."""
+    Q, K, V = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d)), rng.standard_normal((n_k, dv))
+    K[:, 0] = rng.uniform(1.0, 1.5, n_k)
+    Q[:, 0] = np.resize([0.0, 3000.0, -3000.0, 1500.0], n_q)
+    return Q, K, V
+
+
+# The memory case: the full score matrix is 8 MiB, a row of tiles (or all queries against one key
+# block) 512 KiB, one tile 32 KiB. The limit allows twice the inputs and the output, and six tiles.
+BIG = dict(n_q=1024, n_k=1024, d=2, dv=2, block_q=64, block_k=64)
+
+
+def _memory_limit(n_q, n_k, d, dv, block_q, block_k) -> int:
+    return 8 * (2 * (n_q * d + n_k * d + n_k * dv + n_q * dv) + 6 * block_q * block_k)
+
+
+@functools.lru_cache(maxsize=1)
+def _big_case() -> tuple:
+    """Q, K, V of the memory case and their float64 attention, computed once."""
+    rng = np.random.default_rng(7)
+    Q, K, V = (rng.standard_normal((BIG[n], BIG[d])) for n, d in (("n_q", "d"), ("n_k", "d"), ("n_k", "dv")))
+    out = _attention.attention_np(Q, K, V)
+    for a in (Q, K, V, out):
+        a.setflags(write=False)
+    return Q, K, V, out
+
+
+def _tiled_reference(Q, K, V, block_q, block_k):
+    big_Q, big_K, big_V, big_out = _big_case()
+    if Q.shape == big_Q.shape and np.array_equal(Q, big_Q) and np.array_equal(K, big_K) and \
+            np.array_equal(V, big_V):
+        return big_out.copy()
+    return _attention.attention_np(Q, K, V)
+
+
+def _check_tiled_attention(tiled_attention, *, seed: int | None = None) -> CheckResult:
+    """tiled_attention(Q, K, V, block_q, block_k) -> softmax(Q Kᵀ/√d) V, [N_q, dv]."""
+    rng = np.random.default_rng(6)
+    fixed = []
+    shapes = [  # (N_q, N_k, d, dv, block_q, block_k, what)
+        (4, 4, 4, 2, 2, 2, "the 4×4 example's shape"),
+        (10, 10, 8, 8, 4, 4, "N not a multiple of the tile"),
+        (7, 13, 16, 5, 3, 4, "N_q ≠ N_k, d ≠ dv, ragged tiles on both axes"),
+        (16, 9, 8, 8, 16, 2, "one query block, many key blocks"),
+        (5, 20, 4, 3, 2, 32, "one key block larger than N_k"),
+        (1, 9, 4, 2, 4, 4, "a single query"),
+    ]
+    for n_q, n_k, d, dv, bq, bk, what in shapes:
         Q, K, V = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d)), rng.standard_normal((n_k, dv))
-        cases.append(case(Q, K, V, bq, bk, label=f"Q {Q.shape}, K {K.shape}, V {V.shape}, tiles {bq}×{bk}"))
-    Q, K, V = rng.standard_normal((6, 4)) * 12, rng.standard_normal((11, 4)) * 12, rng.standard_normal((11, 3))
-    cases.append(case(Q, K, V, 4, 3, label="large scores (up to a few hundred), tiles 4×3"))
-    # Scores that grow along the keys by about 1500: a stale maximum overflows exp.
+        fixed.append(case(Q, K, V, bq, bk, label=f"{what}: Q {Q.shape}, K {K.shape}, V {V.shape}, tiles {bq}×{bk}"))
+    Q, K, V = _far_apart(rng, 6, 11, 4, 3)
+    fixed.append(case(Q, K, V, 4, 3, label="rows of one tile whose scores are thousands apart, tiles 4×3"))
     Q = np.abs(rng.standard_normal((5, 4))) + np.array([50.0, 0, 0, 0])
     K = np.column_stack([np.linspace(-30, 30, 9), rng.standard_normal((9, 3))])
-    V = rng.standard_normal((9, 2))
-    cases.append(case(Q, K, V, 2, 3, label="scores rising from about -800 to +800 along the keys, tiles 2×3"))
-    return cases
+    fixed.append(case(Q, K, rng.standard_normal((9, 2)), 2, 3,
+                      label="scores rising from about -800 to +800 along the keys, tiles 2×3"))
+    Q, K, V = (np.array(a) for a in _big_case()[:3])
+    big = case(Q, K, V, BIG["block_q"], BIG["block_k"],
+               label=f"Q {Q.shape}, K {K.shape}, tiles {BIG['block_q']}×{BIG['block_k']}: the full score "
+                     f"matrix would take {8 * BIG['n_q'] * BIG['n_k'] / 2**20:.0f} MiB")
+    fixed.append(with_memory_limit(big, _memory_limit(**BIG)))
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(4):
+        bq, bk = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        n_q = bq * int(rng.integers(1, 4)) + int(rng.integers(-1, 2))      # k·BLOCK and k·BLOCK ± 1
+        n_k = bk * int(rng.integers(3, 5)) + int(rng.integers(-1, 2))      # at least three key tiles
+        n_q, d, dv = max(n_q, 1), int(rng.integers(1, 9)), int(rng.integers(1, 6))
+        Q, K, V = _far_apart(rng, n_q, n_k, d + 1, dv)
+        drawn.append(case(Q, K, V, bq, bk, label=f"Q {Q.shape}, K {K.shape}, V {V.shape}, tiles {bq}×{bk}"))
+    return _check("tiled_attention", tiled_attention, _tiled_reference, fixed, drawn, HINT_TILED,
+                  compare=lambda got, want: bool(rel_error(got, want) <= TOL))
 
 
-def check_tiled_attention(tiled_attention) -> CheckResult:
-    """tiled_attention(Q, K, V, block_q, block_k) -> softmax(Q Kᵀ/√d) V, [N_q, dv]."""
-    return run_check(
-        "tiled_attention", tiled_attention,
-        lambda Q, K, V, block_q, block_k: attention_np(Q, K, V), _tiled_cases(), tol=TOL,
-        hint="for each block of query rows start from m = -inf, l = 0, z = 0; for each key/value block "
-             "compute the scores S = Q_i K_jᵀ/√d, turn them into a block state and merge it in; the last "
-             "tiles may be shorter than block_q / block_k; finish with O_i = z / l.")
+# ------------------------------------------------------------------------------------ the lab
+EXERCISES = (
+    Exercise(function="online_softmax", check=_check_online_softmax),
+    Exercise(function="merge", check=_check_merge),
+    Exercise(function="tiled_attention", check=_check_tiled_attention, depends=("merge",)),
+)
+
+check_online_softmax = exercise_check(EXERCISES, "online_softmax")
+check_merge = exercise_check(EXERCISES, "merge")
+check_tiled_attention = exercise_check(EXERCISES, "tiled_attention")
 
 
-EXERCISES = {
-    "online_softmax": check_online_softmax,
-    "merge": check_merge,
-    "tiled_attention": check_tiled_attention,
-}
-
-
-def check_all(online_softmax, merge_fn, tiled_attention):
-    """All three checks together, with a one-line score."""
-    return summarize([check_online_softmax(online_softmax), check_merge(merge_fn),
-                      check_tiled_attention(tiled_attention)])
+def check_lab(*, seed: int | None = None, **functions):
+    """Every exercise's check: ``check_lab(online_softmax=online_softmax, merge=merge,
+    tiled_attention=tiled_attention)``."""
+    return check_exercises(EXERCISES, functions, seed=seed)
