@@ -153,3 +153,19 @@ def test_profile_naive_writes_no_profiler_log(capfd):
     rows = iomodel.profile_naive(32, d=16, heads=1, device="cpu", reps=1)
     assert [r["step"] for r in rows] == list(iomodel.NAIVE_STEPS)
     assert "profiler_" not in capfd.readouterr().err
+
+
+def test_four_kernel_traffic_against_the_fused_floor():
+    four = sum(s.bytes for s in attention_steps(N, D))
+    assert four == 205_520_896 and round(four / fused_attention(N, D).bytes) == 49   # lesson 2's 49×, not 33×
+
+
+def test_shared_memory_bandwidth_from_the_clock():
+    # the FlashAttention paper's "19 TB/s" for the A100: 108 SMs × 128 bytes per clock × 1.41 GHz
+    assert round(iomodel.smem_bandwidth(GPUS["A100 SXM 80GB"], 1.41) / 1e12, 1) == 19.5
+    h100 = iomodel.smem_bandwidth(GPUS["H100 SXM"], iomodel.H100_BOOST_GHZ)
+    assert round(h100 / 1e12, 1) == 33.5 and round(h100 / (GPUS["H100 SXM"].hbm_gbs * 1e9)) == 10
+    levels = [level for level, *_ in iomodel.HIERARCHY_H100]
+    assert levels.index("shared memory / L1") < levels.index("HBM3")
+    rates = {level: rate for level, _, _, rate in iomodel.HIERARCHY_H100}
+    assert rates["shared memory / L1"] > rates["HBM3"] > rates["host DRAM over PCIe 5.0 x16"]

@@ -91,8 +91,9 @@ def attention_steps(N: int, d: int, *, itemsize: int = 2, softmax_flops: int = 5
 
     Each kernel reads its inputs from HBM and writes its output there (``itemsize`` bytes per element).
     FLOPs: a multiply-add counts 2; softmax counts ``softmax_flops`` per score (5: max, subtract, exp,
-    sum, divide; the second source counts 2: exp and divide); scale-and-mask counts 1 (the multiply).
-    With ``separate_scale=False`` the scale is folded into QKᵀ (as the first source's table does).
+    sum, divide; the IO chapter of docs/references.md counts 2: exp and divide); scale-and-mask counts 1
+    (the multiply). With ``separate_scale=False`` the scale is folded into QKᵀ (as the profiling post's
+    traffic table does).
     """
     _check_sizes(N, d, itemsize)
     if softmax_flops < 0:
@@ -113,7 +114,7 @@ def fused_attention(N: int, d: int, *, itemsize: int = 2, softmax_flops: int = 5
 
 
 def attention_flops(N: int, d: int, softmax_flops: int = 2) -> int:
-    """4N²d + softmax_flops·N²: the two products plus the softmax (the second source's 4N²d + 2N²)."""
+    """4N²d + softmax_flops·N²: the two products plus the softmax (the IO chapter's 4N²d + 2N²)."""
     return 4 * N * N * d + softmax_flops * N * N
 
 
@@ -156,8 +157,10 @@ def roofline_figure(points=(), gpus=None, *, title: str = "Roofline: fp16 tensor
             ax.axvline(intensity, color="gray", lw=0.8, ls=":")
             y = top.attainable_tflops(intensity)
             ax.plot(intensity, y, "D", color="k", ms=5)
-            ax.annotate(f"{label}\n{intensity:.3g} FLOP/B", (intensity, y), textcoords="offset points",
-                        xytext=(4, 6 + 14 * (j % 2)), fontsize=8)
+            high = y > 300                        # near the top: label below the point, clear of the title
+            value = f"{intensity:,.0f}" if intensity >= 100 else f"{intensity:.3g}"
+            ax.annotate(f"{label}\n{value} FLOP/B", (intensity, y), textcoords="offset points",
+                        xytext=(4, -30 if high else 6 + 14 * (j % 2)), fontsize=8)
     ax.set_xlim(*xlim)
     ax.set_ylim(0.1, 3000)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
@@ -176,36 +179,62 @@ def roofline_attention_figure(N: int = 4096, d: int = 128):
     return roofline_figure(pts, title=f"Attention steps on the roofline (N={N}, d={d}, fp16)")
 
 
-# Capacities of the H100 SXM5 (NVIDIA H100 Tensor Core GPU architecture whitepaper and datasheet).
+# The H100 SXM's memory levels: capacity of the whole GPU and bandwidth (NVIDIA H100 Tensor Core GPU
+# datasheet and architecture whitepaper). Shared memory's bandwidth is derived: each SM's shared memory
+# delivers 128 bytes per clock (32 banks of 4 bytes), × 132 SMs × the 1.98 GHz boost clock. NVIDIA
+# publishes no bandwidth for the register file or the L2 cache: they are left out of the bandwidth panel.
+H100_BOOST_GHZ = 1.98
+SMEM_BYTES_PER_CLOCK = 128
+
 HIERARCHY_H100 = (
-    # level, capacity in bytes, what the capacity is
-    ("registers", 132 * 256 * 1024, "256 KiB per SM × 132 SMs"),
-    ("shared memory / L1", 132 * 256 * 1024, "256 KiB per SM × 132 SMs (up to 228 KiB as shared memory)"),
-    ("L2 cache", 50 * 1024**2, "50 MB, shared by all SMs"),
-    ("HBM3", 80 * 1000**3, "80 GB, 3.35 TB/s"),
+    # level, capacity in bytes, what the capacity is, bandwidth in bytes/s (None: not published)
+    ("registers", 132 * 256 * 1024, "256 KiB per SM × 132 SMs", None),
+    ("shared memory / L1", 132 * 256 * 1024, "256 KiB per SM × 132 SMs (up to 228 KiB as shared memory)",
+     132 * SMEM_BYTES_PER_CLOCK * H100_BOOST_GHZ * 1e9),
+    ("L2 cache", 50 * 1024**2, "50 MB, shared by all SMs", None),
+    ("HBM3", 80 * 1000**3, "80 GB", 3.35e12),
+    ("host DRAM over PCIe 5.0 x16", None, "the CPU's memory, beyond the GPU", 64e9),
 )
+
+
+def smem_bandwidth(gpu: GPU, boost_ghz: float) -> float:
+    """Aggregate shared-memory bandwidth in bytes/s: SMs × 128 bytes per clock × boost clock."""
+    return gpu.sms * SMEM_BYTES_PER_CLOCK * boost_ghz * 1e9
 
 
 @diagram("memory_hierarchy.png")
 def memory_hierarchy_figure():
-    """The H100's memory levels as bars of capacity (log scale): small and fast on chip, large off chip."""
+    """The H100's memory levels: capacity (left) and bandwidth (right), both on log axes."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    names = [lvl for lvl, _, _ in HIERARCHY_H100]
-    sizes = [size for _, size, _ in HIERARCHY_H100]
-    colors = ["#2a9d8f", "#2a9d8f", "#e9c46a", "#e76f51"]
-    ax.barh(names, sizes, color=colors)
-    for i, (_, size, note) in enumerate(HIERARCHY_H100):
-        ax.text(size * 1.3, i, note, va="center", fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlim(1e6, 1e14)
-    ax.invert_yaxis()
-    ax.set_xlabel("capacity of the whole GPU (bytes, log scale)")
-    ax.set_ylabel("memory level")
-    ax.set_title("H100 SXM memory hierarchy: in each SM (green), shared on chip (yellow), off chip (red)")
-    ax.axhline(2.5, color="k", lw=0.8, ls="--")
-    ax.text(1e12, 2.45, "chip boundary", fontsize=8, va="bottom")
+    fig, (cap, bw) = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    names = [lvl for lvl, *_ in HIERARCHY_H100]
+    colors = ["#2a9d8f", "#2a9d8f", "#e9c46a", "#e76f51", "#8d99ae"]
+    for i, (_, size, _note, rate) in enumerate(HIERARCHY_H100):
+        if size:
+            cap.barh(i, size, color=colors[i])
+            cap.text(size * 1.4, i, f"{size / 2**20:,.0f} MiB" if size < 1e9 else f"{size / 1e9:.0f} GB",
+                     va="center", fontsize=8)
+        if rate:
+            bw.barh(i, rate / 1e12, color=colors[i])
+            bw.text(rate / 1e12 * 1.2, i, f"{rate / 1e12:.3g} TB/s", va="center", fontsize=8)
+        else:
+            bw.text(0.012, i, "not published", va="center", fontsize=8, color="gray")
+    cap.set_yticks(range(len(names)), names)
+    cap.set_xscale("log")
+    cap.set_xlim(1e6, 1e13)
+    cap.invert_yaxis()
+    cap.set_xlabel("capacity of the whole GPU (bytes, log scale)")
+    cap.set_ylabel("memory level")
+    bw.set_xscale("log")
+    bw.set_xlim(0.01, 300)
+    bw.set_xlabel("bandwidth (TB/s, log scale)")
+    for ax in (cap, bw):
+        ax.axhline(2.5, color="k", lw=0.8, ls="--")
+        ax.axhline(3.5, color="k", lw=0.8, ls=":")
+    cap.text(3e11, 2.45, "chip boundary", fontsize=8, va="bottom")
+    cap.text(3e11, 3.45, "GPU boundary", fontsize=8, va="bottom")
+    fig.suptitle("H100 SXM memory hierarchy: each level down is larger and slower")
     fig.tight_layout()
     return fig
 
