@@ -6,7 +6,8 @@ from attnkit.classroom.course import BRANCH, REPO_URL
 
 project = "Attention kernels, from a 4×4 example to paged decoding"
 author = "the course's authors"
-extensions = ["myst_nb"]
+# MathJax is served from the site itself (sphinx-mathjax-offline), so formulas render offline.
+extensions = ["myst_nb", "sphinx-mathjax-offline"]
 root_doc = "index"
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 

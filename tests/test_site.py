@@ -24,8 +24,8 @@ def offline_prefix() -> list[str]:
 def built(tmp_path_factory):
     """The whole course's site, built without a network where the machine can cut it off."""
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([*offline_prefix(), sys.executable, "-m", "attnkit.classroom.site", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([*offline_prefix(), sys.executable, "-m", "attnkit.classroom.site", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return out
 
@@ -100,6 +100,37 @@ def test_make_site_shows_stored_outputs_and_can_leave_solutions_out(tmp_path):
     assert (html / site.html_path(lesson.lab)).exists()
     assert site.broken_links(html) == []            # the lesson's link to its lab works
     assert f'href="../{site.html_path(lesson.lab)}"' in page
+
+
+@pytest.mark.slow
+def test_the_site_reads_offline_math_served_locally_no_remote_images_glossary_linked(built):
+    html = built / "html"
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file(), "MathJax is not served by the site"
+    assert (html / "docs" / "glossary.html").is_file()
+    for lesson in LESSONS:
+        if not (ROOT / lesson.notebook).exists():
+            continue
+        page = (html / site.html_path(lesson.notebook)).read_text()
+        assert re.search(r'<script [^>]*src="(\.\./)*_static/mathjax/tex-chtml\.js', page), lesson.notebook
+        assert "cdn.jsdelivr" not in page and "colab-badge.svg" not in page, lesson.notebook
+        assert not re.search(r'<img [^>]*src="https?://', page), f"{lesson.notebook} shows a remote image"
+        assert 'href="../docs/glossary.html"' in page, f"{lesson.notebook} does not link the glossary"
+        assert f"Lesson {lesson.number} ·" in page
+        if lesson.minutes:
+            assert f"{lesson.minutes} min" in (html / "index.html").read_text()
+
+
+def test_offline_notebook_turns_the_badge_into_a_link_and_the_glossary_local():
+    import json
+
+    from attnkit.classroom.notebooks import GLOSSARY_URL, badge_line
+
+    rel = "notebooks/05_flash_attention.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        f"{badge_line(rel)}\n\n# Lesson 5\n\nSee [the glossary]({GLOSSARY_URL}).")])
+    out = json.loads(site.offline_notebook(nbformat.writes(nb), rel))["cells"][0]["source"]
+    assert "colab-badge.svg" not in out and "[Open in Colab](https://colab.research.google.com/github/" in out
+    assert "[the glossary](../docs/glossary.md)" in out
 
 
 def test_broken_links_are_found(tmp_path):

@@ -5,15 +5,20 @@
     python -m attnkit.classroom.site --out DIR             # build elsewhere
     python -m attnkit.classroom.site --root CHECKOUT       # build another copy of the course
 
-The lessons, labs and solutions that exist (``attnkit.classroom.notebooks.course_notebooks``), the figures (with
-the notes on recorded results, ``figures/*.md``) and the instructor guide are copied into ``<out>/src`` with the repository's layout, so relative links
-between them keep working, and Sphinx with MyST-NB renders them (settings: ``site/conf.py``). The table
-of contents comes from ``attnkit/course.py``. Open ``<out>/html/index.html`` in a browser.
+The lessons, labs and solutions that exist (``attnkit.classroom.notebooks.course_notebooks``), the
+figures (with the notes on recorded results, ``figures/*.md``), the glossary and the instructor guide are
+copied into ``<out>/src`` with the repository's layout, so relative links between them keep working, and
+Sphinx with MyST-NB renders them (settings: ``site/conf.py``). The table of contents comes from
+``attnkit/classroom/course.py``. The site needs no network to build or to read: MathJax is served from
+the site itself, and the Colab badge (an image on Colab's servers) becomes a text link.
+Open ``<out>/html/index.html`` in a browser.
 """
 from __future__ import annotations
 
 import argparse
 import html.parser
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -21,11 +26,14 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from .course import LESSONS, colab_url
-from .notebooks import ROOT
+from .notebooks import GLOSSARY_URL, ROOT
 
 CONF_DIR = ROOT / "site"
 DEFAULT_OUT = ROOT / "site" / "_build"
-GUIDES = ("docs/instructor_guide.md",)
+GUIDES = ("docs/glossary.md", "docs/instructor_guide.md")
+# The Colab badge is an image on Colab's servers: on the site it becomes a plain link, so a page read
+# offline shows no broken image. The glossary link of every notebook points at the site's own page.
+BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
 ASSET_DIRS = ("figures",)
 
 
@@ -56,8 +64,8 @@ def index_source(pages: list[str], guides: list[str], notes: list[str] = ()) -> 
         "serving a tiny model. Each lesson is shown here with its stored outputs; open it in Colab or",
         "JupyterLab to run it.",
         "",
-        "| # | lesson | lab | Colab |",
-        "|---|---|---|---|",
+        "| # | lesson | time | lab | Colab |",
+        "|---|---|---|---|---|",
     ]
     for lesson in LESSONS:
         title = (f"[{lesson.title}]({lesson.notebook})" if lesson.notebook in present
@@ -68,7 +76,8 @@ def index_source(pages: list[str], guides: list[str], notes: list[str] = ()) -> 
         if lesson.solution in present:
             lab.append(f"[solution]({lesson.solution})")
         colab = f"[open]({colab_url(lesson.notebook)})" if lesson.notebook in present else ""
-        lines.append(f"| {lesson.number} | {title} | {' · '.join(lab)} | {colab} |")
+        minutes = f"{lesson.minutes} min" if lesson.minutes else ""
+        lines.append(f"| {lesson.number} | {title} | {minutes} | {' · '.join(lab)} | {colab} |")
     lines.append("")
     groups = [("Lessons", [p for p in pages if p.startswith("notebooks/")]),
               ("Labs", [p for p in pages if p.startswith("labs/")]),
@@ -95,7 +104,7 @@ def stage(src: Path, *, root: Path = ROOT, solutions: bool = True) -> list[str]:
         raise ValueError(f"root: no course notebook found under {root} (see attnkit/course.py)")
     for rel in pages:
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / rel, src / rel)
+        (src / rel).write_text(offline_notebook((root / rel).read_text(encoding="utf-8"), rel), encoding="utf-8")
     notes = []
     for folder in ASSET_DIRS:
         if (root / folder).is_dir():
@@ -109,6 +118,19 @@ def stage(src: Path, *, root: Path = ROOT, solutions: bool = True) -> list[str]:
             guides.append(rel)
     (src / "index.md").write_text(index_source(pages, guides, notes))
     return pages
+
+
+def offline_notebook(text: str, relpath: str) -> str:
+    """A notebook's JSON as the site shows it: the Colab badge as a text link, the glossary local."""
+    nb = json.loads(text)
+    glossary = "../" * relpath.count("/") + "docs/glossary.md"
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        source = BADGE.sub(r"[Open in Colab](\1)", source).replace(GLOSSARY_URL, glossary)
+        cell["source"] = source
+    return json.dumps(nb, ensure_ascii=False, indent=1) + "\n"
 
 
 def build(out: str | Path = DEFAULT_OUT, *, root: Path = ROOT, solutions: bool = True,
