@@ -159,10 +159,12 @@ def bf16_computed_in_fp32(device) -> bool:
     return torch.cuda.get_device_capability(device) < TRITON_MIN_CAPABILITY
 
 
+@functools.lru_cache(maxsize=1)
 def triton_interprets() -> bool:
     """True when this process's Triton runs kernels in its interpreter (it was imported with
     TRITON_INTERPRET=1: no GPU, or asked for). Triton decides once, at import, for its own standard
-    library (tl.max, tl.sum, ...) and for every kernel decorated by then, so this never changes."""
+    library (tl.max, tl.sum, ...) and for every kernel decorated by then, so this never changes
+    (and is asked once: every kernel launch consults it)."""
     ensure_triton_backend()
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
