@@ -1,13 +1,15 @@
 """Checks for lab 07, GQA and the KV cache.
 
-    check_cache_bytes(cache_bytes)   exercise 1: bytes of K and V for a model, a context and a batch
-    check_rope(rope)                 exercise 2: RoPE in PyTorch, both modes
-    check_rope_append(rope_append)   exercise 3: the Triton kernel that rotates q and k and appends k, v
-    check_lab(cache_bytes, rope, rope_append)
+    cache_bytes(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch)   exercise 1
+    rope(x, positions, mode)                                                     exercise 2
+    rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode)                      exercise 3 (Triton)
+    check_lab(cache_bytes=..., rope=..., rope_append=..., seed=None)
 
-Every check draws fresh random inputs and compares with the float64 references of
-``attnkit.kernels.rope_append`` and ``attnkit.reference.rope``. Exercise 3 runs the student's kernel on the course's device
-(Triton's interpreter on a CPU) on sizes whose cache rows are not multiples of anything.
+Each check runs fixed adversarial cases first (every size distinct, a cache larger than 2³² bytes,
+positions in the thousands, decoding where a row off by one still lies inside the cache), then cases
+drawn from ``seed`` (fresh ones when None), and compares with the float64 references of
+``attnkit.kernels.rope_append`` and ``attnkit.reference.rope``. Exercise 3 runs the student's kernel on
+the course's device (Triton's interpreter on a CPU). No answer may call the course's own implementations.
 """
 from __future__ import annotations
 
@@ -18,17 +20,21 @@ import numpy as np
 from ..classroom.checking import (
     NOT_IMPLEMENTED,
     CheckResult,
+    Exercise,
     case,
+    check_exercises,
+    exercise_check,
     fresh_copy,
-    is_not_implemented,
     not_implemented,
     run_check,
-    student_error,
-    summarize,
+    unwrapped,
 )
 from ..device import runtime
+from ..kernels import rope_append as _rope_append
 from ..kernels.rope_append import rope_append_reference
+from ..reference import rope as _rope
 from ..reference.rope import apply_rope
+from ..serving import kv_cache as _kv_cache
 from ..serving.kv_cache import kv_cache_bytes
 from ..serving.model_configs import MODELS
 from ..tolerances import tolerance
@@ -36,90 +42,137 @@ from ..tolerances import tolerance
 HINT_BYTES = ("every layer stores a K and a V vector of head_dim numbers for each KV head (not each query "
               "head) and each token: 2 · layers · kv_heads · head_dim · tokens · batch · dtype_bytes.")
 HINT_ROPE = ('"half" pairs x[j] with x[j + D/2]; "interleaved" pairs x[2j] with x[2j + 1]; pair j turns '
-             "by pos · base^(−2j/D): (a, b) → (a·cos − b·sin, b·cos + a·sin).")
+             "by pos · base^(−2j/D): (a, b) → (a·cos − b·sin, b·cos + a·sin). Compute the angles in float64 "
+             "(torch.float64): positions reach the thousands.")
+
 HINT_Q = "rotate every query head too, at the same position as the key of its token."
 HINT_CACHE = ("seqlens_k[b] is the index of the LAST token after the append (length − 1), so the new token s "
               "goes to row past + s with past = seqlens_k[b] + 1 − S, and is rotated at position past + s "
               '(with the pairs of its mode: "half" j ↔ j + D/2, "interleaved" 2j ↔ 2j + 1).')
 HINT_V = "V is not rotated: copy each new V row into the cache row of its token."
 
+# The course's own implementations: a student's function that calls one of them fails.
+FORBIDDEN = (kv_cache_bytes, _kv_cache.model_cache_bytes, apply_rope, _rope.rotation_matrix, rope_append_reference,
+             _rope_append.rope_append_torch, _rope_append.rope_append_triton)
+
 
 # ------------------------------------------------------------------------------------ exercise 1
-def check_cache_bytes(cache_bytes: Callable, seed: int | None = None) -> CheckResult:
+def _exact(got, want) -> bool:
+    """An integer number of bytes, equal to the reference (a float that is exactly that integer passes)."""
+    try:
+        return float(got) == float(want) and int(got) == int(want)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> CheckResult:
     """``cache_bytes(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch) -> int``."""
+    fixed = [case(*args, label=label) for args, label in (
+        ((3, 5, 7, 11, 2, 13), "every size a different prime: 3 layers, 5 KV heads, head_dim 7, 11 tokens, "
+                               "2-byte elements, batch 13"),
+        ((80, 8, 128, 131072, 2, 64), "80 layers, 8 KV heads, head_dim 128, 131072 tokens, batch 64 "
+                                      "(more than 2³² bytes)"),
+        ((1, 1, 1, 1, 1, 1), "one of everything"),
+        ((2, 1, 64, 1, 4, 3), "one KV head, one token, 4-byte elements, batch 3"),
+    )]
     rng = np.random.default_rng(seed)
-    cases = []
+    drawn = []
     for m in MODELS:
         tokens = int(rng.integers(1, 40000))
-        batch, dtype_bytes = int(rng.integers(1, 17)), int(rng.choice([1, 2, 4]))
-        cases.append(case(m.num_layers, m.num_kv_heads, m.head_dim, tokens, dtype_bytes, batch,
+        batch, dtype_bytes = int(rng.integers(2, 17)), int(rng.choice([1, 2, 4]))
+        drawn.append(case(m.num_layers, m.num_kv_heads, m.head_dim, tokens, dtype_bytes, batch,
                           label=f"{m.name}, {tokens} tokens, batch {batch}, {dtype_bytes}-byte elements"))
 
     def reference(layers, kv_heads, head_dim, tokens, dtype_bytes, batch):
         return kv_cache_bytes(num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim, tokens=tokens,
                               dtype_bytes=dtype_bytes, batch=batch)
 
-    return run_check("cache_bytes", cache_bytes, reference, cases, tol=0.0, hint=HINT_BYTES,
-                     compare=lambda got, want: int(got) == int(want))
+    return run_check("cache_bytes", cache_bytes, reference, fixed + drawn, tol=0.0, hint=HINT_BYTES,
+                     compare=_exact, forbidden=FORBIDDEN, fixed=len(fixed))
 
 
 # ------------------------------------------------------------------------------------ exercise 2
-def check_rope(rope: Callable, seed: int | None = None) -> CheckResult:
+def _torch_generator(seed: int | None):
+    import torch
+
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(seed).entropy % 2 ** 31))
+
+
+def _check_rope(rope: Callable, *, seed: int | None = None) -> CheckResult:
     """``rope(x, positions, mode) -> tensor``: x [S, D] float64, positions int64 [S]."""
     import torch
 
-    g = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).entropy % 2 ** 31))
-    cases = []
+    g = _torch_generator(0)
+    fixed = []
+    for mode in ("half", "interleaved"):
+        for n, d, pos in ((5, 8, [0, 1, 2, 3, 4]), (3, 12, [4999, 17, 1024]), (4, 6, [7, 7, 300, 2])):
+            x = torch.randn(n, d, dtype=torch.float64, generator=g)
+            fixed.append(case(x, torch.tensor(pos), mode, label=f'x of shape {tuple(x.shape)}, positions {pos}, '
+                                                                 f'mode "{mode}"'))
+    g = _torch_generator(seed)
+    drawn = []
     for mode in ("half", "interleaved", "interleaved", "half"):
         n, d = int(torch.randint(2, 9, (1,), generator=g)), int(torch.randint(1, 9, (1,), generator=g)) * 2 + 2
         x = torch.randn(n, d, dtype=torch.float64, generator=g)
         pos = torch.randint(0, 5000, (n,), generator=g)
-        cases.append(case(x, pos, mode, label=f'x of shape {tuple(x.shape)}, mode "{mode}"'))
-    return run_check("rope", rope, lambda x, pos, mode: apply_rope(x, pos, mode=mode), cases,
-                     tol=1e-9, hint=HINT_ROPE)
+        drawn.append(case(x, pos, mode, label=f'x of shape {tuple(x.shape)}, mode "{mode}"'))
+    return run_check("rope", rope, lambda x, pos, mode: apply_rope(x, pos, mode=mode), fixed + drawn,
+                     tol=1e-9, hint=HINT_ROPE, forbidden=FORBIDDEN, fixed=len(fixed))
 
 
 # ------------------------------------------------------------------------------------ exercise 3
-def _append_cases(seed):
-    """(q, k, v, k_cache, v_cache, seqlens_k, mode, label) on the course's device, float32."""
+# (B, S, Hq, Hkv, D, cache rows, seqlens_k, mode, what). Decoding comes first: there, a position off by
+# one row either way still lies inside the cache, so that bug shows as wrong cache rows. (In the first
+# prompt, seqlens_k taken as a length puts the first new token at row -1, outside the cache.)
+APPEND_SPECS = [
+    (2, 1, 4, 2, 16, 13, [6, 11], "half", "decoding"),
+    (2, 3, 4, 2, 16, 13, [2, 2], "half", "first prompt"),
+    (2, 4, 6, 2, 32, 17, [9, 15], "interleaved", "chunked prefill"),
+    (1, 2, 2, 2, 16, 9, [7], "interleaved", "decoding, Hq = Hkv"),
+]
+
+
+def _append_case(g, spec):
     import torch
 
     device = runtime().device
-    g = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).entropy % 2 ** 31))
-    # Decoding comes first: there, a position off by one row either way still lies inside the cache, so
-    # that bug shows as wrong cache rows. (In the first prompt, seqlens_k taken as a length puts the
-    # first new token at row -1, outside the cache.)
-    specs = [  # (B, S, Hq, Hkv, D, cache rows, seqlens_k, mode, what)
-        (2, 1, 4, 2, 16, 13, [6, 11], "half", "decoding"),
-        (2, 3, 4, 2, 16, 13, [2, 2], "half", "first prompt"),
-        (2, 4, 6, 2, 32, 17, [9, 15], "interleaved", "chunked prefill"),
-        (1, 2, 2, 2, 16, 9, [7], "interleaved", "decoding, Hq = Hkv"),
-    ]
-    cases = []
-    for b, s, hq, hkv, d, rows, seqlens, mode, what in specs:
-        def r(*shape):
-            return torch.randn(*shape, generator=g).to(device)
-        args = (r(b, s, hq, d), r(b, s, hkv, d), r(b, s, hkv, d), r(b, hkv, rows, d), r(b, hkv, rows, d),
-                torch.tensor(seqlens, dtype=torch.int32, device=device), mode)
-        cases.append(case(*args, label=f"{what}: S={s}, Hq={hq}, Hkv={hkv}, D={d}, seqlens_k={seqlens}, "
-                                       f'mode "{mode}"'))
-    return cases
+    b, s, hq, hkv, d, rows, seqlens, mode, what = spec
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    args = (r(b, s, hq, d), r(b, s, hkv, d), r(b, s, hkv, d), r(b, hkv, rows, d), r(b, hkv, rows, d),
+            torch.tensor(seqlens, dtype=torch.int32, device=device), mode)
+    return case(*args, label=f"{what}: S={s}, Hq={hq}, Hkv={hkv}, D={d}, seqlens_k={seqlens}, mode \"{mode}\"")
 
 
-def check_rope_append(rope_append: Callable, seed: int | None = None) -> CheckResult:
+def _append_cases(seed):
+    """The fixed cases, then one drawn from ``seed``: q, k, v, k_cache, v_cache, seqlens_k, mode (float32)."""
+    import torch
+
+    g = _torch_generator(0)
+    fixed = [_append_case(g, spec) for spec in APPEND_SPECS]
+    g = _torch_generator(seed)
+    b, s = int(torch.randint(1, 3, (1,), generator=g)), int(torch.randint(1, 4, (1,), generator=g))
+    hkv = int(torch.randint(1, 3, (1,), generator=g))
+    hq = hkv * int(torch.randint(1, 4, (1,), generator=g))
+    rows = int(torch.randint(s + 1, 20, (1,), generator=g))
+    seqlens = [int(x) for x in torch.randint(s - 1, rows, (b,), generator=g)]
+    mode = ("half", "interleaved")[int(torch.randint(0, 2, (1,), generator=g))]
+    drawn = _append_case(g, (b, s, hq, hkv, 16, rows, seqlens, mode, "random"))
+    return fixed + [drawn], len(fixed)
+
+
+def _check_rope_append(rope_append: Callable, *, seed: int | None = None) -> CheckResult:
     """``rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode) -> q_rot``, writing the caches in place."""
-    cases = _append_cases(seed)
+    cases, n_fixed = _append_cases(seed)
     results: dict[int, tuple] = {}
+    student_fn = unwrapped(rope_append)
 
     def student(index):
         if index not in results:    # the student's own copies: the references keep the case's inputs
             q, k, v, k_cache, v_cache, seqlens, mode = fresh_copy(cases[index].args)
-            try:
-                q_rot = rope_append(q, k, v, k_cache, v_cache, seqlens, mode)
-            except Exception as exc:
-                if is_not_implemented(exc):
-                    raise NotImplementedError from None
-                raise student_error(exc) from None
+            q_rot = student_fn(q, k, v, k_cache, v_cache, seqlens, mode)
             results[index] = (q_rot, k_cache, v_cache)
         return results[index]
 
@@ -132,10 +185,9 @@ def check_rope_append(rope_append: Callable, seed: int | None = None) -> CheckRe
     for part, what, hint in ((1, "cache rows of K", HINT_CACHE), (0, "rotated q", HINT_Q),
                              (2, "cache rows of V", HINT_V)):
         def got_part(index, part=part):
-            out = student(index)
-            return None if out[part] is None else out[part]
+            return student(index)[part]
         result = run_check(f"rope_append ({what})", got_part, lambda i, part=part: reference(i)[part],
-                           indexed, tol=tol, hint=hint)
+                           indexed, tol=tol, hint=hint, forbidden=FORBIDDEN, fixed=n_fixed)
         if result.status == NOT_IMPLEMENTED:
             return not_implemented("rope_append")
         if not result.passed:
@@ -144,7 +196,7 @@ def check_rope_append(rope_append: Callable, seed: int | None = None) -> CheckRe
             return result
     return CheckResult("rope_append", result.status,
                        f"✅ rope_append: rotated q and the K and V caches match the float64 reference on "
-                       f"{len(cases)} random inputs.")
+                       f"{n_fixed} fixed and {len(cases) - n_fixed} random inputs.")
 
 
 def _with_row_shift_diagnosis(result: CheckResult, cases, results: dict, tol: float) -> CheckResult:
@@ -174,5 +226,18 @@ def _with_row_shift_diagnosis(result: CheckResult, cases, results: dict, tol: fl
     return result
 
 
-def check_lab(cache_bytes: Callable, rope: Callable, rope_append: Callable):
-    return summarize([check_cache_bytes(cache_bytes), check_rope(rope), check_rope_append(rope_append)])
+# ------------------------------------------------------------------------------------ the lab
+EXERCISES = (
+    Exercise(function="cache_bytes", check=_check_cache_bytes),
+    Exercise(function="rope", check=_check_rope),
+    Exercise(function="rope_append", check=_check_rope_append),
+)
+
+check_cache_bytes = exercise_check(EXERCISES, "cache_bytes")
+check_rope = exercise_check(EXERCISES, "rope")
+check_rope_append = exercise_check(EXERCISES, "rope_append")
+
+
+def check_lab(*, seed: int | None = None, **functions):
+    """Every exercise's check: ``check_lab(cache_bytes=cache_bytes, rope=rope, rope_append=rope_append)``."""
+    return check_exercises(EXERCISES, functions, seed=seed)

@@ -1,0 +1,243 @@
+"""Lab 07: wrong answers a student could write (WRONG) and right ones written differently (RIGHT).
+
+The rope_append answers here are written in PyTorch (fast at 50 seeds); the Triton ones, each the
+solution's kernel with one line changed, are in TRITON_WRONG (run at 10 seeds).
+"""
+import math
+
+import numpy as np
+import torch
+
+
+# ------------------------------------------------------------------------------------ exercise 1: cache_bytes
+def bytes_formula(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
+    return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * dtype_bytes
+
+
+def bytes_math_prod(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
+    return math.prod([2, num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch])
+
+
+def bytes_per_layer_loop(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
+    per_token = 0
+    for _ in range(num_layers):
+        per_token += 2 * num_kv_heads * head_dim * dtype_bytes      # K and V of one layer
+    return per_token * tokens * batch
+
+
+def bytes_numpy_int64(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
+    return np.prod(np.array([2, num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch], dtype=np.int64))
+
+
+BYTES_RIGHT = {"formula": bytes_formula, "math.prod": bytes_math_prod, "loop over layers": bytes_per_layer_loop,
+               "numpy int64": bytes_numpy_int64}
+
+
+def bytes_with_query_heads(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
+    from attnkit.serving.model_configs import MODELS
+    q_heads = {(m.num_layers, m.num_kv_heads, m.head_dim): m.num_q_heads for m in MODELS}
+    return bytes_formula(num_layers, q_heads[(num_layers, num_kv_heads, head_dim)], head_dim, tokens,
+                         dtype_bytes, batch)
+
+
+BYTES_WRONG = {
+    "K only, no V": lambda L, H, D, T, e, B: L * H * D * T * e * B,
+    "forgets the batch": lambda L, H, D, T, e, B: 2 * L * H * D * T * e,
+    "elements, not bytes": lambda L, H, D, T, e, B: 2 * L * H * D * T * B,
+    "bits, not bytes": lambda L, H, D, T, e, B: 8 * bytes_formula(L, H, D, T, e, B),
+    "one layer only": lambda L, H, D, T, e, B: 2 * H * D * T * e * B,
+    "in MiB": lambda L, H, D, T, e, B: bytes_formula(L, H, D, T, e, B) / 2 ** 20,
+    "sizes held as np.int32 (wraps past 2³¹)": lambda L, H, D, T, e, B: int(math.prod(
+        [np.int32(2), *(np.int32(x) for x in (L, H, D, T, e, B))])),
+    "one token too many": lambda L, H, D, T, e, B: bytes_formula(L, H, D, T + 1, e, B),
+    "counts query heads": bytes_with_query_heads,
+    "head_dim twice (K and V per dim)": lambda L, H, D, T, e, B: 2 * L * H * 2 * D * T * e * B,
+    "calls the course's kv_cache_bytes": lambda L, H, D, T, e, B: __import__(
+        "attnkit.serving.kv_cache", fromlist=["x"]).kv_cache_bytes(num_layers=L, num_kv_heads=H, head_dim=D,
+                                                                   tokens=T, dtype_bytes=e, batch=B),
+}
+
+
+# ------------------------------------------------------------------------------------ exercise 2: rope
+def _angles(positions, d, *, exponent=lambda j, d: -2 * j / d, dtype=torch.float64, shift=0):
+    j = torch.arange(d // 2, dtype=dtype)
+    return (positions.to(dtype)[:, None] + shift) * torch.tensor(10000.0, dtype=dtype) ** exponent(j, d)
+
+
+def rope_cat_stack(x, positions, mode):
+    S, D = x.shape
+    angle = _angles(positions, D)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    if mode == "half":
+        a, b = x[:, : D // 2], x[:, D // 2:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=1)
+    a, b = x[:, 0::2], x[:, 1::2]
+    return torch.stack([a * cos - b * sin, b * cos + a * sin], dim=2).reshape(S, D)
+
+
+def rope_complex(x, positions, mode):
+    S, D = x.shape
+    turn = torch.polar(torch.ones(S, D // 2, dtype=torch.float64), _angles(positions, D))
+    if mode == "half":
+        z = torch.complex(x[:, : D // 2], x[:, D // 2:]) * turn
+        return torch.cat([z.real, z.imag], dim=1)
+    z = torch.view_as_complex(x.reshape(S, D // 2, 2).contiguous()) * turn
+    return torch.view_as_real(z).reshape(S, D)
+
+
+def rope_loops(x, positions, mode):
+    S, D = x.shape
+    out = torch.empty_like(x)
+    for s in range(S):
+        for j in range(D // 2):
+            theta = float(positions[s]) * 10000.0 ** (-2 * j / D)
+            i, k = (j, j + D // 2) if mode == "half" else (2 * j, 2 * j + 1)
+            a, b = float(x[s, i]), float(x[s, k])
+            out[s, i], out[s, k] = a * math.cos(theta) - b * math.sin(theta), b * math.cos(theta) + a * math.sin(theta)
+    return out
+
+
+def rope_matrices(x, positions, mode):
+    S, D = x.shape
+    angle = _angles(positions, D)
+    first = torch.arange(D // 2) if mode == "half" else torch.arange(0, D, 2)
+    second = first + D // 2 if mode == "half" else first + 1
+    R = torch.zeros(S, D, D, dtype=torch.float64)
+    R[:, first, first], R[:, second, second] = torch.cos(angle), torch.cos(angle)
+    R[:, first, second], R[:, second, first] = -torch.sin(angle), torch.sin(angle)
+    return torch.einsum("sij,sj->si", R, x)
+
+
+ROPE_RIGHT = {"cat and stack": rope_cat_stack, "complex numbers": rope_complex, "loops": rope_loops,
+              "rotation matrices": rope_matrices}
+
+
+def _rope_with(x, positions, mode, *, swap_modes=False, sign=1.0, angles=None, funcs=(torch.cos, torch.sin),
+               layout=None, pairs=None, second_turns=True):
+    S, D = x.shape
+    if swap_modes:
+        mode = "interleaved" if mode == "half" else "half"
+    angle = _angles(positions, D) if angles is None else angles(positions, D)
+    cos, sin = funcs[0](angle), sign * funcs[1](angle)
+    if pairs is not None:
+        first, second = pairs(D)
+    elif mode == "half":
+        first, second = torch.arange(D // 2), torch.arange(D // 2, D)
+    else:
+        first, second = torch.arange(0, D, 2), torch.arange(1, D, 2)
+    a, b = x[:, first], x[:, second]
+    new_a, new_b = a * cos - b * sin, (b * cos + a * sin) if second_turns else b
+    if layout == "halves":
+        return torch.cat([new_a, new_b], dim=1)
+    out = x.clone()
+    out[:, first], out[:, second] = new_a, new_b
+    return out
+
+
+ROPE_WRONG = {
+    "modes swapped": lambda x, p, m: _rope_with(x, p, m, swap_modes=True),
+    "turns the other way": lambda x, p, m: _rope_with(x, p, m, sign=-1.0),
+    "exponent j/D instead of 2j/D": lambda x, p, m: _rope_with(x, p, m, angles=lambda p, d: _angles(
+        p, d, exponent=lambda j, d: -j / d)),
+    "positions from 1": lambda x, p, m: _rope_with(x, p, m, angles=lambda p, d: _angles(p, d, shift=1)),
+    "0 .. S-1 instead of the positions": lambda x, p, m: _rope_with(x, p, m, angles=lambda p, d: _angles(
+        torch.arange(len(p)), d)),
+    "cos and sin swapped": lambda x, p, m: _rope_with(x, p, m, funcs=(torch.sin, torch.cos)),
+    "interleaved written back in halves": lambda x, p, m: _rope_with(x, p, m, layout="halves"),
+    "angles in float32": lambda x, p, m: _rope_with(x, p, m, angles=lambda p, d: _angles(
+        p, d, dtype=torch.float32).double()),
+    "half mode pairs j with D-1-j": lambda x, p, m: _rope_with(
+        x, p, m, pairs=(lambda D: (torch.arange(D // 2), torch.arange(D - 1, D // 2 - 1, -1))) if m == "half"
+        else None),
+    "only the first of each pair turns": lambda x, p, m: _rope_with(x, p, m, second_turns=False),
+    "calls the course's apply_rope": lambda x, p, m: __import__(
+        "attnkit.reference.rope", fromlist=["x"]).apply_rope(x, p, mode=m),
+}
+
+
+# ------------------------------------------------------------------------------------ exercise 3: rope_append
+def _rotate(x, pos, mode, *, sign=1.0):
+    """x [B, S, H, D] rotated at pos [B, S], in float64; returns x's dtype."""
+    D = x.shape[-1]
+    angle = pos.double()[:, :, None, None] * 10000.0 ** (-2 * torch.arange(D // 2, dtype=torch.float64) / D)
+    cos, sin = torch.cos(angle), sign * torch.sin(angle)
+    x64 = x.double()
+    if mode == "half":
+        a, b = x64[..., : D // 2], x64[..., D // 2:]
+        out = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+    else:
+        a, b = x64[..., 0::2], x64[..., 1::2]
+        out = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def append_torch(q, k, v, k_cache, v_cache, seqlens_k, mode="half", *, shift=0, rotate_q=True, q_pos=None,
+                 q_mode=None, rotate_k=True, write_v=True, rotate_v=False, sign=1.0, k_head=None):
+    B, S = q.shape[:2]
+    past = seqlens_k.long() + 1 - S + shift                            # [B]
+    pos = past[:, None] + torch.arange(S)[None, :]                     # [B, S]
+    q_at = pos if q_pos is None else q_pos(pos)
+    q_out = _rotate(q, q_at, q_mode or mode, sign=sign) if rotate_q else q.clone()
+    k_new = _rotate(k, pos, mode, sign=sign) if rotate_k else k
+    v_new = _rotate(v, pos, mode) if rotate_v else v
+    for b in range(B):
+        for s in range(S):
+            row = int(pos[b, s])
+            heads = k_new[b, s] if k_head is None else k_new[b, s][k_head(k.shape[2])]
+            k_cache[b, :, row] = heads
+            if write_v:
+                v_cache[b, :, row] = v_new[b, s]
+    return q_out
+
+
+def append_scatter(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+    """The same, with one index_put per cache instead of loops, and the rotation as a complex product."""
+    B, S, _, D = q.shape
+    pos = (seqlens_k.long() + 1 - S)[:, None] + torch.arange(S)[None, :]
+    angle = pos.double()[:, :, None, None] * 10000.0 ** (-2 * torch.arange(D // 2, dtype=torch.float64) / D)
+    turn = torch.polar(torch.ones_like(angle), angle)
+
+    def rotate(x):
+        x64 = x.double()
+        if mode == "half":
+            z = torch.complex(x64[..., : D // 2], x64[..., D // 2:]) * turn
+            return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+        z = torch.view_as_complex(x64.reshape(*x.shape[:-1], D // 2, 2).contiguous()) * turn
+        return torch.view_as_real(z).flatten(-2).to(x.dtype)
+
+    b_idx = torch.arange(B)[:, None].expand(B, S)
+    k_cache[b_idx, :, pos] = rotate(k)
+    v_cache[b_idx, :, pos] = v
+    return rotate(q)
+
+
+APPEND_RIGHT = {"PyTorch loops": append_torch, "index_put and complex numbers": append_scatter}
+
+APPEND_WRONG = {
+    "seqlens_k taken as the length (a row too early)": lambda *a: append_torch(*a, shift=-1),
+    "a row too late": lambda *a: append_torch(*a, shift=1),
+    "q not rotated": lambda *a: append_torch(*a, rotate_q=False),
+    "q rotated at position s, not past + s": lambda *a: append_torch(*a, q_pos=lambda pos: pos - pos[:, :1]),
+    "q rotated at the chunk's first position": lambda *a: append_torch(*a, q_pos=lambda pos: pos[:, :1].expand_as(
+        pos)),
+    "q rotated in the other mode": lambda *a: append_torch(*a, q_mode="interleaved" if a[-1] == "half" else "half"),
+    "modes swapped": lambda *a: append_torch(*a[:-1], "interleaved" if a[-1] == "half" else "half"),
+    "turns the other way": lambda *a: append_torch(*a, sign=-1.0),
+    "K written but not rotated": lambda *a: append_torch(*a, rotate_k=False),
+    "V not written": lambda *a: append_torch(*a, write_v=False),
+    "V rotated too": lambda *a: append_torch(*a, rotate_v=True),
+    "KV heads written in reverse order": lambda *a: append_torch(*a, k_head=lambda h: torch.arange(h - 1, -1, -1)),
+    "calls the course's rope_append_torch": lambda q, k, v, kc, vc, sk, mode="half": __import__(
+        "attnkit.kernels.rope_append", fromlist=["x"]).rope_append_torch(q, k, v, kc, vc, seqlens_k=sk, mode=mode)[0],
+}
+
+# The solution's kernel with one line changed: (line in the solution, its replacement).
+TRITON_WRONG = {
+    "seqlens_k taken as the length": ("past = tl.load(seqlens_k + b) + 1 - S", "past = tl.load(seqlens_k + b) - S"),
+    "interleaved pairs turn the other way": ("sign = tl.where(d % 2 == 0, -1.0, 1.0)",
+                                             "sign = tl.where(d % 2 == 0, 1.0, -1.0)"),
+    "q not rotated": ("y = x * c + sign * tl.load(row + partner) * sn", "y = x"),
+}
+
+RIGHT = {"cache_bytes": BYTES_RIGHT, "rope": ROPE_RIGHT, "rope_append": APPEND_RIGHT}
+WRONG = {"cache_bytes": BYTES_WRONG, "rope": ROPE_WRONG, "rope_append": APPEND_WRONG}
