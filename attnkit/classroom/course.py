@@ -53,8 +53,9 @@ LESSONS = (
                       "GQA, FlashAttention and paged attention: which changes the model's weights, which the kernel, "
                       "which only where K and V live?")),
     Lesson(1, "attention_by_hand", "Attention by hand", True, minutes=45,
-           objectives=("compute S = QKᵀ/√d, P = softmax(S) and O = PV for a 4×4 example by hand, to 4 decimals",
-                       "explain why scores are scaled by √d",
+           objectives=(r"compute $S = QK^\top/\sqrt{d}$, $P = \mathrm{softmax}(S)$ and $O = PV$ for a 4×4 "
+                       "example by hand, to 4 decimals",
+                       r"explain why scores are scaled by $\sqrt{d}$",
                        "apply a causal mask and split attention into heads",
                        "build sinusoidal position encodings"),
            prerequisites="matrix products and the exponential function; Python and NumPy",
@@ -76,14 +77,14 @@ LESSONS = (
                       "Which of the three ways out is exact, and which bytes does it remove?")),
     Lesson(3, "online_softmax", "Online softmax and tiled attention in NumPy", True, minutes=60,
            objectives=("compute a safe softmax in one pass with the running max m and sum ℓ",
-                       "merge two partial results (m, ℓ, z) with the merge rule",
+                       r"merge two partial results $(m, \ell, z)$ with the merge rule",
                        "tile attention into b_q × b_k blocks and reproduce lesson 1's O exactly",
                        "count HBM and SRAM traffic of naive and tiled attention"),
            prerequisites="lessons 1 and 2",
            questions=("Why subtract the maximum before exponentiating, and why does the result not change?",
-                      "When the running maximum grows from m to m′, what happens to ℓ and z, and why?",
+                      r"When the running maximum grows from $m$ to $m'$, what happens to $\ell$ and $z$, and why?",
                       "In tiled attention, which tensors never reach HBM?",
-                      "How does the tiled traffic depend on the SRAM size M?")),
+                      "How does the tiled traffic depend on the SRAM size $M$?")),
     Lesson(4, "triton_primer", "A Triton primer", False, minutes=45,
            objectives=("write a Triton kernel with programs, blocks, pointers and masks",
                        "write a fused row softmax that reads each row once",
@@ -95,24 +96,27 @@ LESSONS = (
                       "What can the interpreter tell you about a kernel, and what can it not?")),
     Lesson(5, "flash_attention", "FlashAttention in Triton", True, minutes=75,
            objectives=("build the FlashAttention forward kernel step by step in Triton",
-                       "add a causal mask aligned to the end and GQA by head indexing",
+                       r"add a causal mask aligned to the end, and GQA by head indexing: $r(h) = \lfloor h/g \rfloor$",
                        "read a performance ladder: each optimisation's predicted and measured gain",
                        "compare TFLOP/s with PyTorch's SDPA backends and the roofline"),
            prerequisites="lessons 3 and 4",
            questions=("Which loop of the kernel runs over key tiles, and what does each program keep in SRAM?",
                       "How does a GQA query head find its key/value head without copying K and V?",
-                      "Why does causal attention count half the FLOPs, and which tiles need the mask?",
-                      "What does folding log₂e into the scale save, and how much did it gain on the H100?")),
+                      r"Why does causal attention count half of the $4BH N_q N_k D$ FLOPs, and which tiles "
+                      "need the mask?",
+                      r"What does folding $\log_2 e$ into the scale save ($e^x = 2^{x \log_2 e}$), and how much did it "
+                      "gain on the H100?")),
     Lesson(6, "flash_backward", "FlashAttention backward", False, minutes=60,
            objectives=("derive dQ, dK and dV of attention",
                        "explain why the forward saves the log-sum-exp and the backward recomputes P",
                        "check a `torch.autograd.Function` against float64 autograd"),
            prerequisites="lesson 5; the chain rule",
-           questions=("What is the softmax's backward in terms of P and dP, and what is D = rowsum(dO ∘ O)?",
+           questions=(r"What is the softmax's backward in terms of $P$ and $dP$, and what is "
+                      r"$D = \mathrm{rowsum}(dO \circ O)$?",
                       "Why does the backward need only the log-sum-exp of each row, not P?",
                       "Why are dK and dV computed in one loop and dQ in another?")),
     Lesson(7, "gqa_kv_cache", "GQA and the KV cache", True, minutes=70,
-           objectives=("map query heads to key/value heads with r(h) = ⌊h/g⌋",
+           objectives=(r"map query heads to key/value heads with $r(h) = \lfloor h/g \rfloor$",
                        "size a KV cache for a real model configuration",
                        "choose a cache layout (BNSH or BSNH) and an append mode",
                        "apply rotary embeddings fused with the cache append"),
@@ -156,15 +160,16 @@ def pip_spec() -> str:
 
 
 def readme_toc(root) -> str:
-    """The README's table of contents: one row per lesson, with its status from the files present."""
+    """The README's table of contents: one row per lesson, with its time and its status from the files present."""
     from pathlib import Path
 
-    rows = ["| # | lesson | lab | status |", "|---|---|---|---|"]
+    rows = ["| lesson | time | lab | status |", "|---|---|---|---|"]
     for lesson in LESSONS:
         badge = (f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
                  f"({colab_url(lesson.notebook)})")
-        lab = f"[lab {lesson.number:02d}]({lesson.lab}) · [solution]({lesson.solution})" if lesson.has_lab else ""
+        lab = f"[Lab {lesson.number:02d}]({lesson.lab}) · [solution]({lesson.solution})" if lesson.has_lab else ""
         ready = (Path(root) / lesson.notebook).exists() and (not lesson.has_lab or (Path(root) / lesson.lab).exists())
-        rows.append(f"| {lesson.number} | [{lesson.title}]({lesson.notebook}) {badge} | {lab} | "
+        minutes = f"{lesson.minutes} min" if lesson.minutes else ""
+        rows.append(f"| [{lesson.heading}]({lesson.notebook}) {badge} | {minutes} | {lab} | "
                     f"{'ready' if ready else 'in preparation'} |")
     return "\n".join(rows)

@@ -64,20 +64,20 @@ def index_source(pages: list[str], guides: list[str], notes: list[str] = ()) -> 
         "serving a tiny model. Each lesson is shown here with its stored outputs; open it in Colab or",
         "JupyterLab to run it.",
         "",
-        "| # | lesson | time | lab | Colab |",
-        "|---|---|---|---|---|",
+        "| lesson | time | lab | Colab |",
+        "|---|---|---|---|",
     ]
     for lesson in LESSONS:
-        title = (f"[{lesson.title}]({lesson.notebook})" if lesson.notebook in present
-                 else f"{lesson.title} (in preparation)")
+        title = (f"[{lesson.heading}]({lesson.notebook})" if lesson.notebook in present
+                 else f"{lesson.heading} (in preparation)")
         lab = []
         if lesson.lab in present:
-            lab.append(f"[lab {lesson.number:02d}]({lesson.lab})")
+            lab.append(f"[Lab {lesson.number:02d}]({lesson.lab})")
         if lesson.solution in present:
             lab.append(f"[solution]({lesson.solution})")
         colab = f"[open]({colab_url(lesson.notebook)})" if lesson.notebook in present else ""
         minutes = f"{lesson.minutes} min" if lesson.minutes else ""
-        lines.append(f"| {lesson.number} | {title} | {minutes} | {' · '.join(lab)} | {colab} |")
+        lines.append(f"| {title} | {minutes} | {' · '.join(lab)} | {colab} |")
     lines.append("")
     groups = [("Lessons", [p for p in pages if p.startswith("notebooks/")]),
               ("Labs", [p for p in pages if p.startswith("labs/")]),
