@@ -260,6 +260,11 @@ def within_dtype_tolerance(tol: float, relaxed: Sequence[str] = ("float32",)) ->
     return compare
 
 
+def fixed_and_random(fixed: int, drawn: int) -> str:
+    """'5 fixed and 4 random inputs' (the words of a pass line)."""
+    return f"{fixed} fixed and {drawn} random input{'' if drawn == 1 else 's'}"
+
+
 def run_check(
     name: str,
     student_fn: Callable,
@@ -334,7 +339,7 @@ def run_check(
     if fixed is None:
         inputs = f"{len(cases)} random inputs"
     else:
-        inputs = f"{fixed} fixed and {len(cases) - fixed} random inputs"
+        inputs = fixed_and_random(fixed, len(cases) - fixed)
     return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {inputs}.")
 
 

@@ -22,6 +22,7 @@ from ..classroom.checking import (
     case,
     check_exercises,
     exercise_check,
+    fixed_and_random,
     run_check,
     within_dtype_tolerance,
 )
@@ -172,8 +173,8 @@ def _check_attention(attention, *, seed: int | None = None) -> CheckResult:
     if not second.passed:
         return second
     n_fixed, n_drawn = len(plain) + len(causal), len(drawn_plain) + len(drawn_causal)
-    return CheckResult("attention", second.status, f"✅ attention: matches the float64 reference on {n_fixed} "
-                                                   f"fixed and {n_drawn} random inputs.")
+    return CheckResult("attention", second.status, f"✅ attention: matches the float64 reference on "
+                                                   f"{fixed_and_random(n_fixed, n_drawn)}.")
 
 
 # ------------------------------------------------------------------------------------ exercise 4

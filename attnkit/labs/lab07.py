@@ -24,6 +24,7 @@ from ..classroom.checking import (
     case,
     check_exercises,
     exercise_check,
+    fixed_and_random,
     fresh_copy,
     not_implemented,
     run_check,
@@ -196,7 +197,7 @@ def _check_rope_append(rope_append: Callable, *, seed: int | None = None) -> Che
             return result
     return CheckResult("rope_append", result.status,
                        f"✅ rope_append: rotated q and the K and V caches match the float64 reference on "
-                       f"{n_fixed} fixed and {len(cases) - n_fixed} random inputs.")
+                       f"{fixed_and_random(n_fixed, len(cases) - n_fixed)}.")
 
 
 def _with_row_shift_diagnosis(result: CheckResult, cases, results: dict, tol: float) -> CheckResult:
