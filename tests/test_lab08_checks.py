@@ -1,13 +1,24 @@
-"""Lab 08's checks accept the solution, report a blank as not implemented, and reject the known-wrong
-answers: page and offset swapped, the last partial page over-read, a wrong GQA group mapping, a
-split merge without the rescale, and pools that corrupt themselves or leak."""
+"""Lab 08's checks: correct answers (the solution and others written differently) pass on every seed,
+a blank is "not implemented yet", and a catalogue of wrong answers a student writes fails on every
+seed: 50 seeds for the Python exercises, 10 for the Triton kernel, whose wrong versions (the solution's
+kernel with one mistake each) must already fail on the fixed adversarial cases that come first.
+
+A wrong kernel's output on the fixed cases is the same for every seed, so each kernel's launcher
+remembers its outputs by input (``_memo``): ten seeds cost about one run of the interpreter.
+"""
 from __future__ import annotations
 
+import hashlib
+import linecache
 import math
+import re
 
+import nbformat
 import pytest
 import torch
+from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
 
+from attnkit.classroom.notebooks import ROOT
 from attnkit.device import ensure_triton_backend
 from attnkit.labs import lab08
 
@@ -16,7 +27,13 @@ ensure_triton_backend()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-SEED = 11
+SOLUTION, LAB = "solutions/lab08_paged_attention.ipynb", "labs/lab08_paged_attention.ipynb"
+ACCEPT_SEEDS = FEW_SEEDS[:3]          # correct kernels run the seeded cases too: three seeds of them
+
+
+def caught_at(report: str) -> int:
+    where = re.search(r"case (\d+) of \d+", report)
+    return int(where.group(1)) if where else 0
 
 
 # ------------------------------------------------------------------------------- exercise 1: slots
@@ -25,20 +42,41 @@ def slots_right(row, seq_len, page_size):
     return row.long()[t // page_size], t % page_size
 
 
-def slots_swapped(row, seq_len, page_size):           # page and offset swapped
-    t = torch.arange(seq_len)
-    return row.long()[t % page_size], t // page_size
+def slots_loops(row, seq_len, page_size):
+    pairs = [divmod(t, page_size) for t in range(seq_len)]
+    return torch.tensor([int(row[p]) for p, _ in pairs]), torch.tensor([o for _, o in pairs])
 
 
-def slots_blank(row, seq_len, page_size):
-    raise NotImplementedError
+def slots_repeat(row, seq_len, page_size):
+    pages = row.long().repeat_interleave(page_size)[:seq_len]
+    return pages, torch.arange(page_size).repeat(len(row))[:seq_len]
 
 
-def test_slots():
-    assert lab08.check_slots(slots_right, seed=SEED).passed
-    assert lab08.check_slots(slots_blank).status == "not implemented"
-    bad = lab08.check_slots(slots_swapped, seed=SEED)
-    assert not bad.passed and "page_size" in bad.report and "hint" in bad.report
+WRONG_SLOTS = {
+    "page and offset swapped": lambda row, n, ps: (row.long()[torch.arange(n) % ps], torch.arange(n) // ps),
+    "logical page, no table": lambda row, n, ps: (torch.arange(n) // ps, torch.arange(n) % ps),
+    "ceil instead of floor": lambda row, n, ps: (row.long()[(torch.arange(n) + ps - 1) // ps],
+                                                 torch.arange(n) % ps),
+    "pages counted from 1": lambda row, n, ps: (row.long()[torch.arange(n) // ps + 1], torch.arange(n) % ps),
+    "offset t // page_size": lambda row, n, ps: (row.long()[torch.arange(n) // ps], torch.arange(n) // ps),
+    "a page per token": lambda row, n, ps: (row.long()[torch.arange(n)], torch.arange(n) % ps),
+    "tokens 1 .. seq_len": lambda row, n, ps: (row.long()[torch.arange(1, n + 1) // ps],
+                                               torch.arange(1, n + 1) % ps),
+    "one token short": lambda row, n, ps: (row.long()[torch.arange(n - 1) // ps], torch.arange(n - 1) % ps),
+    "table index by offset": lambda row, n, ps: (row.long()[torch.arange(n) % ps], torch.arange(n) % ps),
+}
+RIGHT_SLOTS = {"vectorised": slots_right, "loops with divmod": slots_loops, "repeat_interleave": slots_repeat}
+
+
+@pytest.mark.parametrize("mutant", catalogue_params(WRONG_SLOTS))
+def test_slots_rejects_on_every_seed_at_a_fixed_case(mutant):
+    assert_rejected_on_every_seed(lab08.check_slots, mutant, SEEDS, contains="hint:")
+    assert caught_at(lab08.check_slots(mutant, seed=0).report) <= len(lab08.SLOTS_FIXED)
+
+
+@pytest.mark.parametrize("correct", catalogue_params(RIGHT_SLOTS))
+def test_slots_accepts(correct):
+    assert_accepted(lab08.check_slots, correct, SEEDS)
 
 
 # -------------------------------------------------------------------------------- exercise 2: pool
@@ -69,12 +107,38 @@ class PoolRight:
         del self.lengths[seq]
 
 
+class PoolFifo:
+    """Another correct pool: a FIFO free list, math.ceil, one token at a time."""
+
+    def __init__(self, num_pages, page_size):
+        self.page_size, self.free, self.tables, self.lengths = page_size, list(range(num_pages)), {}, {}
+
+    def add(self, seq):
+        self.tables[seq], self.lengths[seq] = [], 0
+
+    def append(self, seq, n):
+        need = math.ceil((self.lengths[seq] + n) / self.page_size) - len(self.tables[seq])
+        if need > len(self.free):
+            raise MemoryError(f"{need} pages needed, {len(self.free)} free")
+        slots = []
+        for _ in range(n):
+            pos = self.lengths[seq]
+            if pos % self.page_size == 0:
+                self.tables[seq].append(self.free.pop(0))
+            slots.append((self.tables[seq][-1], pos % self.page_size))
+            self.lengths[seq] = pos + 1
+        return slots
+
+    def free_sequence(self, seq):
+        self.free += self.tables[seq]
+        del self.tables[seq], self.lengths[seq]
+
+
 class PoolPartialOnFailure(PoolRight):
     """Takes the pages it can, then fails: the pool is corrupted by the failed request."""
 
     def append(self, seq, n):
-        need = self.needed(seq, n)
-        if need > len(self.free):
+        if self.needed(seq, n) > len(self.free):
             while self.free:
                 self.tables[seq].append(self.free.pop())
             raise RuntimeError("out of pages")
@@ -123,33 +187,50 @@ class PoolCountsFailedTokens(PoolRight):
         return self._take(seq, n)
 
 
-SEEDS = (0, 1, 2, 3, 4, 10, 14, 28, 38, 58)   # with 10 .. 58 the random workloads alone never catch a partial grab
+class PoolFloorPlusOne(PoolRight):
+    def needed(self, seq, n):                        # (length + n) // page_size + 1: one page too many at a fit
+        return (self.lengths[seq] + n) // self.page_size + 1 - len(self.tables[seq])
+
+
+class PoolIgnoresPartialPage(PoolRight):
+    def needed(self, seq, n):                        # ceil(n / page_size) new pages, room in the last one ignored
+        return -(-n // self.page_size)
+
+
+class PoolForgetsLength(PoolRight):
+    def _take(self, seq, n):                         # never records the new length: slots are handed out twice
+        length = self.lengths[seq]
+        slots = super()._take(seq, n)
+        self.lengths[seq] = length
+        return slots
+
+
 WRONG_POOLS = {PoolPartialOnFailure: "raised an error but changed the pool first", PoolLeaks: "leak",
                PoolPageEveryToken: "pages; expected ceil(", PoolSwapped: "but its page table puts it at",
                PoolNeverRunsOut: "expected a RuntimeError (or MemoryError) and no change",
                PoolRefusesExactFit: "so it must succeed, but it raised RuntimeError",
-               PoolCountsFailedTokens: "so it must succeed, but it raised RuntimeError"}
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_pool_accepts_the_right_pool(seed):
-    result = lab08.check_pool(PoolRight, seed=seed)
-    assert result.passed, result.report
-    assert result.report == ("✅ page pool (append, free, out of pages): a scripted workload and 3 random ones "
-                             "keep every token in its own slot, leak no page, and run out of pages cleanly "
-                             "(no change to the pool).")
-
-
-def test_pool_reports_a_blank():
-    assert lab08.check_pool(PoolBlank).status == "not implemented"
+               PoolCountsFailedTokens: "so it must succeed, but it raised RuntimeError",
+               PoolFloorPlusOne: "pages; expected ceil(", PoolIgnoresPartialPage: "pages; expected ceil(",
+               PoolForgetsLength: "slot"}
+RIGHT_POOLS = {"LIFO free list": PoolRight, "FIFO free list, a token at a time": PoolFifo}
 
 
 @pytest.mark.parametrize("wrong", list(WRONG_POOLS), ids=lambda cls: cls.__name__)
 def test_pool_rejects_a_wrong_pool_on_every_seed(wrong):
-    for seed in SEEDS:
-        result = lab08.check_pool(wrong, seed=seed)
-        assert result.status == "failed", (wrong.__name__, seed)
-        assert WRONG_POOLS[wrong] in result.report and "hint:" in result.report, (wrong.__name__, result.report)
+    assert_rejected_on_every_seed(lab08.check_pool, wrong, SEEDS, contains=WRONG_POOLS[wrong])
+    assert "hint:" in lab08.check_pool(wrong, seed=0).report
+
+
+@pytest.mark.parametrize("correct", catalogue_params(RIGHT_POOLS))
+def test_pool_accepts(correct):
+    assert_accepted(lab08.check_pool, correct, SEEDS)
+    assert lab08.check_pool(correct, seed=0).report == (
+        "✅ page pool (append, free, out of pages): a scripted workload and 3 random ones keep every token "
+        "in its own slot, leak no page, and run out of pages cleanly (no change to the pool).")
+
+
+def test_pool_reports_a_blank():
+    assert lab08.check_pool(PoolBlank).status == "not implemented"
 
 
 def test_a_partial_grab_is_caught_where_the_pool_runs_out_with_pages_free():
@@ -173,90 +254,128 @@ def test_the_scripted_workload_runs_out_with_pages_free_and_with_none_free():
 
 
 # ------------------------------------------------------------------------------ exercise 3: kernel
-RIGHT, SWAPPED, OVER_READ, WRONG_GROUP, BLANK = 0, 1, 2, 3, 4
+def _kernel_cell(relpath: str) -> str:
+    cells = nbformat.read(ROOT / relpath, as_version=4).cells
+    (source,) = [c.source for c in cells if c.cell_type == "code" and "def paged_decode_kernel" in c.source]
+    return source
 
 
-@triton.jit
-def _lab_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, sm_scale,
-                stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_btb, stride_ob, stride_oh,
-                N_KV: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
-                PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BUG: tl.constexpr):
-    """The solution's kernel with one known bug switched on by BUG."""
-    kv = tl.program_id(0)
-    b = tl.program_id(1)
-    offs_g = tl.arange(0, BLOCK_G)
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_n = tl.arange(0, BLOCK_N)
-    if BUG == 3:
-        heads = kv + offs_g * N_KV                   # h % Hkv: interleaved groups
-    else:
-        heads = kv * GROUP + offs_g
-    row_ok = offs_g < GROUP
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=row_ok[:, None], other=0.0)
-    seq_len = tl.load(lens_ptr + b)
-    if BUG == 2:                                     # reads the whole last page
-        seq_len = (seq_len + PAGE_SIZE - 1) // PAGE_SIZE * PAGE_SIZE
-    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
-    for start in range(0, seq_len, BLOCK_N):
-        tok = start + offs_n
-        valid = tok < seq_len
-        if BUG == 1:                                 # page and offset swapped
-            page = tl.load(bt_ptr + b * stride_btb + tok % PAGE_SIZE, mask=valid, other=0)
-            slot = tok // PAGE_SIZE
-        else:
-            page = tl.load(bt_ptr + b * stride_btb + tok // PAGE_SIZE, mask=valid, other=0)
-            slot = tok % PAGE_SIZE
-        rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
-        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * sm_scale
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    out = acc / l_i[:, None]
-    tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+def _memo(fn, name: str):
+    """``fn`` remembering its output for each input it has seen (inputs are read, never written)."""
+    seen: dict = {}
+
+    def key(t):
+        return (tuple(t.shape), str(t.dtype), hashlib.sha1(t.detach().cpu().numpy().tobytes()).hexdigest())
+
+    def call(*args):
+        at = tuple(key(t) for t in args)
+        if at not in seen:
+            seen[at] = fn(*args)
+        return seen[at].clone()
+    call.__name__ = name
+    return call
 
 
-@triton.jit
-def _blank_kernel(q_ptr, o_ptr):
-    raise NotImplementedError
+def build(name: str, *replacements: tuple[str, str], relpath: str = SOLUTION, memo: bool = True):
+    """The lab's kernel cell from ``relpath`` (kernel and launcher), each ``old`` replaced by ``new``."""
+    source = _kernel_cell(relpath)
+    for old, new in replacements:
+        assert source.count(old) == 1, f"{name}: {old!r} occurs {source.count(old)} times in the kernel"
+        source = source.replace(old, new)
+    namespace = {"math": math, "torch": torch, "triton": triton, "tl": tl}
+    # Triton reads a kernel's source through `inspect`: register the cell like IPython does.
+    filename = f"<lab08 {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    launcher = namespace["paged_decode"]
+    return _memo(launcher, name) if memo else launcher
 
 
-def launcher(bug):
-    def paged_decode(q, k_pages, v_pages, block_table, seq_lens):
-        if bug == BLANK:
-            _blank_kernel[(1,)](q, q)
-        q, k_pages, v_pages = q.contiguous(), k_pages.contiguous(), v_pages.contiguous()
-        batch, n_heads, d = q.shape
-        page_size, n_kv = k_pages.shape[1], k_pages.shape[2]
-        group = n_heads // n_kv
-        o = torch.empty_like(q)
-        _lab_kernel[(n_kv, batch)](q, k_pages, v_pages, block_table, seq_lens, o, 1 / math.sqrt(d),
-                                   q.stride(0), q.stride(1), *k_pages.stride()[:3], block_table.stride(0),
-                                   o.stride(0), o.stride(1), N_KV=n_kv, GROUP=group,
-                                   BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
-                                   PAGE_SIZE=page_size, BLOCK_N=16, BUG=bug)
-        return o
-    return paged_decode
+HEADS = "heads = kv * GROUP + offs_g"
+VALID = "valid = tok < seq_len"
+PAGE = "page = tl.load(bt_ptr + b * stride_btb + tok // PAGE_SIZE, mask=valid, other=0)"
+SLOT = "slot = tok % PAGE_SIZE"
+S_DOT = "s = tl.dot(q, tl.trans(k)) * sm_scale"
+S_MASK = 's = tl.where(valid[None, :], s, float("-inf"))'
+M_NEW = "m_new = tl.maximum(m_i, tl.max(s, 1))"
+ALPHA = "alpha = tl.exp(m_i - m_new)"
+P = "p = tl.exp(s - m_new[:, None])"
+L = "l_i = l_i * alpha + tl.sum(p, 1)"
+ACC = "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)"
+SEQ_LEN = "seq_len = tl.load(lens_ptr + b)"
+M_INIT = 'm_i = tl.full([BLOCK_G], float("-inf"), tl.float32)'
+LOG2E = "1.4426950408889634"
+
+WRONG_DECODE = {
+    "no rescale of acc": [(ACC, "acc = acc + tl.dot(p.to(v.dtype), v)")],
+    "no rescale of l": [(L, "l_i = l_i + tl.sum(p, 1)")],
+    "no maximum (exp of the raw scores)": [(M_NEW, "m_new = tl.zeros([BLOCK_G], tl.float32)")],
+    "running max starts at 0": [(M_INIT, "m_i = tl.zeros([BLOCK_G], tl.float32)")],
+    "the block's row max, not the running one": [(M_NEW, "m_new = tl.max(s, 1)")],
+    "one max for the whole tile": [(M_NEW, "m_new = tl.maximum(m_i, tl.max(tl.max(s, 1), 0))")],
+    "page and offset swapped": [(PAGE, PAGE.replace("tok // PAGE_SIZE", "tok % PAGE_SIZE")),
+                                (SLOT, "slot = tok // PAGE_SIZE")],
+    "reads the whole last page": [(SEQ_LEN, SEQ_LEN + "\n    seq_len = (seq_len + PAGE_SIZE - 1) // PAGE_SIZE"
+                                                      " * PAGE_SIZE")],
+    "h % Hkv": [(HEADS, "heads = kv + offs_g * tl.num_programs(0)")],
+    "valid = tok <= seq_len": [(VALID, "valid = tok <= seq_len")],
+    "logical page, no table": [(PAGE, "page = tok // PAGE_SIZE")],
+    "sequence 0's page table for all": [(PAGE, PAGE.replace("b * stride_btb + ", ""))],
+    "no softmax scale": [(S_DOT, "s = tl.dot(q, tl.trans(k))")],
+    "no score mask (loads masked only)": [(S_MASK, "s = s")],
+}
+RIGHT_DECODE = {
+    "the solution": [],
+    "exp2 with log2(e) in the scale": [(S_DOT, f"s = tl.dot(q, tl.trans(k)) * (sm_scale * {LOG2E})"),
+                                       (ALPHA, "alpha = tl.exp2(m_i - m_new)"),
+                                       (P, "p = tl.exp2(s - m_new[:, None])")],
+    "sums of products instead of tl.dot": [
+        (S_DOT, "s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], 2) * sm_scale"),
+        (ACC, "acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], 1)")],
+    "mask on p, finite masked scores": [(S_MASK, "s = tl.where(valid[None, :], s, -1.0e30)"),
+                                        (P, "p = tl.where(valid[None, :], tl.exp(s - m_new[:, None]), 0.0)")],
+}
+_BUILT: dict = {}
 
 
-def test_paged_decode_accepts_the_solution_and_reports_a_blank():
-    assert lab08.check_paged_decode(launcher(RIGHT), seed=SEED).passed
-    assert lab08.check_paged_decode(launcher(BLANK)).status == "not implemented"
+def built(catalogue: dict, name: str):
+    if name not in _BUILT:
+        _BUILT[name] = build(name, *catalogue[name])
+    return _BUILT[name]
 
 
-@pytest.mark.parametrize("bug", [SWAPPED, OVER_READ, WRONG_GROUP], ids=["swapped", "over-read", "group"])
-def test_paged_decode_rejects_known_wrong_kernels(bug):
-    result = lab08.check_paged_decode(launcher(bug), seed=SEED)
-    assert not result.passed and "differs from the float64 reference" in result.report
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", list(WRONG_DECODE))
+def test_paged_decode_rejects_on_every_seed_at_a_fixed_case(mutant):
+    kernel = built(WRONG_DECODE, mutant)
+    assert_rejected_on_every_seed(lab08.check_paged_decode, kernel, FEW_SEEDS, contains="hint:")
+    report = lab08.check_paged_decode(kernel, seed=0).report
+    assert 1 <= caught_at(report) <= len(lab08.DECODE_FIXED), report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", list(RIGHT_DECODE))
+def test_paged_decode_accepts(variant):
+    assert_accepted(lab08.check_paged_decode, built(RIGHT_DECODE, variant), ACCEPT_SEEDS)
+
+
+def test_no_rescale_fails_at_the_score_gap_case():
+    report = lab08.check_paged_decode(built(WRONG_DECODE, "no rescale of acc"), seed=0).report
+    assert "case 1 of" in report and "scores ±192 over three blocks" in report
+
+
+def test_every_fixed_decode_sequence_spans_three_blocks_but_one_token():
+    for lens, *_ in lab08.DECODE_FIXED:
+        assert all(n == 1 or n > 2 * lab08.BLOCK_N for n in lens), lens
+
+
+def test_paged_decode_must_not_call_the_course_kernel():
+    def uses_the_course_kernel(q, k_pages, v_pages, block_table, seq_lens):
+        from attnkit import paged_decode
+        return paged_decode(q, k_pages, v_pages, block_table, seq_lens)
+
+    report = lab08.check_paged_decode(uses_the_course_kernel, seed=0).report
+    assert "your function called attnkit.kernels.paged.paged_decode, the course's own" in report
 
 
 # ------------------------------------------------------------------------------- exercise 4: merge
@@ -265,28 +384,99 @@ def merge_right(m, l, z):
     return (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True)
 
 
-def merge_no_rescale(m, l, z):                        # adds the splits' states as they are
-    return z.sum(1) / l.sum(1, keepdim=True)
+def merge_pairwise(m, l, z):
+    """Lesson 3's rule, one split at a time."""
+    m_run, l_run, z_run = m[:, 0], l[:, 0], z[:, 0]
+    for s in range(1, m.shape[1]):
+        m_new = torch.maximum(m_run, m[:, s])
+        safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        a, b = torch.exp(m_run - safe), torch.exp(m[:, s] - safe)
+        m_run, l_run, z_run = m_new, a * l_run + b * l[:, s], a[:, None] * z_run + b[:, None] * z[:, s]
+    return z_run / l_run[:, None]
 
 
-def merge_average(m, l, z):                           # averages the splits' normalised outputs
-    return (z / l[:, :, None].clamp_min(1e-30)).mean(1)
+def merge_lse(m, l, z):
+    """Weights from each split's log-sum-exp m + log ℓ."""
+    lse = m + torch.log(l)                           # −inf for an empty split
+    w = torch.softmax(lse, dim=1)
+    out = torch.where(l[:, :, None] > 0, z / l[:, :, None].clamp_min(1e-30), torch.zeros_like(z))
+    return (w[:, :, None] * out).sum(1)
 
 
-def merge_blank(m, l, z):
-    raise NotImplementedError
+WRONG_MERGE = {
+    "no rescale": lambda m, l, z: z.sum(1) / l.sum(1, keepdim=True),
+    "average of the splits' outputs": lambda m, l, z: (z / l[:, :, None].clamp_min(1e-30)).mean(1),
+    "weights exp(M − m)": lambda m, l, z: (
+        lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m.amax(1, keepdim=True) - m)),
+    "denominator not rescaled": lambda m, l, z: (
+        lambda w: (w[:, :, None] * z).sum(1) / l.sum(1, keepdim=True))(torch.exp(m - m.amax(1, keepdim=True))),
+    "z / ℓ per split (0/0 when empty)": lambda m, l, z: (
+        lambda w: (w[:, :, None] * l[:, :, None] * (z / l[:, :, None])).sum(1) / (w * l).sum(1, keepdim=True))(
+        torch.exp(m - m.amax(1, keepdim=True))),
+    "one maximum for all rows": lambda m, l, z: (
+        lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m.max())),
+    "softmax of m, ℓ ignored": lambda m, l, z: (
+        torch.softmax(m, 1)[:, :, None] * z / l[:, :, None].clamp_min(1e-30)).sum(1),
+    "rescaled to the minimum": lambda m, l, z: (
+        lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m.amin(1, keepdim=True))),
+    "max without keepdim": lambda m, l, z: (
+        lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m.amax(1))),
+}
+RIGHT_MERGE = {"rescale to the max": merge_right, "pairwise, lesson 3's rule": merge_pairwise,
+               "log-sum-exp weights": merge_lse}
 
 
-def test_merge():
-    assert lab08.check_merge(merge_right, seed=SEED).passed
-    assert lab08.check_merge(merge_blank).status == "not implemented"
-    for wrong in (merge_no_rescale, merge_average):
-        result = lab08.check_merge(wrong, seed=SEED)
-        assert not result.passed and "rescale" in result.report, wrong.__name__
+@pytest.mark.parametrize("mutant", catalogue_params(WRONG_MERGE))
+def test_merge_rejects_on_every_seed_at_a_fixed_case(mutant):
+    assert_rejected_on_every_seed(lab08.check_merge, mutant, SEEDS, contains="hint:")
+    assert 1 <= caught_at(lab08.check_merge(mutant, seed=0).report) <= len(lab08.MERGE_FIXED)
 
 
-def test_check_lab_summary_and_bad_argument():
-    summary = lab08.check_lab(slots_right, PoolRight, launcher(RIGHT), merge_blank, seed=SEED)
-    assert "3 of 4 exercises pass." in repr(summary)
+@pytest.mark.parametrize("correct", catalogue_params(RIGHT_MERGE))
+def test_merge_accepts(correct):
+    assert_accepted(lab08.check_merge, correct, SEEDS)
+
+
+def test_merge_must_not_call_the_course_merge():
+    from attnkit.kernels.paged import merge_partials
+
+    report = lab08.check_merge(lambda m, l, z: merge_partials(m, l, z), seed=0).report
+    assert "your function called attnkit.kernels.paged.merge_partials" in report
+
+
+def test_catalogues_are_large_enough():
+    for wrong, right in ((WRONG_SLOTS, RIGHT_SLOTS), (WRONG_POOLS, RIGHT_POOLS), (WRONG_DECODE, RIGHT_DECODE),
+                         (WRONG_MERGE, RIGHT_MERGE)):
+        assert len(wrong) >= 8 and len(right) >= 2
+
+
+# ---------------------------------------------------------------------------- notebooks and blanks
+def _functions(relpath: str) -> dict:
+    """The exercise functions of a lab notebook, its Triton kernel read through linecache."""
+    cells = [c.source for c in nbformat.read(ROOT / relpath, as_version=4).cells if c.cell_type == "code"]
+    namespace: dict = {"math": math, "torch": torch, "triton": triton, "tl": tl}
+    for index, source in enumerate(cells[2:]):            # [0] setup, [1] imports
+        if "check_" in source:
+            continue
+        filename = f"<{relpath} cell {index}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), namespace)
+    return {e.function: namespace[e.function] for e in lab08.EXERCISES}
+
+
+def test_solution_passes_check_lab():
+    summary = lab08.check_lab(seed=3, **_functions(SOLUTION))
+    assert summary.passed and repr(summary).endswith("4 of 4 exercises pass."), repr(summary)
+
+
+def test_blank_lab_is_not_implemented_yet():
+    summary = lab08.check_lab(seed=3, **_functions(LAB))
+    assert [r.status for r in summary.results] == ["not implemented"] * 4, repr(summary)
+    assert "Traceback" not in repr(summary)
+
+
+def test_check_lab_needs_every_function_and_checks_reject_non_functions():
+    with pytest.raises(ValueError, match="functions: no function named PagePool"):
+        lab08.check_lab(token_slots=slots_right, paged_decode=None, merge_splits=merge_right)
     with pytest.raises(ValueError, match="token_slots: expected your function"):
         lab08.check_slots(None)

@@ -89,6 +89,49 @@ def _is_triton_kernel(obj) -> bool:
         hasattr(obj, "run")
 
 
+_TARGETS: dict = {}
+
+
+def _targets(modules) -> list:
+    """(object, attribute, raising value) for everything ``course_code_forbidden`` replaces; built once."""
+    modules = tuple(modules)
+    if modules in _TARGETS:
+        return _TARGETS[modules]
+    targets = []
+
+    def add_function(fn, qualname):
+        if isinstance(fn, types.FunctionType) and not fn.__code__.co_freevars:
+            targets.append((fn, "__code__", _raising_code(qualname, fn.__code__)))
+
+    for name in modules:
+        module = importlib.import_module(name)
+        for attr, obj in list(vars(module).items()):
+            if isinstance(obj, types.FunctionType) and obj.__module__ == name:
+                add_function(obj, f"{name}.{attr}")
+            elif isinstance(obj, type) and obj.__module__ == name:
+                for key, member in vars(obj).items():
+                    add_function(getattr(member, "__func__", member), f"{name}.{obj.__name__}.{key}")
+            elif _is_triton_kernel(obj):
+                message = (f"{_MARK}{name}.{attr}, one of the course's own kernels: this exercise asks you "
+                           "to write yours")
+
+                def run(*args, _message=message, **kwargs):
+                    raise RuntimeError(_message)
+                targets.append((obj, "run", run))
+
+    import torch.nn.functional as F
+
+    def no_sdpa(*args, **kwargs):
+        raise RuntimeError(f"{_MARK}torch.nn.functional.scaled_dot_product_attention, PyTorch's "
+                           "attention: this exercise asks you to write yours")
+    targets.append((F, "scaled_dot_product_attention", no_sdpa))
+    _TARGETS[modules] = targets
+    return targets
+
+
+_MISSING = object()
+
+
 @contextlib.contextmanager
 def course_code_forbidden(modules=GUARDED_MODULES):
     """While inside, every function and Triton kernel defined in ``modules`` (and PyTorch's
@@ -97,45 +140,17 @@ def course_code_forbidden(modules=GUARDED_MODULES):
     Python functions get a raising code object (so a reference bound before the check also raises);
     Triton kernels get a raising ``run``. Everything is restored on exit.
     """
-    import torch.nn.functional as F
-
     undo = []
-
-    def guard_function(fn, qualname):
-        if isinstance(fn, types.FunctionType) and not fn.__code__.co_freevars:
-            undo.append((fn, "__code__", fn.__code__))
-            fn.__code__ = _raising_code(qualname, fn.__code__)
-
     try:
-        for name in modules:
-            module = importlib.import_module(name)
-            for attr, obj in list(vars(module).items()):
-                if isinstance(obj, types.FunctionType) and obj.__module__ == name:
-                    guard_function(obj, f"{name}.{attr}")
-                elif isinstance(obj, type) and obj.__module__ == name:
-                    for key, member in vars(obj).items():
-                        member = getattr(member, "__func__", member)       # staticmethod, classmethod
-                        guard_function(member, f"{name}.{obj.__name__}.{key}")
-                elif _is_triton_kernel(obj):
-                    message = (f"{_MARK}{name}.{attr}, one of the course's own kernels: this exercise "
-                               f"asks you to write yours")
-
-                    def run(*args, _message=message, **kwargs):
-                        raise RuntimeError(_message)
-                    undo.append((obj, "run", obj.__dict__.get("run")))
-                    obj.run = run
-        sdpa = F.scaled_dot_product_attention
-        undo.append((F, "scaled_dot_product_attention", sdpa))
-
-        def no_sdpa(*args, **kwargs):
-            raise RuntimeError(f"{_MARK}torch.nn.functional.scaled_dot_product_attention, PyTorch's "
-                               "attention: this exercise asks you to write yours")
-        F.scaled_dot_product_attention = no_sdpa
+        for obj, attr, raising in _targets(modules):
+            old = obj.__dict__.get(attr, _MISSING) if attr == "run" else getattr(obj, attr)
+            undo.append((obj, attr, old))
+            setattr(obj, attr, raising)
         yield
     finally:
         for obj, attr, old in reversed(undo):
-            if attr == "run" and old is None:
-                obj.__dict__.pop("run", None)
+            if old is _MISSING:
+                del obj.__dict__[attr]
             else:
                 setattr(obj, attr, old)
 

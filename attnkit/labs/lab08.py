@@ -4,22 +4,36 @@
     check_pool(PagePool)              exercise 2: a page pool (free list, page tables, append, free)
     check_paged_decode(paged_decode)  exercise 3: the paged decode kernel (grouped query heads)
     check_merge(merge_splits)         exercise 4: merging split-KV partial results
-    check_lab(...)                    all four, with a summary line
+    check_lab(token_slots=..., PagePool=..., paged_decode=..., merge_splits=...)   all four, summed up
 
-Every check uses fresh random inputs (the pool check runs one scripted workload first): page tables
-are random permutations of the pool, lengths end inside a page, and the slots past each sequence's end
-hold stale values from an earlier sequence (as in a real cache), so reading them changes the answer.
+Each check runs fixed adversarial cases first, the same on every run, then cases drawn from ``seed``
+(fresh ones when None). Page tables are permutations of the pool, lengths end inside a page and at its
+edges (k·16 and k·16 ± 1 tokens for the kernel's 16-token blocks), every sequence of the kernel's fixed
+cases spans three blocks or more, and the slots past each sequence's end hold stale values from an
+earlier sequence (as in a real cache), so reading them changes the answer. One fixed case of the kernel
+and one of the merge have score gaps of hundreds: without a per-row running maximum, rescaled at every
+block, exp overflows or underflows. While the student's function runs, the course's own paged kernels,
+merge and references raise (see ``attnkit.labs.lab05.course_code_forbidden``).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
 
-from ..classroom.checking import FAILED, PASSED, CheckResult, case, not_implemented, run_check, summarize, unwrapped
+from ..classroom.checking import (
+    FAILED,
+    PASSED,
+    CheckResult,
+    Exercise,
+    case,
+    check_exercises,
+    not_implemented,
+    unwrapped,
+)
 from ..device import runtime
 from ..tolerances import tolerance
+from .lab05 import guarded_check
 
 HINT_SLOTS = ("token t lives in page block_table[t // page_size] at offset t % page_size "
               "(the page id comes from the table; the offset is the position inside the page).")
@@ -28,8 +42,9 @@ HINT_POOL = ("append: a sequence of length n holds ceil(n / page_size) pages; ta
              "free BEFORE changing anything; free: return every page of the sequence to the free list.")
 HINT_DECODE = ("tokens of sequence b are 0 .. seq_lens[b]-1 only (mask the rest of the last page); "
                "token t is at page block_table[b, t // PAGE_SIZE], offset t % PAGE_SIZE; the query heads "
-               "of KV head kv are kv·GROUP .. kv·GROUP+GROUP-1 (h // GROUP, not h % Hkv).")
-HINT_MERGE = ("rescale each split to the common maximum M = max_s m_s: "
+               "of KV head kv are kv·GROUP .. kv·GROUP+GROUP-1 (h // GROUP, not h % Hkv); keep a running "
+               "max per row (from −inf) and rescale l and acc by exp(m_old − m_new) at every block.")
+HINT_MERGE = ("rescale each split to the row's common maximum M = max_s m_s: "
               "o = Σ_s e^(m_s − M)·z_s / Σ_s e^(m_s − M)·ℓ_s; a split with m = −inf has weight 0.")
 
 
@@ -50,16 +65,26 @@ def _reference_slots(block_table_row, seq_len, page_size):
     return torch.stack([block_table_row.long()[t // page_size], t % page_size])   # [2, seq_len]
 
 
+# (seq_len, page_size, block_table_row): a partial last page, one token, exactly one page, exactly
+# three pages, page size 1, and rows whose entry i is never i.
+SLOTS_FIXED = ((11, 4, (7, 2, 9, 0)), (1, 8, (5, 1)), (16, 16, (3, 0)), (12, 4, (6, 4, 1, 8)),
+               (23, 5, (2, 9, 7, 0, 3, 8)), (5, 1, (4, 3, 0, 6, 2, 9)))
+
+
 def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResult:
     """``token_slots(block_table_row, seq_len, page_size) -> (pages, offsets)``, int tensors [seq_len]."""
     import torch
 
     _require_callable("token_slots", token_slots)
+    cases = [case(torch.tensor(row, dtype=torch.int32), seq_len, page_size,
+                  label=f"seq_len={seq_len}, page_size={page_size}, block_table_row={list(row)}")
+             for seq_len, page_size, row in SLOTS_FIXED]
     gen = torch.Generator().manual_seed(_seed(seed))
-    cases = []
-    for seq_len, page_size in ((11, 4), (1, 8), (16, 16), (23, 5)):
+    rng = np.random.default_rng(_seed(seed))
+    for _ in range(3):
+        seq_len, page_size = int(rng.integers(1, 40)), int(rng.integers(1, 9))
         pages = -(-seq_len // page_size)
-        row = torch.randperm(40, generator=gen)[: pages + 1].int()
+        row = torch.randperm(48, generator=gen)[: pages + 1].int()
         cases.append(case(row, seq_len, page_size, label=f"seq_len={seq_len}, page_size={page_size}, "
                                                          f"block_table_row={row.tolist()}"))
 
@@ -70,8 +95,11 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
         pages, offsets = got
         return torch.stack([torch.as_tensor(pages).long(), torch.as_tensor(offsets).long()])
 
-    return run_check("token → (page, offset)", student, _reference_slots, cases, tol=0.0, hint=HINT_SLOTS,
-                     compare=lambda got, exp: got.shape == exp.shape and bool(torch.equal(got, exp)))
+    def same(got, exp):
+        return tuple(got.shape) == tuple(exp.shape) and bool(torch.equal(got, exp))
+
+    return guarded_check("token → (page, offset)", student, _reference_slots, cases, tol=0.0,
+                         hint=f"{HINT_SLOTS} Row 0 of the result is the pages, row 1 the offsets.", compare=same)
 
 
 # ------------------------------------------------------------------------------ exercise 2: pool
@@ -256,29 +284,73 @@ def check_pool(PagePool, *, seed: int | None = None) -> CheckResult:
 
 
 # --------------------------------------------------------------------------- exercise 3: decode
-def make_paged_case(gen, lens, hq, hkv, d, page_size, dtype, device, spare_pages=4):
-    """A random decode step: permuted pages; stale random K/V in every slot no sequence owns."""
+BLOCK_N = 16                                  # the lab's kernel reads 16 tokens per block
+
+
+def make_paged_case(gen, lens, hq, hkv, d, page_size, dtype, device, spare_pages=4, gaps=False):
+    """A random decode step: permuted pages; stale random K/V in every slot no sequence owns, and in
+    ``extra`` pages past the end of the pool's buffer; page table entries past a sequence's pages (the
+    table is wider than any sequence's tokens) name random pages.
+
+    With ``gaps``, query heads 4j, 4j+1, 4j+2, 4j+3 meet scores near +192 then −192 (after the first
+    16 tokens), −192 then +192, −192 everywhere, and near 0.
+    """
     import torch
 
-    batch = len(lens)
+    batch, longest = len(lens), max(lens)
     per_seq = [-(-n // page_size) for n in lens]
     num_pages = sum(per_seq) + spare_pages
     q = torch.randn(batch, hq, d, generator=gen)
-    k_pages = torch.randn(num_pages, page_size, hkv, d, generator=gen) * 3      # stale data everywhere
-    v_pages = torch.randn(num_pages, page_size, hkv, d, generator=gen) * 3
+    keys = torch.randn(batch, longest, hkv, d, generator=gen)
+    values = torch.randn(batch, longest, hkv, d, generator=gen)
+    if gaps:
+        keys = 0.25 * keys
+        keys[..., 1] += 8.0
+        keys[:, :BLOCK_N, :, 0] += 8.0
+        keys[:, BLOCK_N:, :, 0] -= 8.0
+        small = 0.01 * torch.randn(batch, hq, d, generator=gen)
+        for h in range(hq):
+            q[:, h] = 0.0
+            if h % 4 == 3:
+                q[:, h] = small[:, h]
+            else:
+                q[:, h, 1 if h % 4 == 2 else 0] = -96.0 if h % 4 else 96.0
+    # Stale data everywhere, and past the last page (so a slot index past a page's end reads wrong
+    # numbers, not outside the buffer); page table entries past a sequence's pages name random pages.
+    extra = -(-longest // page_size) + 2
+    k_pages = torch.randn(num_pages + extra, page_size, hkv, d, generator=gen) * 3
+    v_pages = torch.randn(num_pages + extra, page_size, hkv, d, generator=gen) * 3
     order = torch.randperm(num_pages, generator=gen)
-    table = torch.zeros(batch, max(per_seq) + 1, dtype=torch.int32)
+    table = torch.randint(0, num_pages, (batch, max(max(per_seq) + 1, longest + 1, page_size)), generator=gen,
+                          dtype=torch.int32)
     used = 0
     for b, n in enumerate(lens):
         table[b, : per_seq[b]] = order[used: used + per_seq[b]].int()
         used += per_seq[b]
+        for t in range(n):
+            k_pages[table[b, t // page_size], t % page_size] = keys[b, t]
+            v_pages[table[b, t // page_size], t % page_size] = values[b, t]
     lengths = torch.tensor(lens, dtype=torch.int32)
-    return (q.to(device, dtype), k_pages.to(device, dtype), v_pages.to(device, dtype), table.to(device),
-            lengths.to(device))
+    k_pages, v_pages = (t.to(device, dtype)[:num_pages] for t in (k_pages, v_pages))   # views: the tail stays
+    return q.to(device, dtype), k_pages, v_pages, table.to(device), lengths.to(device)
 
 
-# (lens, Hq, Hkv, D, page_size): partial last pages, seq_len 1, group sizes 1, 2, 4 and MQA
-DECODE_SHAPES = (([13, 6], 4, 2, 16, 4), ([21, 1, 9], 4, 1, 16, 8), ([19], 2, 2, 32, 4), ([10, 17], 8, 2, 16, 8))
+# (lens, Hq, Hkv, D, page_size, what the case is for, score gaps)
+DECODE_FIXED = (
+    ([40, 33], 4, 2, 16, 8, "scores ±192 over three blocks: exp overflows without a running max", True),
+    ([48, 47, 49], 6, 3, 16, 4, "lengths 3·16 and 3·16 ± 1; 3 groups of 2 query heads", False),
+    ([1, 35], 8, 2, 32, 16, "one token; 2 groups of 4 query heads", False),
+    ([37], 4, 1, 16, 8, "multi-query: 4 query heads share one KV head", False),
+)
+
+
+def _random_decode(rng):
+    shapes = []
+    for _ in range(2):
+        hkv, group = int(rng.integers(1, 3)), int(rng.choice([1, 2, 4]))
+        lens = [int(n) for n in rng.integers(1, 50, size=int(rng.integers(1, 3)))]
+        shapes.append((lens, hkv * group, hkv, 16, int(rng.choice([4, 8, 16])), "", False))
+    return shapes
 
 
 def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> CheckResult:
@@ -288,36 +360,38 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
     from ..kernels.paged import paged_decode_ref
 
     _require_callable("paged_decode", paged_decode)
-    gen = torch.Generator().manual_seed(_seed(seed))
     device = runtime().device
+    fixed_gen = torch.Generator().manual_seed(80_803)
+    gen = torch.Generator().manual_seed(_seed(seed))
     cases = []
-    for lens, hq, hkv, d, page in DECODE_SHAPES:
-        args = make_paged_case(gen, lens, hq, hkv, d, page, torch.float16, device)
-        cases.append(case(*args, label=f"seq_lens={lens}, Hq={hq}, Hkv={hkv}, D={d}, page_size={page}"))
-    return run_check("paged decode kernel", unwrapped(paged_decode), paged_decode_ref, cases,
-                     tol=tolerance("float16", device), hint=HINT_DECODE)
+    for shapes, g in ((DECODE_FIXED, fixed_gen), (_random_decode(np.random.default_rng(_seed(seed))), gen)):
+        for lens, hq, hkv, d, page, note, gaps in shapes:
+            args = make_paged_case(g, lens, hq, hkv, d, page, torch.float16, device, gaps=gaps)
+            label = f"seq_lens={lens}, Hq={hq}, Hkv={hkv}, D={d}, page_size={page}"
+            cases.append(case(*args, label=f"{label} ({note})" if note else label))
+    tol = tolerance("float16", device)
+    return guarded_check("paged decode kernel", unwrapped(paged_decode), paged_decode_ref, cases, tol=tol,
+                         hint=f"{HINT_DECODE} (passes at a relative error ≤ {tol:.0e}, the float16 bound)")
 
 
 # ---------------------------------------------------------------------------- exercise 4: merge
-def _partials(gen, rows: int, keys: int, d: int, cuts):
-    """float64 (m, ℓ, z) of consecutive chunks of the keys ([rows, S], [rows, S], [rows, S, d])."""
+def _partials(rng, rows: int, keys: int, d: int, cuts, scale=5.0):
+    """float32 (m, ℓ, z) of consecutive chunks of the keys ([rows, S], [rows, S], [rows, S, d]), computed
+    in float64 (NumPy: these arrays are tiny). ``scale``: the scores' scale, one number or one per row."""
     import torch
 
-    scores = torch.randn(rows, keys, generator=gen, dtype=torch.float64) * 5
-    values = torch.randn(keys, d, generator=gen, dtype=torch.float64)
+    scores = rng.standard_normal((rows, keys)) * np.reshape(np.asarray(scale, dtype=np.float64), (-1, 1))
+    values = rng.standard_normal((keys, d))
     bounds = list(zip((0, *cuts), (*cuts, keys)))
-    ms, ls, zs = [], [], []
-    for lo, hi in bounds:
-        if hi == lo:
-            ms.append(torch.full((rows,), -math.inf, dtype=torch.float64))
-            ls.append(torch.zeros(rows, dtype=torch.float64))
-            zs.append(torch.zeros(rows, d, dtype=torch.float64))
-            continue
-        s = scores[:, lo:hi]
-        m = s.amax(dim=1)
-        p = torch.exp(s - m[:, None])
-        ms.append(m), ls.append(p.sum(dim=1)), zs.append(p @ values[lo:hi])
-    return torch.stack(ms, 1), torch.stack(ls, 1), torch.stack(zs, 1)
+    m = np.full((rows, len(bounds)), -np.inf)
+    l = np.zeros((rows, len(bounds)))
+    z = np.zeros((rows, len(bounds), d))
+    for s, (lo, hi) in enumerate(bounds):
+        if hi > lo:                                  # an empty split keeps m = −inf, ℓ = 0, z = 0
+            m[:, s] = scores[:, lo:hi].max(axis=1)
+            p = np.exp(scores[:, lo:hi] - m[:, s:s + 1])
+            l[:, s], z[:, s] = p.sum(axis=1), p @ values[lo:hi]
+    return tuple(torch.from_numpy(a.astype(np.float32)) for a in (m, l, z))
 
 
 def _reference_merge(m, l, z):
@@ -326,22 +400,46 @@ def _reference_merge(m, l, z):
     return merge_partials(m.double(), l.double(), z.double())
 
 
+# (rows, keys, D, cuts, score scale per row or for all, what the case is for)
+MERGE_FIXED = (
+    (3, 40, 8, (10, 25), 5.0, "3 rows, 3 splits"),
+    (2, 17, 4, (0, 5, 5, 12), 5.0, "5 splits, the first and the third empty"),
+    (4, 64, 16, (16, 32, 48), (1.0, 200.0, 0.01, 120.0), "score scales 1, 200, 0.01, 120: maxima hundreds apart"),
+    (1, 9, 4, (3, 6), 5.0, "one row"),
+)
+
+
 def check_merge(merge_splits: Callable, *, seed: int | None = None) -> CheckResult:
     """Exercise 4: ``merge_splits(m, l, z) -> o`` for m, l [rows, S] and z [rows, S, D]."""
-    import torch
 
     _require_callable("merge_splits", merge_splits)
-    gen = torch.Generator().manual_seed(_seed(seed))
+    fixed_rng = np.random.default_rng(80_804)
     cases = []
-    for rows, keys, d, cuts in ((3, 40, 8, (10, 25)), (2, 17, 4, (5, 5, 12)), (4, 64, 16, (16, 32, 48))):
-        m, l, z = (t.float() for t in _partials(gen, rows, keys, d, cuts))
+    for rows, keys, d, cuts, scale, note in MERGE_FIXED:
+        m, l, z = _partials(fixed_rng, rows, keys, d, cuts, scale)
+        cases.append(case(m, l, z, label=f"{len(cuts) + 1} splits of {keys} keys, D={d} ({note})"))
+    rng = np.random.default_rng(_seed(seed))
+    for _ in range(3):
+        rows, keys, d = int(rng.integers(1, 5)), int(rng.integers(3, 60)), int(rng.choice([4, 8, 16]))
+        cuts = tuple(sorted(int(c) for c in rng.integers(0, keys + 1, size=int(rng.integers(2, 5)))))
+        m, l, z = _partials(rng, rows, keys, d, cuts, float(rng.choice([1.0, 5.0, 50.0])))
+        empty = sum(hi == lo for lo, hi in zip((0, *cuts), (*cuts, keys)))
         cases.append(case(m, l, z, label=f"{len(cuts) + 1} splits of {keys} keys"
-                                         f"{' (one empty)' if len(set(cuts)) < len(cuts) else ''}, D={d}"))
-    return run_check("split-KV merge", merge_splits, _reference_merge, cases, tol=tolerance("float32"),
-                     hint=HINT_MERGE)
+                                         f"{f' ({empty} empty)' if empty else ''}, D={d}"))
+    tol = tolerance("float32")
+    return guarded_check("split-KV merge", merge_splits, _reference_merge, cases, tol=tol,
+                         hint=f"{HINT_MERGE} (passes at a relative error ≤ {tol:.0e}, the float32 bound)")
 
 
-def check_lab(token_slots, PagePool, paged_decode, merge_splits, *, seed: int | None = None):
-    """All four checks, with a summary line."""
-    return summarize([check_slots(token_slots, seed=seed), check_pool(PagePool, seed=seed),
-                      check_paged_decode(paged_decode, seed=seed), check_merge(merge_splits, seed=seed)])
+EXERCISES = (
+    Exercise(function="token_slots", check=check_slots),
+    Exercise(function="PagePool", check=check_pool),
+    Exercise(function="paged_decode", check=check_paged_decode),
+    Exercise(function="merge_splits", check=check_merge),
+)
+
+
+def check_lab(*, seed: int | None = None, **functions):
+    """All four checks, with a summary line:
+    ``check_lab(token_slots=..., PagePool=..., paged_decode=..., merge_splits=...)``."""
+    return check_exercises(EXERCISES, functions, seed=seed)
