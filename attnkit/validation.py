@@ -8,7 +8,8 @@
 - ``same(what, **tensors)``: the tensors share one dtype (``what="dtype"``) or one device.
 - ``head_groups(names, n_heads, n_kv_heads)``: Hq % Hkv == 0; ``head_dim(name, d, allowed)``.
 - ``kernel_device(name, t)``: ``t`` is on a device the Triton kernels run for (CUDA or the CPU).
-- ``disjoint(**tensors)``: no two of the tensors share memory (an output written twice).
+- ``disjoint(**tensors)``: no two of the tensors share memory (an output written twice);
+  ``writable(name, t)``: no two elements of ``t`` share memory (an expanded view cannot be written).
 """
 from __future__ import annotations
 
@@ -85,20 +86,42 @@ def kernel_device(name: str, t: torch.Tensor) -> None:
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
     """[first, last) byte addresses that ``t``'s elements can occupy."""
-    if t.numel() == 0:
-        return (t.data_ptr(), t.data_ptr())
     extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride())) + 1
     return (t.data_ptr(), t.data_ptr() + extent * t.element_size())
 
 
+def _addresses(t: torch.Tensor) -> torch.Tensor:
+    """The byte address of each element of ``t`` (int64, on the CPU)."""
+    offsets = torch.zeros((), dtype=torch.int64)
+    for size, stride in zip(t.shape, t.stride()):
+        offsets = offsets[..., None] + torch.arange(size, dtype=torch.int64) * stride
+    return t.data_ptr() + offsets.flatten() * t.element_size()
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when some element of ``a`` and some element of ``b`` share memory."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    if a1 <= b0 or b1 <= a0:
+        return False            # disjoint address ranges
+    if a.element_size() != b.element_size() or a.numel() + b.numel() > 2 ** 24:
+        return True             # interleaved views this large are not told apart: treated as shared
+    return bool(torch.isin(_addresses(a), _addresses(b)).any())
+
+
+def writable(name: str, t: torch.Tensor) -> None:
+    """``t`` is written: no two of its elements may share memory (an expanded view, stride 0)."""
+    if any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride())):
+        raise ValueError(f"{name}: is written, so no two of its elements may share memory; got an expanded "
+                         f"view (strides {tuple(t.stride())}); pass a tensor of its own")
+
+
 def disjoint(**tensors) -> None:
-    """No two of the tensors (outputs a kernel writes) occupy overlapping memory."""
+    """No two of the tensors share memory (one of them is written: the other would be overwritten)."""
     items = [(name, t) for name, t in tensors.items() if t is not None]
     for i, (name_a, a) in enumerate(items):
         for name_b, b in items[i + 1:]:
-            if a.device != b.device:
-                continue
-            (a0, a1), (b0, b1) = _span(a), _span(b)
-            if a0 < b1 and b0 < a1:
-                raise ValueError(f"{name_a}, {name_b}: must not share memory (both are written: one would "
-                                 f"overwrite the other)")
+            if _overlap(a, b):
+                raise ValueError(f"{name_a}, {name_b}: must not share memory (one is written while the "
+                                 f"other is used: pass separate tensors)")

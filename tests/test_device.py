@@ -101,3 +101,32 @@ def test_kernel_wrappers_follow_the_bf16_rule(monkeypatch):
     monkeypatch.setattr(flash, "bf16_computed_in_fp32", lambda device: False)
     assert all(t.dtype == torch.bfloat16 for t in flash._compute_dtype_inputs(x, x))
     assert flash._compute_dtype_inputs(x.half())[0].dtype == torch.float16
+
+
+def test_one_rule_for_where_kernels_run(monkeypatch):
+    """kernel_device: CUDA tensors stay; CPU tensors stay where Triton interprets, and go to the GPU
+    where it compiles (no other path runs the course's kernels)."""
+    import torch
+
+    from attnkit import device
+
+    assert device.kernel_device("cpu") == torch.device("cpu") and device.triton_interprets()
+    x = torch.ones(2)
+    assert device.to_kernel_device(x, None)[0] is x and device.to_kernel_device(x, None)[1] is None
+    assert device.kernel_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    monkeypatch.setattr(device, "triton_interprets", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert device.kernel_device("cpu") == torch.device("cuda", 0)
+    assert device.launch_options(num_warps=4) == {"num_warps": 4}
+
+
+def test_no_kernel_decides_its_device_by_itself():
+    """Every kernel module and the benchmark key-read kernel go through attnkit.device: none tests for
+    the interpreter or re-decorates a kernel on its own."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "attnkit"
+    for path in [*(root / "kernels").glob("*.py"), root / "bench" / "kvcache.py"]:
+        text = path.read_text()
+        for pattern in ("InterpretedFunction", "TRITON_INTERPRET", ".cuda()", "multiprocessing", "jit_for"):
+            assert pattern not in text, f"{path.name}: {pattern}"

@@ -71,7 +71,14 @@ def test_bad_input_raises_value_error_naming_x(bad, words):
     assert words in str(info.value)
 
 
-@pytest.mark.skipif(DEVICE != "cuda", reason="needs a GPU to hold a tensor on the wrong device")
-def test_wrong_device():
-    with pytest.raises(ValueError, match="device"):
-        softmax(torch.zeros((2, 3)))
+def test_unsupported_device():
+    with pytest.raises(ValueError, match="x: device meta is not supported"):
+        softmax(torch.zeros((2, 3), device="meta"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a GPU")
+def test_cpu_tensors_on_a_gpu_machine_come_back_on_the_cpu():
+    x = _random((3, 20), torch.float32, seed=4).cpu()
+    y = softmax(x)
+    assert y.device == x.device and rel_error(y, softmax_np(x.double().numpy())) <= tolerance(torch.float32, "cuda")

@@ -23,12 +23,17 @@ from __future__ import annotations
 
 import torch
 
+from ..device import ensure_triton_backend, launch_options, to_kernel_device
 from ..kernels import rope_append
-from ..kernels.rope_append import tl
 from ..serving import kv_cache
 from ..serving.model_configs import model
 from ..tolerances import rel_error, tolerance
 from .recorder import time_ms
+
+ensure_triton_backend()
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 # (scenario, B, Hq, Hkv, D, S_new, past): a Llama-3-8B-shaped layer (Hq=32, Hkv=8, D=128)
 SCENARIOS = (
@@ -110,14 +115,15 @@ def _prepared(q, k, v, k_cache, v_cache, seqlens, share_buffer):
         return q_out, present_k, present_v
 
     def separate_ops():
-        q_rot = rope_append._torch_update(q, k, v, k_cache, v_cache, present_k, present_v, past_len, positions, cos, sin,
-                                 "half", share_buffer, full_past=full_past)
+        q_rot = rope_append._torch_update(q, k, v, k_cache, v_cache, present_k, present_v, past_len, positions,
+                                          cos, sin, "half", share_buffer, full_past=full_past)
         return q_rot, present_k, present_v
 
     return fused, separate_ops
 
 
 # ---------------------------------------------------------------- a decode-style read of the keys
+@triton.jit
 def _key_scores_kernel(k_ptr, q_ptr, out_ptr, S, D, HKV,
                        skb, skh, sks, skd, sqb, sqh, sqd, sob, soh, sos,
                        BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -142,20 +148,19 @@ def key_scores(k_cache, q, *, block_s=64, num_warps=4):
     """scores[b, h, s] = k_cache[b, h, s] · q[b, h] in fp32: every key of every sequence and head read once.
 
     k_cache: [B, Hkv, S, D] (any strides: BNSH, or BSNH seen through a transpose); q: [B, Hkv, D].
-    CUDA tensors run the compiled kernel, CPU tensors Triton's interpreter.
+    Runs where ``attnkit.device.kernel_device`` says, as every kernel of the course.
     """
-    import triton
-
     batch, hkv, rows, d = k_cache.shape
     if tuple(q.shape) != (batch, hkv, d):
         raise ValueError(f"q: expected [B={batch}, Hkv={hkv}, D={d}], got {tuple(q.shape)}")
-    interpret = k_cache.device.type == "cpu"
+    where = k_cache.device
+    k_cache, q = to_kernel_device(k_cache, q)
     out = torch.empty(batch, hkv, rows, dtype=torch.float32, device=k_cache.device)
-    extra = {} if interpret else dict(num_warps=num_warps)
-    rope_append.jit_for(_key_scores_kernel, interpret)[(triton.cdiv(rows, block_s), batch * hkv)](
-        k_cache, q, out, rows, d, hkv, *k_cache.stride(), *q.stride(), *out.stride(),
-        BLOCK_S=block_s, BLOCK_D=triton.next_power_of_2(d), **extra)
-    return out
+    with torch.device(k_cache.device):
+        _key_scores_kernel[(triton.cdiv(rows, block_s), batch * hkv)](
+            k_cache, q, out, rows, d, hkv, *k_cache.stride(), *q.stride(), *out.stride(),
+            BLOCK_S=block_s, BLOCK_D=triton.next_power_of_2(d), **launch_options(num_warps=num_warps))
+    return out.to(where)
 
 
 # (scenario, B, Hq, Hkv, D, S_new, past) of the layout rows: the fused append in both layouts ...
@@ -221,7 +226,8 @@ def check_on_gpu(device="cuda", head_dims=(64, 128, 96), dtypes=(torch.float32, 
                         v = torch.randn(3, new_len, 4, d, device=device, generator=g).to(dtype)
                         kc_ = torch.randn(3, 4, 100, d, device=device, generator=g).to(dtype)
                         vc_ = torch.randn(3, 4, 100, d, device=device, generator=g).to(dtype)
-                        ref = rope_append.rope_append_reference(q, k, v, kc_, vc_, share_buffer=share, mode=mode, **kwargs)
+                        ref = rope_append.rope_append_reference(q, k, v, kc_, vc_, share_buffer=share, mode=mode,
+                                                                **kwargs)
                         out = rope_append.rope_append(q, k, v, kc_.clone(), vc_.clone(), share_buffer=share, mode=mode,
                                              backend="triton", **kwargs)
                         errs = [rel_error(o, r) for o, r in zip((out.q, out.k_cache, out.v_cache), ref)]
@@ -243,7 +249,7 @@ def allocation_rows() -> list[dict]:
         caches = [torch.empty(2, batch, cfg.num_kv_heads, tokens, cfg.head_dim, dtype=torch.bfloat16,
                               device="cuda") for _ in range(cfg.num_layers)]      # K and V per layer, BNSH
         measured = torch.cuda.memory_allocated() - before
-        caches = None  # free the memory before the next size
+        del caches  # free the memory before the next size
         rows.append(dict(scenario="allocation", model=name, B=batch, tokens=tokens, measured_bytes=measured,
                          formula_bytes=kv_cache.model_cache_bytes(cfg, tokens=tokens, batch=batch)))
     return rows

@@ -10,10 +10,11 @@ Timings are medians of CUDA-graph replays (``graph_ms``), as a serving loop runs
 at B = 1 one step's GPU work (about 50 µs) is shorter than launching it from Python, so eager timing
 would measure the host. The eager median (``eager_ms``) is recorded beside it. Inputs are checked
 once beforehand (the check's small host copy is not part of the kernel). The long shape rotates
-through three copies of its cache (3 × 134 MB) so that the 50 MB L2 cache cannot hold it. SDPA runs on the same cache stored contiguously as
-[B, Hkv, N, D], each backend pinned with ``torch.nn.attention.sdpa_kernel``; the query heads that
-share a KV head are passed as the query rows of that head (q as [B, Hkv, Hq/Hkv, D]), which is the
-same non-causal attention and needs no copy of K or V.
+through three copies of its cache (3 × 134 MB) so that the 50 MB L2 cache cannot hold it. SDPA runs
+on the same cache stored contiguously as [B, Hkv, N, D], each backend pinned with
+``torch.nn.attention.sdpa_kernel``; the query heads that share a KV head are passed as the query
+rows of that head (q as [B, Hkv, Hq/Hkv, D]), which is the same non-causal attention and needs no
+copy of K or V.
 
 ``run() -> rows`` (one dict per measurement); ``make bench`` writes attnkit/bench/results/bench_paged.csv.
 """

@@ -32,25 +32,29 @@ maximum, ℓ the sum of exponentials, z the unnormalised output), and a merge ke
 the rule of lesson 3. ``num_splits=None`` picks S with ``choose_num_splits`` (more programs when
 B·Hkv is too small to fill the GPU).
 
-Where it runs: CUDA tensors run compiled kernels; on a machine without a GPU, CPU tensors run the same
-kernels in Triton's interpreter, with bf16 computed in fp32 and rounded (the interpreter's bf16 is not
-faithful). CPU tensors on a machine with a GPU are copied to it, computed there and copied back
-(Triton's standard library cannot run in the interpreter once Triton was imported for the GPU).
+Every tensor argument may have any strides (a view, an expanded or offset tensor): the kernels read
+each through its strides.
+
+Where it runs: as every kernel of the course, by ``attnkit.device.kernel_device``: CUDA tensors run
+compiled kernels; on a machine without a GPU, CPU tensors run the same kernels in Triton's
+interpreter, with bf16 computed in fp32 and rounded (the interpreter's bf16 is not faithful); CPU
+tensors on a machine with a GPU are computed on the GPU and copied back.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import torch
 
 from .. import validation
-from ..device import bf16_computed_in_fp32, ensure_triton_backend
+from ..device import bf16_computed_in_fp32, ensure_triton_backend, launch_options, to_kernel_device, triton_interprets
 
 ensure_triton_backend()
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from .flash_kernels import LN2, LOG2E  # noqa: E402
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = validation.FLOAT_DTYPES
@@ -58,12 +62,27 @@ VARIANTS = {
     "grouped": "the query heads that share a KV head in one tile; scores by tl.dot (tensor cores)",
     "per_head": "one query head per program; scores by multiply-and-sum (no tensor cores)",
 }
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 MAX_SPLITS = 256
 
 
 # ------------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp,
+              stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
+              HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr):
+    """The K and V rows [len(tok), D] of KV head kv for the tokens ``tok`` of one sequence, found
+    through its row of the page table (token t: page bt_row[t // PAGE_SIZE], slot t % PAGE_SIZE);
+    tokens not ``valid`` read as zeros and touch no page."""
+    page = tl.load(bt_row + (tok // PAGE_SIZE) * stride_btp, mask=valid, other=0)   # physical page
+    slot = tok % PAGE_SIZE                                               # offset inside the page
+    offs_d = tl.arange(0, HEAD_DIM)
+    k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
+    v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
+    k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :] * stride_kd, mask=valid[:, None], other=0.0)
+    v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :] * stride_vd, mask=valid[:, None], other=0.0)
+    return k, v
+
+
 @triton.jit
 def _paged_grouped_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr,
@@ -71,7 +90,7 @@ def _paged_grouped_kernel(
         stride_qb, stride_qh, stride_qd,
         stride_kp, stride_ks, stride_kh, stride_kd,
         stride_vp, stride_vs, stride_vh, stride_vd,
-        stride_btb, stride_btp,
+        stride_btb, stride_btp, stride_lens,
         stride_ob, stride_oh, stride_os, stride_od,
         stride_mb, stride_mh, stride_ms,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -85,7 +104,7 @@ def _paged_grouped_kernel(
     kv = tl.program_id(0)              # KV heads of one sequence are neighbours: they read the same pages
     b = tl.program_id(1)
     split = tl.program_id(2)
-    seq_len = tl.load(lens_ptr + b)
+    seq_len = tl.load(lens_ptr + b * stride_lens)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)
 
@@ -104,12 +123,8 @@ def _paged_grouped_kernel(
     for tok0 in range(start, end, BLOCK_N):
         tok = tok0 + offs_n                                              # [BLOCK_N] token index
         valid = tok < end
-        page = tl.load(bt_row + (tok // PAGE_SIZE) * stride_btp, mask=valid, other=0)   # physical page
-        slot = tok % PAGE_SIZE                                           # offset inside the page
-        k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
-        v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
-        k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :] * stride_kd, mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :] * stride_vd, mask=valid[:, None], other=0.0)
+        k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp, stride_kp, stride_ks, stride_kh,
+                         stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, HEAD_DIM, PAGE_SIZE)
         if IEEE:   # fp32 inputs: full-precision products (tf32 misses the fp32 bound at long contexts)
             s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
         else:
@@ -129,7 +144,7 @@ def _paged_grouped_kernel(
         o_rows = o_ptr + b * stride_ob + heads[:, None] * stride_oh + split * stride_os
         tl.store(o_rows + offs_d[None, :] * stride_od, acc, mask=row_ok[:, None])
         ml_rows = b * stride_mb + heads * stride_mh + split * stride_ms
-        tl.store(m_ptr + ml_rows, m_i * 0.6931471805599453, mask=row_ok)  # natural-log units
+        tl.store(m_ptr + ml_rows, m_i * LN2, mask=row_ok)  # natural-log units
         tl.store(l_ptr + ml_rows, l_i, mask=row_ok)
     else:
         out = acc / l_i[:, None]
@@ -144,7 +159,7 @@ def _paged_per_head_kernel(
         stride_qb, stride_qh, stride_qd,
         stride_kp, stride_ks, stride_kh, stride_kd,
         stride_vp, stride_vs, stride_vh, stride_vd,
-        stride_btb, stride_btp,
+        stride_btb, stride_btp, stride_lens,
         stride_ob, stride_oh, stride_os, stride_od,
         stride_mb, stride_mh, stride_ms,
         GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -158,7 +173,7 @@ def _paged_per_head_kernel(
     b = tl.program_id(1)
     split = tl.program_id(2)
     kv = h // GROUP
-    seq_len = tl.load(lens_ptr + b)
+    seq_len = tl.load(lens_ptr + b * stride_lens)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)
 
@@ -172,12 +187,8 @@ def _paged_per_head_kernel(
     for tok0 in range(start, end, BLOCK_N):
         tok = tok0 + offs_n
         valid = tok < end
-        page = tl.load(bt_row + (tok // PAGE_SIZE) * stride_btp, mask=valid, other=0)
-        slot = tok % PAGE_SIZE
-        k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
-        v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
-        k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :] * stride_kd, mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :] * stride_vd, mask=valid[:, None], other=0.0)
+        k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp, stride_kp, stride_ks, stride_kh,
+                         stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, HEAD_DIM, PAGE_SIZE)
         s = tl.sum(k.to(tl.float32) * q[None, :], 1) * qk_scale          # [BLOCK_N]
         s = tl.where(valid, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 0))
@@ -190,7 +201,7 @@ def _paged_per_head_kernel(
     if SPLIT:
         tl.store(o_ptr + b * stride_ob + h * stride_oh + split * stride_os + offs_d * stride_od, acc)
         ml = b * stride_mb + h * stride_mh + split * stride_ms
-        tl.store(m_ptr + ml, m_i * 0.6931471805599453)
+        tl.store(m_ptr + ml, m_i * LN2)
         tl.store(l_ptr + ml, l_i)
     else:
         tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d * stride_od,
@@ -224,14 +235,7 @@ def _merge_splits_kernel(m_ptr, l_ptr, z_ptr, o_ptr, num_splits,
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d * stride_od, out.to(o_ptr.dtype.element_ty))
 
 
-# ------------------------------------------------------------------------------ compiled/interpreted
-def _interpreting() -> bool:
-    """True when this module's kernels were built by Triton's interpreter (no GPU at import)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(_paged_grouped_kernel, InterpretedFunction)
-
-
+# ---------------------------------------------------------------------------------- launch configs
 @dataclass(frozen=True)
 class LaunchConfig:
     """Tokens per loop iteration, warps per program and software-pipelining depth."""
@@ -253,27 +257,17 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
     With ``check_values`` (the default) the contents of seq_lens and block_table are checked too: one
     small copy to the host, so that a bad page table is an error here, never a device fault.
     """
-    validation.tensor("q", q, 3, "[B, Hq, D]")
-    validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]")
-    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]")
+    validation.tensor("q", q, 3, "[B, Hq, D]", SUPPORTED_DTYPES)
+    validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", SUPPORTED_DTYPES)
+    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]", SUPPORTED_DTYPES)
     validation.tensor("block_table", block_table, 2, "[B, max_pages]")
     validation.tensor("seq_lens", seq_lens, 1, "[B]")
-    for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages)):
-        if t.dtype not in SUPPORTED_DTYPES:
-            raise ValueError(f"{name}: dtype {t.dtype} is not supported; use float16, bfloat16 or float32")
-    if not (q.dtype == k_pages.dtype == v_pages.dtype):
-        raise ValueError(f"q, k_pages, v_pages: must share one dtype, got {q.dtype}, {k_pages.dtype}, "
-                         f"{v_pages.dtype}")
+    validation.same("dtype", q=q, k_pages=k_pages, v_pages=v_pages)
     for name, t in (("block_table", block_table), ("seq_lens", seq_lens)):
         if t.dtype != torch.int32:
             raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
-    devices = {name: t.device for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages),
-                                               ("block_table", block_table), ("seq_lens", seq_lens))}
-    if len(set(devices.values())) != 1:
-        raise ValueError("q, k_pages, v_pages, block_table, seq_lens: must be on one device, got "
-                         + ", ".join(f"{n} on {d}" for n, d in devices.items()))
-    if q.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"q: device {q.device} is not supported; use a CUDA GPU or the CPU")
+    validation.same("device", q=q, k_pages=k_pages, v_pages=v_pages, block_table=block_table, seq_lens=seq_lens)
+    validation.kernel_device("q", q)
     if k_pages.shape != v_pages.shape:
         raise ValueError(f"k_pages, v_pages: must have the same shape, got {tuple(k_pages.shape)} and "
                          f"{tuple(v_pages.shape)}")
@@ -281,11 +275,8 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
     num_pages, page_size, n_kv, kv_dim = k_pages.shape
     if kv_dim != head_dim:
         raise ValueError(f"q, k_pages: head dims differ (q has D={head_dim}, k_pages has D={kv_dim})")
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"q: head dim D={head_dim} is not supported; D must be one of {SUPPORTED_HEAD_DIMS}")
-    if n_heads % n_kv != 0:
-        raise ValueError(f"q, k_pages: the query heads Hq={n_heads} must be a multiple of the KV heads "
-                         f"Hkv={n_kv} (Hq % Hkv == 0)")
+    validation.head_dim("q", head_dim, SUPPORTED_HEAD_DIMS)
+    validation.head_groups("q, k_pages", n_heads, n_kv)
     if block_table.shape[0] != batch:
         raise ValueError(f"block_table: needs one row per sequence of q (B={batch}), got "
                          f"{block_table.shape[0]} rows")
@@ -340,19 +331,13 @@ def _new_buffer(shape, dtype, device) -> torch.Tensor:
 
 def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_splits: int, variant: str,
             config: LaunchConfig | None = None):
-    """o [B, Hq, D] in q's dtype (inputs already checked)."""
-    out_dtype = q.dtype
-    interpreted = _interpreting()
-    if q.device.type == "cpu" and not interpreted:
-        # CPU tensors on a machine with a GPU: Triton was imported in compiled mode, and its standard
-        # library (tl.sum, tl.max, ...) cannot run in the interpreter then; compute on the GPU.
-        inputs = (t.cuda() for t in (q, k_pages, v_pages, block_table, seq_lens))
-        return _launch(*inputs, sm_scale, num_splits, variant, config).cpu()
+    """o [B, Hq, D] in q's dtype and on q's device (inputs already checked)."""
+    where, out_dtype = q.device, q.dtype
+    q, k_pages, v_pages, block_table, seq_lens = to_kernel_device(q, k_pages, v_pages, block_table, seq_lens)
     if q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device):   # interpreter, or below sm_80
         q, k_pages, v_pages = q.float(), k_pages.float(), v_pages.float()
-    kernels = sys.modules[__name__]
     if config is None:
-        config = INTERPRETER_CONFIG if interpreted else GPU_CONFIGS[variant]
+        config = INTERPRETER_CONFIG if triton_interprets() else GPU_CONFIGS[variant]
     batch, n_heads, head_dim = q.shape
     page_size, n_kv = k_pages.shape[1], k_pages.shape[2]
     group = n_heads // n_kv
@@ -373,33 +358,23 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
     o_strides = target.stride() if split else (*o.stride()[:2], 0, o.stride()[2])
     ml_strides = m.stride() if split else (0, 0, 0)
     args = [q, k_pages, v_pages, block_table, seq_lens, target, m if split else o, l if split else o,
-            sm_scale * LOG2E, tokens_per_split,
-            *q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride(),
+            sm_scale * LOG2E.value, tokens_per_split,
+            *q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride(), seq_lens.stride(0),
             *o_strides, *ml_strides]
-    meta = dict(HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=split)
-    if not interpreted:
-        meta.update(num_warps=config.num_warps, num_stages=config.num_stages)
-    with torch.device(q.device) if q.device.type == "cuda" else _nullcontext():
+    meta = dict(HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=split,
+                **launch_options(num_warps=config.num_warps, num_stages=config.num_stages))
+    with torch.device(q.device):
         if variant == "grouped":
             block_g = max(16, triton.next_power_of_2(group))
-            kernels._paged_grouped_kernel[(n_kv, batch, num_splits)](*args, GROUP=group, BLOCK_G=block_g,
-                                                                     IEEE=q.dtype == torch.float32, **meta)
+            _paged_grouped_kernel[(n_kv, batch, num_splits)](*args, GROUP=group, BLOCK_G=block_g,
+                                                             IEEE=q.dtype == torch.float32, **meta)
         else:
-            kernels._paged_per_head_kernel[(n_heads, batch, num_splits)](*args, GROUP=group, **meta)
+            _paged_per_head_kernel[(n_heads, batch, num_splits)](*args, GROUP=group, **meta)
         if split:
-            merge_meta = {} if interpreted else dict(num_warps=4)
-            kernels._merge_splits_kernel[(batch, n_heads)](
+            _merge_splits_kernel[(batch, n_heads)](
                 m, l, z, o, num_splits, *m.stride(), *z.stride(), *o.stride(),
-                HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(num_splits), **merge_meta)
-    return o.to(out_dtype)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+                HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(num_splits), **launch_options(num_warps=4))
+    return o.to(where, out_dtype)
 
 
 def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float | None = None,

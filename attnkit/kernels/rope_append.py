@@ -20,8 +20,11 @@ Rotate and append (the update of ONNX Runtime's GroupQueryAttention operator, in
 - ``choose_backend(q, *, capability=None)``: which path runs and why (dtype, compute capability,
   head size, the ``ATTNKIT_DISABLE_TRITON_KVCACHE`` environment variable).
 
-Where it runs: CUDA tensors run the compiled kernel; CPU tensors run it in Triton's interpreter. The
-interpreter's bf16 arithmetic is not faithful, so on the CPU bf16 is computed in fp32 and rounded.
+Every tensor argument may have any strides (views, expanded or offset tensors); k_cache and v_cache
+must not share memory (both are written). Where it runs: as every kernel of the course, by
+``attnkit.device.kernel_device`` (the interpreter for CPU tensors on a machine without a GPU, the GPU
+otherwise; CPU tensors on a machine with a GPU are computed there and the results copied back). The
+interpreter's bf16 arithmetic is not faithful, so there bf16 is computed in fp32 and rounded.
 """
 from __future__ import annotations
 
@@ -31,7 +34,14 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import validation
-from ..device import TRITON_MIN_CAPABILITY, bf16_computed_in_fp32, ensure_triton_backend
+from ..device import (
+    TRITON_MIN_CAPABILITY,
+    bf16_computed_in_fp32,
+    ensure_triton_backend,
+    launch_options,
+    to_kernel_device,
+    triton_interprets,
+)
 from ..reference.rope import check_base, check_mode, rope_cache
 
 DISABLE_ENV = "ATTNKIT_DISABLE_TRITON_KVCACHE"
@@ -66,17 +76,18 @@ def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, tota
     validation.tensor("v_cache", v_cache, 4, "[B, Hkv, S_cache, D] (BNSH)")
     check_mode(mode)
     check_base(base)
-    if not isinstance(share_buffer, bool):
-        raise ValueError(f"share_buffer: expected True or False, got {share_buffer!r}")
-    tensors = dict(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
-    if len({t.dtype for t in tensors.values()}) != 1:
-        raise ValueError("q, k, v, k_cache, v_cache: must share one dtype, got "
-                         + ", ".join(f"{n}={t.dtype}" for n, t in tensors.items()))
+    share_buffer = validation.flag("share_buffer", share_buffer)
+    validation.same("dtype", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
     if q.dtype not in FALLBACK_DTYPES:
         raise ValueError(f"q: dtype {q.dtype} is not supported; use float16, bfloat16, float32 or float64")
-    if len({t.device for t in tensors.values()}) != 1:
-        raise ValueError("q, k, v, k_cache, v_cache: must be on one device, got "
-                         + ", ".join(f"{n}={t.device}" for n, t in tensors.items()))
+    validation.same("device", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
+    validation.disjoint(k_cache=k_cache, v_cache=v_cache)
+    if share_buffer:   # the caches are written while q, k, v are read
+        validation.writable("k_cache", k_cache)
+        validation.writable("v_cache", v_cache)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            validation.disjoint(**{name: t, "k_cache": k_cache})
+            validation.disjoint(**{name: t, "v_cache": v_cache})
     if k.shape != v.shape:
         raise ValueError(f"k, v: must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     if k_cache.shape != v_cache.shape:
@@ -281,7 +292,7 @@ def _rope_append_kernel(
     kp_ptr, vp_ptr,                              # past (read when COPY_PAST)
     cos_ptr, sin_ptr,                            # [P, D/2] fp32
     seqlens_ptr, pos_ptr,                        # int [B]; int [B, S]
-    S_new, HQ, HKV, D, n_new_blocks,
+    S_new, HQ, HKV, D, n_new_blocks, s_seq,
     sqb, sqs, sqh, sqd, skb, sks, skh, skd, svb, svs, svh, svd, sob, sos, soh, sod,
     scb, sch, scs, scd, sxb, sxh, sxs, sxd,      # k cache strides; v cache strides
     spb, sph, sps, spd, swb, swh, sws, swd,      # k past strides; v past strides
@@ -299,7 +310,7 @@ def _rope_append_kernel(
     b = (pid_bh // (HQ + HKV)).to(tl.int64)
     hh = pid_bh % (HQ + HKV)
     if HAS_SEQLENS:
-        past = tl.load(seqlens_ptr + b).to(tl.int64) + 1 - S_new     # seqlens_k = index of last token
+        past = tl.load(seqlens_ptr + b * s_seq).to(tl.int64) + 1 - S_new   # seqlens_k = index of last token
     else:
         past = 0                                                      # first prompt
 
@@ -360,29 +371,8 @@ def _rope_append_kernel(
                 tl.store(vc_ptr + b * sxb + h * sxh + rows[:, None] * sxs + offs_d[None, :] * sxd, vp, mask=mask)
 
 
-_JITTED: dict[tuple, object] = {}
-
-
-def jit_for(fn, interpret: bool):
-    """``fn`` decorated with triton.jit for the interpreter (CPU tensors) or for compilation (CUDA
-    tensors); Triton reads TRITON_INTERPRET when it decorates, so each form is made once, here."""
-    key = (fn, interpret)
-    if key not in _JITTED:
-        saved = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-        try:
-            _JITTED[key] = triton.jit(fn)
-        finally:
-            if saved is None:
-                del os.environ["TRITON_INTERPRET"]
-            else:
-                os.environ["TRITON_INTERPRET"] = saved
-    return _JITTED[key]
-
-
-def _kernel(interpret: bool):
-    """The rotate-and-append kernel for the interpreter (CPU tensors) or for compilation (CUDA tensors)."""
-    return jit_for(_rope_append_kernel, interpret)
+if triton is not None:
+    _rope_append_kernel = triton.jit(_rope_append_kernel)
 
 
 def _launch(q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin, seqlens_k, position_ids, *,
@@ -390,26 +380,26 @@ def _launch(q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin, seql
     """Launch the kernel. ``past_rows`` bounds the past rows to copy (separate buffer only)."""
     batch, new_len, q_heads, head_dim = q.shape
     kv_heads = k.shape[2]
-    interpret = q.device.type == "cpu"
     block_new = min(triton.next_power_of_2(new_len), 16)
-    block_past = 16 if interpret else 64
+    block_past = 16 if triton_interprets() else 64
     n_new = triton.cdiv(new_len, block_new)
     n_past = 0 if share_buffer else triton.cdiv(max(past_rows, 1), block_past)
     dummy = seqlens_k if seqlens_k is not None else q
     grid = (n_new + n_past, batch * (q_heads + kv_heads))
     pos = position_ids if position_ids is not None else q
     pos_strides = (position_ids.stride(0), position_ids.stride(1)) if position_ids is not None else (0, 0)
-    extra = {} if interpret else dict(num_warps=num_warps)
-    _kernel(interpret)[grid](
-        q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin,
-        dummy, pos,
-        new_len, q_heads, kv_heads, head_dim, n_new,
-        *q.stride(), *k.stride(), *v.stride(), *q_out.stride(),
-        *present_k.stride(), *present_v.stride(), *past_k.stride(), *past_v.stride(),
-        cos.stride(0), *pos_strides,
-        HAS_SEQLENS=seqlens_k is not None, HAS_POS=position_ids is not None,
-        INTERLEAVED=mode == "interleaved", COPY_PAST=not share_buffer,
-        BLOCK_NEW=block_new, BLOCK_PAST=block_past, BLOCK_D=triton.next_power_of_2(head_dim), **extra)
+    with torch.device(q.device):
+        _rope_append_kernel[grid](
+            q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin,
+            dummy, pos,
+            new_len, q_heads, kv_heads, head_dim, n_new, seqlens_k.stride(0) if seqlens_k is not None else 0,
+            *q.stride(), *k.stride(), *v.stride(), *q_out.stride(),
+            *present_k.stride(), *present_v.stride(), *past_k.stride(), *past_v.stride(),
+            cos.stride(0), *pos_strides,
+            HAS_SEQLENS=seqlens_k is not None, HAS_POS=position_ids is not None,
+            INTERLEAVED=mode == "interleaved", COPY_PAST=not share_buffer,
+            BLOCK_NEW=block_new, BLOCK_PAST=block_past, BLOCK_D=triton.next_power_of_2(head_dim),
+            **launch_options(num_warps=num_warps))
 
 
 def rope_append_triton(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_ids=None, share_buffer=True,
@@ -423,20 +413,19 @@ def rope_append_triton(q, k, v, k_cache, v_cache, *, seqlens_k=None, position_id
                  mode, base, cos_cache, sin_cache)
     cos, sin = _tables(plan, base, cos_cache, sin_cache, q.device)
     present_k, present_v = _present(k_cache, v_cache, plan, share_buffer)
-    bf16_on_cpu = q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device)
-    if bf16_on_cpu:   # the interpreter's bf16 is not faithful, sm < 80 has none: fp32, rounded at the end
-        args = [t.float() for t in (q, k, v, present_k, present_v, k_cache, v_cache)]
-    else:
-        args = [q, k, v, present_k, present_v, k_cache, v_cache]
-    q_, k_, v_, pk, pv, kp, vp = args
-    q_out = torch.empty_like(q_)
+    # where the kernel runs (CPU tensors on a GPU machine: copies on the GPU, results copied back)
+    q_, k_, v_, pk, pv, kp, vp, cos, sin, seqlens_k, position_ids = to_kernel_device(
+        q, k, v, present_k, present_v, k_cache, v_cache, cos, sin, seqlens_k, position_ids)
+    if q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q_.device):
+        # the interpreter's bf16 is not faithful, sm < 80 has none: fp32, rounded at the end
+        q_, k_, v_, pk, pv, kp, vp = (t.float() for t in (q_, k_, v_, pk, pv, kp, vp))
+    q_out = torch.empty(q_.shape, dtype=q_.dtype, device=q_.device)
     _launch(q_, k_, v_, q_out, pk, pv, kp, vp, cos, sin, seqlens_k, position_ids, mode=mode,
             share_buffer=share_buffer, past_rows=int(plan.past_len.max()))
-    if bf16_on_cpu:
-        present_k.copy_(pk)
-        present_v.copy_(pv)
-        q_out = q_out.to(torch.bfloat16)
-    return q_out, present_k, present_v
+    for written, result in ((present_k, pk), (present_v, pv)):
+        if result is not written:
+            written.copy_(result)
+    return q_out.to(q.device, q.dtype), present_k, present_v
 
 
 # ------------------------------------------------------------------------------- backend choice

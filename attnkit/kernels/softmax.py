@@ -6,16 +6,18 @@ exponentiates, divides by the sum, and writes the row back: one read and one wri
 element, instead of the five passes of an unfused softmax.
 
     from attnkit.kernels.softmax import softmax
-    y = softmax(x)          # x: [..., n_cols] fp16 / bf16 / fp32, on the course's device
+    y = softmax(x)          # x: [..., n_cols] fp16 / bf16 / fp32, any strides; y: x's device and dtype
 
-The arithmetic runs in fp32 whatever the storage dtype. Where Triton cannot take bf16 (its
+Where it runs: as every kernel of the course, by ``attnkit.device.kernel_device`` (the interpreter
+for CPU tensors on a machine without a GPU; the GPU otherwise). The arithmetic runs in fp32 whatever
+the storage dtype. Where Triton cannot take bf16 (its
 interpreter on the CPU, whose bf16 arithmetic is not faithful, and GPUs below sm_80) bf16 inputs
 are converted to fp32 before the kernel and back after it.
 """
 from __future__ import annotations
 
 from .. import validation
-from ..device import bf16_computed_in_fp32, ensure_triton_backend, runtime
+from ..device import bf16_computed_in_fp32, ensure_triton_backend, launch_options, to_kernel_device
 
 ensure_triton_backend()
 
@@ -57,23 +59,21 @@ def _validate(x) -> None:
     if n_cols > MAX_COLS:
         raise ValueError(f"x: rows of {n_cols} elements exceed the {MAX_COLS} that fit in one program's "
                          f"block; use an online (row-splitting) softmax")
-    device = runtime().device
-    if x.device.type != device:
-        raise ValueError(f"x: must be on the course's device '{device}', got '{x.device.type}'")
+    validation.kernel_device("x", x)
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension of ``x`` with one Triton program per row; same shape and dtype."""
     _validate(x)
     n_cols = x.shape[-1]
-    compute_in_fp32 = x.dtype == torch.bfloat16 and bf16_computed_in_fp32(x.device)
-    rows = x.reshape(-1, n_cols)                                 # [n_rows, n_cols]
-    rows = rows.float() if compute_in_fp32 else rows
-    rows = rows.contiguous()
+    (rows,) = to_kernel_device(x.reshape(-1, n_cols))            # [n_rows, n_cols]
+    compute_in_fp32 = x.dtype == torch.bfloat16 and bf16_computed_in_fp32(rows.device)
+    rows = (rows.float() if compute_in_fp32 else rows).contiguous()   # the kernel takes unit column stride
     out = torch.empty_like(rows)
     if rows.shape[0] > 0:
         block = triton.next_power_of_2(n_cols)
         warps = 4 if block <= 2048 else (8 if block <= 4096 else 16)  # more threads for longer rows
-        softmax_kernel[(rows.shape[0],)](out, rows, rows.stride(0), out.stride(0), n_cols,
-                                         BLOCK=block, num_warps=warps)
-    return out.to(x.dtype).reshape(x.shape)
+        with torch.device(rows.device):
+            softmax_kernel[(rows.shape[0],)](out, rows, rows.stride(0), out.stride(0), n_cols,
+                                             BLOCK=block, **launch_options(num_warps=warps))
+    return out.to(x.device, x.dtype).reshape(x.shape)
