@@ -1,5 +1,6 @@
 """The lab-check machinery reports passes, blanks, wrong answers and crashes clearly."""
 import numpy as np
+import pytest
 
 from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED, PASSED, case, run_check, summarize
 
@@ -121,3 +122,104 @@ def test_nested_inputs_and_torch_tensors_are_copied_too():
     assert run_check("scaled", right_but_in_place, reference, cases, tol=1e-12, hint="-").passed
     assert run_check("scaled", wrong_zeroes_both, reference, cases, tol=1e-12, hint="-").status == FAILED
     assert torch.equal(pair[0], torch.arange(4.0)) and pair[1]["scale"][0] == 2.0
+
+
+# ------------------------------------------------------------------ digits, dtypes, structure, dependencies
+def test_a_small_difference_is_written_with_enough_digits_to_see_it():
+    result = check(lambda x: np.cumsum(x) * (1 + 1e-9))
+    line = next(line for line in result.report.splitlines() if "largest difference" in line)
+    assert line == "   largest difference at index [4]: expected 10, got 10.00000001"
+
+
+def test_a_float32_answer_gets_the_float32_bound_and_a_float16_one_does_not():
+    from attnkit.classroom.checking import within_dtype_tolerance
+
+    compare = within_dtype_tolerance(1e-12)
+    exact = np.linspace(0.1, 1.0, 50)
+    assert compare(exact.astype(np.float32), exact) and compare(exact, exact)
+    assert not compare(exact.astype(np.float16), exact)
+    assert not compare(exact.astype(np.float32) * np.float32(1 + 1e-4), exact)
+
+
+def test_a_forbidden_function_fails_the_answer_even_when_its_error_is_caught():
+    from attnkit.classroom.checking import ForbiddenCall, forbidden_calls
+
+    def course_cumsum(x):
+        return np.cumsum(x)
+
+    alias = course_cumsum                            # a notebook's own name for it
+
+    def sneaky(x):
+        try:
+            return alias(x)
+        except ForbiddenCall:
+            return np.cumsum(x)
+
+    result = run_check("cumsum", sneaky, np.cumsum, CASES, tol=1e-12, hint="h", forbidden=[course_cumsum])
+    assert result.status == FAILED and "called the course's own course_cumsum" in result.report
+    assert alias(np.ones(2)).tolist() == [1.0, 2.0]                     # restored afterwards
+    with pytest.raises(ValueError, match="functions: .* is a closure"):
+        with forbidden_calls([course_cumsum, _closure()]):
+            pass
+    assert alias(np.ones(2)).tolist() == [1.0, 2.0]
+
+
+def _closure():
+    captured = 1
+
+    def inner(x):
+        return x + captured
+    return inner
+
+
+def test_a_memory_limit_fails_an_answer_that_allocates_more():
+    from attnkit.classroom.checking import with_memory_limit
+
+    x = np.ones(1000)
+    small = [with_memory_limit(case(x, label="1000 numbers"), 64 * 1024)]
+    assert run_check("cumsum", np.cumsum, np.cumsum, small, tol=1e-12, hint="h").passed
+    wasteful = run_check("cumsum", lambda v: np.cumsum(np.outer(v, v)[0]), np.cumsum, small, tol=1e-12, hint="h")
+    assert wasteful.status == FAILED and "at its peak; this case allows at most 64.0 KiB" in wasteful.report
+
+
+def test_a_one_shot_stream_is_read_once_in_one_reused_buffer():
+    from attnkit.classroom.checking import OneShotStream
+
+    stream = OneShotStream([np.array([1.0, 2.0]), np.array([5.0])])
+    first = next(stream)
+    assert first.tolist() == [1.0, 2.0] and next(stream).tolist() == [5.0] and first[0] == 5.0
+    assert list(stream) == [] and len(stream.blocks) == 2
+
+
+def test_the_pass_line_counts_fixed_and_random_inputs():
+    result = run_check("cumsum", np.cumsum, reference, CASES, tol=1e-12, hint="h", fixed=1)
+    assert result.report == "✅ cumsum: matches the float64 reference on 1 fixed and 1 random input."
+
+
+def _dependent_exercises():
+    from attnkit.classroom.checking import Exercise
+
+    def check_double(fn, *, seed=None):
+        return run_check("double", fn, lambda x: 2 * x, CASES, tol=1e-12, hint="times two")
+
+    def check_quadruple(fn, *, seed=None):
+        return run_check("quadruple", fn, lambda x: 4 * x, CASES, tol=1e-12, hint="twice double")
+
+    return (Exercise("double", check_double), Exercise("quadruple", check_quadruple, depends=("double",)))
+
+
+def test_a_check_cell_names_the_earlier_exercise_it_uses_when_that_one_fails():
+    from attnkit.classroom.checking import check_exercises, exercise_check
+
+    exercises = _dependent_exercises()
+    namespace = {}
+    exec("def double(x):\n    return 3 * x\ndef quadruple(x):\n    return double(double(x))\n", namespace)
+    report = exercise_check(exercises, "quadruple")(namespace["quadruple"]).report
+    assert report.splitlines()[0].startswith("❌ quadruple: case 1 of 2")
+    assert report.splitlines()[1] == ("   note: this uses your exercise 1 (double), which does not pass yet: "
+                                      "fix that first.")
+    summary = check_exercises(exercises, {"double": namespace["double"], "quadruple": namespace["quadruple"]})
+    assert repr(summary).count("note: this uses your exercise 1 (double)") == 1
+    exec("def double(x):\n    return 2 * x\ndef quadruple(x):\n    return double(x) * 3\n", namespace)
+    own_fault = exercise_check(exercises, "quadruple")(namespace["quadruple"])
+    assert own_fault.status == FAILED and "note:" not in own_fault.report and "hint: twice double" in own_fault.report
