@@ -64,7 +64,7 @@ LESSONS = (
                       "A causal mask sets some scores to −∞ before the softmax, not some probabilities to 0 after it. "
                       "Why does the order matter?",
                       "How many numbers does P hold for N = 4096 tokens, and why does that matter for lesson 2?")),
-    Lesson(2, "io_bound", "Why attention is IO-bound", False, minutes=50,
+    Lesson(2, "io_bound", "Why attention is IO-bound", True, minutes=50,
            objectives=("count the FLOPs and HBM bytes of each step of naive attention",
                        "compute arithmetic intensity and place a kernel on a GPU's roofline",
                        "explain why writing S and P to HBM, not the FLOPs, limits naive attention"),

@@ -1,0 +1,304 @@
+"""Checks for lab 02, counting FLOPs and bytes and placing kernels on the roofline.
+
+Students write five functions; each check compares them with exact integer counts (or the float64
+roofline of ``attnkit.bench.iomodel``) on fixed adversarial sizes first, then on sizes drawn from a
+seed (fresh ones when ``seed`` is None; the grader passes a seed the student never sees):
+
+    matmul_cost(batch, m, n, k, itemsize)                          -> (flops, bytes)
+    flash_forward_cost(batch, heads, n_q, n_k, d, block_q, itemsize) -> (flops, bytes)
+    decode_cost(batch, q_heads, kv_heads, context, d, itemsize)    -> (flops, bytes)
+    roofline(flops, nbytes, gpu)                                   -> (intensity, seconds, memory_bound)
+    predicted_qk_ms(n)                                             -> predicted ms of naive QKᵀ on an H100
+
+The last one is a prediction: it is checked against the times recorded on an H100, within a stated
+band (between half the measured time and the measured time).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..bench import iomodel
+from ..bench.recorder import describe_source, read_results
+from ..classroom.checking import (
+    FAILED,
+    PASSED,
+    CheckResult,
+    Exercise,
+    case,
+    check_exercises,
+    not_implemented,
+    run_check,
+)
+
+TOL = 1e-9            # counts are exact integers; 1e-9 leaves room only for float rounding
+
+
+def _each_close(got, expected) -> bool:
+    """Every entry within TOL of its own expected value (a small count is not hidden by a large one)."""
+    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    return got.shape == expected.shape and bool(np.all(np.abs(got - expected) <= TOL * np.abs(expected)))
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)      # seed None: fresh sizes on every run
+
+
+def _as_pair(result, name):
+    """(flops, bytes) as two floats, or a TypeError that tells the student what to return."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        kind = f"a {type(result).__name__}" + (f" of {len(result)} items" if isinstance(result, (tuple, list)) else "")
+        raise TypeError(f"{name} must return a tuple (flops, bytes), got {kind}")
+    return np.array([float(result[0]), float(result[1])])
+
+
+def _pair_check(name, student_fn, reference, cases, hint):
+    return run_check(name, lambda *a: _as_pair(student_fn(*a), name), reference, cases, tol=TOL,
+                     compare=_each_close, hint=hint + " The report lists [flops, bytes].")
+
+
+# ---------------------------------------------------------------------------------- matmul_cost
+def matmul_cost_reference(batch, m, n, k, itemsize):
+    """C[m, n] = A[m, k] · B[k, n], ``batch`` times: A and B read once, C written once."""
+    flops = 2 * batch * m * n * k
+    nbytes = itemsize * batch * (m * k + k * n + m * n)
+    return np.array([float(flops), float(nbytes)])
+
+
+MATMUL_FIXED = (  # (batch, m, n, k, itemsize): m, n, k all different, so a swapped size shows
+    ((1, 3, 5, 7, 2), "one 3×7 by 7×5 product, fp16"),
+    ((4, 64, 16, 128, 2), "4 products of 64×128 by 128×16, fp16 (k largest)"),
+    ((2, 100, 300, 20, 4), "2 products of 100×20 by 20×300, fp32 (k smallest)"),
+    ((32, 4096, 4096, 128, 2), "QKᵀ of 32 heads: 4096×128 by 128×4096, fp16"),
+    ((3, 1, 50, 9, 1), "3 products of 1×9 by 9×50, 1-byte elements"),
+)
+
+
+def _matmul_cases(seed):
+    rng = _rng(seed)
+    cases = [case(*args, label=label) for args, label in MATMUL_FIXED]
+    for _ in range(6):
+        batch, m, n, k = (int(x) for x in rng.integers(1, 3000, size=4))
+        batch = 1 + batch % 40
+        itemsize = int(rng.choice([1, 2, 4]))
+        cases.append(case(batch, m, n, k, itemsize,
+                          label=f"batch={batch}, m={m}, n={n}, k={k}, itemsize={itemsize}"))
+    return cases
+
+
+def check_matmul_cost(matmul_cost, *, seed: int | None = None) -> CheckResult:
+    """matmul_cost(batch, m, n, k, itemsize) -> (flops, bytes) of C = A·B, A [m, k], B [k, n]."""
+    return _pair_check(
+        "matmul_cost", matmul_cost, matmul_cost_reference, _matmul_cases(seed),
+        "a multiply-add is 2 FLOPs, and each of the m·n outputs needs k of them: 2·m·n·k per product. "
+        "The kernel reads A (m·k elements) and B (k·n) once and writes C (m·n) once; multiply the "
+        "elements by itemsize, and everything by batch.")
+
+
+# --------------------------------------------------------------------------- flash_forward_cost
+def flash_forward_cost_reference(batch, heads, n_q, n_k, d, block_q, itemsize):
+    tiles = -(-n_q // block_q)                                  # ⌈n_q / block_q⌉ query tiles
+    flops = 4 * batch * heads * n_q * n_k * d
+    nbytes = itemsize * batch * heads * (2 * n_q * d + tiles * 2 * n_k * d)
+    return np.array([float(flops), float(nbytes)])
+
+
+FLASH_FIXED = (  # (batch, heads, n_q, n_k, d, block_q, itemsize)
+    ((1, 1, 128, 128, 64, 64, 2), "n_q = 2·block_q exactly"),
+    ((1, 2, 129, 300, 64, 64, 2), "n_q = 2·block_q + 1: a third, nearly empty query tile"),
+    ((2, 3, 127, 50, 128, 64, 2), "n_q = 2·block_q − 1, n_k < n_q"),
+    ((1, 4, 1, 4096, 128, 128, 2), "n_q = 1 (one query tile), long n_k"),
+    ((3, 1, 40, 17, 32, 128, 4), "one query tile larger than n_q, fp32"),
+    ((1, 32, 4096, 4096, 128, 128, 2), "N = 4096, 32 heads, block_q = 128, fp16"),
+)
+
+
+def _flash_cases(seed):
+    rng = _rng(seed)
+    cases = [case(*a, label=f"batch={a[0]}, heads={a[1]}, n_q={a[2]}, n_k={a[3]}, d={a[4]}, "
+                            f"block_q={a[5]}, itemsize={a[6]}: {label}") for a, label in FLASH_FIXED]
+    for _ in range(6):
+        block_q = int(rng.choice([16, 32, 64, 128]))
+        n_q = int(block_q * rng.integers(1, 20) + rng.choice([-1, 0, 1, 5]))
+        n_q = max(n_q, 1)
+        n_k, d = int(rng.integers(1, 5000)), int(rng.choice([32, 64, 80, 128, 256]))
+        batch, heads, itemsize = int(rng.integers(1, 5)), int(rng.integers(1, 33)), int(rng.choice([2, 4]))
+        cases.append(case(batch, heads, n_q, n_k, d, block_q, itemsize,
+                          label=f"batch={batch}, heads={heads}, n_q={n_q}, n_k={n_k}, d={d}, "
+                                f"block_q={block_q}, itemsize={itemsize}"))
+    return cases
+
+
+def check_flash_forward_cost(flash_forward_cost, *, seed: int | None = None) -> CheckResult:
+    """flash_forward_cost(batch, heads, n_q, n_k, d, block_q, itemsize) -> (flops, bytes)."""
+    return _pair_check(
+        "flash_forward_cost", flash_forward_cost, flash_forward_cost_reference, _flash_cases(seed),
+        "FLOPs: two products of 2·n_q·n_k·d each per head (the softmax is not counted). Bytes per head: "
+        "Q read once and O written once (n_q·d each), and K and V (n_k·d each) read once per query "
+        "tile: ⌈n_q / block_q⌉ tiles, counting the last, partly empty one.")
+
+
+# ---------------------------------------------------------------------------------- decode_cost
+def decode_cost_reference(batch, q_heads, kv_heads, context, d, itemsize):
+    flops = 4 * batch * q_heads * context * d
+    nbytes = itemsize * batch * (2 * q_heads * d + 2 * kv_heads * context * d)
+    return np.array([float(flops), float(nbytes)])
+
+
+DECODE_FIXED = (  # (batch, q_heads, kv_heads, context, d, itemsize)
+    ((1, 8, 8, 1000, 64, 2), "multi-head: q_heads = kv_heads"),
+    ((2, 32, 8, 4096, 128, 2), "GQA: 4 query heads per KV head"),
+    ((4, 16, 1, 513, 128, 2), "multi-query: one KV head"),
+    ((3, 6, 2, 1, 32, 4), "a context of one token, fp32"),
+    ((1, 64, 8, 131072, 128, 1), "a 128k context with an 8-bit cache"),
+)
+
+
+def _decode_cases(seed):
+    rng = _rng(seed)
+    cases = [case(*args, label=f"batch={args[0]}, q_heads={args[1]}, kv_heads={args[2]}, context={args[3]}, "
+                               f"d={args[4]}, itemsize={args[5]}: {label}") for args, label in DECODE_FIXED]
+    for _ in range(6):
+        kv_heads = int(rng.choice([1, 2, 4, 8]))
+        q_heads = kv_heads * int(rng.choice([1, 2, 4, 8]))
+        if q_heads == kv_heads:
+            q_heads *= 2
+        batch, context = int(rng.integers(1, 65)), int(rng.integers(2, 100_000))
+        d, itemsize = int(rng.choice([64, 96, 128])), int(rng.choice([1, 2, 4]))
+        cases.append(case(batch, q_heads, kv_heads, context, d, itemsize,
+                          label=f"batch={batch}, q_heads={q_heads}, kv_heads={kv_heads}, context={context}, "
+                                f"d={d}, itemsize={itemsize}"))
+    return cases
+
+
+def check_decode_cost(decode_cost, *, seed: int | None = None) -> CheckResult:
+    """decode_cost(batch, q_heads, kv_heads, context, d, itemsize) -> (flops, bytes) of one decode step."""
+    return _pair_check(
+        "decode_cost", decode_cost, decode_cost_reference, _decode_cases(seed),
+        "one new token per sequence: each query head does 2·context·d FLOPs for its scores and as many "
+        "for P·V. Bytes: q read and o written (q_heads·d each), and the K and V cache read once per KV "
+        "head (kv_heads·context·d each): the query heads of a group share it.")
+
+
+# ------------------------------------------------------------------------------------- roofline
+def roofline_reference(flops, nbytes, gpu):
+    step = iomodel.Step("kernel", flops, nbytes, 0)
+    intensity = flops / nbytes
+    return np.array([intensity, step.time_bound_s(gpu), float(intensity < gpu.ridge)])
+
+
+def _as_triple(result):
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        kind = f"a {type(result).__name__}" + (f" of {len(result)} items" if isinstance(result, (tuple, list)) else "")
+        raise TypeError(f"roofline must return a tuple (intensity, seconds, memory_bound), got {kind}")
+    return np.array([float(result[0]), float(result[1]), float(bool(result[2]))])
+
+
+def _roofline_cases(seed):
+    rng = _rng(seed)
+    gpus = iomodel.GPUS
+    h100, a100, t4 = gpus["H100 SXM"], gpus["A100 SXM 80GB"], gpus["T4"]
+    cases = [
+        case(4.295e9, 35.65e6, h100, label="QKᵀ of one head at N = 4096 on the H100 SXM (memory-bound)"),
+        case(2.2e12, 1.0e9, h100, label="2.2 TFLOP over 1 GB on the H100 SXM (compute-bound)"),
+        case(16.7e6, 67.1e6, a100, label="softmax-like: 0.25 FLOP/byte on the A100 SXM 80GB"),
+        case(1.0e12, 4.0e9, t4, label="250 FLOP/byte on the T4 (compute-bound: its ridge is 203)"),
+        case(8.0e9, 6.0e7, t4, label="133 FLOP/byte on the T4 (memory-bound)"),
+    ]
+    names = list(gpus)
+    for _ in range(6):
+        gpu = gpus[names[int(rng.integers(len(names)))]]
+        intensity = gpu.ridge * float(np.exp(rng.uniform(-4, 4)))
+        if abs(intensity / gpu.ridge - 1) < 1e-3:
+            intensity *= 1.5
+        nbytes = float(np.exp(rng.uniform(np.log(1e5), np.log(1e11))))
+        cases.append(case(intensity * nbytes, nbytes, gpu,
+                          label=f"{intensity * nbytes:.4g} FLOPs over {nbytes:.4g} bytes on the {gpu.name}"))
+    return cases
+
+
+def check_roofline(roofline, *, seed: int | None = None) -> CheckResult:
+    """roofline(flops, nbytes, gpu) -> (intensity FLOP/byte, seconds at least, memory_bound: bool)."""
+    return run_check(
+        "roofline", lambda *a: _as_triple(roofline(*a)), roofline_reference, _roofline_cases(seed), tol=TOL,
+        compare=_each_close,
+        hint="intensity = flops / nbytes. The kernel needs at least flops / peak seconds to compute and "
+             "nbytes / bandwidth seconds to move its bytes; it cannot beat the larger of the two. "
+             "gpu.tensor_tflops is in 10¹² FLOP/s, gpu.hbm_gbs in 10⁹ bytes/s. It is memory-bound when "
+             "its intensity is below the ridge, gpu.tensor_tflops·10¹² / (gpu.hbm_gbs·10⁹). "
+             "The report lists [intensity, seconds, memory_bound].")
+
+
+# ----------------------------------------------------------------------------- the prediction
+PREDICTION_BAND = (0.5, 1.0)     # prediction / measured time: at most the measurement, at least half
+
+
+def qk_recorded() -> list[dict]:
+    """The H100's recorded naive-attention rows (32 heads, d = 128, fp16): N and the QKᵀ kernel's ms."""
+    return read_results("naive_attention")
+
+
+def qk_roofline_ms(n: int) -> float:
+    """The roofline's bound on the QKᵀ kernel of naive attention, 32 heads, d = 128, fp16, H100 SXM."""
+    step = iomodel.attention_steps(n, 128, itemsize=2)[0]
+    heads = iomodel.Step("QKᵀ, 32 heads", 32 * step.flops, 32 * step.bytes_read, 32 * step.bytes_written)
+    return heads.time_bound_s(iomodel.GPUS["H100 SXM"]) * 1e3
+
+
+def check_prediction(predicted_qk_ms, *, seed: int | None = None) -> CheckResult:
+    """predicted_qk_ms(n) -> your predicted time in ms of naive attention's QKᵀ kernel on an H100.
+
+    One sequence, 32 heads, d = 128, fp16, sequence length n; the kernel reads Q and K and writes the
+    n × n scores of every head. Checked at every recorded n: the prediction must lie between half the
+    recorded time and the recorded time (a roofline bound is a floor the kernel cannot beat, and a good
+    model is not far below it). ``seed`` is accepted for the common interface; the cases are fixed.
+    """
+    name = "predicted_qk_ms"
+    rows = qk_recorded()
+    lo, hi = PREDICTION_BAND
+    lines = []
+    for row in rows:
+        n, measured = int(row["N"]), float(row["QK^T_ms"])
+        try:
+            got = predicted_qk_ms(n)
+        except NotImplementedError:
+            return not_implemented(name)
+        except Exception as exc:  # a bug in the student's code: report it
+            return CheckResult(name, FAILED, f"❌ {name}: n = {n}: your function raised {type(exc).__name__}: {exc}")
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            return CheckResult(name, FAILED, f"❌ {name}: n = {n}: return a number of milliseconds, "
+                                             f"got {type(got).__name__}")
+        ratio = got / measured
+        lines.append(f"   n = {n:5d}: predicted {got:8.4f} ms, measured {measured:8.4f} ms "
+                     f"(prediction / measured = {ratio:.2f})")
+        if not (math.isfinite(ratio) and lo <= ratio <= hi):
+            where = "above the measurement: a bound cannot be slower than the kernel" if ratio > hi else \
+                "below half the measurement"
+            return CheckResult(name, FAILED, "\n".join(
+                [f"❌ {name}: n = {n}: your prediction is {where} (band: {lo:g} to {hi:g} × measured).",
+                 *lines,
+                 "   hint: per head QKᵀ reads Q and K (n·d elements each) and writes S (n·n), 2 bytes per "
+                 "element; it does 2·n·n·d FLOPs. Multiply by 32 heads, then take the larger of FLOPs / "
+                 "989.5·10¹² and bytes / 3,350·10⁹ (the H100 SXM's fp16 tensor peak and HBM bandwidth)."]))
+    source = describe_source(rows)
+    return CheckResult(name, PASSED, "\n".join(
+        [f"✅ {name}: within {lo:g} to {hi:g} × the H100's recorded time at all {len(rows)} lengths "
+         f"({source}).", *lines]))
+
+
+# ----------------------------------------------------------------------------------- the lab
+EXERCISES = (
+    Exercise(function="matmul_cost", check=check_matmul_cost),
+    Exercise(function="flash_forward_cost", check=check_flash_forward_cost),
+    Exercise(function="decode_cost", check=check_decode_cost),
+    Exercise(function="roofline", check=check_roofline),
+    Exercise(function="predicted_qk_ms", check=check_prediction, depends=("matmul_cost", "roofline")),
+)
+
+
+def check_lab(*, seed: int | None = None, **functions):
+    """Every exercise's check, in order, with a summary line."""
+    return check_exercises(EXERCISES, functions, seed=seed)
