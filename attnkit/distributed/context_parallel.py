@@ -1,0 +1,346 @@
+"""Context parallelism: the sequence split over ranks, attention assembled by the merge rule of lesson 3.
+
+Each rank holds the queries, keys and values of some chunks of the sequence (``layout``):
+- "contiguous": W chunks, rank r holds chunk r;
+- "zigzag": 2W chunks, rank r holds chunks r and 2W − 1 − r, so that under a causal mask every rank
+  has the same work (a contiguous split gives the last rank W times the first rank's work).
+
+``ring_attention(q, k, v, *, causal=False, layout="contiguous", block="kernel")``: the rank's output
+for its own queries. K and V travel around the ring (``batch_isend_irecv`` to rank r + 1, from r − 1)
+while the block already here is computed; block results (o, lse) merge by the log-sum-exp rule. It is
+differentiable: the backward sends K, V and their gradients dK, dV around the ring once more, each
+rank adding its queries' share, so each rank ends with the gradients of its own K and V.
+``all_gather_kv_attention(...)``: every rank gathers all K and V first (one collective; memory for the
+whole sequence's K/V), then computes its queries' blocks; gradients go back by one all-reduce.
+``block``: "kernel" runs the course's FlashAttention forward (o and lse) and backward (with the final
+o and lse) on each block; "torch" the same formulas in PyTorch (float32 or float64, for small checks).
+
+Tensors are [B, H, n, D] shards: n = N / W tokens for "contiguous", two halves of N / (2W) for
+"zigzag" in the order of the rank's chunks. ``shard``/``unshard`` convert from and to the full sequence.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+LAYOUTS = ("contiguous", "zigzag")
+BLOCKS = ("kernel", "torch")
+
+
+# ------------------------------------------------------------------------------------------- layouts
+def chunks_of_rank(rank: int, world_size: int, layout: str) -> list[int]:
+    """The global chunk numbers a rank holds, in the order its shard stores them."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    return [rank] if layout == "contiguous" else [rank, 2 * world_size - 1 - rank]
+
+
+def num_chunks(world_size: int, layout: str) -> int:
+    return world_size if layout == "contiguous" else 2 * world_size
+
+
+def shard(x: torch.Tensor, rank: int, world_size: int, layout: str, dim: int = 2) -> torch.Tensor:
+    """The rank's shard of a full-sequence tensor (sequence along ``dim``)."""
+    c = num_chunks(world_size, layout)
+    if x.shape[dim] % c:
+        raise ValueError(f"x: the sequence length {x.shape[dim]} must be a multiple of {c} chunks "
+                         f"({layout} layout over {world_size} ranks)")
+    pieces = x.chunk(c, dim=dim)
+    return torch.cat([pieces[i] for i in chunks_of_rank(rank, world_size, layout)], dim=dim)
+
+
+def unshard(shards, layout: str, dim: int = 2) -> torch.Tensor:
+    """The full-sequence tensor from every rank's shard (rank order)."""
+    world_size = len(shards)
+    pieces = {}
+    for rank, s in enumerate(shards):
+        ids = chunks_of_rank(rank, world_size, layout)
+        for cid, piece in zip(ids, s.chunk(len(ids), dim=dim)):
+            pieces[cid] = piece
+    return torch.cat([pieces[i] for i in range(len(pieces))], dim=dim)
+
+
+def causal_work(world_size: int, layout: str) -> list[float]:
+    """Blocks each rank computes under a causal mask, in units of one full chunk × chunk block of the
+    contiguous split (a diagonal block counts one half)."""
+    c = num_chunks(world_size, layout)
+    scale = (world_size / c) ** 2              # a zig-zag chunk is half as long: a quarter of the area
+    work = []
+    for rank in range(world_size):
+        mine = chunks_of_rank(rank, world_size, layout)
+        work.append(scale * sum(0.5 if j == i else 1.0 for i in mine for j in range(c) if j <= i))
+    return work
+
+
+def comm_bytes(variant: str, *, batch: int, kv_heads: int, seq_len: int, head_dim: int, world_size: int,
+               itemsize: int = 2, backward: bool = False, grad_itemsize: int = 4) -> int:
+    """Bytes each rank receives for one attention layer.
+
+    ring: W − 1 steps, each a K and a V shard (2·B·Hkv·(N/W)·D·e); the backward sends K and V again
+    with dK and dV (grad_itemsize) around the whole ring (W steps for the gradients).
+    all_gather_kv: the other W − 1 shards of K and V at once (the same bytes, not overlapped with
+    compute); the backward all-reduces the full dK and dV (ring all-reduce: 2·(W − 1)/W of them).
+    """
+    shard_kv = 2 * batch * kv_heads * (seq_len // world_size) * head_dim
+    w = world_size
+    if variant == "ring":
+        fwd = (w - 1) * shard_kv * itemsize
+        bwd = (w - 1) * shard_kv * itemsize + w * shard_kv * grad_itemsize
+    elif variant == "all_gather_kv":
+        fwd = (w - 1) * shard_kv * itemsize
+        bwd = (w - 1) * shard_kv * itemsize + 2 * (w - 1) * shard_kv * grad_itemsize
+    else:
+        raise ValueError(f"variant: expected 'ring' or 'all_gather_kv', got {variant!r}")
+    return fwd + bwd if backward else fwd
+
+
+# ------------------------------------------------------------------------------------ one block
+def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    return x.repeat_interleave(group, dim=1) if group > 1 else x
+
+
+def block_forward_torch(q, k, v, causal: bool, sm_scale: float):
+    """(o, lse) of one block: softmax(q kᵀ · scale) v, lse the natural log-sum-exp of each row (fp32+)."""
+    group = q.shape[1] // k.shape[1]
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    s = q.to(dtype) @ _repeat_kv(k, group).to(dtype).transpose(-1, -2) * sm_scale      # [B, H, m, n]
+    if causal:
+        m, n = s.shape[-2:]
+        s = s.masked_fill(torch.ones(m, n, dtype=torch.bool, device=s.device).triu(1 + n - m), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.exp(s - lse[..., None]) @ _repeat_kv(v, group).to(dtype)
+    return o.to(q.dtype), lse
+
+
+def block_backward_torch(do, q, k, v, o, lse, causal: bool, sm_scale: float):
+    """(dq, dk, dv) of one block given the FINAL output o and log-sum-exp lse of the rows of q."""
+    group = q.shape[1] // k.shape[1]
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q_, k_, v_, do_, o_ = (t.to(dtype) for t in (q, _repeat_kv(k, group), _repeat_kv(v, group), do, o))
+    s = q_ @ k_.transpose(-1, -2) * sm_scale
+    if causal:
+        m, n = s.shape[-2:]
+        s = s.masked_fill(torch.ones(m, n, dtype=torch.bool, device=s.device).triu(1 + n - m), float("-inf"))
+    p = torch.exp(s - lse[..., None].to(dtype))                                         # [B, H, m, n]
+    d_row = (do_ * o_).sum(-1, keepdim=True)                                            # D = rowsum(dO ∘ O)
+    ds = p * (do_ @ v_.transpose(-1, -2) - d_row)
+    dq = ds @ k_ * sm_scale
+    dk = (ds.transpose(-1, -2) @ q_ * sm_scale)
+    dv = p.transpose(-1, -2) @ do_
+    b, h, n, d = dk.shape
+    dk = dk.reshape(b, h // group, group, n, d).sum(2)
+    dv = dv.reshape(b, h // group, group, n, dv.shape[-1]).sum(2)
+    return dq, dk, dv
+
+
+def _block_fns(block: str):
+    if block == "torch":
+        return block_forward_torch, block_backward_torch
+    if block != "kernel":
+        raise ValueError(f"block: expected one of {BLOCKS}, got {block!r}")
+    from ..kernels.flash import flash_attention_backward, flash_attention_forward
+
+    def forward(q, k, v, causal, sm_scale):
+        return flash_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale)
+
+    def backward(do, q, k, v, o, lse, causal, sm_scale):
+        return flash_attention_backward(do, q, k, v, o, lse, causal=causal, sm_scale=sm_scale)
+
+    return forward, backward
+
+
+def merge(state, o, lse):
+    """The running (o, lse) of some rows and one more block's (o, lse): the log-sum-exp merge rule."""
+    if state is None:
+        return o.float() if o.dtype != torch.float64 else o, lse
+    o_acc, lse_acc = state
+    new = torch.logaddexp(lse_acc, lse)
+    return o_acc * torch.exp(lse_acc - new)[..., None] + o * torch.exp(lse - new)[..., None], new
+
+
+# ------------------------------------------------------------------------------------ the pairs
+def _pairs(q_ids, kv_ids, causal):
+    """(i, j) positions in the q and kv chunk lists whose block is computed, and whether it is diagonal."""
+    for i, ci in enumerate(q_ids):
+        for j, cj in enumerate(kv_ids):
+            if not causal or cj <= ci:
+                yield i, j, causal and cj == ci
+
+
+def _local_forward(q_chunks, q_ids, k_chunks, v_chunks, kv_ids, states, causal, sm_scale, fwd):
+    for i, j, diagonal in _pairs(q_ids, kv_ids, causal):
+        o, lse = fwd(q_chunks[i], k_chunks[j], v_chunks[j], diagonal, sm_scale)
+        states[i] = merge(states[i], o, lse)
+
+
+def _local_backward(do_chunks, q_chunks, o_chunks, lse_chunks, q_ids, k_chunks, v_chunks, kv_ids,
+                    dq, dk, dv, causal, sm_scale, bwd):
+    for i, j, diagonal in _pairs(q_ids, kv_ids, causal):
+        dq_b, dk_b, dv_b = bwd(do_chunks[i], q_chunks[i], k_chunks[j], v_chunks[j], o_chunks[i], lse_chunks[i],
+                               diagonal, sm_scale)
+        dq[i] += dq_b
+        dk[j] += dk_b
+        dv[j] += dv_b
+
+
+def _exchange(tensors, rank, world_size, group=None):
+    """Send ``tensors`` to rank + 1 and receive the same shapes from rank − 1 (asynchronously)."""
+    received = [torch.empty_like(t) for t in tensors]
+    ops = [dist.P2POp(dist.isend, t, (rank + 1) % world_size, group) for t in tensors]
+    ops += [dist.P2POp(dist.irecv, t, (rank - 1) % world_size, group) for t in received]
+    return dist.batch_isend_irecv(ops), received
+
+
+def _wait(requests):
+    for r in requests:
+        r.wait()
+
+
+def _split(x, n):
+    return list(x.contiguous().chunk(n, dim=2))
+
+
+# ------------------------------------------------------------------------------------ ring
+class _Ring(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, layout, sm_scale, block):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        fwd, _ = _block_fns(block)
+        ids = chunks_of_rank(rank, world, layout)
+        q_chunks = _split(q, len(ids))
+        states = [None] * len(ids)
+        kv = (k.contiguous(), v.contiguous())
+        for step in range(world):
+            owner = (rank - step) % world                      # whose K/V are here now
+            pending = None
+            if step < world - 1:
+                pending = _exchange(kv, rank, world)
+            _local_forward(q_chunks, ids, _split(kv[0], len(ids)), _split(kv[1], len(ids)),
+                           chunks_of_rank(owner, world, layout), states, causal, sm_scale, fwd)
+            if pending:
+                _wait(pending[0])
+                kv = tuple(pending[1])
+        o = torch.cat([s[0] for s in states], dim=2).to(q.dtype)
+        lse = torch.cat([s[1] for s in states], dim=2)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.layout, ctx.sm_scale, ctx.block = causal, layout, sm_scale, block
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        rank, world = dist.get_rank(), dist.get_world_size()
+        _, bwd = _block_fns(ctx.block)
+        ids = chunks_of_rank(rank, world, ctx.layout)
+        n = len(ids)
+        q_c, o_c, do_c, lse_c = _split(q, n), _split(o, n), _split(do.to(q.dtype), n), list(lse.chunk(n, dim=2))
+        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dq = [torch.zeros_like(c, dtype=acc) for c in q_c]
+        k, v = k.contiguous(), v.contiguous()
+        dk, dv = torch.zeros_like(k, dtype=acc), torch.zeros_like(v, dtype=acc)
+        for step in range(world):
+            owner = (rank - step) % world
+            dk_c, dv_c = list(dk.chunk(n, dim=2)), list(dv.chunk(n, dim=2))
+            _local_backward(do_c, q_c, o_c, lse_c, ids, _split(k, n), _split(v, n),
+                            chunks_of_rank(owner, world, ctx.layout), dq, dk_c, dv_c, ctx.causal, ctx.sm_scale, bwd)
+            dk, dv = torch.cat(dk_c, dim=2), torch.cat(dv_c, dim=2)
+            # K and V move on while there is a rank left to visit; dK and dV always move on, so after W
+            # moves they are back with the rank that owns them.
+            if world == 1:
+                break
+            requests, received = _exchange((k, v, dk, dv) if step < world - 1 else (dk, dv), rank, world)
+            _wait(requests)
+            if step < world - 1:
+                k, v, dk, dv = received
+            else:
+                dk, dv = received
+        return (torch.cat(dq, dim=2).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None)
+
+
+def _check(q, k, v, causal, layout, block):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name}: expected a tensor [B, H, n, D] (this rank's shard)")
+    if q.shape[2] != k.shape[2] or k.shape != v.shape:
+        raise ValueError(f"q, k, v: shards of one sequence must have the same length n and k, v one shape, "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"q, k: Hq={q.shape[1]} must be a multiple of Hkv={k.shape[1]}")
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal: expected True or False, got {causal!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    if block not in BLOCKS:
+        raise ValueError(f"block: expected one of {BLOCKS}, got {block!r}")
+    if q.shape[2] % len(chunks_of_rank(0, 1, layout)):
+        raise ValueError(f"q: a {layout} shard holds two chunks; its length {q.shape[2]} must be even")
+    if not dist.is_initialized():
+        raise ValueError("torch.distributed: no process group (call dist.init_process_group, or use "
+                         "attnkit.distributed.launch.run_group)")
+
+
+def ring_attention(q, k, v, *, causal: bool = False, layout: str = "contiguous", sm_scale: float | None = None,
+                   block: str = "kernel") -> torch.Tensor:
+    """This rank's attention output [B, Hq, n, D] for its shard of the sequence (see the module doc)."""
+    _check(q, k, v, causal, layout, block)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    return _Ring.apply(q, k, v, causal, layout, scale, block)
+
+
+# ------------------------------------------------------------------------------------ all-gather
+class _AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, layout, sm_scale, block):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        fwd, _ = _block_fns(block)
+        ids = chunks_of_rank(rank, world, layout)
+        ks, vs = [torch.empty_like(k) for _ in range(world)], [torch.empty_like(v) for _ in range(world)]
+        dist.all_gather(ks, k.contiguous())
+        dist.all_gather(vs, v.contiguous())
+        q_chunks, states = _split(q, len(ids)), [None] * len(ids)
+        for owner in range(world):
+            _local_forward(q_chunks, ids, _split(ks[owner], len(ids)), _split(vs[owner], len(ids)),
+                           chunks_of_rank(owner, world, layout), states, causal, sm_scale, fwd)
+        o = torch.cat([s[0] for s in states], dim=2).to(q.dtype)
+        lse = torch.cat([s[1] for s in states], dim=2)
+        ctx.save_for_backward(q, o, lse, *ks, *vs)
+        ctx.causal, ctx.layout, ctx.sm_scale, ctx.block, ctx.world = causal, layout, sm_scale, block, world
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, o, lse, *kv = ctx.saved_tensors
+        world = ctx.world
+        ks, vs = kv[:world], kv[world:]
+        rank = dist.get_rank()
+        _, bwd = _block_fns(ctx.block)
+        ids = chunks_of_rank(rank, world, ctx.layout)
+        n = len(ids)
+        q_c, o_c, do_c, lse_c = _split(q, n), _split(o, n), _split(do.to(q.dtype), n), list(lse.chunk(n, dim=2))
+        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dq = [torch.zeros_like(c, dtype=acc) for c in q_c]
+        dks = [torch.zeros_like(t, dtype=acc) for t in ks]
+        dvs = [torch.zeros_like(t, dtype=acc) for t in vs]
+        for owner in range(world):
+            dk_c, dv_c = list(dks[owner].chunk(n, dim=2)), list(dvs[owner].chunk(n, dim=2))
+            _local_backward(do_c, q_c, o_c, lse_c, ids, _split(ks[owner], n), _split(vs[owner], n),
+                            chunks_of_rank(owner, world, ctx.layout), dq, dk_c, dv_c, ctx.causal, ctx.sm_scale, bwd)
+            dks[owner], dvs[owner] = torch.cat(dk_c, dim=2), torch.cat(dv_c, dim=2)
+        grads = torch.stack(dks + dvs)                              # every rank's share of every shard
+        dist.all_reduce(grads)
+        return (torch.cat(dq, dim=2).to(q.dtype), grads[rank].to(ks[0].dtype), grads[world + rank].to(vs[0].dtype),
+                None, None, None, None)
+
+
+def all_gather_kv_attention(q, k, v, *, causal: bool = False, layout: str = "contiguous",
+                            sm_scale: float | None = None, block: str = "kernel") -> torch.Tensor:
+    """Like ``ring_attention``, with all K and V gathered on every rank first (see the module doc)."""
+    _check(q, k, v, causal, layout, block)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    return _AllGather.apply(q, k, v, causal, layout, scale, block)
+
+
+__all__ = ["LAYOUTS", "chunks_of_rank", "shard", "unshard", "causal_work", "comm_bytes", "ring_attention",
+           "all_gather_kv_attention", "merge", "block_forward_torch", "block_backward_torch"]

@@ -1,0 +1,128 @@
+"""Context parallelism on torch.distributed (gloo, CPU processes): ring and all-gather attention, both
+layouts, forward and backward, equal to single-process attention for world sizes 2, 3 and 4."""
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from attnkit.distributed import context_parallel as cp
+from attnkit.distributed.launch import run_group
+from attnkit.reference.attention import attention_ref
+
+CASES = [  # (variant, layout, causal, Hq, Hkv)
+    ("ring", "contiguous", False, 4, 4),
+    ("ring", "contiguous", True, 4, 2),
+    ("ring", "zigzag", True, 4, 1),
+    ("all_gather_kv", "contiguous", True, 4, 2),
+    ("all_gather_kv", "zigzag", True, 2, 2),
+]
+ATTEND = {"ring": cp.ring_attention, "all_gather_kv": cp.all_gather_kv_attention}
+
+
+def _inputs(world, hq, hkv, seed, dtype=torch.float64, n_per_chunk=3, d=16):
+    gen = torch.Generator().manual_seed(seed)
+    n = 2 * world * n_per_chunk                          # a multiple of both layouts' chunk counts
+    q = torch.randn(2, hq, n, d, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(2, hkv, n, d, generator=gen, dtype=torch.float64) for _ in range(2))
+    do = torch.randn(2, hq, n, d, generator=gen, dtype=torch.float64)
+    return tuple(t.to(dtype) for t in (q, k, v, do))       # the same numbers in every dtype
+
+
+def _rank_cases(rank, world, block, dtype, which=None):
+    """The cases ``which`` (all by default) on this rank: (o, dq, dk, dv) of its shard."""
+    out = {}
+    for i, (variant, layout, causal, hq, hkv) in enumerate(CASES):
+        if which is not None and i not in which:
+            continue
+        q, k, v, do = (cp.shard(t, rank, world, layout) for t in _inputs(world, hq, hkv, seed=i, dtype=dtype))
+        q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+        o = ATTEND[variant](q, k, v, causal=causal, layout=layout, block=block)
+        o.backward(do)
+        out[i] = tuple(t.detach() for t in (o, q.grad, k.grad, v.grad))
+    return out
+
+
+def _expected(world, i):
+    """Single-process attention on the whole sequence, float64: PyTorch's SDPA and its autograd."""
+    variant, layout, causal, hq, hkv = CASES[i]
+    q, k, v, do = _inputs(world, hq, hkv, seed=i)
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    group = hq // hkv
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=causal)
+    torch.testing.assert_close(o, attention_ref(q, k, v, causal=causal))     # two references agree
+    o.backward(do)
+    return o.detach(), q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_ring_and_all_gather_equal_one_process_in_float64(world):
+    per_rank = run_group(_rank_cases, world, args=("torch", torch.float64))
+    for i, (variant, layout, *_rest) in enumerate(CASES):
+        expected = _expected(world, i)
+        for name, j in (("o", 0), ("dq", 1), ("dk", 2), ("dv", 3)):
+            got = cp.unshard([per_rank[r][i][j] for r in range(world)], layout)
+            torch.testing.assert_close(got, expected[j].to(got.dtype), rtol=1e-10, atol=1e-10,
+                                       msg=f"{variant}/{layout} world {world}: {name}")
+
+
+@pytest.mark.slow
+def test_the_course_kernel_as_the_block_in_float32():
+    """flash_attention_forward / _backward (Triton, in the interpreter here) on each block, world 2:
+    a causal GQA ring on the contiguous split and an MQA ring on the zig-zag split."""
+    which = (1, 2)
+    per_rank = run_group(_rank_cases, 2, args=("kernel", torch.float32, which), timeout_s=600)
+    for i in which:
+        variant, layout, *_rest = CASES[i]
+        expected = _expected(2, i)
+        for j in range(4):
+            got = cp.unshard([per_rank[r][i][j] for r in range(2)], layout)
+            torch.testing.assert_close(got.double(), expected[j], rtol=1e-4, atol=1e-4)
+
+
+def test_zigzag_balances_causal_work():
+    for world in (2, 3, 4, 8):
+        contiguous, zigzag = cp.causal_work(world, "contiguous"), cp.causal_work(world, "zigzag")
+        assert sum(contiguous) == pytest.approx(sum(zigzag)) == pytest.approx(world * world / 2)
+        assert contiguous[-1] / contiguous[0] == pytest.approx(2 * world - 1)
+        assert max(zigzag) == pytest.approx(min(zigzag))
+
+
+def test_shard_and_unshard_invert_each_other():
+    x = torch.arange(2 * 3 * 24).reshape(2, 3, 24, 1)
+    for layout in cp.LAYOUTS:
+        for world in (2, 3, 4):
+            assert torch.equal(cp.unshard([cp.shard(x, r, world, layout) for r in range(world)], layout), x)
+    with pytest.raises(ValueError, match="multiple of 8 chunks"):
+        cp.shard(x[:, :, :20], 0, 4, "zigzag")
+
+
+def test_communication_volume_shrinks_with_the_gqa_ratio():
+    kw = dict(batch=1, seq_len=8192, head_dim=128, world_size=4)
+    mha = cp.comm_bytes("ring", kv_heads=32, **kw)
+    assert mha == 3 * 2 * 32 * 2048 * 128 * 2
+    for g in (1, 4, 8):
+        assert cp.comm_bytes("ring", kv_heads=32 // g, **kw) * g == mha
+        assert cp.comm_bytes("all_gather_kv", kv_heads=32 // g, **kw) * g == mha
+
+
+def _hang(rank, world):
+    if rank == 0:
+        dist.recv(torch.empty(1), src=1)                  # rank 1 never sends
+    return rank
+
+
+def test_a_hung_peer_times_out_with_a_clear_error():
+    start = time.time()
+    with pytest.raises((TimeoutError, RuntimeError), match="did not finish|rank 0 failed"):
+        run_group(_hang, 2, timeout_s=5)
+    assert time.time() - start < 60
+
+
+@pytest.mark.parametrize("kw, rule", [({"layout": "striped"}, "layout"), ({"causal": 1}, "causal"),
+                                      ({"block": "cuda"}, "block")])
+def test_bad_arguments_are_named(kw, rule):
+    q = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(ValueError, match=rule):
+        cp.ring_attention(q, q, q, **kw)
