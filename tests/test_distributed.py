@@ -126,3 +126,49 @@ def test_bad_arguments_are_named(kw, rule):
     q = torch.zeros(1, 2, 4, 8)
     with pytest.raises(ValueError, match=rule):
         cp.ring_attention(q, q, q, **kw)
+
+
+# ------------------------------------------------------------------------------- tensor parallel
+def test_kv_heads_per_gpu_stop_shrinking_at_the_kv_head_count():
+    from attnkit.distributed.tensor_parallel import heads_of_rank, kv_heads_per_gpu
+
+    assert [kv_heads_per_gpu(tp, 32, 8) for tp in (1, 2, 4, 8, 16, 32)] == [8, 4, 2, 1, 1, 1]
+    assert heads_of_rank(5, 16, 32, 8) == ([10, 11], [2])             # ranks 4..7 share KV head 2
+    assert heads_of_rank(1, 2, 32, 8) == (list(range(16, 32)), [4, 5, 6, 7])
+    for bad, rule in (((0, 3, 32, 8), "tp"), ((0, 16, 32, 6), "num_q_heads"), ((2, 2, 32, 8), "rank")):
+        with pytest.raises(ValueError, match=rule):
+            heads_of_rank(*bad)
+
+
+def test_cache_bytes_per_gpu_for_llama_3_8b():
+    from attnkit.distributed.tensor_parallel import kv_cache_bytes_per_gpu
+    from attnkit.serving.kv_cache import model_cache_bytes
+    from attnkit.serving.model_configs import model
+
+    cfg = model("Llama 3 8B")                                          # 32 layers, Hq 32, Hkv 8, D 128
+    full = model_cache_bytes(cfg, tokens=8192)
+    assert kv_cache_bytes_per_gpu(cfg, 1, tokens=8192) == full == 2 * 32 * 8 * 128 * 8192 * 2
+    assert kv_cache_bytes_per_gpu(cfg, 4, tokens=8192) == full // 4
+    assert kv_cache_bytes_per_gpu(cfg, 16, tokens=8192) == full // 8  # replicated past 8 ranks
+
+
+def _tp_decode(rank, world, prompt, max_new):
+    from attnkit.distributed.tensor_parallel import tp_generate
+    from attnkit.serving.tinymodel import load_model
+
+    model = load_model()
+    return tp_generate(rank, world, model, model.encode(prompt), max_new, stop_token=model.encode("\n")[0])
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_tensor_parallel_decode_equals_the_no_cache_model(world):
+    """The tiny model has Hq = 4, Hkv = 2: with 2 ranks each holds one KV head, with 4 each KV head
+    lives on two ranks (replicated)."""
+    from attnkit.serving.tinymodel import greedy_no_cache, load_model
+
+    model = load_model()
+    results = run_group(_tp_decode, world, args=("the kernel reads", 12))
+    expected, _ = greedy_no_cache(model, model.encode("the kernel reads"), 12, model.encode("\n")[0])
+    assert all(r["tokens"] == expected for r in results)
+    assert [r["kv_heads"] for r in results] == ([[0], [1]] if world == 2 else [[0], [0], [1], [1]])
+    assert len({r["cache_bytes"] for r in results}) == 1
