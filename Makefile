@@ -15,7 +15,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[course]"
 	touch $@
 
+# The grader's sandbox is Debian's bubblewrap: installed when missing and when this runs as root with
+# apt-get; otherwise `make grade` runs without it and says so.
 setup: $(VENV)/.installed
+	@if ! command -v bwrap >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } \
+	    || echo "bubblewrap could not be installed: make grade will run without a sandbox"; \
+	fi
 
 # JupyterLab as students meet it: no news pop-up, no update check (the course's venv only).
 LAB_QUIET := --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
@@ -54,9 +60,11 @@ bench: setup  ## GPU only: measure the kernels, write CSVs to figures/
 site: setup  ## the course as a static website in site/_build/html, from stored outputs (SITE_ARGS=--no-solutions)
 	$(PY) -m attnkit.classroom.site $(SITE_ARGS)
 
-grade: setup  ## grade a student's lab: make grade LAB=01 NOTEBOOK=path/to/lab.ipynb [GRADES=build/grades] [STRICT=1]
+grade: setup  ## grade students' labs: make grade LAB=01 NOTEBOOK="a.ipynb b.ipynb" [GRADES=build/grades] [STRICT=1] [TIMEOUT=600 (s per cell)] [NOTEBOOK_TIMEOUT=1800] [MEMORY=4096 (MiB)]
 	@test -n "$(LAB)" -a -n "$(NOTEBOOK)" || { echo "usage: make grade LAB=01 NOTEBOOK=path/to/student_lab.ipynb"; exit 2; }
-	$(PY) -m attnkit.classroom.grading --lab "$(LAB)" --out "$(or $(GRADES),build/grades)" $(if $(STRICT),--strict,) $(NOTEBOOK)
+	$(PY) -m attnkit.classroom.grading --lab "$(LAB)" --out "$(or $(GRADES),build/grades)" $(if $(STRICT),--strict,) \
+	    $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT),) \
+	    $(if $(MEMORY),--memory $(MEMORY),) $(NOTEBOOK)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,7 +246,7 @@ def lab_exercises(lesson: Lesson) -> tuple[object, list[GradedExercise]]:
     if importlib.util.find_spec(module_name) is None:
         raise ValueError(f"lab: lab {lesson.number:02d} has no checks yet ({module_name} does not exist)")
     module = importlib.import_module(module_name)
-    exercises = [GradedExercise(e.function, getattr(e.check, "__name__", "check"), int(e.points),
+    exercises = [GradedExercise(e.function, getattr(e.check, "__name__", "check").lstrip("_"), int(e.points),
                                 tuple(e.depends)) for e in lab_checks(module, lesson)]
     if not exercises:
         raise ValueError(f"lab: {module_name} names no exercise (EXERCISES, or check cells in its lab)")
@@ -353,20 +354,21 @@ def sandbox_argv(argv: list[str], staging: Path) -> list[str]:
     return args + argv
 
 
-def _limits(memory_bytes: int):
-    def apply():                      # runs in the child between fork and exec
-        import resource
+def _apply_limits(memory_mib: int) -> None:
+    """The worker's first act: cap its address space (inherited by the kernel it starts), no core
+    files, files of at most 1 GiB, and die with the grader."""
+    import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2**30, 2**30))
-        try:                          # die with the grader (PR_SET_PDEATHSIG = 1)
-            import ctypes
+    cap = int(memory_mib) * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2**30, 2**30))
+    try:                              # PR_SET_PDEATHSIG = 1
+        import ctypes
 
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-        except Exception:  # noqa: BLE001 - not Linux: the process group kill remains
-            pass
-    return apply
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    except Exception:  # noqa: BLE001 - not Linux: the process group kill remains
+        pass
 
 
 def _descendants(pid: int) -> list[int]:
@@ -432,13 +434,14 @@ def run_budgeted(argv: list[str], staging: Path, *, cell_timeout: float, noteboo
             env[key] = os.environ[key]
     (staging / ".home").mkdir(exist_ok=True)
     full = sandbox_argv(argv, staging) if sandbox else argv
+    stdin = json.dumps(dict(json.loads(stdin or "{}"), memory_mib=memory_mib))
     out_path, err_path = staging.parent / f"{staging.name}.out", staging.parent / f"{staging.name}.err"
     grace = max(5.0, 0.25 * cell_timeout)
     started = time.monotonic()
     stopped = None
     with open(out_path, "w+b") as out, open(err_path, "w+b") as err:
         proc = subprocess.Popen(full, cwd=staging, env=env, stdin=subprocess.PIPE, stdout=out, stderr=err,
-                                start_new_session=True, preexec_fn=_limits(memory_mib * 2**20))
+                                start_new_session=True)
         try:
             proc.stdin.write(stdin.encode())
             proc.stdin.close()
@@ -1054,7 +1057,7 @@ def _checks_worker(spec: dict, results_fd: int) -> None:
     exit_now(0)
 
 
-def _names(changed: list[str], limit: int = 12) -> str:
+def _names(changed: list[str], limit: int = 24) -> str:
     names = sorted(set(changed))
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
@@ -1074,6 +1077,7 @@ def _tracking(student: _Student, exercise):
 def _worker(kind: str) -> None:
     """Entry point of the processes the grader starts (in the staging folder, usually sandboxed)."""
     spec = json.loads(sys.stdin.read())
+    _apply_limits(spec["memory_mib"])
     if kind == "notebook":
         _notebook_worker(spec)
         return
@@ -1145,12 +1149,22 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
                    sandbox=sandbox)
     with tempfile.TemporaryDirectory(prefix="attnkit-grade-") as tmp:
         tmp = Path(tmp)
-        # Step 1: the notebook as the student handed it in.
-        run_dir = tmp / "run"
+        # Step 1, the notebook as the student handed it in, and step 2, the checks in a fresh process,
+        # run at the same time, each in a folder of its own (neither sees what the other writes).
+        run_dir, check_dir = tmp / "run", tmp / "check"
         run_dir.mkdir()
+        check_dir.mkdir()
         nbformat.write(nb, run_dir / "submission.ipynb")
-        run = run_budgeted(_worker_argv("notebook"), run_dir, **budgets, stdin=json.dumps(
-            {"notebook": "submission.ipynb", "cell_timeout": timeout, "kernel": kernel_name}))
+        (check_dir / "submission.py").write_text(
+            "\n\n".join(f"# ---- code cell {c['cell']}\n{c['source']}" for c in cells) + "\n")
+        pairs = None if getattr(module, "EXERCISES", None) else [(e.check, e.function) for e in exercises]
+        with ThreadPoolExecutor(2) as pool:
+            running = pool.submit(run_budgeted, _worker_argv("notebook"), run_dir, **budgets, stdin=json.dumps(
+                {"notebook": "submission.ipynb", "cell_timeout": timeout, "kernel": kernel_name}))
+            checking = pool.submit(run_budgeted, _worker_argv("checks"), check_dir, **budgets, stdin=json.dumps(
+                {"module": module.__name__, "cells": cells, "cell_timeout": timeout, "seed": result.seed,
+                 "pairs": pairs}))
+            run, checked = running.result(), checking.result()
         executed = None
         try:
             executed = nbformat.read(run_dir / "executed.ipynb", as_version=4)
@@ -1170,14 +1184,6 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
                 result.problem = f"the notebook's run stopped: {str(status['problem'])[:300]}"
         result.executed = executed if executed is not None else nb
         result.errors = _cell_errors(executed.cells) if executed is not None else []
-        # Step 2: the checks, in a fresh process and a fresh folder.
-        check_dir = tmp / "check"
-        check_dir.mkdir()
-        (check_dir / "submission.py").write_text(
-            "\n\n".join(f"# ---- code cell {c['cell']}\n{c['source']}" for c in cells) + "\n")
-        checked = run_budgeted(_worker_argv("checks"), check_dir, **budgets, stdin=json.dumps(
-            {"module": module.__name__, "cells": cells, "cell_timeout": timeout, "seed": result.seed,
-             "pairs": None if getattr(module, "EXERCISES", None) else [(e.check, e.function) for e in exercises]}))
         record = None
         lines = [l for l in checked.stdout.splitlines() if l.strip()]
         if len(lines) == 1:
