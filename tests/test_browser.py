@@ -147,7 +147,8 @@ def cell(page, index: int):
 
 
 def no_errors_above(page, index: int) -> None:
-    errors = page.locator(".jp-Notebook .jp-Cell .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    errors = page.locator(".jp-Notebook .jp-Cell "
+                          ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in errors.all_inner_texts() if "Traceback" in t or "Error" in t]
     assert not tracebacks, "a cell raised:\n" + "\n".join(tracebacks)[:2000]
 
@@ -192,3 +193,58 @@ def test_lab01_check_cell_reports_not_implemented(browser, lab_server):
                            timeout=TIMEOUT_MS)
     assert "not implemented yet" in output.inner_text()
     assert "Traceback" not in cell(page, index).inner_text()
+
+
+LESSON5 = next(l for l in LESSONS if l.number == 5).notebook
+SCREENSHOT = "site_lesson05_math.png"
+
+
+def test_site_lesson5_renders_its_math_offline(tmp_path):
+    """The website's lesson 5 page, opened from disk with every network request refused: MathJax (served
+    by the site) typesets its formulas. The screenshot goes to $ATTNKIT_SCREENSHOTS (or the test's
+    temporary folder); figures/site_lesson05_math.png was taken this way."""
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it as root)")
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    from playwright.sync_api import sync_playwright
+
+    from attnkit.classroom import site
+    from attnkit.classroom.notebooks import apply_headers
+
+    root = tmp_path / "course"
+    (root / "docs").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "glossary.md", root / "docs" / "glossary.md")
+    nb = nbformat.read(ROOT / LESSON5, as_version=4)
+    apply_headers(nb, LESSON5)              # a no-op once `make headers` has run
+    (root / LESSON5).parent.mkdir(parents=True)
+    nbformat.write(nb, root / LESSON5)
+    shutil.copytree(ROOT / "figures", root / "figures")
+    html = site.build(tmp_path / "site", root=root)
+    page_file = html / site.html_path(LESSON5)
+    refused = []
+
+    def only_files(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.route("**/*", only_files)
+            page.goto(page_file.as_uri())
+            page.wait_for_function("document.querySelectorAll('mjx-container').length > 0", timeout=60_000)
+            typeset = page.locator("mjx-container").count()
+            errors = page.locator("mjx-merror").count()
+            raw = page.locator("main").inner_text()
+            page.evaluate("window.scrollTo(0, 0)")  # the numbered title, objectives (with math) and time
+            out = os.environ.get("ATTNKIT_SCREENSHOTS") or str(tmp_path)
+            page.screenshot(path=os.path.join(out, SCREENSHOT))
+        finally:
+            browser.close()
+    assert typeset >= 3 and errors == 0, f"{typeset} formulas typeset, {errors} errors"
+    assert "\\log_2" not in raw and "N_q" not in raw, "TeX source is showing instead of typeset math"
+    assert not [u for u in refused if "mathjax" in u.lower()], f"MathJax was fetched from the network: {refused}"

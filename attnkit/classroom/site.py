@@ -83,7 +83,8 @@ def index_source(pages: list[str], guides: list[str], notes: list[str] = ()) -> 
               ("Labs", [p for p in pages if p.startswith("labs/")]),
               ("Solutions", [p for p in pages if p.startswith("solutions/")]),
               ("Recorded results", list(notes)),
-              ("For instructors", guides)]
+              ("Reference", [g for g in guides if g.endswith("glossary.md")]),
+              ("For instructors", [g for g in guides if not g.endswith("glossary.md")])]
     for caption, entries in groups:
         if not entries:
             continue
