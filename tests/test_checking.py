@@ -139,6 +139,9 @@ def test_a_float32_answer_gets_the_float32_bound_and_a_float16_one_does_not():
     assert compare(exact.astype(np.float32), exact) and compare(exact, exact)
     assert not compare(exact.astype(np.float16), exact)
     assert not compare(exact.astype(np.float32) * np.float32(1 + 1e-4), exact)
+    coarse = run_check("cumsum", lambda x: np.cumsum(x).astype(np.float16), reference, CASES, tol=1e-12, hint="h",
+                       compare=compare)
+    assert coarse.status == FAILED and "(your answer is float16, too coarse for this check" in coarse.report
 
 
 def test_a_forbidden_function_fails_the_answer_even_when_its_error_is_caught():

@@ -140,6 +140,9 @@ def describe_difference(got, expected) -> str:
         lines.append(f"   largest difference at index {list(where)}: expected {want}, got {have}")
     lines.append(f"   expected: {_preview(exp64)}")
     lines.append(f"   got:      {_preview(got64)}")
+    coarse = str(getattr(got, "dtype", "")).replace("torch.", "")
+    if coarse in ("float16", "bfloat16"):
+        lines.append(f"   (your answer is {coarse}, too coarse for this check: compute in float64)")
     return "\n".join(lines)
 
 
