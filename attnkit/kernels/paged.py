@@ -84,7 +84,7 @@ def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp,
 
 
 @triton.jit
-def _paged_grouped_kernel(
+def _paged_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr,
         qk_scale, tokens_per_split,
         stride_qb, stride_qh, stride_qd,
@@ -93,51 +93,60 @@ def _paged_grouped_kernel(
         stride_btb, stride_btp, stride_lens,
         stride_ob, stride_oh, stride_os, stride_od,
         stride_mb, stride_mh, stride_ms,
-        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
-        PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr):
-    """One program: sequence b, KV head kv, tokens [split·tokens_per_split, ...) of the sequence.
+        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, GROUPED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program: sequence b, tokens [split·tokens_per_split, ...) of it, and the query heads of
+    program_id(0) as the rows of q [BLOCK_G, D]:
 
-    The GROUP query heads kv·GROUP .. kv·GROUP+GROUP-1 are the rows of q [BLOCK_G, D] (rows past
-    GROUP are padding, masked). Scores [BLOCK_G, BLOCK_N] = q · kᵀ, with exp2 and qk_scale = scale·log2 e.
-    Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial (m, ℓ, z), m in natural-log units.
+    - GROUPED: the GROUP query heads kv·GROUP .. kv·GROUP+GROUP-1 that share KV head kv = program_id(0)
+      (rows past GROUP are padding, masked); scores [BLOCK_G, BLOCK_N] = q · kᵀ by tl.dot (tensor cores);
+    - else: query head program_id(0) alone (BLOCK_G = 1), reading KV head h // GROUP; scores by
+      multiply-and-sum (no tensor cores; a KV head's rows are read once for each of its query heads).
+
+    exp2 with qk_scale = scale·log2 e. Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial
+    (m, ℓ, z), m in natural-log units.
     """
-    kv = tl.program_id(0)              # KV heads of one sequence are neighbours: they read the same pages
     b = tl.program_id(1)
     split = tl.program_id(2)
+    offs_g = tl.arange(0, BLOCK_G)                                       # [BLOCK_G] row of the tile
+    if GROUPED:
+        kv = tl.program_id(0)          # KV heads of one sequence are neighbours: they read the same pages
+        heads = kv * GROUP + offs_g                                      # [BLOCK_G] query heads
+        row_ok = offs_g < GROUP
+    else:
+        kv = tl.program_id(0) // GROUP     # the query heads of one group are neighbours (L2 reuse)
+        heads = tl.program_id(0) + offs_g
+        row_ok = offs_g < 1
     seq_len = tl.load(lens_ptr + b * stride_lens)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)
 
-    offs_g = tl.arange(0, BLOCK_G)                                       # [BLOCK_G] row in the group
     offs_d = tl.arange(0, HEAD_DIM)                                      # [D]
-    offs_n = tl.arange(0, BLOCK_N)                                       # [BLOCK_N] token in the block
-    heads = kv * GROUP + offs_g                                          # [BLOCK_G] query heads
-    row_ok = offs_g < GROUP
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None], other=0.0)                         # [BLOCK_G, D]
-
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)                  # running max (log2 units)
     l_i = tl.zeros([BLOCK_G], tl.float32)                                # running sum of exponentials
     acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)                      # running Σ p·v
     bt_row = bt_ptr + b * stride_btb
     for tok0 in range(start, end, BLOCK_N):
-        tok = tok0 + offs_n                                              # [BLOCK_N] token index
+        tok = tok0 + tl.arange(0, BLOCK_N)                               # [BLOCK_N] token index
         valid = tok < end
         k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp, stride_kp, stride_ks, stride_kh,
                          stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, HEAD_DIM, PAGE_SIZE)
-        if IEEE:   # fp32 inputs: full-precision products (tf32 misses the fp32 bound at long contexts)
-            s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        if GROUPED:   # fp32 inputs: "ieee" products (tf32 misses the fp32 bound at long contexts)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         else:
-            s = tl.dot(q, tl.trans(k)) * qk_scale                        # [BLOCK_G, BLOCK_N]
-        s = tl.where(valid[None, :], s, float("-inf"))
+            s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], 2)
+        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))        # [BLOCK_G, BLOCK_N]
         m_new = tl.maximum(m_i, tl.max(s, 1))                            # finite: a block has a token
         alpha = tl.math.exp2(m_i - m_new)                                # rescale of the old state
         p = tl.math.exp2(s - m_new[:, None])                             # [BLOCK_G, BLOCK_N]
         l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        if GROUPED:
+            pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], 1)
+        acc = acc * alpha[:, None] + pv
         m_i = m_new
 
     if SPLIT:
@@ -150,62 +159,6 @@ def _paged_grouped_kernel(
         out = acc / l_i[:, None]
         o_rows = o_ptr + b * stride_ob + heads[:, None] * stride_oh
         tl.store(o_rows + offs_d[None, :] * stride_od, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-
-
-@triton.jit
-def _paged_per_head_kernel(
-        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr,
-        qk_scale, tokens_per_split,
-        stride_qb, stride_qh, stride_qd,
-        stride_kp, stride_ks, stride_kh, stride_kd,
-        stride_vp, stride_vs, stride_vh, stride_vd,
-        stride_btb, stride_btp, stride_lens,
-        stride_ob, stride_oh, stride_os, stride_od,
-        stride_mb, stride_mh, stride_ms,
-        GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-        PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
-    """One program: sequence b, query head h (reading KV head h // GROUP), one split of the tokens.
-
-    Scores by multiply-and-sum: s [BLOCK_N] = Σ_d k[n, d]·q[d]; no tensor cores, and the K/V rows of a
-    KV head are read once for each of its GROUP query heads.
-    """
-    h = tl.program_id(0)               # the query heads of one group are neighbours (L2 reuse)
-    b = tl.program_id(1)
-    split = tl.program_id(2)
-    kv = h // GROUP
-    seq_len = tl.load(lens_ptr + b * stride_lens)
-    start = split * tokens_per_split
-    end = tl.minimum(start + tokens_per_split, seq_len)
-
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_n = tl.arange(0, BLOCK_N)
-    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + offs_d * stride_qd).to(tl.float32)   # [D]
-    m_i = tl.full([], float("-inf"), tl.float32)                          # running max (log2 units)
-    l_i = tl.full([], 0.0, tl.float32)
-    acc = tl.zeros([HEAD_DIM], tl.float32)
-    bt_row = bt_ptr + b * stride_btb
-    for tok0 in range(start, end, BLOCK_N):
-        tok = tok0 + offs_n
-        valid = tok < end
-        k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp, stride_kp, stride_ks, stride_kh,
-                         stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, HEAD_DIM, PAGE_SIZE)
-        s = tl.sum(k.to(tl.float32) * q[None, :], 1) * qk_scale          # [BLOCK_N]
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 0))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new)                                      # [BLOCK_N]
-        l_i = l_i * alpha + tl.sum(p, 0)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)     # [D]
-        m_i = m_new
-
-    if SPLIT:
-        tl.store(o_ptr + b * stride_ob + h * stride_oh + split * stride_os + offs_d * stride_od, acc)
-        ml = b * stride_mb + h * stride_mh + split * stride_ms
-        tl.store(m_ptr + ml, m_i * LN2)
-        tl.store(l_ptr + ml, l_i)
-    else:
-        tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d * stride_od,
-                 (acc / l_i).to(o_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -364,12 +317,10 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
     meta = dict(HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=split,
                 **launch_options(num_warps=config.num_warps, num_stages=config.num_stages))
     with torch.device(q.device):
-        if variant == "grouped":
-            block_g = max(16, triton.next_power_of_2(group))
-            _paged_grouped_kernel[(n_kv, batch, num_splits)](*args, GROUP=group, BLOCK_G=block_g,
-                                                             IEEE=q.dtype == torch.float32, **meta)
-        else:
-            _paged_per_head_kernel[(n_heads, batch, num_splits)](*args, GROUP=group, **meta)
+        grouped = variant == "grouped"
+        _paged_kernel[(n_kv if grouped else n_heads, batch, num_splits)](
+            *args, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)) if grouped else 1, GROUPED=grouped,
+            DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **meta)
         if split:
             _merge_splits_kernel[(batch, n_heads)](
                 m, l, z, o, num_splits, *m.stride(), *z.stride(), *o.stride(),
