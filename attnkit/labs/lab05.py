@@ -168,9 +168,10 @@ def used_course_code(exc: BaseException) -> str | None:
 
 
 def guarded_check(name: str, student_fn: Callable, reference_fn: Callable, cases, *, tol: float,
-                  hint: str, compare=None) -> CheckResult:
+                  hint: str, compare=None, fixed: int = 0) -> CheckResult:
     """``run_check`` with the course's code forbidden while ``student_fn`` runs (the reference runs
-    outside the guard); a call into it fails the check with a report that says which."""
+    outside the guard); a call into it fails the check with a report that says which. ``fixed``: how
+    many of ``cases`` are the fixed ones (the pass line counts fixed and random inputs)."""
     caught: list[str] = []
 
     def student(*args, **kwargs):
@@ -186,6 +187,9 @@ def guarded_check(name: str, student_fn: Callable, reference_fn: Callable, cases
     result = run_check(name, student, reference_fn, cases, tol=tol, hint=hint, compare=compare)
     if caught:
         return CheckResult(name, FAILED, f"❌ {name}: your function called {caught[0]}.\n   hint: {hint}")
+    if result.passed:
+        return CheckResult(name, result.status, f"✅ {name}: matches the float64 reference on {fixed} fixed "
+                                                f"and {len(cases) - fixed} random inputs.")
     return result
 
 
@@ -329,7 +333,7 @@ def _check(name: str, flash_forward: Callable, fixed, random_shapes, causal: boo
     if not callable(flash_forward):
         raise ValueError(f"flash_forward: must be the launch function, got {type(flash_forward).__name__}")
     return guarded_check(name, _student(flash_forward), _reference, _cases(fixed, random_shapes, causal, seed),
-                         tol=_tol(), hint=_hint(hint))
+                         tol=_tol(), hint=_hint(hint), fixed=len(fixed))
 
 
 def _with_exercise_1_note(result: CheckResult, flash_forward: Callable) -> CheckResult:

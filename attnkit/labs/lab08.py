@@ -99,7 +99,8 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
         return tuple(got.shape) == tuple(exp.shape) and bool(torch.equal(got, exp))
 
     return guarded_check("token → (page, offset)", student, _reference_slots, cases, tol=0.0,
-                         hint=f"{HINT_SLOTS} Row 0 of the result is the pages, row 1 the offsets.", compare=same)
+                         hint=f"{HINT_SLOTS} Row 0 of the result is the pages, row 1 the offsets.", compare=same,
+                         fixed=len(SLOTS_FIXED))
 
 
 # ------------------------------------------------------------------------------ exercise 2: pool
@@ -371,7 +372,8 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
             cases.append(case(*args, label=f"{label} ({note})" if note else label))
     tol = tolerance("float16", device)
     return guarded_check("paged decode kernel", unwrapped(paged_decode), paged_decode_ref, cases, tol=tol,
-                         hint=f"{HINT_DECODE} (passes at a relative error ≤ {tol:.0e}, the float16 bound)")
+                         hint=f"{HINT_DECODE} (passes at a relative error ≤ {tol:.0e}, the float16 bound)",
+                         fixed=len(DECODE_FIXED))
 
 
 # ---------------------------------------------------------------------------- exercise 4: merge
@@ -428,7 +430,8 @@ def check_merge(merge_splits: Callable, *, seed: int | None = None) -> CheckResu
                                          f"{f' ({empty} empty)' if empty else ''}, D={d}"))
     tol = tolerance("float32")
     return guarded_check("split-KV merge", merge_splits, _reference_merge, cases, tol=tol,
-                         hint=f"{HINT_MERGE} (passes at a relative error ≤ {tol:.0e}, the float32 bound)")
+                         hint=f"{HINT_MERGE} (passes at a relative error ≤ {tol:.0e}, the float32 bound)",
+                         fixed=len(MERGE_FIXED))
 
 
 EXERCISES = (
