@@ -8,7 +8,8 @@
    with permuted page tables, ragged lengths (seq_len 1, partial last pages), GQA group sizes 1, 4, 8
    and MQA, NaN in every slot a sequence does not own and NaN-poisoned outputs; and CPU tensors on
    this GPU machine;
-3. runs attnkit.bench.paged.run() and writes bench_paged.csv into OUTDIR;
+3. records the suite paged into OUTDIR with attnkit.bench.recorder.record (what
+   ``python -m attnkit.bench.recorder --out OUTDIR paged`` does);
 4. prints the ratios last.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 from attnkit.bench import paged as bench_paged
-from attnkit.bench.recorder import provenance, write_results
+from attnkit.bench.recorder import provenance, read_results, record
 from attnkit.kernels import paged
 from attnkit.tolerances import rel_error, tolerance
 
@@ -134,13 +135,13 @@ def check_all() -> list[str]:
     cpu_case = make_case(torch.Generator().manual_seed(1), [37, 3], 4, 2, 16, 8, torch.float16, "cpu")
     err = rel_error(paged.paged_decode(*cpu_case, num_splits=2), paged.paged_decode_ref(*cpu_case))
     if not err <= tolerance(torch.float16, "cpu"):
-        failures.append(f"cpu interpreter: {err:.2e}")
+        failures.append(f"cpu tensors: {err:.2e}")
     paged._new_buffer = saved
     return failures
 
 
 def main() -> int:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "figures"))
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "."))
     log(provenance())
     best, best_splits = sweep()
     log(f"best configs {best}; best long splits {best_splits}; "
@@ -149,9 +150,9 @@ def main() -> int:
     log("CHECKS:", "all passed" if not failures else f"{len(failures)} FAILED")
     for f in failures:
         log("  FAIL", f)
-    rows = bench_paged.run()
-    path = write_results("paged", rows, directory=out)
+    (path,) = record(["paged"], out)
     log(f"wrote {path}")
+    rows = read_results("paged", out)
     log(f"{'shape':6} {'method':34} {'splits':>6} {'ms':>8} {'GB/s':>7} {'of copy':>8}")
     for r in rows:
         log(f"{r['shape']:6} {r['method']:34} {r['num_splits']:>6} {r['ms']:8.4f} {r['gbps']:7.0f} "
