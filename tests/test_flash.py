@@ -161,10 +161,10 @@ def test_non_contiguous_inputs():
     gen = torch.Generator().manual_seed(5)
     b, n, hq, hkv, d = 2, 21, 4, 2, 32
     # a [B, N, H, D] layout viewed as [B, H, N, D]; v additionally every other head dim element
-    q = torch.randn(b, n, hq, d, generator=gen).transpose(1, 2)
-    k = torch.randn(b, n + 3, hkv, d, generator=gen).transpose(1, 2)
-    v = torch.randn(b, hkv, n + 3, 2 * d, generator=gen)[..., ::2]
-    q, k, v = (t.to(DEVICE).requires_grad_() for t in (q, k, v))
+    q = torch.randn(b, n, hq, d, generator=gen).to(DEVICE).transpose(1, 2)
+    k = torch.randn(b, n + 3, hkv, d, generator=gen).to(DEVICE).transpose(1, 2)
+    v = torch.randn(b, hkv, n + 3, 2 * d, generator=gen).to(DEVICE)[..., ::2]
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
     assert not any(t.is_contiguous() for t in (q, k, v))
     o = flash_attention(q, k, v, causal=True)
     assert_close(o, attention_ref(q, k, v, causal=True), torch.float32, DEVICE, "o (strided)")
