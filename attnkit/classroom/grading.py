@@ -902,24 +902,37 @@ def _stop_thread(thread) -> None:
         pass
 
 
+def _trusted_exception_class(kind: type) -> type:
+    """The nearest class in ``kind``'s MRO defined by Python or by the course (never the student's)."""
+    for base in kind.__mro__:
+        module = getattr(base, "__module__", "")
+        if module == "builtins" or module.startswith("attnkit."):
+            return base if issubclass(base, Exception) else Exception
+    return Exception
+
+
 def _sanitize_error(exc: BaseException) -> BaseException:
-    """The student's exception as one the checker can report without running the student's code: a
-    blank stays NotImplementedError; anything else becomes an exception of a plain class with the same
-    name, message and traceback (Triton's interpreter wrapping taken off)."""
+    """The student's exception as one the checker can handle without running the student's code:
+    a blank stays NotImplementedError; anything else becomes an exception of the nearest Python or
+    course class it derives from (so ``except RuntimeError`` in a check still catches it), under the
+    student's class name, with its message made plain text and its traceback kept (Triton's
+    interpreter wrapping taken off). SystemExit and KeyboardInterrupt become plain exceptions."""
     from .checking import is_not_implemented, student_error
 
     try:
         if is_not_implemented(exc):
             return NotImplementedError()
         inner = student_error(exc)
-        name = type(inner).__name__
-        name = name if type(name) is str and name.isidentifier() else "Exception"
+        kind = type(inner)
+        name = kind.__name__ if type(kind.__name__) is str and kind.__name__.isidentifier() else "Exception"
+        base = _trusted_exception_class(kind)
+        args = tuple(a if type(a) in (str, int, float, bool, type(None)) else f"<{type(a).__name__} object>"
+                     for a in (inner.args if type(inner.args) is tuple else ()))
+        cls = base if base.__name__ == name else type(name, (base,), {"__module__": "submission"})
         try:
-            message = str(inner)
-        except BaseException:  # noqa: BLE001
-            message = ""
-        message = message if type(message) is str else ""
-        plain = type(name, (StudentError,), {})(message)
+            plain = cls(*args)
+        except Exception:  # noqa: BLE001 - a course class that wants other arguments
+            plain = type(name, (StudentError,), {})(*args)
         return plain.with_traceback(inner.__traceback__)
     except BaseException:  # noqa: BLE001 - a hostile exception object
         return StudentError("your function raised an error that could not be shown")
