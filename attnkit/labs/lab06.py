@@ -92,7 +92,7 @@ def forbid_course_attention():
             setattr(owner, name, _forbidden(what))
 
     for name in ("flash_attention", "flash_attention_forward", "flash_attention_backward",
-                 "_forward", "_backward", "_preprocess", "_forward_switches"):
+                 "_forward", "_forward_rung", "_backward", "_preprocess", "_launch"):
         replace(flash, name, f"attnkit.kernels.flash.{name}")
     for name in ("backward", "grad"):
         replace(torch.autograd, name, f"torch.autograd.{name}")
@@ -117,11 +117,11 @@ _MISSING = object()
 
 
 # ----------------------------------------------------------------------------------- reference and cases
-def _reference(q, k, v, do, causal):
-    """o (float64), lse (float64) and the float64 autograd gradients (dq, dk, dv) of attention."""
+def _reference(q, k, v, do, causal, grads: bool = True):
+    """o (float64), lse (float64) and, with ``grads``, the float64 autograd gradients (dq, dk, dv)."""
     import torch
 
-    q64, k64, v64 = (t.detach().to("cpu", torch.float64).requires_grad_() for t in (q, k, v))
+    q64, k64, v64 = (t.detach().to("cpu", torch.float64).requires_grad_(grads) for t in (q, k, v))
     group = q64.shape[1] // k64.shape[1]
     scores = q64 @ k64.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(q64.shape[-1])
     if causal:
@@ -130,6 +130,8 @@ def _reference(q, k, v, do, causal):
         scores = scores.masked_fill(hidden, -math.inf)
     lse = torch.logsumexp(scores, dim=-1)
     o = torch.exp(scores - lse[..., None]) @ v64.repeat_interleave(group, 1)
+    if not grads:
+        return o.detach(), lse.detach(), None, None, None
     with torch.enable_grad():
         o.backward(do.detach().to("cpu", torch.float64))
     return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
@@ -142,7 +144,7 @@ def _seed(seed):
 # Shapes: (B, Hq, Hkv, Nq, Nk, causal, layout). layout "bnhd": the tensors are [B, N, H, D] in memory,
 # handed over as [B, H, N, D] views (strides that a kernel assuming contiguity gets wrong).
 FIXED = (
-    (2, 4, 2, 17, 33, True, "bnhd"),    # GQA, batches, causal aligned to the end (Nq < Nk), 3 key tiles
+    (2, 4, 2, 17, 38, True, "bnhd"),    # GQA, batches, causal aligned to the end (Nq < Nk, shift 21), 3 key tiles
     (1, 2, 1, 33, 20, False, "bhnd"),   # Nq > Nk (three query tiles), multi-query
     (1, 1, 1, 33, 33, True, "bhnd"),    # query tile 2's last visible key (32) starts key tile 2
     (1, 2, 2, 1, 40, True, "bnhd"),     # one decoding step: Nq = 1 sees every key
@@ -176,7 +178,8 @@ def _tensor(gen, b, h, n, layout, device, dtype):
 
 
 def _cases(seed, n_random: int = 1):
-    """Inputs (q, k, v, o, lse, do, causal) and the float64 gradients, fixed shapes then random ones."""
+    """(case, gradients) pairs, fixed shapes then random ones: the case's inputs are (q, k, v, o, lse, do,
+    causal); gradients() computes the float64 autograd (dq, dk, dv) when the check gets there."""
     import torch
 
     seed = _seed(seed)
@@ -188,7 +191,7 @@ def _cases(seed, n_random: int = 1):
         gen = fixed_gen if index < len(FIXED) else random_gen
         q, do = (_tensor(gen, b, hq, n_q, layout, device, dtype) for _ in range(2))
         k, v = (_tensor(gen, b, hkv, n_k, layout, device, dtype) for _ in range(2))
-        o64, lse64, dq, dk, dv = _reference(q, k, v, do, causal)
+        o64, lse64, *_ = _reference(q, k, v, do, causal, grads=False)
         o = o64.to(device=device, dtype=dtype)
         if layout == "bnhd":
             o = o.transpose(1, 2).contiguous().transpose(1, 2)
@@ -196,7 +199,8 @@ def _cases(seed, n_random: int = 1):
         kind = "fixed" if index < len(FIXED) else "random"
         label = (f"{kind}: B={b}, Hq={hq}, Hkv={hkv}, Nq={n_q}, Nk={n_k}, D={HEAD_DIM}"
                  f"{', causal' if causal else ''}{', [B, N, H, D] layout' if layout == 'bnhd' else ''}")
-        made.append((case(q, k, v, o, lse, do, causal, label=label), (o64, dq, dk, dv)))
+        made.append((case(q, k, v, o, lse, do, causal, label=label),
+                     lambda q=q, k=k, v=v, do=do, causal=causal: _reference(q, k, v, do, causal)[2:]))
     return made
 
 
@@ -220,10 +224,10 @@ def _require_callable(name: str, fn) -> None:
 
 
 def _run(name, fn, pick, expect, hint, seed) -> CheckResult:
-    """run_check on the cases of ``seed``; the float64 values were computed with the cases, in order."""
+    """run_check on the cases of ``seed``; each case's float64 gradients are computed when it is reached."""
     made = _cases(seed)
-    expected = iter([expect(e) for _, e in made])
-    return run_check(name, _student(fn, pick), lambda *args: next(expected), [c for c, _ in made],
+    gradients = iter([g for _, g in made])
+    return run_check(name, _student(fn, pick), lambda *args: expect(next(gradients)()), [c for c, _ in made],
                      tol=tolerance(DTYPE_NAME, runtime().device), hint=hint)
 
 
@@ -281,7 +285,7 @@ def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
                             _as_tensor("dv", out[1], shape).double().cpu()])
 
     return _run("dK/dV kernel (index 0 is dK, 1 is dV)", flash_dkdv, pick,
-                lambda e: torch.stack([e[2], e[3]]), HINT_DKDV, seed)
+                lambda g: torch.stack([g[1], g[2]]), HINT_DKDV, seed)
 
 
 def check_dq(flash_dq: Callable, *, seed: int | None = None) -> CheckResult:
@@ -291,7 +295,7 @@ def check_dq(flash_dq: Callable, *, seed: int | None = None) -> CheckResult:
     def pick(out, args):
         return _as_tensor("dq", out, tuple(args[0].shape))
 
-    return _run("dQ kernel", flash_dq, pick, lambda e: e[1], HINT_DQ, seed)
+    return _run("dQ kernel", flash_dq, pick, lambda g: g[0], HINT_DQ, seed)
 
 
 # ------------------------------------------------------------------------------ prediction, measurement
