@@ -237,6 +237,8 @@ TRITON_WRONG = {
     "interleaved pairs turn the other way": ("sign = tl.where(d % 2 == 0, -1.0, 1.0)",
                                              "sign = tl.where(d % 2 == 0, 1.0, -1.0)"),
     "q not rotated": ("y = x * c + sign * tl.load(row + partner) * sn", "y = x"),
+    "half mode pairs d with D-1-d": ("partner = tl.where(d < D // 2, d + D // 2, d - D // 2)",
+                                     "partner = D - 1 - d"),
 }
 
 RIGHT = {"cache_bytes": BYTES_RIGHT, "rope": ROPE_RIGHT, "rope_append": APPEND_RIGHT}
