@@ -207,13 +207,15 @@ def test_nbgrader_metadata_of_every_lab_follows_nbgraders_schema(path):
     import nbformat.v4 as v4
 
     nb = copy.deepcopy(nbformat.read(path, as_version=4))
-    marked = notebooks.add_nbgrader_metadata(nb)
+    marked = notebooks.add_nbgrader_metadata(nb, lab=int(path.name[3:5]))
     kinds = [(c.metadata["nbgrader"]["solution"], c.metadata["nbgrader"]["grade"])
              for c in nb.cells if "nbgrader" in c.metadata]
     assert marked == len(kinds) and (True, False) in kinds and (False, True) in kinds, kinds
     assert nbgrader_problems(nb) == []
     graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
     assert all(c.metadata["nbgrader"]["locked"] and c.metadata["nbgrader"]["points"] > 0 for c in graded)
+    if len(graded) > 1:                 # exercises checked one by one: the closing check_lab is not graded again
+        assert not any("check_lab(" in c.source for c in graded)
     # The validator itself rejects what nbgrader rejects.
     bad = v4.new_notebook(cells=[v4.new_code_cell("x", metadata={"nbgrader": {"schema_version": 3, "grade": True,
                                                                              "locked": True, "solution": False,
@@ -232,3 +234,21 @@ def test_nbgrader_metadata_rejects_bad_arguments():
                          ({"grade_id": "ok", "points": 2}, "points")):
         with pytest.raises(ValueError, match=word):
             notebooks.nbgrader_metadata(cell, **kwargs)
+
+
+def test_make_labs_carries_the_solutions_nbgrader_metadata_into_the_labs(monkeypatch):
+    """`make headers` marks a solution's cells; `make labs` copies the marks into the generated lab."""
+    import copy
+
+    from attnkit.classroom import labgen
+
+    lesson = next(l for l in LESSONS if l.has_lab and (ROOT / l.solution).exists())
+    solution = nbformat.read(ROOT / lesson.solution, as_version=4)
+    notebooks.apply_headers(solution, lesson.solution)
+    read = nbformat.read
+    monkeypatch.setattr(nbformat, "read", lambda path, **kw: copy.deepcopy(solution) if str(path).endswith(
+        lesson.solution) else read(path, **kw))
+    lab = labgen.make_lab(ROOT / lesson.solution, lesson.lab)
+    marks = [c.metadata.get("nbgrader") for c in lab.cells]
+    assert marks == [c.metadata.get("nbgrader") for c in solution.cells] and any(marks)
+    assert nbgrader_problems(lab) == []

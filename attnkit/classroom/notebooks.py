@@ -294,6 +294,13 @@ def apply_headers(nb, relpath: str) -> bool:
     tags = [t for t in _tags(setup) if t != IGNORE_TAG and not t.startswith(REASON_TAG)] + SETUP_TAGS
     if _tags(setup) != tags:
         setup.metadata["tags"], changed = tags, True
+    lesson = _lesson_of(relpath)
+    if relpath in (lesson.lab, lesson.solution):     # nbgrader's metadata; labgen copies it to the lab
+        import copy
+
+        before = copy.deepcopy([c.metadata for c in nb.cells])
+        add_nbgrader_metadata(nb, lab=lesson.number)
+        changed |= before != [c.metadata for c in nb.cells]
     closing = questions_source(relpath)
     last = nb.cells[-1]
     has_footer = last.cell_type == "markdown" and last.source.startswith(QUESTIONS_MARK)
@@ -437,12 +444,12 @@ def skip_cells_needing_triton() -> TritonSkipper | None:
 NBGRADER_SCHEMA = 3
 
 
-def nbgrader_metadata(cell, *, grade_id: str, points: float | None = None) -> dict | None:
+def nbgrader_metadata(cell, *, grade_id: str, points: float | None = None, locked: bool = False) -> dict | None:
     """The ``nbgrader`` metadata for one lab cell, or None for a cell nbgrader may leave alone.
 
     A code cell holding a solution region (``### BEGIN SOLUTION``) or its blank (``raise
     NotImplementedError``) is a *solution* cell; a code cell given ``points`` is an *autograded test*
-    cell (locked, graded); every other cell is neither.
+    cell (locked, graded); one given ``locked=True`` is a *read-only* cell; every other cell is neither.
     """
     if not isinstance(grade_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", grade_id):
         raise ValueError(f"grade_id: must be a non-empty string of letters, digits, '_' and '-', got {grade_id!r}")
@@ -460,35 +467,59 @@ def nbgrader_metadata(cell, *, grade_id: str, points: float | None = None) -> di
     if points is not None:
         meta.update(grade=True, locked=True, points=points)
         return meta
+    if locked:
+        meta["locked"] = True
+        return meta
     return None
 
 
-def add_nbgrader_metadata(nb, exercises=()) -> int:
+def add_nbgrader_metadata(nb, exercises=None, *, lab: int | None = None) -> int:
     """Mark a lab's (or solution's) cells for nbgrader; return how many cells were marked.
 
-    ``exercises`` are the lab module's ``Exercise`` objects: a code cell that calls ``check_lab`` gets
-    their points added up, one that calls an exercise's check (by its function name) gets that
-    exercise's points, any other check cell (a call of ``check_...``) one point.
+    ``exercises`` are the lab's ``Exercise`` objects (by default ``attnkit.labs.lab<NN>.EXERCISES``
+    for ``lab=NN``): a code cell that calls ``check_lab`` gets their points added up, one that calls an
+    exercise's check gets that exercise's points, any other check cell (a call of ``check_...``) one point.
+    Where a lab checks each exercise in its own cell, its closing ``check_lab`` cell is read-only instead
+    (graded once, not twice).
     """
-    points_of = {getattr(e.check, "__name__", ""): getattr(e, "points", 1) for e in exercises}
+    if exercises is None and lab is not None:
+        import importlib
+
+        try:
+            exercises = getattr(importlib.import_module(f"attnkit.labs.lab{lab:02d}"), "EXERCISES", ())
+        except ImportError:
+            exercises = ()
+    if isinstance(exercises, dict):
+        exercises = exercises.values()
+    points_of = {}
+    for e in exercises or ():
+        name = getattr(getattr(e, "check", None), "__name__", "")
+        if name:
+            points_of[name] = points_of[name.lstrip("_")] = getattr(e, "points", 1)
+    total = sum(getattr(e, "points", 1) for e in (exercises or ()) if hasattr(e, "check"))
+    def calls_in(cell):
+        return {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+                for n in ast.walk(_parse(cell.source)) if isinstance(n, ast.Call)
+                and isinstance(n.func, (ast.Name, ast.Attribute))}
+
+    def is_solution(cell):
+        return "### BEGIN SOLUTION" in cell.source or "raise NotImplementedError" in cell.source
+
+    code = [(i, c, calls_in(c)) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    per_exercise = any(not is_solution(c) and "check_lab" not in calls
+                       and any(n.startswith("check_") for n in calls) for _, c, calls in code)
     marked = 0
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        calls = {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
-                 for n in ast.walk(_parse(cell.source)) if isinstance(n, ast.Call)
-                 and isinstance(n.func, (ast.Name, ast.Attribute))}
-        points = None
-        if "check_lab" in calls:
-            points = sum(points_of.values()) or 1
-        else:
-            named = [c for c in calls if c.startswith("check_")]
-            if named:
-                points = sum(points_of.get(c, 1) for c in named)
-        kind = "check" if points is not None else "exercise"
-        meta = nbgrader_metadata(cell, grade_id=f"{kind}-{index:02d}",
-                                 points=None if "### BEGIN SOLUTION" in cell.source
-                                 or "raise NotImplementedError" in cell.source else points)
+    for index, cell, calls in code:
+        points, locked = None, False
+        if not is_solution(cell) and "check_lab" in calls:
+            if per_exercise:
+                locked = True
+            else:
+                points = total or 1
+        elif not is_solution(cell) and any(c.startswith("check_") for c in calls):
+            points = sum(points_of.get(c, 1) for c in calls if c.startswith("check_"))
+        kind = "exercise" if is_solution(cell) else "check"
+        meta = nbgrader_metadata(cell, grade_id=f"{kind}-{index:02d}", points=points, locked=locked)
         if meta is None:
             cell.metadata.pop("nbgrader", None)
             continue
