@@ -541,22 +541,19 @@ _ORIGINALS: dict[int, object] = {}  # id(function) -> a callable copy of it, for
 
 
 def _course_called(fn_id: int, name: str, args, kwargs):
-    """The body of a guarded course function: the course's own code may call it, the student's may not."""
+    """The body of a guarded course function: the course's own code may call it (a check's callback, a
+    helper a check handed over); the student's code, and any thread without course code between it and
+    this call, may not."""
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename.startswith(CELL_PREFIX):
-            _CALLED.append(name)
-            raise CourseImplementationCalled(f"{name} is the course's own implementation: write this "
-                                             f"exercise yourself")
-        if filename.startswith(str(PACKAGE_DIR)) and not filename.endswith("grading.py"):
-            break                     # called by the course (a check's callback, a helper it handed over)
-        if filename.endswith("grading.py"):       # the bottom of the student's thread
-            _CALLED.append(name)
-            raise CourseImplementationCalled(f"{name} is the course's own implementation: write this "
-                                             f"exercise yourself")
+        if filename.startswith(CELL_PREFIX) or filename == __file__:
+            break
+        if filename.startswith(str(PACKAGE_DIR)):
+            return _ORIGINALS[fn_id](*args, **kwargs)
         frame = frame.f_back
-    return _ORIGINALS[fn_id](*args, **kwargs)
+    _CALLED.append(name)
+    raise CourseImplementationCalled(f"{name} is the course's own implementation: write this exercise yourself")
 
 
 def _guard_body(*args, **kwargs):
@@ -638,6 +635,9 @@ _WATCHED = ("builtins", "numpy", "numpy.linalg", "numpy.random", "math", "copy",
             "torch.nn.functional", "torch.testing")
 
 
+_CODE_WATCHED = ("numpy", "numpy.linalg", "copy", "traceback", "warnings")   # functions' code kept too
+
+
 class _Snapshot:
     """What the checks rely on: the course's modules, classes and functions, the standard modules
     they use, and the import system. ``restore()`` puts back what changed and names it."""
@@ -653,6 +653,9 @@ class _Snapshot:
                 continue
             contents = dict(vars(module))
             self.modules[name] = (module, contents)
+            ours = name == "attnkit" or name.startswith("attnkit.")
+            if not ours and name not in _CODE_WATCHED:
+                continue
             for value in contents.values():
                 if isinstance(value, types.FunctionType):
                     self.functions[id(value)] = (value, value.__code__, value.__defaults__, value.__kwdefaults__)
