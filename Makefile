@@ -45,7 +45,7 @@ execute: setup  ## run notebooks (NB=...) and store their outputs, then regenera
 	$(PY) -m attnkit.classroom.notebooks execute $(NB)
 	$(PY) -m attnkit.classroom.labgen
 
-labs: setup  ## generate labs/ from solutions/ (FORCE=1 overwrites edited labs)
+labs: setup  ## generate labs/ from solutions/ (FORCE=1 overwrites edited labs, keeping each as <lab>.bak-<time>)
 	$(PY) -m attnkit.classroom.labgen $(if $(FORCE),--force,)
 
 headers: setup  ## rewrite titles, badges, objectives, setup cells, questions and nbval tags from attnkit/classroom/course.py

@@ -124,6 +124,8 @@ def sinusoidal_positions(n_positions, d_model):
         return value(n_positions, d_model)
     raise LookupError("no checker frame in reach")""",
     "check_scores = lab01.check_scores\ncheck_scores(scores)",
+    # a thread left running, which could interfere with the checks: reported for review
+    "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()",
 ]
 
 
@@ -181,6 +183,7 @@ def test_c_replaced_checks_are_put_back_and_reported(hostile):
                  "sys.modules['attnkit.labs.lab01']"):
         assert name in notes, name
     assert "while scores was checked, the student's code changed attnkit.classroom.checking.run_check" in notes
+    assert "left threads running" in notes
 
 
 @pytest.mark.slow
@@ -200,7 +203,9 @@ def test_e_g_the_package_and_repository_are_read_only(hostile):
 
 @pytest.mark.slow
 @needs_lab01
-def test_make_grade_passes_the_solved_lab_and_an_earlier_hostile_grading_changed_nothing(hostile, tmp_path):
+def test_make_grade_passes_the_solved_lab(tmp_path):
+    # Runs after the hostile notebook's tests above (pytest keeps a file's order): nothing it tried
+    # carries over into this grading.
     student = tmp_path / "alice" / "lab01.ipynb"
     student.parent.mkdir()
     student.write_bytes((ROOT / LAB01.solution).read_bytes())

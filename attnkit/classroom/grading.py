@@ -790,9 +790,11 @@ class _Student:
     are not on its stack), with the course's implementations guarded, on a time budget, and with what it
     changed in the course put back afterwards."""
 
-    def __init__(self, lab_module, timeout: float):
+    def __init__(self, lab_module, timeout: float, progress=None):
         self.lab_module = lab_module
         self.timeout = timeout
+        self.progress = progress              # each call is a step of the grader's watchdog
+        self.calls = 0
         self.current: str | None = None       # the exercise whose check is running
         self.tampered: dict[str, list[str]] = {}
         self.called: dict[str, list[str]] = {}
@@ -810,6 +812,9 @@ class _Student:
             except BaseException as exc:  # noqa: BLE001 - handed to the checker below
                 box["error"] = exc
 
+        self.calls += 1
+        if self.progress is not None:
+            self.progress.write(f"call {self.calls} of {name}\n")
         snapshot = _Snapshot()
         before = len(_CALLED)
         thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), daemon=True,
@@ -1017,7 +1022,7 @@ def _checks_worker(spec: dict, results_fd: int) -> None:
     exercises = lab_checks(module, pairs=spec.get("pairs"))
     check_exercises, Exercise = checking.check_exercises, checking.Exercise
     write, exit_now = os.write, os._exit
-    student = _STUDENT = _Student(module, spec["cell_timeout"])
+    student = _STUDENT = _Student(module, spec["cell_timeout"], progress)
     _hide_frames()
     snapshot = _Snapshot()
     threads_before = _thread._count()
