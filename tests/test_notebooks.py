@@ -147,6 +147,11 @@ def test_without_triton_a_cell_needing_it_prints_a_note_and_others_still_fail():
         assert r4.success and r4.result == 42
         assert out.stdout.count("skipped:") == 2 and "Colab with a GPU runtime" in out.stdout
         assert skipper.skipped == 2
+        assert notebooks.recorded_copy("/home/me/course/labs/lab05_flash_attention.ipynb").endswith(
+            "/blob/main/solutions/lab05_flash_attention.ipynb")
+        assert notebooks.recorded_copy("05_flash_attention.ipynb").endswith(
+            "/blob/main/notebooks/05_flash_attention.ipynb")
+        assert notebooks.recorded_copy("") == notebooks.REPO_URL
     finally:
         shell.ast_transformers[:] = [t for t in shell.ast_transformers
                                      if not isinstance(t, notebooks.TritonSkipper)]

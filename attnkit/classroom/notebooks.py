@@ -383,9 +383,10 @@ class TritonSkipper(ast.NodeTransformer):
     missing, or later because a name such a cell would have defined is missing, prints what it needed
     and where to run it instead of raising. Any other error is raised as usual."""
 
-    def __init__(self):
+    def __init__(self, recorded: str = REPO_URL):
         super().__init__()
         self.skipped = 0
+        self.recorded = recorded          # where this notebook's outputs recorded with Triton can be read
 
     def visit_Module(self, node):
         if not node.body or any(isinstance(n, (ast.Await, ast.AsyncFor, ast.AsyncWith)) for n in ast.walk(node)):
@@ -415,10 +416,21 @@ class TritonSkipper(ast.NodeTransformer):
             return False
         self.skipped += 1
         print(f"skipped: {why}.\n"
-              f"  Its output, recorded with Triton, is in the course's copy of this notebook: {REPO_URL}\n"
+              f"  Its output, recorded with Triton, is in the course's copy of this notebook: {self.recorded}\n"
               "  To run it: Colab with a GPU runtime, or a Linux machine (`pip install triton`; "
               "without a GPU it runs in Triton's interpreter).")
         return True
+
+
+def recorded_copy(session: str) -> str:
+    """The address of the course's copy of a notebook, with its outputs recorded with Triton, from the
+    kernel's session name (the notebook's path, where Jupyter gives it): a lab's is its solution."""
+    name = Path(session).name
+    if re.fullmatch(r"\d\d_\w+\.ipynb", name):
+        return f"{REPO_URL}/blob/{BRANCH}/notebooks/{name}"
+    if re.fullmatch(r"lab\d\d_\w+\.ipynb", name):
+        return f"{REPO_URL}/blob/{BRANCH}/solutions/{name}"
+    return REPO_URL
 
 
 def skip_cells_needing_triton() -> TritonSkipper | None:
@@ -432,7 +444,7 @@ def skip_cells_needing_triton() -> TritonSkipper | None:
     if shell is None:
         return None
     shell.ast_transformers[:] = [t for t in shell.ast_transformers if not isinstance(t, TritonSkipper)]
-    skipper = TritonSkipper()
+    skipper = TritonSkipper(recorded_copy(str(shell.user_ns.get("__session__", ""))))
     shell.ast_transformers.append(skipper)
     shell.user_ns[SKIP_NAME] = skipper
     return skipper
