@@ -240,6 +240,31 @@ def lab_checks(module, lesson: Lesson | None = None, root: Path | None = None, p
             _check_cell_calls(module, source)]
 
 
+def course_tools(lesson: Lesson, root: Path | None = None) -> list[tuple[str, str]]:
+    """(module, name) of each ``from attnkit... import name`` in the lab notebook (or its solution):
+    the course's functions a lab hands to students as tools, which their code may call."""
+    import nbformat
+
+    from .notebooks import ROOT
+
+    root = Path(root or ROOT)
+    source = next((root / rel for rel in (lesson.lab, lesson.solution) if (root / rel).exists()), None)
+    if source is None:
+        return []
+    tools = []
+    for cell in nbformat.read(source, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("attnkit"):
+                tools += [(node.module, alias.name) for alias in node.names if alias.name != "*"]
+    return list(dict.fromkeys(tools))
+
+
 def lab_exercises(lesson: Lesson) -> tuple[object, list[GradedExercise]]:
     """The lab's check module and its graded exercises."""
     module_name = f"attnkit.labs.lab{lesson.number:02d}"
@@ -587,6 +612,24 @@ def _guarded_functions(modules) -> list:
     return found
 
 
+def _tool_ids(tools) -> frozenset:
+    """The ids of the functions (and of the methods of the classes, and of the Python function of
+    the Triton kernels) named by (module, name) pairs: the course's tools, never guarded."""
+    import types
+
+    ids = set()
+    for module_name, name in tools:
+        try:
+            value = getattr(importlib.import_module(module_name), name)
+        except Exception:  # noqa: BLE001 - a name the lab imports that is not there: nothing to allow
+            continue
+        found = [value, getattr(value, "fn", None)]
+        if isinstance(value, type):
+            found += list(vars(value).values())
+        ids.update(id(f) for f in found if isinstance(f, types.FunctionType))
+    return frozenset(ids)
+
+
 def _reference_helpers(module) -> list:
     """The checks' own reference functions in a lab module (their names say ``ref``)."""
     import types
@@ -598,8 +641,9 @@ def _reference_helpers(module) -> list:
 class _CourseGuard:
     """While on, the course's own implementations refuse calls that come from the student's code."""
 
-    def __init__(self, lab_module):
+    def __init__(self, lab_module, tools=frozenset()):
         self.lab_module = lab_module
+        self.tools = tools                    # ids of the functions the lab hands out as tools
         self.swapped: list = []
 
     def __enter__(self):
@@ -608,6 +652,8 @@ class _CourseGuard:
         modules = [m for n, m in list(sys.modules.items()) if m is not None and
                    any(n == p or n.startswith(p + ".") for p in COURSE_IMPLEMENTATIONS)]
         for fn in dict.fromkeys(_guarded_functions(modules) + _reference_helpers(self.lab_module)):
+            if id(fn) in self.tools:
+                continue
             code = fn.__code__
             original = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
             original.__kwdefaults__ = fn.__kwdefaults__
@@ -790,8 +836,9 @@ class _Student:
     are not on its stack), with the course's implementations guarded, on a time budget, and with what it
     changed in the course put back afterwards."""
 
-    def __init__(self, lab_module, timeout: float, progress=None):
+    def __init__(self, lab_module, timeout: float, progress=None, tools=frozenset()):
         self.lab_module = lab_module
+        self.tools = tools
         self.timeout = timeout
         self.progress = progress              # each call is a step of the grader's watchdog
         self.calls = 0
@@ -819,7 +866,7 @@ class _Student:
         before = len(_CALLED)
         thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), daemon=True,
                                   name=f"student:{name}")
-        with _CourseGuard(self.lab_module):
+        with _CourseGuard(self.lab_module, self.tools):
             thread.start()
             thread.join(self.timeout)
         changed = snapshot.restore()
@@ -1022,7 +1069,7 @@ def _checks_worker(spec: dict, results_fd: int) -> None:
     exercises = lab_checks(module, pairs=spec.get("pairs"))
     check_exercises, Exercise = checking.check_exercises, checking.Exercise
     write, exit_now = os.write, os._exit
-    student = _STUDENT = _Student(module, spec["cell_timeout"], progress)
+    student = _STUDENT = _Student(module, spec["cell_timeout"], progress, _tool_ids(spec.get("tools") or []))
     _hide_frames()
     snapshot = _Snapshot()
     threads_before = _thread._count()
@@ -1184,7 +1231,7 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
                 {"notebook": "submission.ipynb", "cell_timeout": timeout, "kernel": kernel_name}))
             checking = pool.submit(run_budgeted, _worker_argv("checks"), check_dir, **budgets, stdin=json.dumps(
                 {"module": module.__name__, "cells": cells, "cell_timeout": timeout, "seed": result.seed,
-                 "pairs": pairs}))
+                 "pairs": pairs, "tools": course_tools(lesson)}))
             run, checked = running.result(), checking.result()
         executed = None
         try:
