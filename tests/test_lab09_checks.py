@@ -1,0 +1,226 @@
+"""Lab 09's checks: the solution passes, the blank lab says "not implemented yet", and a catalogue of
+wrong answers, each the solution with one or two lines changed as a student would change them, is
+rejected on every one of 50 seeds; several correct variants are accepted on every seed."""
+from __future__ import annotations
+
+import nbformat
+import pytest
+from mutation import SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
+
+from attnkit.classroom.checking import NOT_IMPLEMENTED
+from attnkit.classroom.notebooks import ROOT
+from attnkit.labs import lab09
+
+SOLUTION = "solutions/lab09_capstone_serving.ipynb"
+LAB = "labs/lab09_capstone_serving.ipynb"
+
+
+def _cells(relpath: str) -> list[str]:
+    """The code cells that define things: no setup cell, no checks, no measurement, no demonstration."""
+    nb = nbformat.read(ROOT / relpath, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"][1:]
+    return [s for s in code if "lab09." not in s and "PageTables(" not in s]
+
+
+def _namespace(cells: list[str]) -> dict:
+    namespace: dict = {}
+    for source in cells:
+        exec(compile(source, "<lab09>", "exec"), namespace)
+    return namespace
+
+
+def variant(function: str, replacements: list[tuple[str, str]], tag: str):
+    """The solution with each (old, new) replacement made once inside ``def function``."""
+    cells = _cells(SOLUTION)
+    index = next(i for i, s in enumerate(cells) if f"def {function}(" in s)
+    for old, new in replacements:
+        assert cells[index].count(old) == 1, f"{tag}: {old!r} must occur once in {function}"
+        cells[index] = cells[index].replace(old, new)
+    fn = _namespace(cells)[function]
+    fn.__name__ = tag
+    return fn
+
+
+# ------------------------------------------------------------------------------ exercise 1: pages
+PAGES = "return max(0, -(-n_tokens // page_size) - pages_held)"
+PAGES_WRONG = {
+    "floor + 1": "return max(0, n_tokens // page_size + 1 - pages_held)",
+    "floor": "return max(0, n_tokens // page_size - pages_held)",
+    "room for one more token": "return max(0, -(-(n_tokens + 1) // page_size) - pages_held)",
+    "no clamp at 0": "return -(-n_tokens // page_size) - pages_held",
+    "pages held ignored": "return max(0, -(-n_tokens // page_size))",
+    "round": "return max(0, round(n_tokens / page_size) - pages_held)",
+    "(n + page_size) // page_size": "return max(0, (n_tokens + page_size) // page_size - pages_held)",
+    "one spare page": "return max(0, -(-n_tokens // page_size) - pages_held + 1)",
+    "at least one page": "return max(1, -(-n_tokens // page_size) - pages_held)",
+    "a float from true division": "return max(0, (n_tokens + page_size - 1) / page_size - pages_held)",
+}
+PAGES_RIGHT = {
+    "solution": PAGES,
+    "math.ceil": "import math\n    return max(0, math.ceil(n_tokens / page_size) - pages_held)",
+    "(n + ps - 1) // ps": "return max(0, (n_tokens + page_size - 1) // page_size - pages_held)",
+    "a loop": ("pages = 0\n    while pages * page_size < n_tokens:\n        pages += 1\n"
+               "    return pages - pages_held if pages > pages_held else 0"),
+}
+
+# ------------------------------------------------------------------------------- exercise 2: grow
+POP = "victim = kept.pop()                      # the most recently admitted\n        needs.pop()"
+RESERVE = "pool.reserve(s.rid, 1)"
+NEEDS = "needs = [pages_needed(len(s.tokens), len(pool.pages_of(s.rid)), pool.page_size) for s in kept]"
+GROW_WRONG = {
+    "oldest preempted first": [(POP, "victim = kept.pop(0)\n        needs.pop(0)")],
+    "pages not freed": [("pool.free(victim.rid)", "pass")],
+    ">= instead of >": [("sum(needs) > pool.num_free_pages", "sum(needs) >= pool.num_free_pages")],
+    "needs not updated": [(POP, "victim = kept.pop()")],
+    "room for one token too many": [(NEEDS, NEEDS.replace("len(s.tokens)", "len(s.tokens) + 1"))],
+    "no reserve for the kept": [(RESERVE, "pass")],
+    "longest preempted first": [(POP, "i = max(range(len(kept)), key=lambda i: len(kept[i].tokens))\n"
+                                      "        victim = kept.pop(i)\n        needs.pop(i)")],
+    "reserve all tokens again": [(RESERVE, "pool.reserve(s.rid, len(s.tokens))")],
+    "pages held from the length": [(NEEDS, NEEDS.replace("len(pool.pages_of(s.rid))",
+                                                         "pool.length(s.rid) // pool.page_size"))],
+    "reserve first, preempt whoever fails": [
+        ("kept, preempted = list(running), []", "from attnkit.serving.allocator import OutOfPagesError\n"
+                                                "    kept, preempted = [], []\n    for s in running:\n"
+                                                "        try:\n            pool.reserve(s.rid, 1)\n"
+                                                "            kept.append(s)\n        except OutOfPagesError:\n"
+                                                "            pool.free(s.rid)\n            preempted.append(s)\n"
+                                                "    return kept, preempted")],
+}
+GROW_RIGHT = {
+    "solution": [],
+    "needs recounted each time": [
+        (NEEDS, "def need():\n        return sum(pages_needed(len(s.tokens), len(pool.pages_of(s.rid)), "
+                "pool.page_size) for s in kept)"),
+        ("while kept and sum(needs) > pool.num_free_pages:", "while kept and need() > pool.num_free_pages:"),
+        ("        needs.pop()\n", "")],
+    "victims counted first, then freed": [
+        ("while kept and sum(needs) > pool.num_free_pages:",
+         "free = pool.num_free_pages\n    cut = len(kept)\n    while cut and sum(needs[:cut]) > free:\n"
+         "        cut -= 1\n        free += len(pool.pages_of(kept[cut].rid))\n"
+         "    while len(kept) > cut:")],
+}
+
+# ------------------------------------------------------------------------------ exercise 3: admit
+FITS = "if pages_needed(len(s.tokens), 0, pool.page_size) > pool.num_free_pages:"
+ADD = "pool.reserve(s.rid, len(s.tokens))"
+BATCH = "if n_running + len(admitted) >= max_batch:"
+ADMIT_WRONG = {
+    "resumed without recomputing": [(FITS, FITS.replace("s.tokens", "s.prompt")),
+                                    (ADD, ADD.replace("s.tokens", "s.prompt"))],
+    "overtaking": [("break                                # first come",
+                    "continue                             # first come")],
+    "max_batch ignored": [(BATCH + "\n            break\n        ", "")],
+    "max_batch off by one": [(BATCH, BATCH.replace(">=", ">"))],
+    "an exact fit refused": [(FITS, FITS.replace(">", ">="))],
+    "budget against all pages": [(FITS, FITS.replace("pool.num_free_pages", "pool.num_pages"))],
+    "floor page count": [(FITS, "if len(s.tokens) // pool.page_size > pool.num_free_pages:")],
+    "no add_sequence": [("pool.add_sequence(s.rid)", "pass")],
+    "running requests ignored": [(BATCH, "if len(admitted) >= max_batch:")],
+    "from the back of the queue": [("for s in waiting:", "for s in reversed(waiting):")],
+    "room for one token more": [(ADD, ADD.replace("len(s.tokens)", "len(s.tokens) + 1"))],
+}
+ADMIT_RIGHT = {
+    "solution": [],
+    "while loop on an index": [
+        ("admitted = []\n    for s in waiting:",
+         "admitted, i = [], 0\n    while i < len(waiting):\n        s = waiting[i]\n        i += 1"),
+    ],
+    "pages counted by hand": [(FITS, "if (len(s.tokens) + pool.page_size - 1) // pool.page_size "
+                                     "> pool.num_free_pages:")],
+}
+
+# ---------------------------------------------------------------------------- exercise 4: the step
+QUEUE = "queue = sorted(waiting + preempted, key=queue_order)"
+STEP_WRONG = {
+    "preempted at the back of the queue": [(QUEUE, "queue = waiting + preempted")],
+    "preempted at the front, newest first": [(QUEUE, "queue = preempted + waiting")],
+    "preempted dropped": [(QUEUE, "queue = sorted(waiting, key=queue_order)")],
+    "admitted before running": [("running=kept + admitted", "running=admitted + kept")],
+    "admitted still waiting": [("waiting=[s for s in queue if s not in admitted]", "waiting=queue")],
+    "waiting without the preempted": [("waiting=[s for s in queue if s not in admitted]",
+                                       "waiting=[s for s in waiting if s not in admitted]")],
+    "free slots passed as max_batch": [("admit(queue, len(kept), pool, max_batch)",
+                                        "admit(queue, len(kept), pool, max_batch - len(kept))")],
+    "admit before grow": [
+        ("kept, preempted = grow(running, pool)\n    " + QUEUE
+         + "\n    admitted = admit(queue, len(kept), pool, max_batch)",
+         "queue = sorted(waiting, key=queue_order)\n    admitted = admit(queue, len(running), pool, max_batch)\n"
+         "    kept, preempted = grow(running, pool)\n    queue = sorted(queue + preempted, key=queue_order)")],
+}
+STEP_RIGHT = {
+    "solution": [],
+    "sort in place, by fields": [
+        (QUEUE, "queue = list(waiting) + list(preempted)\n    queue.sort(key=lambda s: (s.arrival, s.rid))"),
+        ("waiting=[s for s in queue if s not in admitted]", "waiting=queue[len(admitted):]")],
+}
+
+# ------------------------------------------------------------------------- exercise 5: prediction
+PREDICTION_WRONG = {"pages ignored": (8, 4, 1), "first preemption one step early": (6, 3, 1),
+                    "one step late": (6, 5, 1), "two preempted": (6, 4, 2), "all preempted": (6, 4, 6),
+                    "worst-case admission": (3, 0, 0), "21 // 3 requests": (7, 4, 1), "no preemption": (6, 4, 0),
+                    "page of 8 counted as 7 tokens": (6, 3, 2), "not three numbers": (6, 4)}
+PREDICTION_RIGHT = {"tuple": (6, 4, 1), "list": [6, 4, 1], "floats that are whole": (6.0, 4.0, 1.0)}
+
+
+def _prediction(value):
+    def predict():
+        return value
+    return predict
+
+
+CATALOGUES = {
+    "pages_needed": (lab09.check_pages_needed, {k: [(PAGES, v)] for k, v in PAGES_WRONG.items()},
+                     {k: [(PAGES, v)] if v != PAGES else [] for k, v in PAGES_RIGHT.items()}),
+    "grow": (lab09.check_grow, GROW_WRONG, GROW_RIGHT),
+    "admit": (lab09.check_admit, ADMIT_WRONG, ADMIT_RIGHT),
+    "scheduler_step": (lab09.check_scheduler, STEP_WRONG, STEP_RIGHT),
+}
+WRONG = [pytest.param(f, n, id=f"{f}: {n}") for f, (_, wrong, _) in CATALOGUES.items() for n in wrong]
+RIGHT = [pytest.param(f, n, id=f"{f}: {n}") for f, (_, _, right) in CATALOGUES.items() for n in right]
+
+
+@pytest.mark.parametrize("function, name", WRONG)
+def test_wrong_answer_rejected_on_every_seed(function, name):
+    check, wrong, _ = CATALOGUES[function]
+    assert_rejected_on_every_seed(check, variant(function, wrong[name], name), SEEDS)
+
+
+@pytest.mark.parametrize("function, name", RIGHT)
+def test_correct_variant_accepted_on_every_seed(function, name):
+    check, _, right = CATALOGUES[function]
+    assert_accepted(check, variant(function, right[name], name), SEEDS)
+
+
+@pytest.mark.parametrize("predict", catalogue_params({k: _prediction(v) for k, v in PREDICTION_WRONG.items()}))
+def test_wrong_prediction_rejected(predict):
+    assert_rejected_on_every_seed(lab09.check_prediction, predict, SEEDS)
+
+
+@pytest.mark.parametrize("predict", catalogue_params({k: _prediction(v) for k, v in PREDICTION_RIGHT.items()}))
+def test_prediction_accepted(predict):
+    assert_accepted(lab09.check_prediction, predict, SEEDS)
+
+
+def test_the_prediction_is_what_the_rule_does():
+    record = lab09.serve(lab09.reference_step, lab09.prediction_requests(), num_pages=20, page_size=8, max_batch=8)
+    first = next(s for s in record.steps if s[3])
+    assert (len(record.steps[0][2]), first[0], len(first[3])) == lab09.EXPECTED_PREDICTION
+
+
+def test_a_cache_that_was_not_recomputed_changes_the_tokens():
+    """The ledger model sees through a plan that readmits a request without listing it as admitted."""
+    def hide_readmissions(running, waiting, pool, max_batch):
+        plan = lab09.reference_step(running, waiting, pool, max_batch)
+        return lab09.StepPlan(plan.running, plan.waiting, [s for s in plan.admitted if not s.generated],
+                              plan.preempted)
+
+    with pytest.raises(lab09.ServeError, match="was not recomputed"):
+        lab09.serve(hide_readmissions, lab09.prediction_requests(), num_pages=20, page_size=8, max_batch=8)
+
+
+def test_blank_lab_reports_not_implemented():
+    ns = _namespace([s for s in _cells(LAB)])
+    summary = lab09.check_lab(seed=0, **{e.function: ns[e.function] for e in lab09.EXERCISES})
+    assert [r.status for r in summary.results] == [NOT_IMPLEMENTED] * 5, summary
+    assert lab09.measure(ns["scheduler_step"]).startswith("⏳")
