@@ -226,3 +226,12 @@ def test_a_check_cell_names_the_earlier_exercise_it_uses_when_that_one_fails():
     exec("def double(x):\n    return 2 * x\ndef quadruple(x):\n    return double(x) * 3\n", namespace)
     own_fault = exercise_check(exercises, "quadruple")(namespace["quadruple"])
     assert own_fault.status == FAILED and "note:" not in own_fault.report and "hint: twice double" in own_fault.report
+
+
+def test_module_functions_lists_the_plain_functions_a_module_defines():
+    from attnkit.classroom.checking import module_functions
+    from attnkit.reference import online_softmax
+
+    names = {f.__name__ for f in module_functions(online_softmax)}
+    assert {"merge", "block_state", "online_max_sum", "finalize"} <= names
+    assert "PartialState" not in names and "dataclass" not in names        # a class, an imported function

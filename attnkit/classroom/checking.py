@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import traceback
 import tracemalloc
+import types
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -199,6 +200,17 @@ def _forbidden_body(*args, **kwargs):
 def _refuse(name: str):
     _FORBIDDEN.append(name)
     raise ForbiddenCall(f"{name} is the course's own implementation: write this exercise yourself")
+
+
+def module_functions(*modules) -> tuple[Callable, ...]:
+    """The plain functions defined at the top level of ``modules`` (what ``forbidden_calls`` can guard)."""
+    found = []
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, types.FunctionType) and value.__module__ == module.__name__ \
+                    and not value.__code__.co_freevars:
+                found.append(value)
+    return tuple(found)
 
 
 @contextmanager

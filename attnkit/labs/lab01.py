@@ -13,6 +13,7 @@ student's function may not call the course's own implementations.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from ..classroom.checking import (
     check_exercises,
     exercise_check,
     fixed_and_random,
+    module_functions,
     run_check,
     within_dtype_tolerance,
 )
@@ -63,15 +65,15 @@ def _reference_attention(Q, K, V, causal=False):
     return _attention.attention_np(Q, K, V, causal=causal)
 
 
-# The course's own implementations: a student's function that calls one of them fails.
-FORBIDDEN = (_attention.softmax_np, _attention.attention_np, _attention.attention_ref, _attention.causal_mask_np,
-             _online.online_softmax, _online.block_state, _tiled.naive_attention, _tiled.tiled_attention,
-             reference_scores, reference_positions, _reference_attention)
+def forbidden() -> tuple:
+    """The course's own implementations (the references and this module's functions): a student's
+    function that calls one of them fails."""
+    return module_functions(_attention, _online, _tiled, sys.modules[__name__])
 
 
 def _check(name, student_fn, reference_fn, fixed, drawn, hint) -> CheckResult:
     return run_check(name, student_fn, reference_fn, fixed + drawn, tol=TOL, hint=hint, compare=COMPARE,
-                     forbidden=FORBIDDEN, fixed=len(fixed))
+                     forbidden=forbidden(), fixed=len(fixed))
 
 
 def _qkv(rng, n_q, n_k, d, d_v=None, scale=1.0):

@@ -18,6 +18,7 @@ answer may call the course's own implementations.
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from ..classroom.checking import (
     case,
     check_exercises,
     exercise_check,
+    module_functions,
     run_check,
     with_memory_limit,
 )
@@ -52,15 +54,15 @@ HINT_TILED = ("for each block of query rows start from m = -inf, l = 0, z = 0; f
               "shorter than block_q / block_k; finish with O_i = z / l.")
 
 
-# The course's own implementations: a student's function that calls one of them fails.
-FORBIDDEN = (_online.online_max_sum, _online.online_softmax, _online.block_state, _online.merge,
-             _online.merge_all, _online.finalize, _online.empty_state, _tiled.tiled_attention,
-             _tiled.naive_attention, _attention.softmax_np, _attention.attention_np, _attention.attention_ref)
+def forbidden() -> tuple:
+    """The course's own implementations (the references and this module's functions): a student's
+    function that calls one of them fails."""
+    return module_functions(_attention, _online, _tiled, sys.modules[__name__])
 
 
 def _check(name, student_fn, reference_fn, fixed, drawn, hint, compare) -> CheckResult:
     return run_check(name, student_fn, reference_fn, fixed + drawn, tol=TOL, hint=hint, compare=compare,
-                     forbidden=FORBIDDEN, fixed=len(fixed))
+                     forbidden=forbidden(), fixed=len(fixed))
 
 
 def _parts_close(got, expected, columns) -> bool:

@@ -13,6 +13,7 @@ the course's device (Triton's interpreter on a CPU). No answer may call the cour
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import numpy as np
@@ -26,6 +27,7 @@ from ..classroom.checking import (
     exercise_check,
     fixed_and_random,
     fresh_copy,
+    module_functions,
     not_implemented,
     run_check,
     unwrapped,
@@ -52,9 +54,13 @@ HINT_CACHE = ("seqlens_k[b] is the index of the LAST token after the append (len
               '(with the pairs of its mode: "half" j ↔ j + D/2, "interleaved" 2j ↔ 2j + 1).')
 HINT_V = "V is not rotated: copy each new V row into the cache row of its token."
 
-# The course's own implementations: a student's function that calls one of them fails.
-FORBIDDEN = (kv_cache_bytes, _kv_cache.model_cache_bytes, apply_rope, _rope.rotation_matrix, rope_append_reference,
-             _rope_append.rope_append_torch, _rope_append.rope_append_triton)
+
+
+def forbidden() -> tuple:
+    """The course's own implementations: a student's function that calls one of them fails. (Not the
+    RoPE tables: the lab's launcher reads them with ``rope_cache``.)"""
+    return (apply_rope, _rope.rotation_matrix, rope_append_reference, _rope_append.rope_append_torch,
+            _rope_append.rope_append_triton) + module_functions(_kv_cache, sys.modules[__name__])
 
 
 # ------------------------------------------------------------------------------------ exercise 1
@@ -89,7 +95,7 @@ def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> Che
                               dtype_bytes=dtype_bytes, batch=batch)
 
     return run_check("cache_bytes", cache_bytes, reference, fixed + drawn, tol=0.0, hint=HINT_BYTES,
-                     compare=_exact, forbidden=FORBIDDEN, fixed=len(fixed))
+                     compare=_exact, forbidden=forbidden(), fixed=len(fixed))
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -118,7 +124,7 @@ def _check_rope(rope: Callable, *, seed: int | None = None) -> CheckResult:
         pos = torch.randint(0, 5000, (n,), generator=g)
         drawn.append(case(x, pos, mode, label=f'x of shape {tuple(x.shape)}, mode "{mode}"'))
     return run_check("rope", rope, lambda x, pos, mode: apply_rope(x, pos, mode=mode), fixed + drawn,
-                     tol=1e-9, hint=HINT_ROPE, forbidden=FORBIDDEN, fixed=len(fixed))
+                     tol=1e-9, hint=HINT_ROPE, forbidden=forbidden(), fixed=len(fixed))
 
 
 # ------------------------------------------------------------------------------------ exercise 3
@@ -188,7 +194,7 @@ def _check_rope_append(rope_append: Callable, *, seed: int | None = None) -> Che
         def got_part(index, part=part):
             return student(index)[part]
         result = run_check(f"rope_append ({what})", got_part, lambda i, part=part: reference(i)[part],
-                           indexed, tol=tol, hint=hint, forbidden=FORBIDDEN, fixed=n_fixed)
+                           indexed, tol=tol, hint=hint, forbidden=forbidden(), fixed=n_fixed)
         if result.status == NOT_IMPLEMENTED:
             return not_implemented("rope_append")
         if not result.passed:

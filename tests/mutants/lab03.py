@@ -382,6 +382,8 @@ TILED_WRONG = {
     "state reset for every key tile": tiled_state_reset_per_key_tile,
     "calls the course's tiled_attention": tiled_calls_the_course,
     "calls the course's block_state": tiled_uses_course_block_state,
+    "calls the lab module's own reference": lambda Q, K, V, bq, bk: __import__(
+        "attnkit.labs.lab03", fromlist=["x"])._tiled_reference(Q, K, V, bq, bk),
 }
 
 RIGHT = {"online_softmax": ONLINE_RIGHT, "merge": MERGE_RIGHT, "tiled_attention": TILED_RIGHT}
