@@ -29,6 +29,9 @@ SUITES = {
     "paged": "attnkit.bench.paged:run",
     "kvcache": "attnkit.bench.kvcache:run",
     "serving": "attnkit.bench.serving:run",
+    "softmax": "attnkit.bench.streams:run_softmax",
+    "bandwidth": "attnkit.bench.streams:run_bandwidth",
+    "decode_profile": "attnkit.bench.decode_profile:run",
 }
 PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
