@@ -1,0 +1,571 @@
+"""Checks for lab 04, a ladder of Triton puzzles run in Triton's interpreter (or compiled on a GPU).
+
+Each puzzle is a launch function that the lab gives and a kernel that the student writes; the check
+calls the launch function with the inputs and an output tensor ``out`` to fill, and compares ``out``
+with a float64 reference:
+
+    scaled_add(x, y, alpha, out)          out = alpha·x + y                      (a masked vector op)
+    block_max(x, out)                     out[0] = max(x), one program, a loop   (a reduction, other=)
+    affine_columns(x, scale, bias, out)   out[i, j] = x[i, j]·scale[j] + bias[j] (2-D tiles, broadcasting)
+    row_sums(x, out)                      out[i] = Σ_j x[i, j], a loop over column tiles
+    matmul(a, b, out)                     out = a·b with tl.dot, a loop over k tiles
+    causal_softmax(s, scale, out)         softmax(scale·s) per row, key j hidden when j > i + Nk − Nq
+    row_logsumexp(x, out)                 out[i] = log Σ_j exp(x[i, j]), ONE pass, running (m, ℓ)
+    softmax_weighted_sum(s, v, out)       out = softmax(s)·v, ONE pass: the loop of lesson 5
+
+Inputs are views into larger buffers filled with NaN, 2-D inputs have a row stride larger than their
+row (so the strides must be used), and ``out`` sits inside a buffer of a sentinel value. Sizes are
+small and never all multiples of the blocks, so a missing mask either reads NaN or writes outside
+``out``. In the interpreter the check also records every address the kernel loads and stores: reads
+must stay inside the inputs, every element of ``out`` must be written by the kernel's ``tl.store``,
+and the two one-pass puzzles must read each score once. Calls to PyTorch's softmax or matrix products
+and to attnkit's own kernels and references raise while the student's function runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import traceback
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..classroom.checking import (
+    FAILED,
+    PASSED,
+    CheckResult,
+    Exercise,
+    check_exercises,
+    describe_difference,
+    is_not_implemented,
+    not_implemented,
+    student_error,
+)
+from ..device import runtime
+from ..reference.attention import softmax_np
+from ..tolerances import rel_error, tolerance
+
+SENTINEL = -7777.0     # what `out` holds before the kernel runs, and what must stay around it
+PAD_ROWS = 48          # guard rows above and below a 2-D tensor (more than any block of rows)
+PAD = 256              # guard elements before and after a 1-D tensor (more than any block)
+ROW_GAP = 7            # extra elements at the end of each row of a 2-D input: its stride is not its width
+
+
+class ForbiddenCall(Exception):
+    """Raised when the student's function calls a library routine that the puzzle asks to write."""
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def _torch():
+    import torch
+
+    return torch
+
+
+def vector(values):
+    """A 1-D fp32 tensor holding ``values``, inside a buffer of NaN (PAD elements on each side)."""
+    torch = _torch()
+    values = torch.as_tensor(np.asarray(values, dtype=np.float32))
+    buf = torch.full((len(values) + 2 * PAD,), float("nan"), device=runtime().device)
+    view = buf[PAD:PAD + len(values)]
+    view.copy_(values)
+    return view
+
+
+def matrix(values, dtype=None, *, transposed: bool = False):
+    """A 2-D tensor holding ``values`` inside a NaN buffer, with row stride = width + ROW_GAP.
+
+    ``transposed``: stored column by column instead (strides (1, rows + ROW_GAP)).
+    """
+    torch = _torch()
+    dtype = dtype or torch.float32
+    values = np.asarray(values, dtype=np.float64)
+    stored = values.T if transposed else values
+    rows, cols = stored.shape
+    buf = torch.full((rows + 2 * PAD_ROWS, cols + ROW_GAP), float("nan"), dtype=dtype, device=runtime().device)
+    view = buf[PAD_ROWS:PAD_ROWS + rows, :cols]
+    view.copy_(torch.as_tensor(stored).to(dtype))
+    return view.t() if transposed else view
+
+
+def _out_pad(shape) -> int:
+    """Guard elements on each side of ``out``: PAD, and PAD_ROWS of its rows for a 2-D one."""
+    return PAD + (PAD_ROWS * int(shape[-1]) if len(shape) > 1 else 0)
+
+
+def output(shape):
+    """A contiguous fp32 ``out`` of ``shape``, filled with SENTINEL, inside a buffer of SENTINEL."""
+    torch = _torch()
+    numel, pad = int(np.prod(shape)), _out_pad(shape)
+    buf = torch.full((numel + 2 * pad,), SENTINEL, device=runtime().device)
+    return buf[pad:pad + numel].view(*shape)
+
+
+def _float64(t):
+    if hasattr(t, "detach"):
+        return t.detach().to("cpu").double().numpy()
+    return t
+
+
+def _element_addresses(t) -> np.ndarray:
+    """The byte address of every element of tensor ``t`` (any strides), as uint64."""
+    offsets = np.zeros(tuple(t.shape), dtype=np.int64)
+    for dim, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[dim] = size
+        offsets = offsets + (np.arange(size, dtype=np.int64) * stride).reshape(shape)
+    return (np.uint64(t.data_ptr()) + (offsets * t.element_size()).astype(np.uint64)).ravel()
+
+
+# ------------------------------------------------------------------------------- watching the kernel
+class _Memory:
+    """Every address that the interpreted kernel loads (with its lanes' mask) and stores."""
+
+    def __init__(self):
+        self.loads, self.stores = [], []
+
+    @staticmethod
+    def _lanes(ptrs, mask):
+        data = np.asarray(ptrs.data)
+        on = np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
+        return data[on].astype(np.uint64).ravel()
+
+    @contextlib.contextmanager
+    def watching(self):
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            yield False                         # compiled on a GPU: nothing to watch
+            return
+        from triton.runtime import interpreter
+
+        builder = interpreter.InterpreterBuilder
+        load, store = builder.create_masked_load, builder.create_masked_store
+        memory = self
+
+        def watched_load(self, ptrs, mask, other, *args):
+            memory.loads.append(memory._lanes(ptrs, mask))
+            return load(self, ptrs, mask, other, *args)
+
+        def watched_store(self, ptrs, value, mask, *args):
+            memory.stores.append(memory._lanes(ptrs, mask))
+            return store(self, ptrs, value, mask, *args)
+
+        builder.create_masked_load, builder.create_masked_store = watched_load, watched_store
+        try:
+            yield True
+        finally:
+            builder.create_masked_load, builder.create_masked_store = load, store
+
+    def loaded(self) -> np.ndarray:
+        return np.concatenate(self.loads) if self.loads else np.zeros(0, np.uint64)
+
+    def stored(self) -> np.ndarray:
+        return np.concatenate(self.stores) if self.stores else np.zeros(0, np.uint64)
+
+
+def _raiser(*args, **kwargs):
+    # Runs as the code of a course function, with that function's module globals: reach the
+    # exception through the builtins only.
+    raise __import__("attnkit.labs.lab04", fromlist=["ForbiddenCall"]).ForbiddenCall()
+
+
+def _forbidden_torch():
+    torch = _torch()
+    import torch.nn.functional as F
+
+    names = {
+        torch: ("softmax", "log_softmax", "logsumexp", "matmul", "mm", "bmm", "einsum", "tensordot",
+                "addmm", "baddbmm", "amax", "max", "cumsum", "inner", "outer", "mv", "dot"),
+        torch.Tensor: ("softmax", "log_softmax", "logsumexp", "matmul", "mm", "bmm", "__matmul__",
+                       "__rmatmul__", "amax", "max", "sum", "cumsum", "mv", "dot"),
+        F: ("softmax", "log_softmax", "scaled_dot_product_attention", "linear"),
+    }
+    return [(owner, name) for owner, attrs in names.items() for name in attrs if hasattr(owner, name)]
+
+
+def _forbidden_course():
+    """attnkit's own kernels and references: functions whose code is swapped while the student runs."""
+    import importlib
+
+    found = []
+    for module_name in ("attnkit.kernels.softmax", "attnkit.kernels.flash", "attnkit.kernels.paged",
+                        "attnkit.reference.attention", "attnkit.reference.online_softmax",
+                        "attnkit.reference.tiled_numpy"):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # a module that cannot load here cannot be called either
+            continue
+        for value in vars(module).values():
+            if callable(value) and getattr(value, "__module__", None) == module_name and \
+                    hasattr(value, "__code__") and not value.__code__.co_freevars:
+                found.append(value)
+    return found
+
+
+@contextlib.contextmanager
+def _forbidding():
+    """PyTorch's softmax, reductions and matrix products, and attnkit's kernels, raise ForbiddenCall."""
+    saved_attrs = [(owner, name, owner.__dict__.get(name, getattr(owner, name)))
+                   for owner, name in _forbidden_torch()]
+    saved_code = [(fn, fn.__code__) for fn in _forbidden_course()]
+    try:
+        for owner, name, _ in saved_attrs:
+            raiser = _named_raiser(f"{'torch.Tensor' if owner is _torch().Tensor else owner.__name__}.{name}")
+            setattr(owner, name, raiser)
+        for fn, _ in saved_code:
+            fn.__code__ = _raiser.__code__.replace(co_name=fn.__name__, co_qualname=f"{fn.__module__}.{fn.__name__}")
+        yield
+    finally:
+        for owner, name, value in saved_attrs:
+            setattr(owner, name, value)
+        for fn, code in saved_code:
+            fn.__code__ = code
+
+
+def _named_raiser(name):
+    def raiser(*args, **kwargs):
+        raise ForbiddenCall(name)
+    return raiser
+
+
+def _forbidden_name(exc: ForbiddenCall) -> str:
+    """The routine that raised: named in the exception, or the code name of the swapped function."""
+    if exc.args:
+        return str(exc.args[0])
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_qualname if tb is not None else "a course function"
+
+
+# ---------------------------------------------------------------------------------------- the runner
+@dataclass
+class Puzzle:
+    """One input of a puzzle: the arguments before ``out``, the output, and what the kernel may read."""
+
+    args: tuple
+    out_shape: tuple
+    label: str
+    stream: int | None = None              # index in args of the input that must be read in one pass
+
+
+def _find_forbidden(exc):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ForbiddenCall):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _fail(name, where, text, hint):
+    return CheckResult(name, FAILED, f"❌ {name}: {where}: {text}\n   hint: {hint}")
+
+
+def run_puzzle(name: str, student_fn: Callable, reference: Callable, puzzles, *, hint: str,
+               tol: float | None = None) -> CheckResult:
+    """Run ``student_fn(*args, out)`` on each puzzle input and judge ``out`` (see the module's doc)."""
+    torch = _torch()
+    tol = tolerance("float32", runtime().device) if tol is None else tol
+    if not callable(student_fn):
+        raise ValueError(f"{name}: must be the puzzle's launch function, got {type(student_fn).__name__}")
+    for index, p in enumerate(puzzles, start=1):
+        where = f"case {index} of {len(puzzles)}, {p.label}"
+        expected = np.asarray(reference(*[_float64(a) for a in p.args]), dtype=np.float64).reshape(p.out_shape)
+        out = output(p.out_shape)
+        memory = _Memory()
+        try:
+            with memory.watching() as watched, _forbidding(), warnings.catch_warnings(), \
+                    np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")          # keep the report the only output
+                got = student_fn(*p.args, out)
+        except Exception as exc:
+            forbidden = _find_forbidden(exc)
+            if forbidden is not None:
+                return _fail(name, where, f"your function calls {_forbidden_name(forbidden)}; this puzzle is "
+                                          f"to compute the result in your own Triton kernel", hint)
+            if is_not_implemented(exc):
+                return not_implemented(name)
+            exc = student_error(exc)
+            last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+            line = f"\n   (line {last.lineno}: {last.line})" if last else ""
+            return _fail(name, where, f"your function raised {type(exc).__name__}: {exc}{line}", hint)
+        base = out.untyped_storage()
+        whole = torch.tensor([], dtype=out.dtype, device=out.device).set_(base).cpu().numpy()
+        pad = _out_pad(p.out_shape)
+        inside = np.zeros(whole.shape, dtype=bool)
+        inside[pad:pad + out.numel()] = True
+        if np.any(whole[~inside] != SENTINEL):
+            first = int(np.flatnonzero(whole[~inside] != SENTINEL)[0])
+            side = "before" if first < pad else "after"
+            return _fail(name, where, f"your kernel wrote outside `out` ({side} it): a store without the "
+                                      f"right mask", hint)
+        if watched:
+            tensors = [a for a in p.args if hasattr(a, "data_ptr")]
+            allowed = np.concatenate([_element_addresses(t) for t in tensors + [out]])
+            loaded = memory.loaded()
+            outside = ~np.isin(loaded, allowed)
+            if np.any(outside):
+                return _fail(name, where, f"your kernel read {int(outside.sum())} element(s) outside its "
+                                          f"inputs (past the end of a row or of the data: mask those loads)", hint)
+            written = np.isin(_element_addresses(out), memory.stored())
+            if not np.all(written):
+                missing = np.unravel_index(int(np.flatnonzero(~written)[0]), tuple(out.shape))
+                return _fail(name, where, f"out[{', '.join(str(int(i)) for i in missing)}] was not written by "
+                                          f"your kernel's tl.store (the result must come from the kernel)", hint)
+            if p.stream is not None:
+                streamed = _element_addresses(p.args[p.stream])
+                _, counts = np.unique(loaded[np.isin(loaded, streamed)], return_counts=True)
+                if counts.size and counts.max() > 1:
+                    return _fail(name, where, f"your kernel reads each input element {int(counts.max())} "
+                                              f"times; this puzzle asks for ONE pass (keep a running maximum "
+                                              f"and rescale the running sums when it grows)", hint)
+        if got is not None and got is not out and not (hasattr(got, "data_ptr") and got.data_ptr() == out.data_ptr()):
+            return _fail(name, where, "return `out` (the tensor your kernel wrote), not a new tensor", hint)
+        err = rel_error(out, expected)
+        if not (np.isfinite(err) and err <= tol):
+            return CheckResult(name, FAILED, f"❌ {name}: {where}: differs from the float64 reference "
+                                             f"(bound {tol:g}).\n{describe_difference(out, expected)}\n"
+                                             f"   hint: {hint}")
+    return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {len(puzzles)} inputs "
+                                     f"(fixed edge cases, then random ones).")
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+# ------------------------------------------------------------------------------------------ puzzle 1
+def scaled_add_reference(x, y, alpha):
+    return alpha * x + y
+
+
+def _scaled_add_cases(seed):
+    rng = _rng(seed)
+    sizes = [(1, "n = 1"), (16, "n = 16 = one block"), (17, "n = 17 = one block + 1"),
+             (47, "n = 47 = three blocks − 1")] + \
+        [(int(n), f"n = {int(n)}") for n in rng.integers(2, 150, size=2)]
+    cases = []
+    for n, label in sizes:
+        alpha = float(rng.choice([-1.5, 0.75, 3.0, -0.25]))
+        cases.append(Puzzle((vector(rng.standard_normal(n)), vector(rng.standard_normal(n)), alpha), (n,),
+                            f"{label}, alpha = {alpha}"))
+    return cases
+
+
+def check_scaled_add(scaled_add, *, seed: int | None = None) -> CheckResult:
+    """Puzzle 1: scaled_add(x, y, alpha, out) -> out = alpha·x + y for 1-D fp32 x, y."""
+    return run_puzzle("scaled_add", scaled_add, scaled_add_reference, _scaled_add_cases(seed),
+                      hint="offsets = pid·BLOCK + tl.arange(0, BLOCK); mask = offsets < n on the loads AND the "
+                           "store; out = alpha·x + y (only x is scaled).")
+
+
+# ------------------------------------------------------------------------------------------ puzzle 2
+def _block_max_cases(seed):
+    rng = _rng(seed)
+    cases = [Puzzle((vector([-3.5]),), (1,), "n = 1, a negative value"),
+             Puzzle((vector(-1 - rng.random(16)),), (1,), "n = 16, all negative (the masked lanes must not win)")]
+    tail = rng.standard_normal(33) - 5
+    tail[32] = 4.0
+    cases.append(Puzzle((vector(tail),), (1,), "n = 33, the maximum is the last element (alone in its block)"))
+    head = -np.abs(rng.standard_normal(47)) - 1
+    head[0] = -0.5
+    cases.append(Puzzle((vector(head),), (1,), "n = 47, all negative, the maximum is the first element"))
+    for n in rng.integers(2, 200, size=2):
+        shift = float(rng.choice([0.0, -10.0]))
+        cases.append(Puzzle((vector(rng.standard_normal(int(n)) + shift),), (1,), f"n = {int(n)}"))
+    return cases
+
+
+def check_block_max(block_max, *, seed: int | None = None) -> CheckResult:
+    """Puzzle 2: block_max(x, out) -> out[0] = max(x), one program looping over blocks of x."""
+    return run_puzzle("block_max", block_max, lambda x: np.max(x, keepdims=True), _block_max_cases(seed),
+                      hint="start from a running maximum of −inf; for start in range(0, n, BLOCK): load with "
+                           "mask=offsets < n and other=−inf (0 would beat negative data), then "
+                           "m = tl.maximum(m, tl.max(x, axis=0)); store m once, after the loop.")
+
+
+# ------------------------------------------------------------------------------------------ puzzle 3
+def affine_columns_reference(x, scale, bias):
+    return x * scale[None, :] + bias[None, :]
+
+
+def _affine_cases(seed):
+    rng = _rng(seed)
+    shapes = [(1, 1, "1 × 1"), (9, 17, "9 × 17 (one row and one column past the 8 × 16 tile)"),
+              (20, 5, "20 × 5 (more rows than columns)"), (8, 16, "8 × 16 = one tile exactly"),
+              (3, 40, "3 × 40")] + [(int(m), int(n), f"{int(m)} × {int(n)}") for m, n in rng.integers(1, 30, (2, 2))]
+    return [Puzzle((matrix(rng.standard_normal((m, n))), vector(rng.standard_normal(n) + 2),
+                    vector(rng.standard_normal(n))), (m, n), f"x {label}, row stride {n + ROW_GAP}")
+            for m, n, label in shapes]
+
+
+def check_affine_columns(affine_columns, *, seed: int | None = None) -> CheckResult:
+    """Puzzle 3: affine_columns(x, scale, bias, out) -> out[i, j] = x[i, j]·scale[j] + bias[j]."""
+    return run_puzzle("affine_columns", affine_columns, affine_columns_reference, _affine_cases(seed),
+                      hint="rows = pid_m·BLOCK_M + arange, cols = pid_n·BLOCK_N + arange; x's pointers are "
+                           "x_ptr + rows[:, None]·stride_x + cols[None, :]; scale and bias are indexed by the "
+                           "column and broadcast as [None, :]; mask = (rows < M)[:, None] & (cols < N)[None, :].")
+
+
+# ------------------------------------------------------------------------------------------ puzzle 4
+def _row_sums_cases(seed):
+    rng = _rng(seed)
+    shapes = [(1, 1, "1 × 1"), (5, 16, "5 × 16 = one column tile"), (6, 17, "6 × 17 (a column past the tile)"),
+              (3, 47, "3 × 47 (three column tiles, the last one partly empty)"), (9, 50, "9 × 50")] + \
+        [(int(m), int(n), f"{int(m)} × {int(n)}") for m, n in rng.integers(1, 60, (2, 2))]
+    return [Puzzle((matrix(rng.standard_normal((m, n)) + 0.5),), (m,), f"x {label}, row stride {n + ROW_GAP}")
+            for m, n, label in shapes]
+
+
+def check_row_sums(row_sums, *, seed: int | None = None) -> CheckResult:
+    """Puzzle 4: row_sums(x, out) -> out[i] = Σ_j x[i, j], a tile of rows looping over column tiles."""
+    return run_puzzle("row_sums", row_sums, lambda x: x.sum(axis=1), _row_sums_cases(seed),
+                      hint="acc = zeros([BLOCK_M]); for start in range(0, N, BLOCK_N): cols = start + arange; "
+                           "load the [BLOCK_M, BLOCK_N] tile with the row AND column mask and other=0; "
+                           "acc += tl.sum(tile, axis=1); store acc with the row mask.")
+
+
+# ------------------------------------------------------------------------------------------ puzzle 5
+def _matmul_cases(seed):
+    torch = _torch()
+    rng = _rng(seed)
+    shapes = [(17, 40, 33, "17 × 40 by 40 × 33 (every size off the 16 tile)"),
+              (16, 16, 16, "16 × 16 by 16 × 16 (one tile)"), (5, 47, 18, "5 × 47 by 47 × 18 (three k tiles)"),
+              (33, 15, 1, "33 × 15 by 15 × 1")] + \
+        [(int(m), int(k), int(n), f"{int(m)} × {int(k)} by {int(k)} × {int(n)}")
+         for m, k, n in rng.integers(1, 40, (2, 3))]
+    return [Puzzle((matrix(rng.standard_normal((m, k)), torch.float16),
+                    matrix(rng.standard_normal((k, n)), torch.float16, transposed=True)), (m, n),
+                   f"fp16 {label}, b stored column by column")
+            for m, k, n, label in shapes]
+
+
+def check_matmul(matmul, *, seed: int | None = None) -> CheckResult:
+    """Puzzle 5: matmul(a, b, out) -> out = a·b (fp16 inputs, fp32 out) with tl.dot and a loop over k."""
+    return run_puzzle("matmul", matmul, lambda a, b: a @ b, _matmul_cases(seed),
+                      hint="acc = zeros([BLOCK_M, BLOCK_N], fp32); for start in range(0, K, BLOCK_K): load an "
+                           "a tile [BLOCK_M, BLOCK_K] and a b tile [BLOCK_K, BLOCK_N] through their strides, "
+                           "masked on m, k and k, n with other=0; acc += tl.dot(a_tile, b_tile); store with "
+                           "the m, n mask.")
+
+
+# ------------------------------------------------------------------------------------------ puzzle 6
+def causal_softmax_reference(s, scale):
+    n_q, n_k = s.shape
+    visible = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+    return softmax_np(np.where(visible, scale * s, -np.inf))
+
+
+def _causal_cases(seed):
+    rng = _rng(seed)
+    cases = [((5, 5), 1.0, 1 / math.sqrt(16), "5 × 5"),
+             ((3, 17), 1.0, 1 / math.sqrt(8), "3 × 17 (Nq < Nk: the mask is aligned to the end)"),
+             ((1, 33), 1.0, 1 / math.sqrt(64), "1 × 33 (one query row sees every key)"),
+             ((4, 16), 300.0, 1 / math.sqrt(4), "4 × 16, scores up to about ±600 (exp overflows without the "
+                                                "row maximum)")]
+    for _ in range(2):
+        n_q = int(rng.integers(1, 12))
+        n_k = n_q + int(rng.integers(0, 30))
+        cases.append(((n_q, n_k), float(rng.choice([1.0, 20.0])), 1 / math.sqrt(float(rng.choice([16, 64]))),
+                      f"{n_q} × {n_k}"))
+    return [Puzzle((matrix(rng.standard_normal(shape) * spread), scale), shape,
+                   f"s {label}, scale {scale:.4g}, row stride {shape[1] + ROW_GAP}")
+            for shape, spread, scale, label in cases]
+
+
+def check_causal_softmax(causal_softmax, *, seed: int | None = None) -> CheckResult:
+    """Puzzle 6: causal_softmax(s, scale, out) -> softmax over each row of scale·s, key j hidden from
+    query i when j > i + Nk − Nq (aligned to the end, as in lesson 5)."""
+    return run_puzzle("causal_softmax", causal_softmax, causal_softmax_reference, _causal_cases(seed),
+                      hint="one program per row i: load the row with other=−inf past Nk, multiply by scale, set "
+                           "keys j > i + Nk − Nq to −inf with tl.where, subtract the row maximum, exp, divide by "
+                           "the sum; store with mask cols < Nk.")
+
+
+# ------------------------------------------------------------------------------------------ puzzle 7
+def logsumexp_reference(x):
+    m = x.max(axis=1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+
+
+def _lse_cases(seed):
+    rng = _rng(seed)
+    rising = np.sort(rng.standard_normal((2, 47)) * 3, axis=1) + np.linspace(0, 30, 47)
+    cases = [Puzzle((matrix(rising),), (2,), "2 × 47, rising along the row (the maximum grows in every tile)",
+                    stream=0),
+             Puzzle((matrix(rng.standard_normal((3, 33)) * 5 + 1000),), (3,),
+                    "3 × 33 near +1000 (exp overflows without the running maximum)", stream=0),
+             Puzzle((matrix(rng.standard_normal((2, 17)) * 5 - 1000),), (2,),
+                    "2 × 17 near −1000 (exp underflows to 0 without the running maximum)", stream=0),
+             Puzzle((matrix(rng.standard_normal((1, 1))),), (1,), "1 × 1", stream=0),
+             Puzzle((matrix(np.sort(rng.standard_normal((4, 16)) * 4, axis=1)[:, ::-1] - 50),), (4,),
+                    "4 × 16 = one tile, falling, near −50", stream=0)]
+    for _ in range(2):
+        m, n = int(rng.integers(1, 6)), int(rng.integers(2, 70))
+        cases.append(Puzzle((matrix(rng.standard_normal((m, n)) * 10 + float(rng.choice([0.0, 500.0]))),), (m,),
+                            f"{m} × {n}", stream=0))
+    return cases
+
+
+def check_row_logsumexp(row_logsumexp, *, seed: int | None = None) -> CheckResult:
+    """Puzzle 7: row_logsumexp(x, out) -> out[i] = log Σ_j exp(x[i, j]), reading each element once."""
+    return run_puzzle("row_logsumexp", row_logsumexp, logsumexp_reference, _lse_cases(seed),
+                      hint="one pass over the row in tiles, keeping m (running max, from −inf) and l (running "
+                           "Σ exp(x − m)): m_new = max(m, tl.max(tile)); l = l·exp(m − m_new) + "
+                           "Σ exp(tile − m_new); masked lanes load −inf. At the end out = m + log(l).")
+
+
+# ------------------------------------------------------------------------------------------ puzzle 8
+def weighted_sum_reference(s, v):
+    return softmax_np(s) @ v
+
+
+def _weighted_cases(seed):
+    rng = _rng(seed)
+
+    def make(shape, d, scores, label):
+        return Puzzle((matrix(scores), matrix(rng.standard_normal((shape[1], d)))), (shape[0], d),
+                      f"s {label}, v {shape[1]} × {d}", stream=0)
+
+    cases = [make((2, 47), 16, np.sort(rng.standard_normal((2, 47)) * 3, axis=1) + np.linspace(0, 40, 47),
+                  "2 × 47, rising along the row (the maximum grows in every tile)"),
+             make((3, 33), 16, rng.standard_normal((3, 33)) * 300 + 800,
+                  "3 × 33 near +800 with gaps of hundreds (exp overflows without the running maximum)"),
+             make((1, 1), 16, rng.standard_normal((1, 1)), "1 × 1"),
+             make((4, 17), 32, np.sort(rng.standard_normal((4, 17)) * 4, axis=1)[:, ::-1].copy(),
+                  "4 × 17, falling (the maximum comes first)")]
+    for _ in range(2):
+        m, n, d = int(rng.integers(1, 5)), int(rng.integers(2, 60)), int(rng.choice([16, 32]))
+        cases.append(make((m, n), d, rng.standard_normal((m, n)) * 5, f"{m} × {n}"))
+    return cases
+
+
+def check_softmax_weighted_sum(softmax_weighted_sum, *, seed: int | None = None) -> CheckResult:
+    """Puzzle 8: softmax_weighted_sum(s, v, out) -> out = softmax(s)·v row by row, one pass over s."""
+    return run_puzzle("softmax_weighted_sum", softmax_weighted_sum, weighted_sum_reference, _weighted_cases(seed),
+                      hint="one pass over the tiles of keys, for a block of rows: m_new = max(m, tl.max(s_tile)); "
+                           "alpha = exp(m − m_new); p = exp(s_tile − m_new); l = l·alpha + Σp; "
+                           "acc = acc·alpha[:, None] + tl.dot(p, v_tile); "
+                           "mask the rows of v past Nk too; at the end out = acc / l.")
+
+
+# ----------------------------------------------------------------------------------------- the lab
+EXERCISES = (
+    Exercise(function="scaled_add", check=check_scaled_add),
+    Exercise(function="block_max", check=check_block_max),
+    Exercise(function="affine_columns", check=check_affine_columns),
+    Exercise(function="row_sums", check=check_row_sums),
+    Exercise(function="matmul", check=check_matmul),
+    Exercise(function="causal_softmax", check=check_causal_softmax),
+    Exercise(function="row_logsumexp", check=check_row_logsumexp),
+    Exercise(function="softmax_weighted_sum", check=check_softmax_weighted_sum),
+)
+
+
+def check_lab(*, seed: int | None = None, **functions):
+    """Every puzzle's check, in order, with a summary line."""
+    return check_exercises(EXERCISES, functions, seed=seed)

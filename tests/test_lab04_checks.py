@@ -1,0 +1,621 @@
+"""Lab 04's checks (Triton puzzles in the interpreter): every plausible wrong kernel is rejected on every
+one of 10 seeds, and already by a fixed case (so the seed cannot save it); other correct kernels are
+accepted; the solution passes, the blank lab reports "not implemented yet", and calls into PyTorch's
+softmax or matrix products, or into attnkit's kernels, are refused.
+
+Each puzzle's wrong answers are one kernel with a ``BUG`` switch (0 = correct; negative = another
+correct way of writing it), so the whole catalogue shares one interpreted function per puzzle."""
+import functools
+import linecache
+import re
+
+import nbformat
+import pytest
+import torch
+from mutation import FEW_SEEDS, assert_accepted, assert_rejected_on_every_seed
+
+from attnkit.classroom.checking import NOT_IMPLEMENTED, PASSED
+from attnkit.classroom.notebooks import ROOT
+from attnkit.device import ensure_triton_backend
+from attnkit.labs import lab04
+
+ensure_triton_backend()
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+SOLUTION, LAB = "solutions/lab04_triton_primer.ipynb", "labs/lab04_triton_primer.ipynb"
+ACCEPT_SEEDS = FEW_SEEDS[:3]      # correct kernels: the fixed cases plus three seeds' random ones
+NEG_INF = float("-inf")
+
+
+def _namespace(relpath: str) -> dict:
+    """The notebook's code cells, except the setup cell and the check cells, run in a fresh namespace."""
+    nb = nbformat.read(ROOT / relpath, as_version=4)
+    namespace: dict = {}
+    for index, source in enumerate([c.source for c in nb.cells if c.cell_type == "code"][1:]):
+        if "lab04.check" in source:
+            continue
+        filename = f"<{relpath} cell {index + 1}>"        # Triton reads a kernel's source via inspect
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+# ------------------------------------------------------------------------------ 1: scaled_add
+@triton.jit
+def _scaled_add(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    if BUG == 4:
+        offs = pid + tl.arange(0, BLOCK)                       # forgot · BLOCK
+    mask = offs < n
+    if BUG == 3:
+        mask = offs <= n
+    if BUG == 9:
+        mask = offs < n - 1
+    if BUG == 1 or BUG == 10:
+        x = tl.load(x_ptr + offs)
+        y = tl.load(y_ptr + offs)
+    elif BUG == -1:
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        y = tl.load(y_ptr + offs, mask=mask, other=0.0)
+    else:
+        x = tl.load(x_ptr + offs, mask=mask)
+        y = tl.load(y_ptr + offs, mask=mask)
+    res = alpha * x + y
+    if BUG == 5:
+        res = alpha * (x + y)
+    if BUG == 6:
+        res = x + alpha * y
+    if BUG == 1 or BUG == 2:
+        tl.store(out_ptr + offs, res)
+    elif BUG == 7:
+        tl.store(out_ptr + offs, res, mask=offs < BLOCK)
+    elif BUG == 8:
+        tl.store(out_ptr + pid * BLOCK, tl.sum(tl.where(mask, res, 0.0), axis=0) / BLOCK)
+    elif BUG == -1:
+        tl.store(out_ptr + offs, tl.where(mask, res, 0.0), mask=mask)
+    else:
+        tl.store(out_ptr + offs, res, mask=mask)
+
+
+def scaled_add(x, y, alpha, out, bug=0, block=16):
+    n = x.numel()
+    _scaled_add[(triton.cdiv(n, block),)](x, y, out, n, alpha, BLOCK=block, BUG=bug)
+    return out
+
+
+SCALED_ADD_WRONG = {"no masks": 1, "store without a mask": 2, "mask offsets <= n": 3, "offsets without ·BLOCK": 4,
+                    "alpha·(x + y)": 5, "x + alpha·y": 6, "store mask offsets < BLOCK": 7,
+                    "one value per program": 8, "mask offsets < n − 1": 9, "loads without a mask": 10}
+SCALED_ADD_RIGHT = {"other=0 and tl.where": dict(bug=-1), "blocks of 64": dict(block=64)}
+
+
+# ------------------------------------------------------------------------------- 2: block_max
+@triton.jit
+def _block_max(x_ptr, out_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    m = tl.full([BLOCK], NEG_INF, tl.float32)
+    if BUG == 5:
+        m = tl.zeros([BLOCK], tl.float32)
+    best = tl.max(m, axis=0)
+    stop = n
+    if BUG == 3:
+        stop = n - BLOCK
+    if BUG == 4:
+        stop = n // BLOCK * BLOCK
+    first = 0
+    if BUG == 9:
+        first = BLOCK
+    for start in range(first, stop, BLOCK):
+        if BUG == 1:
+            x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=0.0)
+        elif BUG == 2:
+            x = tl.load(x_ptr + start + lanes)
+        else:
+            x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=NEG_INF)
+        if BUG == 6:
+            m = x
+        elif BUG == 8:
+            m = tl.minimum(m, x)
+        elif BUG == -1:
+            best = tl.maximum(best, tl.max(x, axis=0))
+        else:
+            m = tl.maximum(m, x)
+    if BUG == 7:
+        tl.store(out_ptr, tl.sum(tl.where(m > NEG_INF, m, 0.0), axis=0))
+    elif BUG == -1:
+        tl.store(out_ptr, best)
+    else:
+        tl.store(out_ptr, tl.max(m, axis=0))
+
+
+def block_max(x, out, bug=0, block=16):
+    _block_max[(1,)](x, out, x.numel(), BLOCK=block, BUG=bug)
+    return out
+
+
+BLOCK_MAX_WRONG = {"other=0.0": 1, "no mask": 2, "range(0, n − BLOCK)": 3, "tail block skipped": 4,
+                   "running max starts at 0": 5, "running max replaced, not combined": 6,
+                   "sum instead of max": 7, "tl.minimum": 8, "first block skipped": 9}
+BLOCK_MAX_RIGHT = {"scalar running max": dict(bug=-1), "blocks of 64": dict(block=64)}
+
+
+# --------------------------------------------------------------------------- 3: affine_columns
+@triton.jit
+def _affine(x_ptr, scale_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BUG: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    if BUG == 6:
+        pid_m, pid_n = tl.program_id(1), tl.program_id(0)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    if BUG == 3:
+        mask = (cols[None, :] < N) & (rows[:, None] >= 0)
+    if BUG == 4:
+        mask = (rows[:, None] < M) & (cols[None, :] >= 0)
+    if BUG == 7:
+        mask = (rows[:, None] <= M) & (cols[None, :] <= N)
+    row_stride = stride_xm
+    if BUG == 2:
+        row_stride = N
+    x = tl.load(x_ptr + rows[:, None] * row_stride + cols[None, :] * stride_xn, mask=mask)
+    if BUG == 1:
+        scale = tl.load(scale_ptr + rows, mask=rows < N)
+        bias = tl.load(bias_ptr + rows, mask=rows < N)
+        res = x * scale[:, None] + bias[:, None]
+    else:
+        if BUG == 8:
+            scale = tl.load(scale_ptr + cols)
+        else:
+            scale = tl.load(scale_ptr + cols, mask=cols < N)
+        bias = tl.load(bias_ptr + cols, mask=cols < N)
+        res = x * scale[None, :] + bias[None, :]
+        if BUG == 5:
+            res = (x + bias[None, :]) * scale[None, :]
+    out_stride = stride_om
+    if BUG == 9:
+        out_stride = stride_xm
+    if BUG == -1:
+        tl.store(out_ptr + rows[:, None] * out_stride + cols[None, :], tl.where(mask, res, 0.0), mask=mask)
+    else:
+        tl.store(out_ptr + rows[:, None] * out_stride + cols[None, :], res, mask=mask)
+
+
+def affine_columns(x, scale, bias, out, bug=0, block_m=8, block_n=16):
+    M, N = x.shape
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    _affine[grid](x, scale, bias, out, M, N, x.stride(0), x.stride(1), out.stride(0),
+                  BLOCK_M=block_m, BLOCK_N=block_n, BUG=bug)
+    return out
+
+
+AFFINE_WRONG = {"scale and bias by row": 1, "row stride taken as N": 2, "column mask only": 3,
+                "row mask only": 4, "(x + bias)·scale": 5, "program ids swapped": 6, "masks with <=": 7,
+                "scale loaded without a mask": 8, "out addressed with x's stride": 9}
+AFFINE_RIGHT = {"tl.where before the store": dict(bug=-1), "16 × 8 tiles": dict(block_m=16, block_n=8)}
+
+
+# -------------------------------------------------------------------------------- 4: row_sums
+@triton.jit
+def _row_sums(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BUG: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    acc = tl.zeros([BLOCK_M], tl.float32)
+    tile_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    stop = N
+    if BUG == 1:
+        stop = N - BLOCK_N
+    if BUG == 2:
+        stop = N // BLOCK_N * BLOCK_N
+    first = 0
+    if BUG == 9:
+        first = BLOCK_N
+    row_stride, col_stride = stride_xm, stride_xn
+    if BUG == 7:
+        row_stride = N
+    if BUG == 8:
+        row_stride, col_stride = stride_xn, stride_xm
+    for start in range(first, stop, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        if BUG == 3:
+            mask = (rows[:, None] < M) & (cols[None, :] >= 0)
+        tile = tl.load(x_ptr + rows[:, None] * row_stride + cols[None, :] * col_stride, mask=mask, other=0.0)
+        if BUG == 5:
+            acc = tl.sum(tile, axis=1)
+        elif BUG == 6:
+            acc += tl.sum(tile, axis=0)
+        elif BUG == -1:
+            tile_acc += tile
+        else:
+            acc += tl.sum(tile, axis=1)
+    if BUG == -1:
+        acc = tl.sum(tile_acc, axis=1)
+    if BUG == 4:
+        tl.store(out_ptr + rows, acc)
+    else:
+        tl.store(out_ptr + rows, acc, mask=rows < M)
+
+
+def row_sums(x, out, bug=0, block_m=4, block_n=16):
+    M, N = x.shape
+    _row_sums[(triton.cdiv(M, block_m),)](x, out, M, N, x.stride(0), x.stride(1), BLOCK_M=block_m,
+                                          BLOCK_N=block_n, BUG=bug)
+    return out
+
+
+ROW_SUMS_WRONG = {"range(0, N − BLOCK_N)": 1, "partial last tile skipped": 2, "no column mask": 3,
+                  "store without the row mask": 4, "accumulator overwritten": 5, "sum over axis 0": 6,
+                  "row stride taken as N": 7, "strides swapped": 8, "first tile skipped": 9}
+ROW_SUMS_RIGHT = {"2-D accumulator, one sum at the end": dict(bug=-1), "2 × 32 tiles": dict(block_m=2, block_n=32)}
+
+
+# ---------------------------------------------------------------------------------- 5: matmul
+@triton.jit
+def _matmul(a_ptr, b_ptr, out_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BUG: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    stop = K
+    if BUG == 3:
+        stop = K - BLOCK_K
+    am, ak = stride_am, stride_ak
+    if BUG == 4:
+        am, ak = stride_ak, stride_am
+    bk, bn = stride_bk, stride_bn
+    if BUG == 5:
+        bk, bn = N, 1
+    for start in range(0, stop, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        a_mask = (rows[:, None] < M) & (ks[None, :] < K)
+        b_mask = (ks[:, None] < K) & (cols[None, :] < N)
+        if BUG == 1:
+            a_mask = (rows[:, None] < M) & (ks[None, :] >= 0)
+            b_mask = (ks[:, None] >= 0) & (cols[None, :] < N)
+        if BUG == 9:
+            b_mask = (ks[:, None] >= 0) & (cols[None, :] < N)
+        a = tl.load(a_ptr + rows[:, None] * am + ks[None, :] * ak, mask=a_mask, other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * bk + cols[None, :] * bn, mask=b_mask, other=0.0)
+        if BUG == 2:
+            acc = tl.dot(a, b)
+        elif BUG == 7:
+            acc = (acc + tl.dot(a, b)).to(tl.float16).to(tl.float32)
+        elif BUG == 8:
+            acc += tl.dot(b, a)
+        else:
+            acc += tl.dot(a, b)
+    out_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    if BUG == 6:
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc)
+    else:
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc, mask=out_mask)
+
+
+@triton.jit
+def _matmul_pointers(a_ptr, b_ptr, out_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BUG: tl.constexpr):
+    """Another correct way: advance the tiles' pointers by BLOCK_K each step (the Triton tutorial's)."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for step in range(0, tl.cdiv(K, BLOCK_K)):
+        left = K - step * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < left), other=0.0)
+        b = tl.load(b_ptrs, mask=(ks[:, None] < left) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def matmul(a, b, out, bug=0, blocks=(16, 16, 16), kernel=_matmul):
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (triton.cdiv(M, blocks[0]), triton.cdiv(N, blocks[1]))
+    kernel[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
+                 BLOCK_M=blocks[0], BLOCK_N=blocks[1], BLOCK_K=blocks[2], BUG=bug)
+    return out
+
+
+MATMUL_WRONG = {"no mask along k": 1, "accumulator overwritten": 2, "last k tile skipped": 3,
+                "a's strides swapped": 4, "b taken as row-major": 5, "store without a mask": 6,
+                "accumulator rounded to fp16": 7, "tl.dot(b, a)": 8, "b not masked along k": 9}
+MATMUL_RIGHT = {"pointers advanced per step": dict(kernel=_matmul_pointers),
+                "32 × 16 × 32 tiles": dict(blocks=(32, 16, 32))}
+
+
+# -------------------------------------------------------------------------- 6: causal_softmax
+@triton.jit
+def _causal(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BLOCK: tl.constexpr,
+            BUG: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    row_stride = stride_sm
+    if BUG == 7:
+        row_stride = n_k
+    raw = tl.load(s_ptr + row * row_stride + cols * stride_sn, mask=cols < n_k, other=NEG_INF)
+    visible = cols <= row + n_k - n_q
+    if BUG == 2:
+        visible = cols <= row
+    if BUG == 3:
+        visible = cols < row + n_k - n_q
+    if BUG == 9:
+        visible = cols <= row + n_q - n_k
+    scaled = raw * scale
+    if BUG == 4:
+        scaled = raw
+    if BUG == 5:
+        s = tl.where(visible & (cols < n_k), scaled, 0.0)
+    else:
+        s = tl.where(visible, scaled, NEG_INF)
+    if BUG == 1:
+        p = tl.exp(s)
+    elif BUG == 6:
+        p = tl.exp(s - tl.max(tl.where(visible, raw, NEG_INF), axis=0))
+    elif BUG == -1:
+        p = tl.exp2((s - tl.max(s, axis=0)) * 1.4426950408889634)
+    elif BUG == -2:
+        keep = visible & (cols < n_k)
+        top = tl.max(tl.where(keep, scaled, NEG_INF), axis=0)
+        p = tl.where(keep, tl.exp(scaled - top), 0.0)
+    else:
+        p = tl.exp(s - tl.max(s, axis=0))
+    y = p / tl.sum(p, axis=0)
+    if BUG == 8:
+        tl.store(out_ptr + row * stride_om + cols, y)
+    else:
+        tl.store(out_ptr + row * stride_om + cols, y, mask=cols < n_k)
+
+
+def causal_softmax(s, scale, out, bug=0):
+    n_q, n_k = s.shape
+    _causal[(n_q,)](s, out, n_q, n_k, scale, s.stride(0), s.stride(1), out.stride(0),
+                    BLOCK=triton.next_power_of_2(n_k), BUG=bug)
+    return out
+
+
+CAUSAL_WRONG = {"no row maximum": 1, "mask aligned to the start (j <= i)": 2, "strict mask": 3,
+                "scale forgotten": 4, "hidden scores set to 0": 5, "maximum of the unscaled scores": 6,
+                "row stride taken as Nk": 7, "store without a mask": 8, "offset Nq − Nk": 9}
+CAUSAL_RIGHT = {"exp2 with log2(e)": dict(bug=-1), "one combined mask": dict(bug=-2)}
+
+
+# --------------------------------------------------------------------------- 7: row_logsumexp
+@triton.jit
+def _lse(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+         BUG: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    m = tl.full([BLOCK_M], NEG_INF, tl.float32)
+    if BUG == 4:
+        m = tl.zeros([BLOCK_M], tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    m_lanes = tl.full([BLOCK_M, BLOCK_N], NEG_INF, tl.float32)
+    l_lanes = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    if BUG == 1:                                   # two passes: the maximum first, then the sum
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = (rows[:, None] < M) & (cols[None, :] < N)
+            x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=NEG_INF)
+            m = tl.maximum(m, tl.max(x, axis=1))
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        other = NEG_INF
+        if BUG == 5:
+            other = 0.0
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=other)
+        if BUG == 1:
+            l += tl.sum(tl.exp(x - m[:, None]), axis=1)
+        elif BUG == 6:
+            l += tl.sum(tl.exp(x), axis=1)
+        elif BUG == -1:
+            m_new_lanes = tl.maximum(m_lanes, x)
+            seen = m_new_lanes > NEG_INF                     # lanes that have met a real score
+            l_lanes = tl.where(seen, l_lanes * tl.exp(m_lanes - m_new_lanes) + tl.exp(x - m_new_lanes), 0.0)
+            m_lanes = m_new_lanes
+        else:
+            m_new = tl.maximum(m, tl.max(x, axis=1))
+            if BUG == 2:
+                l = l + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
+            elif BUG == 3:
+                l = l * tl.exp(m_new - m) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
+            elif BUG == 9:
+                l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - tl.max(x, axis=1)[:, None]), axis=1)
+            elif BUG == -2:
+                log2e = 1.4426950408889634
+                l = l * tl.exp2((m - m_new) * log2e) + tl.sum(tl.exp2((x - m_new[:, None]) * log2e), axis=1)
+            else:
+                l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
+            m = m_new
+    if BUG == -1:
+        m = tl.max(m_lanes, axis=1)
+        l = tl.sum(tl.where(m_lanes > NEG_INF, l_lanes * tl.exp(m_lanes - m[:, None]), 0.0), axis=1)
+    res = m + tl.log(l)
+    if BUG == 6:
+        res = tl.log(l)
+    if BUG == 7:
+        res = m + l
+    if BUG == 8:
+        res = tl.log(l)
+    tl.store(out_ptr + rows, res, mask=rows < M)
+
+
+def row_logsumexp(x, out, bug=0):
+    M, N = x.shape
+    _lse[(triton.cdiv(M, 4),)](x, out, M, N, x.stride(0), x.stride(1), BLOCK_M=4, BLOCK_N=16, BUG=bug)
+    return out
+
+
+LSE_WRONG = {"two passes (maximum, then sum)": 1, "l not rescaled": 2, "rescaled by exp(m_new − m)": 3,
+             "running maximum starts at 0": 4, "masked lanes read 0": 5, "no maximum at all": 6,
+             "m + l, no log": 7, "log(l) without m": 8, "each tile against its own maximum": 9}
+LSE_RIGHT = {"per-lane running state, combined at the end": dict(bug=-1), "exp2 and log2(e)": dict(bug=-2)}
+
+
+# --------------------------------------------------------------------- 8: softmax_weighted_sum
+@triton.jit
+def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_vd, stride_om,
+          D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BUG: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, D)
+    m = tl.full([BLOCK_M], NEG_INF, tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    if BUG == 4:                                   # two passes: the maximum first
+        for start in range(0, N, BLOCK_N):
+            keys = start + tl.arange(0, BLOCK_N)
+            s = tl.load(s_ptr + rows[:, None] * stride_sm + keys[None, :] * stride_sn,
+                        mask=(rows[:, None] < M) & (keys[None, :] < N), other=NEG_INF)
+            m = tl.maximum(m, tl.max(s, axis=1))
+    for start in range(0, N, BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        other = NEG_INF
+        if BUG == 5:
+            other = 0.0
+        s = tl.load(s_ptr + rows[:, None] * stride_sm + keys[None, :] * stride_sn,
+                    mask=(rows[:, None] < M) & (keys[None, :] < N), other=other)
+        if BUG == 6:
+            v = tl.load(v_ptr + keys[:, None] * stride_vn + dims[None, :] * stride_vd)
+        else:
+            v = tl.load(v_ptr + keys[:, None] * stride_vn + dims[None, :] * stride_vd, mask=keys[:, None] < N,
+                        other=0.0)
+        if BUG == 4:
+            p = tl.exp(s - m[:, None])
+            l += tl.sum(p, axis=1)
+            acc += tl.dot(p, v)
+        else:
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            if BUG == 7:
+                p = tl.exp(s - m[:, None])
+            if BUG == -1:
+                log2e = 1.4426950408889634
+                alpha = tl.exp2((m - m_new) * log2e)
+                p = tl.exp2((s - m_new[:, None]) * log2e)
+            if BUG == 2:
+                l = l + tl.sum(p, axis=1)
+            else:
+                l = l * alpha + tl.sum(p, axis=1)
+            if BUG == 1:
+                acc = acc + tl.dot(p, v)
+            elif BUG == 9:
+                acc = acc + tl.dot(p, v) * alpha[:, None]
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p, v)
+            if BUG == 3:
+                acc = acc / l[:, None]
+            m = m_new
+    res = acc / l[:, None]
+    if BUG == 8 or BUG == 3:
+        res = acc
+    tl.store(out_ptr + rows[:, None] * stride_om + dims[None, :], res, mask=rows[:, None] < M)
+
+
+def softmax_weighted_sum(s, v, out, bug=0, block_n=16):
+    M, N = s.shape
+    _wsum[(triton.cdiv(M, 16),)](s, v, out, M, N, s.stride(0), s.stride(1), v.stride(0), v.stride(1),
+                                 out.stride(0), D=v.shape[1], BLOCK_M=16, BLOCK_N=block_n, BUG=bug)
+    return out
+
+
+WSUM_WRONG = {"acc not rescaled": 1, "l not rescaled": 2, "normalised after every tile": 3,
+              "two passes (maximum, then sums)": 4, "masked scores read 0": 5, "v not masked past N": 6,
+              "p against the old maximum": 7, "no final division": 8, "alpha on the new tile": 9}
+WSUM_RIGHT = {"exp2 and log2(e)": dict(bug=-1), "tiles of 32 keys": dict(block_n=32)}
+
+
+# ------------------------------------------------------------------------------------ catalogue
+CATALOGUE = {  # exercise: (check, launcher, wrong, right, number of fixed cases)
+    "scaled_add": (lab04.check_scaled_add, scaled_add, SCALED_ADD_WRONG, SCALED_ADD_RIGHT, 4),
+    "block_max": (lab04.check_block_max, block_max, BLOCK_MAX_WRONG, BLOCK_MAX_RIGHT, 4),
+    "affine_columns": (lab04.check_affine_columns, affine_columns, AFFINE_WRONG, AFFINE_RIGHT, 5),
+    "row_sums": (lab04.check_row_sums, row_sums, ROW_SUMS_WRONG, ROW_SUMS_RIGHT, 5),
+    "matmul": (lab04.check_matmul, matmul, MATMUL_WRONG, MATMUL_RIGHT, 4),
+    "causal_softmax": (lab04.check_causal_softmax, causal_softmax, CAUSAL_WRONG, CAUSAL_RIGHT, 4),
+    "row_logsumexp": (lab04.check_row_logsumexp, row_logsumexp, LSE_WRONG, LSE_RIGHT, 5),
+    "softmax_weighted_sum": (lab04.check_softmax_weighted_sum, softmax_weighted_sum, WSUM_WRONG, WSUM_RIGHT, 4),
+}
+
+
+def _named(launcher, name, **kwargs):
+    fn = functools.partial(launcher, **kwargs)
+    fn.__name__ = name
+    return fn
+
+
+def _wrong_params():
+    return [pytest.param(check, _named(launcher, name, bug=bug), fixed, id=f"{exercise}: {name}")
+            for exercise, (check, launcher, wrong, _, fixed) in CATALOGUE.items() for name, bug in wrong.items()]
+
+
+def _right_params():
+    return [pytest.param(check, _named(launcher, name, **kwargs), id=f"{exercise}: {name}")
+            for exercise, (check, launcher, _, right, _) in CATALOGUE.items() for name, kwargs in right.items()]
+
+
+@pytest.mark.parametrize(("check", "mutant", "fixed"), _wrong_params())
+def test_wrong_kernel_rejected_by_a_fixed_case_on_every_seed(check, mutant, fixed):
+    assert_rejected_on_every_seed(check, mutant, FEW_SEEDS)
+    report = check(mutant, seed=0).report
+    case = re.search(r"case (\d+) of", report)
+    assert case and int(case.group(1)) <= fixed, f"rejected only by a random case:\n{report}"
+
+
+@pytest.mark.parametrize(("check", "correct"), _right_params())
+def test_other_correct_kernel_accepted(check, correct):
+    assert_accepted(check, correct, ACCEPT_SEEDS)
+
+
+def test_catalogue_covers_every_puzzle():
+    assert [e.function for e in lab04.EXERCISES] == list(CATALOGUE)
+    for exercise, (_, _, wrong, right, _) in CATALOGUE.items():
+        assert len(wrong) >= 8 and len(right) >= 2, exercise
+
+
+def test_solution_passes_and_blank_is_not_implemented():
+    solved, blank = _namespace(SOLUTION), _namespace(LAB)
+    names = [e.function for e in lab04.EXERCISES]
+    summary = lab04.check_lab(seed=11, **{n: solved[n] for n in names})
+    assert summary.passed, summary
+    summary = lab04.check_lab(seed=11, **{n: blank[n] for n in names})
+    assert [r.status for r in summary.results] == [NOT_IMPLEMENTED] * len(names), summary
+
+
+def test_library_calls_are_refused():
+    from attnkit.kernels.softmax import softmax as course_softmax
+
+    def torch_softmax(s, scale, out):
+        out.copy_(torch.softmax(s * scale, dim=-1))
+        return out
+
+    def course_kernel(s, scale, out):
+        out.copy_(course_softmax(s * scale))
+        return out
+
+    def torch_matmul(a, b, out):
+        out.copy_((a @ b).float())
+        return out
+
+    for check, fn, name in ((lab04.check_causal_softmax, torch_softmax, "torch.softmax"),
+                            (lab04.check_causal_softmax, course_kernel, "attnkit.kernels.softmax.softmax"),
+                            (lab04.check_matmul, torch_matmul, "torch.Tensor.__matmul__")):
+        result = check(fn, seed=0)
+        assert not result.passed and f"calls {name}" in result.report, result.report
+    assert lab04.check_causal_softmax(causal_softmax, seed=0).status == PASSED     # restored afterwards
+    assert torch.softmax(torch.zeros(2), 0).tolist() == [0.5, 0.5]
+
+
+def test_a_result_computed_outside_the_kernel_is_refused():
+    def torch_add(x, y, alpha, out):
+        out.copy_(alpha * x + y)
+        return out
+
+    result = lab04.check_scaled_add(torch_add, seed=0)
+    assert not result.passed and "not written by your kernel" in result.report
