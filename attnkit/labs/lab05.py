@@ -53,9 +53,9 @@ HINT_FORWARD = ("keep a running max m, sum l and accumulator acc per query row (
                 "alpha = exp(m − m_new), p = exp(s − m_new), l = l·alpha + rowsum(p), "
                 "acc = acc·alpha + p·v (rescale acc!); after the loop divide acc by l, once.")
 HINT_CAUSAL = ("query i sees key j iff j ≤ i + Nk − Nq (the mask is aligned to the END of the keys, "
-               "so with Nq < Nk the last query sees every key); `hi` is ONE PAST the last key the tile's "
-               "last real row sees (min(last_row + Nk − Nq + 1, Nk)), and hidden scores are −inf "
-               "before the row max.")
+               "so with Nq < Nk the last query sees every key); the loop stops at `hi`, ONE PAST the last "
+               "key the tile's last real row sees (an off-by-one drops that key when it starts a key "
+               "tile), and hidden scores are −inf before the row max.")
 HINT_GQA = ("query head h shares the K/V of head h // (Hq // Hkv) = h // GROUP: consecutive query heads "
             "form a group (not h % Hkv, which interleaves them, nor h // Hkv).")
 
