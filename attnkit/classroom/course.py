@@ -85,7 +85,7 @@ LESSONS = (
                       r"When the running maximum grows from $m$ to $m'$, what happens to $\ell$ and $z$, and why?",
                       "In tiled attention, which tensors never reach HBM?",
                       "How does the tiled traffic depend on the SRAM size $M$?")),
-    Lesson(4, "triton_primer", "A Triton primer", False, minutes=45,
+    Lesson(4, "triton_primer", "A Triton primer", True, minutes=45,
            objectives=("write a Triton kernel with programs, blocks, pointers and masks",
                        "write a fused row softmax that reads each row once",
                        "test a kernel against a reference in the interpreter and time it on a GPU"),
@@ -145,6 +145,20 @@ LESSONS = (
            questions=("What does continuous batching do when a sequence finishes mid-batch?",
                       "Why are the generated tokens exactly those of the plain forward pass, not just close?",
                       "How do tokens per second change with batch size in decode, and why?")),
+    Lesson(10, "beyond_one_gpu", "Beyond one GPU", False, minutes=60,
+           objectives=("merge attention computed on different devices with the log-sum-exp rule",
+                       "run ring attention, forward and backward, and the all-gather K/V variant",
+                       "balance causal work over ranks with the zig-zag split",
+                       "predict when a ring hides its communication (α–β model) and size the KV cache per GPU "
+                       "under tensor parallelism"),
+           prerequisites="lessons 3, 5, 6 and 7; `torch.distributed` is introduced here",
+           questions=("Which two numbers per row must travel with a block's output so that another rank can "
+                      "merge it exactly?",
+                      "With a contiguous split and a causal mask, how much more work does the last of W ranks do "
+                      "than the first, and how does the zig-zag split fix it?",
+                      "Why does grouped-query attention make all-gathering K and V affordable?",
+                      "Llama 3 70B has 8 KV heads: how does its KV cache per GPU change from 8 to 16 "
+                      "tensor-parallel GPUs, and why?")),
 )
 
 
