@@ -139,6 +139,7 @@ def hostile(tmp_path_factory):
     if grading.sandbox_problem() is not None:
         pytest.skip(f"no sandbox here: {grading.sandbox_problem()}")
     decoy = FIXTURES / "grading" / f"decoy-{os.getpid()}.txt"
+    decoy.parent.mkdir(exist_ok=True)
     decoy.write_text("the hostile notebook tries to delete this file\n")
     try:
         cells = [c.replace("REPO / DECOY", f"REPO / {str(decoy.relative_to(ROOT))!r}") for c in HOSTILE]
@@ -149,6 +150,8 @@ def hostile(tmp_path_factory):
         survived = decoy.exists()
     finally:
         decoy.unlink(missing_ok=True)
+        if not any(decoy.parent.iterdir()):
+            decoy.parent.rmdir()
     return g, before, sha256(LAB01_FILE), survived
 
 

@@ -20,9 +20,9 @@ holds only the submission:
    imported before the student's code runs; what that code changes in them is put back (and reported);
    each call of a student's function runs in its own thread, so the checker's frames are not on its
    stack, and while it runs the course's own implementations (``attnkit.reference``, ``.kernels``,
-   ``.serving.kv_cache``, ``.bench.iomodel`` and the checks' ``reference`` functions) refuse to be
-   called from the student's code. A function that *is* one of the course's (``softmax_rows =
-   softmax_np``) earns nothing.
+   ``.serving.kv_cache``, ``.bench.iomodel`` and the checks' ``reference`` functions, except those
+   the lab notebook imports as tools) refuse to be called from the student's code. A function that
+   *is* one of the course's (``softmax_rows = softmax_np``) earns nothing.
 
 Both steps run inside bubblewrap (``bwrap``) where it works: a read-only view of the system and the
 Python environment, the package read-only, the repository (``solutions/``, ``labs/``, other students'
@@ -945,6 +945,10 @@ class _Proxy:
 
     def __eq__(self, other):
         return self._run("__eq__", lambda t, o: t == o, self._target, other) is True
+
+    def __hash__(self):
+        value = self._run("__hash__", hash, self._target)
+        return value if type(value) is int else id(self)
 
 
 def _stop_thread(thread) -> None:
