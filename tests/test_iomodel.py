@@ -169,3 +169,18 @@ def test_shared_memory_bandwidth_from_the_clock():
     assert levels.index("shared memory / L1") < levels.index("HBM3")
     rates = {level: rate for level, _, _, rate in iomodel.HIERARCHY_H100}
     assert rates["shared memory / L1"] > rates["HBM3"] > rates["host DRAM over PCIe 5.0 x16"]
+
+
+def test_gpu_suites_of_the_lessons_import_and_the_five_passes_are_softmax():
+    import importlib
+
+    import torch
+
+    from attnkit.bench import streams
+    from attnkit.bench.recorder import SUITES
+
+    for name in ("softmax", "bandwidth", "decode_profile"):
+        module, function = SUITES[name].split(":")
+        assert callable(getattr(importlib.import_module(module), function))
+    x = torch.randn(3, 17, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert torch.allclose(streams.five_passes(x), torch.softmax(x, dim=1), rtol=1e-12, atol=0)
