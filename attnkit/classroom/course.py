@@ -145,7 +145,7 @@ LESSONS = (
            questions=("What does continuous batching do when a sequence finishes mid-batch?",
                       "Why are the generated tokens exactly those of the plain forward pass, not just close?",
                       "How do tokens per second change with batch size in decode, and why?")),
-    Lesson(10, "beyond_one_gpu", "Beyond one GPU", False, minutes=60,
+    Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=60,
            objectives=("merge attention computed on different devices with the log-sum-exp rule",
                        "run ring attention, forward and backward, and the all-gather K/V variant",
                        "balance causal work over ranks with the zig-zag split",

@@ -62,7 +62,7 @@ def run_group(fn, world_size: int, args: tuple = (), *, backend: str = "gloo", t
     for p in procs:
         p.start()
     got, errors = {}, []
-    deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout_s + 30)
+    deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout_s + 10)
     try:
         while len(got) + len(errors) < world_size:
             left = (deadline - datetime.datetime.now()).total_seconds()
@@ -70,7 +70,7 @@ def run_group(fn, world_size: int, args: tuple = (), *, backend: str = "gloo", t
                 rank, status, value = results.get(timeout=max(left, 0.1))
             except queue.Empty:
                 missing = sorted(set(range(world_size)) - set(got) - {r for r, _ in errors})
-                raise TimeoutError(f"run_group: ranks {missing} did not finish within {timeout_s + 30:.0f} s "
+                raise TimeoutError(f"run_group: ranks {missing} did not finish within {timeout_s + 10:.0f} s "
                                    f"(a peer that never sends or receives?)") from None
             if status == "ok":
                 got[rank] = torch.load(io.BytesIO(value), weights_only=False)

@@ -1,0 +1,208 @@
+"""Checks for lab 10, attention beyond one GPU.
+
+Students write four functions:
+
+    zigzag_chunks(rank, world_size)          exercise 1: the chunks rank r holds in the zig-zag split of a
+                                             sequence cut into 2·world_size chunks, in increasing order
+    predicted_work_ratio(world_size)         exercise 2: a prediction: under a causal mask and a contiguous
+                                             split, the last rank's blocks ÷ the first rank's
+    merge_blocks(o_a, lse_a, o_b, lse_b)     exercise 3: (o, lse) of the keys of two blocks together
+    ring_forward(q, k, v, causal)            exercise 4: this rank's output of ring attention (contiguous
+                                             split: rank r holds chunk r), run inside a process group
+
+Each check runs fixed adversarial cases first (log-sum-exps hundreds apart, empty blocks, causal masks
+where a wrong block owner changes the result, GQA), then cases drawn from ``seed``. ``ring_forward`` runs
+on 2, 3 and 4 processes (torch.distributed, gloo) and is compared with one-process float64 attention;
+the course's own ring, all-gather and merge may not be called while it runs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..classroom.checking import (
+    CheckResult,
+    Exercise,
+    case,
+    check_exercises,
+    exercise_check,
+    run_check,
+)
+from ..distributed import context_parallel as _cp
+from ..distributed.launch import run_group
+from ..reference.attention import attention_ref
+from ..tolerances import tolerance
+
+TOL = tolerance("float64") * 1e3
+RING_TIMEOUT_S = 20
+
+HINT_ZIGZAG = ("cut the sequence into 2·W chunks; rank r takes chunk r (early, little causal work) and chunk "
+               "2W − 1 − r (late, much work); return them as a list in increasing order.")
+HINT_RATIO = ("with a contiguous split and a causal mask, rank r attends to r full blocks and one half "
+              "(diagonal) block: count the first and the last rank's blocks and divide.")
+HINT_MERGE = ("lse = log(e^lse_a + e^lse_b), computed without overflow: m = max(lse_a, lse_b) row by row, "
+              "lse = m + log(e^(lse_a − m) + e^(lse_b − m)); then o = e^(lse_a − lse)·o_a + e^(lse_b − lse)·o_b "
+              "(weights broadcast over the last axis). A block with lse = −inf holds no keys: weight 0.")
+HINT_RING = ("W steps: at step s the K/V held came from rank (r − s) mod W, i.e. chunk (r − s) mod W. Start "
+             "sending the block to rank r + 1 and receiving the next from rank r − 1 "
+             "(dist.batch_isend_irecv), compute block_forward(q, k, v, causal and owner == r, scale) unless "
+             "causal and owner > r, merge it with your merge_blocks, then wait and swap in the received "
+             "block. Return o in q's dtype.")
+
+
+def forbidden() -> tuple:
+    """The course's own merge, ring and all-gather (block_forward_torch is the lab's tool: allowed)."""
+    return (_cp.ring_attention, _cp.all_gather_kv_attention, _cp.merge, _cp._local_forward)
+
+
+# ------------------------------------------------------------------------------ exercise 1
+def _chunks_case(rank, world):
+    return case(rank, world, label=f"rank {rank} of {world}")
+
+
+def _check_zigzag(zigzag_chunks, *, seed: int | None = None) -> CheckResult:
+    """zigzag_chunks(rank, world_size) -> [r, 2W − 1 − r]."""
+    fixed = [_chunks_case(r, w) for w in (1, 2, 3, 4, 8) for r in range(w)]
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(4):
+        w = int(rng.integers(5, 64))
+        drawn.append(_chunks_case(int(rng.integers(0, w)), w))
+    return run_check("zigzag_chunks", lambda r, w: list(map(int, zigzag_chunks(r, w))),
+                     lambda r, w: _cp.chunks_of_rank(r, w, "zigzag"), fixed + drawn, tol=0, hint=HINT_ZIGZAG,
+                     compare=lambda got, want: list(got) == list(want), fixed=len(fixed))
+
+
+# ------------------------------------------------------------------------------ exercise 2
+def _check_ratio(predicted_work_ratio, *, seed: int | None = None) -> CheckResult:
+    """predicted_work_ratio(world_size): within 2% of the counted ratio (2W − 1)."""
+    fixed = [case(w, label=f"W = {w}") for w in (2, 3, 4, 8, 16)]
+    rng = np.random.default_rng(seed)
+    drawn = [case(int(rng.integers(5, 100)), label="W drawn at random") for _ in range(3)]
+
+    def counted(w):
+        work = _cp.causal_work(w, "contiguous")
+        return work[-1] / work[0]
+
+    return run_check("predicted_work_ratio", lambda w: float(predicted_work_ratio(w)), counted, fixed + drawn,
+                     tol=0.02, hint=HINT_RATIO, fixed=len(fixed),
+                     compare=lambda got, want: math.isfinite(got) and abs(got - want) <= 0.02 * want)
+
+
+# ------------------------------------------------------------------------------ exercise 3
+def _merge_reference(o_a, lse_a, o_b, lse_b):
+    o, lse = _cp.merge(_cp.merge(None, o_a, lse_a), o_b, lse_b)
+    return torch.cat([o, lse[..., None]], dim=-1)
+
+
+def _merge_case(rng, rows, d, offset_a, offset_b, label, empty=None):
+    o_a, o_b = (torch.from_numpy(rng.standard_normal((1, 2, rows, d))) for _ in range(2))
+    lse_a = torch.from_numpy(rng.standard_normal((1, 2, rows)) * 3 + np.asarray(offset_a))   # offsets per row or one
+    lse_b = torch.from_numpy(rng.standard_normal((1, 2, rows)) * 3 + np.asarray(offset_b))
+    if empty == "a":
+        lse_a[..., 0], o_a[..., 0, :] = -math.inf, 0.0
+    if empty == "b":
+        lse_b[..., 1], o_b[..., 1, :] = -math.inf, 0.0
+    return case(o_a, lse_a, o_b, lse_b, label=label)
+
+
+def _check_merge(merge_blocks, *, seed: int | None = None) -> CheckResult:
+    """merge_blocks(o_a, lse_a, o_b, lse_b) -> (o, lse); o [..., rows, D], lse [..., rows]."""
+    rng = np.random.default_rng(10)
+    fixed = [
+        _merge_case(rng, 3, 4, 0.0, 0.0, "log-sum-exps near 0"),
+        _merge_case(rng, 4, 8, 800.0, 790.0, "log-sum-exps near 800 (e^800 overflows)"),
+        _merge_case(rng, 4, 8, -900.0, -600.0, "log-sum-exps near −900 and −600 (e^−900 underflows)"),
+        _merge_case(rng, 5, 4, 5.0, 300.0, "block b dominates by ~300"),
+        _merge_case(rng, 3, 4, [0.0, 900.0, -900.0], [2.0, 904.0, -897.0],
+                    "rows near 0, 900 and −900 (one maximum for all rows underflows)"),
+        _merge_case(rng, 3, 4, 2.0, 1.0, "row 0 of block a holds no keys (lse −inf)", empty="a"),
+        _merge_case(rng, 3, 4, 2.0, 1.0, "row 1 of block b holds no keys (lse −inf)", empty="b"),
+    ]
+    rng = np.random.default_rng(seed)
+    drawn = [_merge_case(rng, int(rng.integers(1, 7)), int(rng.integers(1, 9)), *rng.uniform(-50, 50, 2),
+                         "random rows") for _ in range(4)]
+
+    def student(o_a, lse_a, o_b, lse_b):
+        out = merge_blocks(o_a, lse_a, o_b, lse_b)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(f"merge_blocks must return the tuple (o, lse), got {type(out).__name__}")
+        o, lse = (torch.as_tensor(t, dtype=torch.float64) for t in out)
+        return torch.cat([o, lse[..., None]], dim=-1)
+
+    return run_check("merge_blocks", student, _merge_reference, fixed + drawn, tol=TOL, hint=HINT_MERGE,
+                     forbidden=forbidden(), fixed=len(fixed))
+
+
+# ------------------------------------------------------------------------------ exercise 4
+_BLANK = "not implemented"
+
+
+def _ring_rank(rank, world, ring_forward, q, k, v, causal):
+    q, k, v = (_cp.shard(t, rank, world, "contiguous") for t in (q, k, v))
+    try:
+        out = ring_forward(q, k, v, causal)
+    except NotImplementedError:
+        return _BLANK
+    return out if out is None else torch.as_tensor(out).detach()
+
+
+def _run_ring(ring_forward):
+    def call(q, k, v, causal, world):
+        shards = run_group(_ring_rank, world, args=(ring_forward, q, k, v, causal), timeout_s=RING_TIMEOUT_S)
+        if any(isinstance(s, str) for s in shards):
+            raise NotImplementedError
+        if any(s is None for s in shards):
+            return None
+        return _cp.unshard(shards, "contiguous")
+    return call
+
+
+def _ring_reference(q, k, v, causal, world):
+    return attention_ref(q, k, v, causal=causal)
+
+
+def _ring_case(rng, world, hq, hkv, n_per_rank, causal, spread, label):
+    n = world * n_per_rank
+    q = torch.from_numpy(rng.standard_normal((1, hq, n, 16)) * spread)
+    k, v = (torch.from_numpy(rng.standard_normal((1, hkv, n, 16))) for _ in range(2))
+    return case(q, k, v, causal, world, label=f"W = {world}, Hq = {hq}, Hkv = {hkv}, N = {n}, "
+                                            f"{'causal' if causal else 'not causal'}, {label}")
+
+
+def _check_ring(ring_forward, *, seed: int | None = None) -> CheckResult:
+    """ring_forward(q, k, v, causal) on every rank of 2, 3 and 4 processes = one-process attention."""
+    rng = np.random.default_rng(20)
+    fixed = [
+        _ring_case(rng, 2, 2, 2, 3, False, 1.0, "scores of size ~1"),
+        _ring_case(rng, 3, 4, 2, 2, True, 1.0, "GQA"),
+        _ring_case(rng, 4, 2, 1, 3, True, 30.0, "MQA, scores of size ~100 (e^score overflows)"),
+    ]
+    rng = np.random.default_rng(seed)
+    world = int(rng.integers(2, 5))
+    drawn = [_ring_case(rng, world, 2, int(rng.choice([1, 2])), int(rng.integers(1, 4)), bool(rng.integers(0, 2)),
+                        float(rng.uniform(0.5, 10)), "drawn at random")]
+    return run_check("ring_forward", _run_ring(ring_forward), _ring_reference, fixed + drawn, tol=TOL,
+                     hint=HINT_RING, forbidden=forbidden(), fixed=len(fixed))
+
+
+# ------------------------------------------------------------------------------------ the lab
+EXERCISES = (
+    Exercise(function="zigzag_chunks", check=_check_zigzag),
+    Exercise(function="predicted_work_ratio", check=_check_ratio),
+    Exercise(function="merge_blocks", check=_check_merge),
+    Exercise(function="ring_forward", check=_check_ring, depends=("merge_blocks",)),
+)
+
+check_zigzag_chunks = exercise_check(EXERCISES, "zigzag_chunks")
+check_predicted_work_ratio = exercise_check(EXERCISES, "predicted_work_ratio")
+check_merge_blocks = exercise_check(EXERCISES, "merge_blocks")
+check_ring_forward = exercise_check(EXERCISES, "ring_forward")
+
+
+def check_lab(*, seed: int | None = None, **functions):
+    """Every exercise's check: ``check_lab(zigzag_chunks=..., predicted_work_ratio=..., merge_blocks=...,
+    ring_forward=...)``."""
+    return check_exercises(EXERCISES, functions, seed=seed)

@@ -1,0 +1,258 @@
+"""Lab 10's checks: the solution passes, every plausible wrong answer fails on every seed, other correct
+answers pass; the ring runs on real process groups (gloo)."""
+import math
+
+import nbformat
+import pytest
+import torch
+import torch.distributed as dist
+from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
+
+from attnkit.classroom.notebooks import ROOT
+from attnkit.distributed.context_parallel import block_forward_torch
+from attnkit.labs import lab10
+
+
+def _solution():
+    nb = nbformat.read(ROOT / "solutions" / "lab10_beyond_one_gpu.ipynb", as_version=4)
+    ns = {}
+    for cell in nb.cells[3:]:
+        if cell.cell_type == "code" and not cell.source.lstrip().startswith("check"):
+            exec(cell.source, ns)
+    return ns
+
+
+SOLUTION = _solution()
+
+
+def test_the_solution_passes_and_blanks_say_not_implemented():
+    names = [e.function for e in lab10.EXERCISES]
+    assert lab10.check_lab(**{n: SOLUTION[n] for n in names}, seed=3).passed
+
+    def blank(*args, **kwargs):
+        raise NotImplementedError
+
+    summary = lab10.check_lab(**{n: blank for n in names})
+    assert all(r.status == "not implemented" for r in summary.results)
+
+
+# ------------------------------------------------------------------------------------ zig-zag
+ZIGZAG_WRONG = {
+    "mirror inside W": lambda r, w: [r, w - 1 - r],
+    "off by one (2W - r)": lambda r, w: [r, 2 * w - r],
+    "neighbours": lambda r, w: [2 * r, 2 * r + 1],
+    "striped": lambda r, w: [r, r + w],
+    "decreasing order": lambda r, w: [2 * w - 1 - r, r],
+    "one chunk": lambda r, w: [r],
+    "2W - 2 - r": lambda r, w: [r, 2 * w - 2 - r],
+    "chunks counted from 1": lambda r, w: [r + 1, 2 * w - r],
+}
+ZIGZAG_RIGHT = {
+    "formula": lambda r, w: [r, 2 * w - 1 - r],
+    "pairs of the two ends": lambda r, w: list(zip(range(w), reversed(range(w, 2 * w))))[r],
+    "sorted set": lambda r, w: sorted({r, 2 * w - 1 - r}),
+}
+
+
+@pytest.mark.parametrize("mutant", catalogue_params(ZIGZAG_WRONG))
+def test_zigzag_rejects(mutant):
+    assert_rejected_on_every_seed(lab10.check_zigzag_chunks, mutant, SEEDS)
+
+
+@pytest.mark.parametrize("correct", catalogue_params(ZIGZAG_RIGHT))
+def test_zigzag_accepts(correct):
+    assert_accepted(lab10.check_zigzag_chunks, correct, SEEDS)
+
+
+# ------------------------------------------------------------------------------------ prediction
+RATIO_WRONG = {
+    "W": lambda w: w, "W - 1": lambda w: w - 1, "2W": lambda w: 2 * w, "2W + 1": lambda w: 2 * w + 1,
+    "2W - 2 (diagonal forgotten)": lambda w: 2 * w - 2, "W squared": lambda w: w * w,
+    "balanced": lambda w: 1.0, "triangle number": lambda w: w * (w + 1) / 2,
+}
+RATIO_RIGHT = {
+    "2W - 1": lambda w: 2 * w - 1,
+    "counted": lambda w: (w - 1 + 0.5) / 0.5,
+    "integer": lambda w: int(2 * w - 1),
+}
+
+
+@pytest.mark.parametrize("mutant", catalogue_params(RATIO_WRONG))
+def test_ratio_rejects(mutant):
+    assert_rejected_on_every_seed(lab10.check_predicted_work_ratio, mutant, SEEDS)
+
+
+@pytest.mark.parametrize("correct", catalogue_params(RATIO_RIGHT))
+def test_ratio_accepts(correct):
+    assert_accepted(lab10.check_predicted_work_ratio, correct, SEEDS)
+
+
+# ------------------------------------------------------------------------------------ merge
+def _weights(lse_a, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse)[..., None], torch.exp(lse_b - lse)[..., None], lse
+
+
+def merge_sum(o_a, lse_a, o_b, lse_b):
+    return o_a + o_b, torch.logaddexp(lse_a, lse_b)
+
+
+def merge_average(o_a, lse_a, o_b, lse_b):
+    return (o_a + o_b) / 2, torch.logaddexp(lse_a, lse_b)
+
+
+def merge_unshifted(o_a, lse_a, o_b, lse_b):
+    total = torch.exp(lse_a) + torch.exp(lse_b)
+    return (torch.exp(lse_a)[..., None] * o_a + torch.exp(lse_b)[..., None] * o_b) / total[..., None], torch.log(total)
+
+
+def merge_lse_is_max(o_a, lse_a, o_b, lse_b):
+    w_a, w_b, _ = _weights(lse_a, lse_b)
+    return w_a * o_a + w_b * o_b, torch.maximum(lse_a, lse_b)
+
+
+def merge_swapped_weights(o_a, lse_a, o_b, lse_b):
+    w_a, w_b, lse = _weights(lse_a, lse_b)
+    return w_b * o_a + w_a * o_b, lse
+
+
+def merge_lse_sum(o_a, lse_a, o_b, lse_b):
+    w_a, w_b, _ = _weights(lse_a, lse_b)
+    return w_a * o_a + w_b * o_b, lse_a + lse_b
+
+
+def merge_one_global_max(o_a, lse_a, o_b, lse_b):
+    m = torch.maximum(lse_a.max(), lse_b.max())                    # one maximum for every row
+    lse = m + torch.log(torch.exp(lse_a - m) + torch.exp(lse_b - m))
+    return torch.exp(lse_a - lse)[..., None] * o_a + torch.exp(lse_b - lse)[..., None] * o_b, lse
+
+
+def merge_keeps_lse_a(o_a, lse_a, o_b, lse_b):
+    w_a, w_b, _ = _weights(lse_a, lse_b)
+    return w_a * o_a + w_b * o_b, lse_a
+
+
+def merge_weights_not_normalised(o_a, lse_a, o_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    return torch.exp(lse_a - m)[..., None] * o_a + torch.exp(lse_b - m)[..., None] * o_b, torch.logaddexp(lse_a, lse_b)
+
+
+MERGE_WRONG = {f.__name__: f for f in (merge_sum, merge_average, merge_unshifted, merge_lse_is_max,
+                                       merge_swapped_weights, merge_lse_sum, merge_one_global_max,
+                                       merge_keeps_lse_a, merge_weights_not_normalised)}
+
+
+def merge_logaddexp(o_a, lse_a, o_b, lse_b):
+    w_a, w_b, lse = _weights(lse_a, lse_b)
+    return w_a * o_a + w_b * o_b, lse
+
+
+def merge_softmax(o_a, lse_a, o_b, lse_b):
+    w = torch.softmax(torch.stack([lse_a, lse_b]), dim=0)         # [2, ..., rows]
+    return w[0][..., None] * o_a + w[1][..., None] * o_b, torch.logsumexp(torch.stack([lse_a, lse_b]), dim=0)
+
+
+MERGE_RIGHT = {"solution": SOLUTION["merge_blocks"], "logaddexp": merge_logaddexp, "softmax": merge_softmax}
+
+
+@pytest.mark.parametrize("mutant", catalogue_params(MERGE_WRONG))
+def test_merge_rejects(mutant):
+    assert_rejected_on_every_seed(lab10.check_merge_blocks, mutant, SEEDS)
+
+
+@pytest.mark.parametrize("correct", catalogue_params(MERGE_RIGHT))
+def test_merge_accepts(correct):
+    assert_accepted(lab10.check_merge_blocks, correct, SEEDS)
+
+
+# ------------------------------------------------------------------------------------ the ring
+def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, mask_all=False,
+              swap=True, merge=None, send_to=+1):
+    """A ring_forward with one mistake (the defaults give the right ring)."""
+    merge = merge or merge_logaddexp
+
+    def ring_forward(q, k, v, causal):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        scale = 1 / math.sqrt(q.shape[-1])
+        o = lse = None
+        k, v = k.contiguous(), v.contiguous()
+        for step in range(world if steps is None else steps(world)):
+            owner = (rank + owner_sign * step) % world
+            requests = []
+            if step < world - 1:
+                nk, nv = torch.empty_like(k), torch.empty_like(v)
+                dst, src = (rank + send_to) % world, (rank - send_to) % world
+                requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, k, dst), dist.P2POp(dist.isend, v, dst),
+                                                   dist.P2POp(dist.irecv, nk, src), dist.P2POp(dist.irecv, nv, src)])
+            later = owner >= rank if skip_own else owner > rank
+            if not (causal and later):
+                block_causal = causal and (mask_all or (mask_diagonal and owner == rank))
+                o_b, lse_b = block_forward_torch(q, k, v, block_causal, scale)
+                o, lse = (o_b, lse_b) if o is None else merge(o, lse, o_b, lse_b)
+            for r in requests:
+                r.wait()
+            if requests and swap:
+                k, v = nk, nv
+        if o is None:
+            return torch.zeros_like(q)
+        return o.to(q.dtype)
+
+    return ring_forward
+
+
+def ring_local_only(q, k, v, causal):
+    return block_forward_torch(q, k, v, causal, 1 / math.sqrt(q.shape[-1]))[0]
+
+
+def ring_average(o_a, lse_a, o_b, lse_b):
+    return (o_a + o_b) / 2, torch.logaddexp(lse_a, lse_b)
+
+
+RING_WRONG = {
+    "one step short": make_ring(steps=lambda w: w - 1),
+    "own block only": ring_local_only,
+    "owner counted the wrong way": make_ring(owner_sign=+1),
+    "own chunk skipped under the causal mask": make_ring(skip_own=True),
+    "own chunk not masked": make_ring(mask_diagonal=False),
+    "every block masked": make_ring(mask_all=True),
+    "received block never used": make_ring(swap=False),
+    "outputs averaged": make_ring(merge=ring_average),
+    "sends the wrong way round": make_ring(send_to=-1),
+}
+RING_RIGHT = {
+    "solution": SOLUTION["ring_forward"],
+    "reversed ring (send to r - 1, owner r + s)": make_ring(owner_sign=+1, send_to=-1),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", catalogue_params(RING_WRONG))
+def test_ring_rejects(mutant):
+    assert_rejected_on_every_seed(lab10.check_ring_forward, mutant, FEW_SEEDS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("correct", catalogue_params(RING_RIGHT))
+def test_ring_accepts(correct):
+    assert_accepted(lab10.check_ring_forward, correct, FEW_SEEDS[:3])
+
+
+def test_the_ring_may_not_call_the_course_ring():
+    from attnkit.distributed.context_parallel import ring_attention
+
+    def borrowed(q, k, v, causal):
+        return ring_attention(q, k, v, causal=causal, block="torch")
+
+    assert_rejected_on_every_seed(lab10.check_ring_forward, borrowed, (0,), contains="course's own implementation")
+
+
+def test_a_failing_merge_is_named_by_the_ring_check():
+    """The ring uses merge_blocks: when that exercise fails, the ring's failure says so."""
+    broken = make_ring(merge=ring_average)
+    ns = {"merge_blocks": ring_average, "ring_forward": broken}
+    exec("def ring_forward(q, k, v, causal):\n    return inner(q, k, v, causal)", ns | {"inner": broken})
+    summary = lab10.check_lab(zigzag_chunks=SOLUTION["zigzag_chunks"],
+                              predicted_work_ratio=SOLUTION["predicted_work_ratio"],
+                              merge_blocks=ring_average, ring_forward=broken, seed=0)
+    ring = summary.results[-1]
+    assert not ring.passed and "exercise 3 (merge_blocks)" in ring.report
