@@ -30,7 +30,8 @@ from .notebooks import GLOSSARY_URL, ROOT
 
 CONF_DIR = ROOT / "site"
 DEFAULT_OUT = ROOT / "site" / "_build"
-GUIDES = ("docs/glossary.md", "docs/instructor_guide.md")
+GUIDES = ("docs/glossary.md", "docs/references.md", "docs/instructor_guide.md")
+REFERENCE = ("docs/glossary.md", "docs/references.md")
 # The Colab badge is an image on Colab's servers: on the site it becomes a plain link, so a page read
 # offline shows no broken image. The glossary link of every notebook points at the site's own page.
 BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
@@ -83,8 +84,8 @@ def index_source(pages: list[str], guides: list[str], notes: list[str] = ()) -> 
               ("Labs", [p for p in pages if p.startswith("labs/")]),
               ("Solutions", [p for p in pages if p.startswith("solutions/")]),
               ("Recorded results", list(notes)),
-              ("Reference", [g for g in guides if g.endswith("glossary.md")]),
-              ("For instructors", [g for g in guides if not g.endswith("glossary.md")])]
+              ("Reference", [g for g in guides if g in REFERENCE]),
+              ("For instructors", [g for g in guides if g not in REFERENCE])]
     for caption, entries in groups:
         if not entries:
             continue
