@@ -311,6 +311,22 @@ def test_a_function_that_is_the_courses_own_is_named():
     assert grading._origin_problem("f", ns["f"]) is None
 
 
+def test_only_one_well_formed_result_from_the_checking_process_counts():
+    good = '{"results": [{"name": "f", "status": "passed", "report": "ok"}], "notes": []}'
+
+    def read(stdout, stopped=None):
+        return grading.read_record(grading.Run(0, stopped, stdout, "", 1.0), ["f"])
+
+    assert read(good + "\n") == ({"results": [{"name": "f", "status": "passed", "report": "ok"}], "notes": []},
+                                 None)
+    assert "more than one result" in read(good + "\n" + good)[1]         # a forged line beside the real one
+    for bad in ("", "not json", '{"results": [{"name": "g", "status": "passed", "report": "ok"}]}',
+                '{"results": [{"name": "f", "status": "excellent", "report": "ok"}]}', '{"results": 3}', "[1]"):
+        assert read(bad)[0] is None and "without a result" in read(bad)[1], bad
+    assert read(good, stopped="ran past the notebook's budget of 9 s")[1] == \
+        "the checks ran past the notebook's budget of 9 s"
+
+
 def test_an_unreadable_notebook_gets_a_zero_with_the_reason(tmp_path):
     student = tmp_path / "broken.ipynb"
     student.write_text("{ this is not json")

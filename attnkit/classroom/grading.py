@@ -1256,33 +1256,38 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
                 result.problem = f"the notebook's run stopped: {str(status['problem'])[:300]}"
         result.executed = executed if executed is not None else nb
         result.errors = _cell_errors(executed.cells) if executed is not None else []
-        record = None
-        lines = [l for l in checked.stdout.splitlines() if l.strip()]
-        if len(lines) == 1:
-            try:
-                record = json.loads(lines[0])
-            except ValueError:
-                record = None
-        if checked.stopped:
-            reason = f"the checks {checked.stopped}"
-        elif len(lines) > 1:
-            reason = "the checking process wrote more than one result (the notebook's code wrote to it)"
-        elif record is None or not isinstance(record, dict) or \
-                [r.get("name") for r in record.get("results", [])] != [e.name for e in exercises]:
-            tail = (checked.stderr.strip().splitlines() or [f"exit status {checked.returncode}"])[-1]
-            reason = f"the checking process ended without a result ({tail[:200]})"
-        else:
-            reason = None
+        record, reason = read_record(checked, [e.name for e in exercises])
         if reason:
             result.results = not_graded(reason)
             result.problem = "; ".join(p for p in (result.problem, reason) if p)
         else:
-            result.results = [CheckResult(r["name"], r["status"] if r["status"] in
-                                          (PASSED, FAILED, NOT_IMPLEMENTED) else FAILED, str(r["report"]))
-                              for r in record["results"]]
-            result.notes = [str(n) for n in record.get("notes", [])]
+            result.results = [CheckResult(r["name"], r["status"], r["report"]) for r in record["results"]]
+            result.notes = record["notes"]
     result.seconds = time.monotonic() - started
     return result
+
+
+def read_record(checked: Run, names: list[str]) -> tuple[dict | None, str | None]:
+    """The checking process's result, or why there is none: it must be exactly one line, one result
+    per exercise in order, each a passed/failed/not implemented status with a text report. Anything
+    else (the notebook's code wrote to the channel, the process died or was killed) grades nothing."""
+    if checked.stopped:
+        return None, f"the checks {checked.stopped}"
+    lines = [l for l in checked.stdout.splitlines() if l.strip()]
+    if len(lines) > 1:
+        return None, "the checking process wrote more than one result (the notebook's code wrote to it)"
+    try:
+        record = json.loads(lines[0]) if lines else None
+        results = record["results"]
+        ok = isinstance(results, list) and [r["name"] for r in results] == names and all(
+            r["status"] in (PASSED, FAILED, NOT_IMPLEMENTED) and isinstance(r["report"], str) for r in results)
+        notes = [str(n) for n in record.get("notes", [])]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        ok = False
+    if not ok:
+        tail = (checked.stderr.strip().splitlines() or [f"exit status {checked.returncode}"])[-1]
+        return None, f"the checking process ended without a result ({tail[:200]})"
+    return {"results": results, "notes": notes}, None
 
 
 # ------------------------------------------------------------------------------------------- reports
