@@ -26,8 +26,9 @@ def _cuda_available() -> bool:
 
 
 def ensure_triton_backend() -> None:
-    """Switch on Triton's interpreter when no CUDA GPU is present. Call before ``import triton``."""
-    if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
+    """Switch on Triton's interpreter when no CUDA GPU is present. Call before ``import triton``: once
+    Triton is imported the choice is made (``triton_interprets``) and this changes nothing."""
+    if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules and not _cuda_available():
         os.environ["TRITON_INTERPRET"] = "1"
     _mend_old_interpreter()
 

@@ -110,14 +110,31 @@ def test_one_rule_for_where_kernels_run(monkeypatch):
 
     from attnkit import device
 
-    assert device.kernel_device("cpu") == torch.device("cpu") and device.triton_interprets()
+    interprets = device.triton_interprets()
+    assert interprets == (not torch.cuda.is_available())
+    if interprets:
+        assert device.kernel_device("cpu") == torch.device("cpu")
+    else:
+        assert device.kernel_device("cpu") == torch.device("cuda", torch.cuda.current_device())
     x = torch.ones(2)
-    assert device.to_kernel_device(x, None)[0] is x and device.to_kernel_device(x, None)[1] is None
+    assert device.to_kernel_device(x, None)[1] is None
+    assert (device.to_kernel_device(x)[0] is x) == interprets
     assert device.kernel_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
     monkeypatch.setattr(device, "triton_interprets", lambda: False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     assert device.kernel_device("cpu") == torch.device("cuda", 0)
     assert device.launch_options(num_warps=4) == {"num_warps": 4}
+
+
+def test_the_interpreter_is_not_switched_on_after_triton_is_imported(monkeypatch):
+    """A late ensure_triton_backend (a GPU machine whose CUDA looks absent for a moment) must not set
+    TRITON_INTERPRET: kernels decorated afterwards would not match Triton's own compiled library."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    device.ensure_triton_backend()
+    assert "TRITON_INTERPRET" not in os.environ
 
 
 def test_no_kernel_decides_its_device_by_itself():
