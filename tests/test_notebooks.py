@@ -138,12 +138,16 @@ def test_without_triton_a_cell_needing_it_prints_a_note_and_others_still_fail():
         assert result.success, out.stdout
         skipper = shell.user_ns["skipper"]
         with capture_output() as out:
-            r1 = shell.run_cell("a = 1\nraise ModuleNotFoundError(\"No module named 'triton'\", name='triton')\nb = 2")
+            r1 = shell.run_cell("a = 1\nraise ModuleNotFoundError(\"No module named 'triton'\", name='triton')\n"
+                                "made_by_the_kernel_cell = 2")
             r2 = shell.run_cell("print(made_by_the_kernel_cell)")
             r3 = shell.run_cell("1 / 0")
             r4 = shell.run_cell("a + 41")
-        assert r1.success and r2.success and shell.user_ns["a"] == 1 and "b" not in shell.user_ns
+            r5 = shell.run_cell("print(a_typo)")           # not a name a skipped cell would have made
+        assert r1.success and r2.success and shell.user_ns["a"] == 1
+        assert "made_by_the_kernel_cell" not in shell.user_ns
         assert not r3.success and isinstance(r3.error_in_exec, ZeroDivisionError)
+        assert not r5.success and isinstance(r5.error_in_exec, NameError)
         assert r4.success and r4.result == 42
         assert out.stdout.count("skipped:") == 2 and "Colab with a GPU runtime" in out.stdout
         assert skipper.skipped == 2

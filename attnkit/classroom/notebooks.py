@@ -211,7 +211,7 @@ def _lesson_of(relpath: str):
 
 
 def _plain(text: str) -> str:
-    """Course-table prose for a markdown cell: nothing to escape but a leading list marker."""
+    """Course-table prose as it goes into a markdown cell (Markdown and $math$ as written), trimmed."""
     return text.strip()
 
 
@@ -378,6 +378,21 @@ def _needs_triton(error: BaseException) -> bool:
     return isinstance(error, ImportError) and (getattr(error, "name", None) or "").split(".")[0] == "triton"
 
 
+def _top_level_names(body) -> set[str]:
+    """The names a cell binds at its top level: assignments, imports, functions and classes."""
+    names = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        else:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.id)
+    return names
+
+
 class TritonSkipper(ast.NodeTransformer):
     """An IPython AST transformer: runs each cell inside ``try``; a cell that fails because Triton is
     missing, or later because a name such a cell would have defined is missing, prints what it needed
@@ -387,10 +402,13 @@ class TritonSkipper(ast.NodeTransformer):
         super().__init__()
         self.skipped = 0
         self.recorded = recorded          # where this notebook's outputs recorded with Triton can be read
+        self.missing: set[str] = set()    # names that skipped cells would have defined
+        self._defines: set[str] = set()   # names the cell now running defines at its top level
 
     def visit_Module(self, node):
         if not node.body or any(isinstance(n, (ast.Await, ast.AsyncFor, ast.AsyncWith)) for n in ast.walk(node)):
             return node
+        self._defines = _top_level_names(node.body)
         body = list(node.body)
         last = body.pop() if isinstance(body[-1], ast.Expr) else None
         if last is not None:                          # keep the cell's value for display
@@ -410,11 +428,12 @@ class TritonSkipper(ast.NodeTransformer):
         """Print why the rest of this cell is skipped and return True, or return False to raise."""
         if _needs_triton(error):
             why = "this cell needs Triton, which is not installed here"
-        elif isinstance(error, NameError) and self.skipped:
-            why = f"this cell uses {getattr(error, 'name', None) or 'a name'}, made by a cell above that needed Triton"
+        elif isinstance(error, NameError) and getattr(error, "name", None) in self.missing:
+            why = f"this cell uses {error.name}, made by a cell above that needed Triton"
         else:
             return False
         self.skipped += 1
+        self.missing |= self._defines
         print(f"skipped: {why}.\n"
               f"  Its output, recorded with Triton, is in the course's copy of this notebook: {self.recorded}\n"
               "  To run it: Colab with a GPU runtime, or a Linux machine (`pip install triton`; "
