@@ -9,8 +9,10 @@ Colab branch and installs the course itself, pointed at the wheel built here by 
 and solutions, outside the repository, then run top to bottom, and every output nbval compares must be
 the stored one.
 
-The environment is built once per machine (about a minute; later runs reuse it) in the temporary
-folder; ``tests/test_no_triton.py`` runs the same notebooks in it without Triton.
+The environment is built once per machine in the temporary folder (2 to 6 minutes on a 2-core machine,
+most of it installing torch; later runs reuse it); ``tests/test_no_triton.py`` runs the same notebooks in
+it without Triton. Python is this interpreter's (3.11): the newest Python for which this machine has
+torch 2.13's CPU build on disk.
 """
 import fcntl
 import hashlib
