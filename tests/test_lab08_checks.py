@@ -379,6 +379,24 @@ def test_paged_decode_must_not_call_the_course_kernel():
     assert "your function called attnkit.kernels.paged.paged_decode, the course's own" in report
 
 
+def test_paged_decode_must_not_compute_with_torch():
+    def gathers_and_multiplies(q, k_pages, v_pages, block_table, seq_lens):
+        out = torch.empty_like(q)
+        group = q.shape[1] // k_pages.shape[2]
+        for b, n in enumerate(seq_lens.tolist()):
+            t = torch.arange(n)
+            pages, slots = block_table[b].long()[t // k_pages.shape[1]], t % k_pages.shape[1]
+            k = k_pages[pages, slots].float().repeat_interleave(group, 1)          # [n, Hq, D]
+            v = v_pages[pages, slots].float().repeat_interleave(group, 1)
+            s = torch.einsum("hd,nhd->hn", q[b].float(), k) / math.sqrt(q.shape[-1])
+            out[b] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v).half()
+        return out
+
+    report = lab08.check_paged_decode(gathers_and_multiplies, seed=0).report
+    assert "a computation outside your kernel" in report, report
+    assert lab08.check_merge(merge_right, seed=0).passed          # a PyTorch exercise: torch allowed there
+
+
 # ------------------------------------------------------------------------------- exercise 4: merge
 def merge_right(m, l, z):
     w = torch.exp(m - m.amax(dim=1, keepdim=True))

@@ -19,8 +19,8 @@ head. Every tensor lies at the start of a larger buffer filled with stale values
 end returns wrong numbers instead of faulting.
 
 While the student's function runs, the course's own attention code (``attnkit.kernels.flash``,
-``attnkit.kernels.paged``, the references) and PyTorch's ``scaled_dot_product_attention`` raise: the lab
-asks for the student's kernel.
+``attnkit.kernels.paged``, the references), PyTorch's ``scaled_dot_product_attention`` and PyTorch's
+matrix products, softmax and exp raise: the lab asks for the student's kernel.
 """
 from __future__ import annotations
 
@@ -155,6 +155,36 @@ def course_code_forbidden(modules=GUARDED_MODULES):
                 setattr(obj, attr, old)
 
 
+# PyTorch operations that compute attention, or a piece of it, on their own: a kernel exercise's
+# function may allocate, copy and launch, but these must not run while it does.
+TORCH_COMPUTE_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "vdot", "mv",
+                               "einsum", "_softmax", "_safe_softmax", "softmax", "_log_softmax", "log_softmax",
+                               "exp", "exp_", "exp2", "exp2_", "logsumexp"})
+
+
+@contextlib.contextmanager
+def torch_compute_forbidden():
+    """While inside, PyTorch's matrix products, softmax and exp (``TORCH_COMPUTE_OPS``) and its fused
+    attention raise RuntimeError naming themselves: the answer must come from the student's kernel.
+    Allocations, copies and Triton launches run as usual."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:                                   # a PyTorch without dispatch modes: no guard
+        yield
+        return
+
+    class NoTorchCompute(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name in TORCH_COMPUTE_OPS or "scaled_dot_product" in name:
+                raise RuntimeError(f"{_MARK}PyTorch's {name} (aten.{name}), a computation outside your "
+                                   "kernel: this exercise asks your kernel to compute the result")
+            return func(*args, **(kwargs or {}))
+
+    with NoTorchCompute():
+        yield
+
+
 def used_course_code(exc: BaseException) -> str | None:
     """The message of a guard's RuntimeError in ``exc``'s chain, or None."""
     seen = set()
@@ -168,14 +198,15 @@ def used_course_code(exc: BaseException) -> str | None:
 
 
 def guarded_check(name: str, student_fn: Callable, reference_fn: Callable, cases, *, tol: float,
-                  hint: str, compare=None, fixed: int = 0) -> CheckResult:
+                  hint: str, compare=None, fixed: int = 0, kernel: bool = False) -> CheckResult:
     """``run_check`` with the course's code forbidden while ``student_fn`` runs (the reference runs
     outside the guard); a call into it fails the check with a report that says which. ``fixed``: how
-    many of ``cases`` are the fixed ones (the pass line counts fixed and random inputs)."""
+    many of ``cases`` are the fixed ones (the pass line counts fixed and random inputs). ``kernel``: the
+    exercise is a Triton kernel, so PyTorch's own computations are forbidden too."""
     caught: list[str] = []
 
     def student(*args, **kwargs):
-        with course_code_forbidden():
+        with course_code_forbidden(), (torch_compute_forbidden() if kernel else contextlib.nullcontext()):
             try:
                 return student_fn(*args, **kwargs)
             except Exception as exc:
@@ -333,7 +364,7 @@ def _check(name: str, flash_forward: Callable, fixed, random_shapes, causal: boo
     if not callable(flash_forward):
         raise ValueError(f"flash_forward: must be the launch function, got {type(flash_forward).__name__}")
     return guarded_check(name, _student(flash_forward), _reference, _cases(fixed, random_shapes, causal, seed),
-                         tol=_tol(), hint=_hint(hint), fixed=len(fixed))
+                         tol=_tol(), hint=_hint(hint), fixed=len(fixed), kernel=True)
 
 
 def _with_exercise_1_note(result: CheckResult, flash_forward: Callable) -> CheckResult:

@@ -13,7 +13,8 @@ cases spans three blocks or more, and the slots past each sequence's end hold st
 earlier sequence (as in a real cache), so reading them changes the answer. One fixed case of the kernel
 and one of the merge have score gaps of hundreds: without a per-row running maximum, rescaled at every
 block, exp overflows or underflows. While the student's function runs, the course's own paged kernels,
-merge and references raise (see ``attnkit.labs.lab05.course_code_forbidden``).
+merge and references raise (see ``attnkit.labs.lab05.course_code_forbidden``), and so do PyTorch's
+matrix products, softmax and exp while the student's decode function runs.
 """
 from __future__ import annotations
 
@@ -373,7 +374,7 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
     tol = tolerance("float16", device)
     return guarded_check("paged decode kernel", unwrapped(paged_decode), paged_decode_ref, cases, tol=tol,
                          hint=f"{HINT_DECODE} (passes at a relative error ≤ {tol:.0e}, the float16 bound)",
-                         fixed=len(DECODE_FIXED))
+                         fixed=len(DECODE_FIXED), kernel=True)
 
 
 # ---------------------------------------------------------------------------- exercise 4: merge
