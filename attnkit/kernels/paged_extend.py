@@ -1,0 +1,227 @@
+"""Attention of several new tokens per sequence over a paged KV cache: chunked prefill, prefix-cache
+hits and speculative verification, with decode as its one-token case.
+
+- ``paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm_scale=None,
+  k_scale=None, v_scale=None) -> o``
+  q [total_q, Hq, D]: the new tokens of B sequences packed one after another, sequence b's rows
+  cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1 (int32 [B + 1], from 0 to total_q). k_pages, v_pages
+  [num_pages, page_size, Hkv, D]: the cache, the new tokens' K and V already written in it;
+  block_table int32 [B, max_pages]; seq_lens int32 [B]: each sequence's cached tokens, new ones
+  included. New token i of sequence b sits at position seq_lens[b] − q_len[b] + i and attends to keys
+  0 … that position (causal, aligned to the end). Returns o [total_q, Hq, D] in q's dtype.
+- An FP8 cache: k_pages, v_pages of dtype float8_e4m3fn with ``k_scale``, ``v_scale`` fp32 [Hkv]: the
+  cache holds K / k_scale, and the kernel multiplies by the scale in registers. ``quantize_fp8(x,
+  scale)`` and ``fp8_scales(x)`` (one scale per KV head: amax / 448) make such a cache.
+- ``paged_extend_ref(...)``: the same from the definitions, in float64.
+
+One program computes BLOCK_M new tokens of one query head of one sequence: it walks the sequence's
+pages BLOCK_N keys at a time through the page table, stopping at its last row's last visible key, with
+the online softmax of lesson 5 (exp2, scores pre-scaled by log2 e).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import validation
+from ..device import bf16_computed_in_fp32, ensure_triton_backend, launch_options, to_kernel_device
+
+ensure_triton_backend()
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0                        # the largest finite e4m3 value
+CACHE_DTYPES = validation.FLOAT_DTYPES + (FP8,)
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_scale_ptr, v_scale_ptr,
+                   sm_scale_log2,
+                   s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od,
+                   s_tb, s_tp, s_len, s_cu,
+                   GROUP: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCALED: tl.constexpr):
+    pid_m, seq, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    kv_head = head // GROUP
+    q_start = tl.load(cu_ptr + seq * s_cu)
+    q_len = tl.load(cu_ptr + (seq + 1) * s_cu) - q_start
+    if pid_m * BLOCK_M >= q_len:
+        return
+    ctx = tl.load(lens_ptr + seq * s_len)                     # cached tokens, the new ones included
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)            # new-token index within the chunk
+    row_ok = rows < q_len
+    pos = ctx - q_len + rows                                  # each row's position: it sees keys <= pos
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    q = tl.load(q_ptr + (q_start + rows)[:, None] * s_qt + head * s_qh + d[None, :] * s_qd,
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    k_scale = 1.0
+    v_scale = 1.0
+    if SCALED:
+        k_scale = tl.load(k_scale_ptr + kv_head)
+        v_scale = tl.load(v_scale_ptr + kv_head)
+    last = tl.minimum(ctx - q_len + pid_m * BLOCK_M + BLOCK_M, ctx)   # keys this block of rows may see
+    for start in range(0, last, BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        key_ok = keys < last
+        page = tl.load(table_ptr + seq * s_tb + (keys // PAGE) * s_tp, mask=key_ok, other=0)
+        slot = keys % PAGE
+        kv_mask = key_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_ptr + page[:, None] * s_kp + slot[:, None] * s_ko + kv_head * s_kh + d[None, :] * s_kd,
+                    mask=kv_mask, other=0.0).to(tl.float32) * k_scale
+        v = tl.load(v_ptr + page[:, None] * s_vp + slot[:, None] * s_vo + kv_head * s_vh + d[None, :] * s_vd,
+                    mask=kv_mask, other=0.0).to(tl.float32) * v_scale
+        s = tl.dot(q, tl.trans(k)) * sm_scale_log2             # [BLOCK_M, BLOCK_N], log2 units
+        visible = (keys[None, :] <= pos[:, None]) & key_ok[None, :]
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no visible key yet
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m - m_safe)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        m = m_new
+    out = acc / tl.where(l == 0.0, 1.0, l)[:, None]
+    tl.store(o_ptr + (q_start + rows)[:, None] * s_ot + head * s_oh + d[None, :] * s_od,
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+
+# ------------------------------------------------------------------------------------ input checks
+def check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale,
+                        check_values: bool = True) -> None:
+    """ValueError naming the argument and the rule. Shapes, dtypes and devices always; with
+    ``check_values`` also the contents of cu_seqlens_q, seq_lens, block_table and the scales (a copy to
+    the host: a synchronisation on a GPU)."""
+    validation.tensor("q", q, 3, "[total_q, Hq, D]", validation.FLOAT_DTYPES)
+    validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
+    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
+    validation.tensor("block_table", block_table, 2, "[B, max_pages]", (torch.int32,))
+    validation.tensor("seq_lens", seq_lens, 1, "[B]", (torch.int32,))
+    validation.tensor("cu_seqlens_q", cu_seqlens_q, 1, "[B + 1]", (torch.int32,))
+    if k_pages.shape != v_pages.shape or k_pages.dtype != v_pages.dtype:
+        raise ValueError(f"k_pages, v_pages: must share shape and dtype, got {tuple(k_pages.shape)} "
+                         f"{k_pages.dtype} and {tuple(v_pages.shape)} {v_pages.dtype}")
+    hq, d, hkv = q.shape[1], q.shape[2], k_pages.shape[2]
+    if k_pages.shape[3] != d:
+        raise ValueError(f"q, k_pages: head dims differ ({d} vs {k_pages.shape[3]})")
+    if hq % hkv:
+        raise ValueError(f"q, k_pages: Hq={hq} must be a multiple of Hkv={hkv} (Hq % Hkv == 0)")
+    batch = block_table.shape[0]
+    if seq_lens.shape[0] != batch or cu_seqlens_q.shape[0] != batch + 1:
+        raise ValueError(f"seq_lens, cu_seqlens_q: expected [B] and [B + 1] with B = {batch} (block_table's rows), "
+                         f"got {tuple(seq_lens.shape)} and {tuple(cu_seqlens_q.shape)}")
+    devices = {t.device for t in (q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q)}
+    if len(devices) > 1:
+        raise ValueError(f"q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q: must be on one device, "
+                         f"got {sorted(map(str, devices))}")
+    if (k_pages.dtype == FP8) != (k_scale is not None) or (k_scale is None) != (v_scale is None):
+        raise ValueError("k_scale, v_scale: required (fp32 [Hkv]) exactly when the cache is float8_e4m3fn")
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is not None:
+            validation.tensor(name, scale, 1, "[Hkv]", (torch.float32,))
+            if scale.shape[0] != hkv:
+                raise ValueError(f"{name}: expected {hkv} scales (one per KV head), got {scale.shape[0]}")
+    if not check_values:
+        return
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is not None and not bool(torch.all(scale > 0)):
+            raise ValueError(f"{name}: every scale must be positive")
+    cu = cu_seqlens_q.cpu()
+    lens = seq_lens.cpu()
+    q_lens = cu[1:] - cu[:-1]
+    if int(cu[0]) != 0 or bool(torch.any(q_lens < 0)) or int(cu[-1]) != q.shape[0]:
+        raise ValueError(f"cu_seqlens_q: must start at 0, never decrease and end at total_q={q.shape[0]}, "
+                         f"got {cu.tolist()}")
+    if bool(torch.any(lens < q_lens)):
+        raise ValueError(f"seq_lens: each sequence must hold at least its new tokens (seq_lens >= q lengths), "
+                         f"got {lens.tolist()} for {q_lens.tolist()} new tokens")
+    capacity = block_table.shape[1] * k_pages.shape[1]
+    if bool(torch.any(lens > capacity)):
+        raise ValueError(f"seq_lens: at most max_pages · page_size = {capacity} tokens, got {lens.tolist()}")
+    table = block_table.cpu()
+    used = torch.arange(block_table.shape[1])[None, :] * k_pages.shape[1] < lens[:, None]
+    if bool(torch.any(used & ((table < 0) | (table >= k_pages.shape[0])))):
+        raise ValueError(f"block_table: the pages a sequence uses must be in [0, {k_pages.shape[0]})")
+
+
+# ------------------------------------------------------------------------------------ the kernel
+def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm_scale: float | None = None,
+                 k_scale=None, v_scale=None, max_q_len: int | None = None, check_values: bool | None = None,
+                 block_m: int = 16, block_n: int = 32):
+    """See the module docstring. ``check_values``: check the contents of the index tensors (None: on CPU
+    tensors only, so that a call on the GPU makes no host synchronisation and can be captured in a CUDA
+    graph). ``max_q_len``: the longest chunk, if known (else read from cu_seqlens_q: a synchronisation)."""
+    if check_values is None:
+        check_values = getattr(q, "device", torch.device("cpu")).type == "cpu"
+    check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale, check_values)
+    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
+    dtype, device = q.dtype, q.device
+    q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale = to_kernel_device(
+        q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale)
+    if dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device):
+        q = q.float()
+        k_pages, v_pages = (t if t.dtype == FP8 else t.float() for t in (k_pages, v_pages))
+    total_q, hq, d = q.shape
+    batch, hkv, page = block_table.shape[0], k_pages.shape[2], k_pages.shape[1]
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    max_q = max_q_len if max_q_len is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+    scaled = k_scale is not None
+    dummy = torch.ones(1, dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(max(max_q, 1), block_m), batch, hq)
+    _extend_kernel[grid](q, k_pages, v_pages, o, block_table, seq_lens, cu_seqlens_q,
+                         k_scale if scaled else dummy, v_scale if scaled else dummy, sm_scale * LOG2E,
+                         *q.stride(), *k_pages.stride(), *v_pages.stride(), *o.stride(),
+                         *block_table.stride(), seq_lens.stride(0), cu_seqlens_q.stride(0),
+                         GROUP=hq // hkv, PAGE=page, D=d, BLOCK_D=triton.next_power_of_2(d),
+                         BLOCK_M=block_m, BLOCK_N=block_n, SCALED=scaled, **launch_options(num_warps=4))
+    return o.to(dtype).to(device)
+
+
+def paged_extend_ref(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm_scale=None,
+                     k_scale=None, v_scale=None):
+    """paged_extend from the definitions, in float64 on the CPU, one sequence at a time."""
+    q64 = q.detach().cpu().double()
+    k64, v64 = (t.detach().cpu().double() for t in (k_pages, v_pages))
+    if k_scale is not None:
+        k64 = k64 * k_scale.cpu().double()[None, None, :, None]
+        v64 = v64 * v_scale.cpu().double()[None, None, :, None]
+    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    page, group = k_pages.shape[1], q.shape[1] // k_pages.shape[2]
+    out = torch.zeros_like(q64)
+    cu, lens, table = cu_seqlens_q.cpu().tolist(), seq_lens.cpu().tolist(), block_table.cpu().long()
+    for b in range(len(lens)):
+        n_new, ctx = cu[b + 1] - cu[b], lens[b]
+        if n_new == 0:
+            continue
+        positions = torch.arange(ctx)
+        pages = table[b, positions // page]
+        keys = k64[pages, positions % page].repeat_interleave(group, dim=1)       # [ctx, Hq, D]
+        values = v64[pages, positions % page].repeat_interleave(group, dim=1)
+        qb = q64[cu[b]:cu[b + 1]]                                                # [n_new, Hq, D]
+        scores = torch.einsum("thd,khd->htk", qb, keys) * scale                  # [Hq, n_new, ctx]
+        visible = positions[None, :] <= (ctx - n_new + torch.arange(n_new))[:, None]
+        scores = scores.masked_fill(~visible[None], float("-inf"))
+        out[cu[b]:cu[b + 1]] = torch.einsum("htk,khd->thd", torch.softmax(scores, dim=-1), values)
+    return out
+
+
+# ------------------------------------------------------------------------------------ an FP8 cache
+def fp8_scales(x: torch.Tensor) -> torch.Tensor:
+    """One fp32 scale per KV head (dim −2 of x [..., Hkv, D]): amax / 448, so K / scale fits e4m3."""
+    amax = x.detach().abs().float().reshape(-1, x.shape[-2], x.shape[-1]).amax(dim=(0, 2))
+    return (amax / FP8_MAX).clamp_min(torch.finfo(torch.float32).tiny)
+
+
+def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [..., Hkv, D] / scale [Hkv], rounded to float8_e4m3fn (saturating at ±448)."""
+    return (x.float() / scale[:, None].to(x.device)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+
+
+__all__ = ["paged_extend", "paged_extend_ref", "check_extend_inputs", "fp8_scales", "quantize_fp8", "FP8"]
