@@ -368,3 +368,22 @@ def test_every_lab_names_its_graded_exercises():
         assert exercises, lesson.lab
         assert all(e.function and e.check.startswith("check") for e in exercises), lesson.lab
     assert [e.call for e in grading.lab_exercises(LAB01)[1]] == CALLS
+
+
+def test_a_students_objects_reach_the_checker_as_proxies_and_return_to_the_student_as_themselves(monkeypatch):
+    import attnkit.labs.lab01 as lab01
+
+    student = grading._Student(lab01, timeout=10)
+    monkeypatch.setattr(grading, "_STUDENT", student)
+    ns = {}
+    exec(compile("class Pool:\n    def __init__(self, n):\n        self.n = n\n"
+                 "    def take(self, other=None):\n        assert other is None or type(other) is Pool\n"
+                 "        self.n -= 1\n        return self.n\n"
+                 "def use(pool):\n    return pool.take(pool)\n", f"{grading.CELL_PREFIX}1>", "exec"), ns)
+    pool = student.wrap("Pool", ns["Pool"])(5)
+    assert type(pool) is grading._Proxy                       # the checker never holds the object itself
+    assert (pool.take(), student.wrap("use", ns["use"])(pool), pool.n) == (4, 3, 3)
+    assert {pool: 1}[pool] == 1
+    with pytest.raises(RuntimeError, match="out") as info:   # a student's exception keeps its base class
+        student.wrap("f", lambda: (_ for _ in ()).throw(type("OutOfPages", (RuntimeError,), {})("out")))()
+    assert type(info.value).__name__ == "OutOfPages"

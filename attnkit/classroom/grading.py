@@ -833,6 +833,17 @@ def _plain(value, depth: int = 0):
     return _Proxy(value)
 
 
+def _unwrap(value, depth: int = 0):
+    """``value`` with each proxy of a student's object replaced by the object (for the student's code)."""
+    if type(value) is _Proxy:
+        return object.__getattribute__(value, "_target")
+    if depth < 20 and type(value) in (tuple, list):
+        return type(value)(_unwrap(v, depth + 1) for v in value)
+    if depth < 20 and type(value) is dict:
+        return {k: _unwrap(v, depth + 1) for k, v in value.items()}
+    return value
+
+
 class _Student:
     """Runs the student's code for the checker: each call in a thread of its own (the checker's frames
     are not on its stack), with the course's implementations guarded, on a time budget, and with what it
@@ -844,6 +855,7 @@ class _Student:
         self.timeout = timeout
         self.progress = progress              # each call is a step of the grader's watchdog
         self.calls = 0
+        self.active = False                   # a student's call is running
         self.current: str | None = None       # the exercise whose check is running
         self.tampered: dict[str, list[str]] = {}
         self.called: dict[str, list[str]] = {}
@@ -853,6 +865,9 @@ class _Student:
         import contextvars
         import threading
 
+        if self.active:                       # from the student's own thread, already guarded
+            return fn(*args, **kwargs)
+        args, kwargs = _unwrap(args), _unwrap(kwargs)     # the student's objects, as the student made them
         box: dict = {}
 
         def target():
@@ -868,9 +883,13 @@ class _Student:
         before = len(_CALLED)
         thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), daemon=True,
                                   name=f"student:{name}")
-        with _CourseGuard(self.lab_module, self.tools):
-            thread.start()
-            thread.join(self.timeout)
+        self.active = True
+        try:
+            with _CourseGuard(self.lab_module, self.tools):
+                thread.start()
+                thread.join(self.timeout)
+        finally:
+            self.active = False
         changed = snapshot.restore()
         exercise = self.current or name
         if changed:
