@@ -62,19 +62,23 @@ def paged_decode_torch(q, k_pages, v_pages, block_table, seq_lens):
 
 @dataclass(frozen=True)
 class Backend:
-    """How the engine attends: ``prefill(q, k, v)`` causal over a prompt, ``decode(...)`` over pages."""
+    """How the engine attends: ``prefill(q, k, v)`` causal over a prompt, ``decode(...)`` over pages,
+    and optionally ``extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q)``: a chunk of new
+    tokens over the paged cache (else a chunk after a cached prefix gathers the prefix for ``prefill``)."""
 
     name: str
     prefill: object
     decode: object
+    extend: object = None
 
 
 def kernel_backend() -> Backend:
     """The course's Triton kernels: flash_attention for prefill, paged_decode for decode."""
     from ..kernels.flash import flash_attention
     from ..kernels.paged import paged_decode
+    from ..kernels.paged_extend import paged_extend
 
-    return Backend("kernels", lambda q, k, v: flash_attention(q, k, v, causal=True), paged_decode)
+    return Backend("kernels", lambda q, k, v: flash_attention(q, k, v, causal=True), paged_decode, paged_extend)
 
 
 def torch_backend() -> Backend:
@@ -208,6 +212,14 @@ class Engine:
         for layer, block in enumerate(self.model.blocks):
             q, k, v = block.project_qkv(x, positions)                               # [1, H, T, D]
             self.cache.write(layer, slots, k[0].transpose(0, 1), v[0].transpose(0, 1))  # [T, Hkv, D]
+            if start and self.backend.extend:                                        # the chunk over the pages
+                table = self.cache.block_table([seq_id], self.device)
+                lens = torch.tensor([start + n], dtype=torch.int32, device=self.device)
+                cu = torch.tensor([0, n], dtype=torch.int32, device=self.device)
+                attn = self.backend.extend(q[0].transpose(0, 1).contiguous(), self.cache.k[layer],
+                                           self.cache.v[layer], table, lens, cu)     # [T, Hq, D]
+                x = block.finish(x, attn.transpose(0, 1)[None])
+                continue
             if start:                                                                # attend to the prefix too
                 k_all, v_all = self.cache.gather(seq_id, layer)                     # [start + T, Hkv, D]
                 k, v = (t.transpose(0, 1)[None].to(q.dtype) for t in (k_all, v_all))
