@@ -219,6 +219,15 @@ def test_a_cache_that_was_not_recomputed_changes_the_tokens():
         lab09.serve(hide_readmissions, lab09.prediction_requests(), num_pages=20, page_size=8, max_batch=8)
 
 
+def test_the_rule_itself_is_refused_while_a_student_function_runs():
+    for check, borrowed in ((lab09.check_grow, lambda running, pool: lab09.reference_grow(running, pool)),
+                            (lab09.check_admit, lab09.reference_admit),
+                            (lab09.check_scheduler, lab09.reference_step)):
+        result = check(borrowed, seed=0)
+        assert not result.passed and "course's own implementation" in result.report, result.report
+    assert lab09.reference_pages_needed(9, 0, 8) == 2          # restored afterwards
+
+
 def test_blank_lab_reports_not_implemented():
     ns = _namespace([s for s in _cells(LAB)])
     summary = lab09.check_lab(seed=0, **{e.function: ns[e.function] for e in lab09.EXERCISES})

@@ -13,24 +13,38 @@ admitted request: its pages go back to the pool and it waits again; when it is a
     serve(scheduler_step, requests, ...)         runs a workload: the ledger model, or the tiny model
     check_lab(seed=None, **functions)            all five, with a summary line
 
-Requests are ``Seq`` objects; the pool is ``attnkit.serving.allocator.PageTables`` (``PagedKVCache``
-with the tiny model). Every check compares with the rule written out here (``reference_*``), on fixed
-adversarial states first (lengths at k·page_size and k·page_size ± 1, pools exactly full and one page
-short, victims too small to be enough, resumed requests, the batch limit binding), then random states
-drawn from ``seed``. The workloads of exercise 4 run through a *ledger model*: the cache stores each
-token at its (page, offset), the model reads the sequence back through the page table, and the next
-token is a function of what it read; so a request whose cache was not recomputed, or whose pages
-another request took, produces other tokens than the run without a cache.
+While a student's function runs, this module's functions (the rule written out) refuse to run
+(``queue_order`` excepted). Requests are ``Seq`` objects; the pool is
+``attnkit.serving.allocator.PageTables`` (``PagedKVCache`` with the tiny model). Every check compares
+with the rule written out here (``reference_*``), on fixed adversarial states first (lengths at
+k·page_size and k·page_size ± 1, pools exactly full and one page short, victims too small to be enough,
+resumed requests, the batch limit binding), then random states drawn from ``seed``. The workloads of
+exercise 4 run through a *ledger model*: the cache stores each token at its (page, offset), the model
+reads the sequence back through the page table, and the next token is a function of what it read; so a
+request whose cache was not recomputed, or whose pages another request took, produces other tokens than
+the run without a cache.
 """
 from __future__ import annotations
 
 import copy
+import sys
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from ..classroom.checking import FAILED, PASSED, CheckResult, Exercise, check_exercises, not_implemented
+from ..classroom.checking import (
+    FAILED,
+    PASSED,
+    CheckResult,
+    Exercise,
+    ForbiddenCall,
+    check_exercises,
+    forbidden_calls,
+    module_functions,
+    not_implemented,
+)
 from ..serving.allocator import OutOfPagesError, PageTables
 
 HINT_PAGES = ("a sequence of n tokens fills ceil(n / page_size) pages; it needs the difference with the "
@@ -137,12 +151,21 @@ def _failed(name, where, text, hint):
     return CheckResult(name, FAILED, f"❌ {name}: {where}: {text}\n   hint: {hint}")
 
 
-def _call(name, fn, args, where, hint):
+def _guard():
+    """While a student's function runs, this module's own functions (the rule itself) refuse to run;
+    queue_order, the queue's sort key, is given to the student."""
+    return forbidden_calls(f for f in module_functions(sys.modules[__name__]) if f is not queue_order)
+
+
+def _call(name, fn, args, where, hint, guard: bool = True):
     """(result, None) or (None, CheckResult) for a raise; NotImplementedError → not implemented."""
     try:
-        return fn(*args), None
+        with _guard() if guard else nullcontext():
+            return fn(*args), None
     except NotImplementedError:
         return None, not_implemented(name)
+    except ForbiddenCall as exc:
+        return None, _failed(name, where, str(exc), hint)
     except ServeError as exc:
         return None, _failed(name, where, str(exc), hint)
     except OutOfPagesError as exc:
@@ -411,7 +434,7 @@ def _validate(plan, before_rids, pool, max_batch, step) -> None:
 
 
 def serve(scheduler_step: Callable, requests, *, num_pages: int, page_size: int, max_batch: int,
-          model=None, compare_rule: bool = False, max_steps: int = 500) -> ServeRecord:
+          model=None, compare_rule: bool = False, guard: bool = False, max_steps: int = 500) -> ServeRecord:
     """Run ``requests`` (Seq objects, nothing generated yet) to completion with ``scheduler_step``.
 
     Each step: requests arriving now join the waiting queue; ``scheduler_step(running, waiting, pool,
@@ -419,7 +442,8 @@ def serve(scheduler_step: Callable, requests, *, num_pages: int, page_size: int,
     from all its tokens (prefill), the others from their newest token and their cache (decode); a
     request that reached max_new_tokens leaves and its pages are freed. ``model=None`` runs the ledger
     model; a TinyModel runs the real one over a PagedKVCache. ``compare_rule`` compares every plan with
-    ``reference_step`` on a copy of the same state. Raises ServeError when a step breaks the rule.
+    ``reference_step`` on a copy of the same state; ``guard`` refuses this module's functions while
+    ``scheduler_step`` runs. Raises ServeError when a step breaks the rule.
     """
     pending = sorted((copy.deepcopy(r) for r in requests), key=queue_order)
     runner = _Ledger(num_pages, page_size) if model is None else _TinyRunner(model, num_pages, page_size)
@@ -435,7 +459,8 @@ def serve(scheduler_step: Callable, requests, *, num_pages: int, page_size: int,
         if compare_rule:
             ref_pool = _clone(pool)
             ref_plan = reference_step(list(running), list(waiting), ref_pool, max_batch)
-        plan = scheduler_step(list(running), list(waiting), pool, max_batch)
+        with _guard() if guard else nullcontext():
+            plan = scheduler_step(list(running), list(waiting), pool, max_batch)
         _validate(plan, before, pool, max_batch, step)
         if compare_rule:
             got = {name: _rids(getattr(plan, name)) for name in ("running", "waiting", "admitted")}
@@ -643,7 +668,8 @@ def check_scheduler(scheduler_step: Callable, *, seed: int | None = None) -> Che
         where = (f"workload {index} of {len(cases)} ({label}): {len(requests)} requests, {num_pages} pages of "
                  f"{ps}, max_batch={max_batch}")
         record, fail = _call(name, lambda: serve(scheduler_step, requests, num_pages=num_pages, page_size=ps,
-                                                 max_batch=max_batch, compare_rule=True), (), where, HINT_STEP)
+                                                 max_batch=max_batch, compare_rule=True, guard=True), (), where,
+                             HINT_STEP, guard=False)
         if fail is not None:
             return fail
         for r in requests:
@@ -724,9 +750,11 @@ def measure(scheduler_step: Callable, model=None) -> str:
         prompts = [model.encode(text[i:i + w["prompt"]]) for i in range(w["requests"])]
     sizes = dict(num_pages=w["num_pages"], page_size=w["page_size"], max_batch=w["max_batch"])
     try:
-        yours = serve(scheduler_step, prediction_requests(prompts=prompts), model=model, **sizes)
+        yours = serve(scheduler_step, prediction_requests(prompts=prompts), model=model, guard=True, **sizes)
     except NotImplementedError:
         return "⏳ measure: needs exercise 4 first."
+    except ForbiddenCall as exc:
+        return f"❌ measure: {exc}"
     worst = serve(worst_case_step, prediction_requests(prompts=prompts), model=model, **sizes)
     first = next((s for s in yours.steps if s[3]), None)
     lines = [f"your scheduler: {len(yours.steps[0][2])} admitted at step 0; first preemption at step "
