@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from typing import Callable
 
 import numpy as np
@@ -30,9 +31,12 @@ from ..classroom.checking import (
     PASSED,
     CheckResult,
     Exercise,
+    ForbiddenCall,
     case,
     check_exercises,
+    forbidden_calls,
     is_not_implemented,
+    module_functions,
     not_implemented,
     run_check,
     student_error,
@@ -61,10 +65,6 @@ HINT_PREDICTION = ("count the tl.dot lines of YOUR two kernels: the dK/dV kernel
                    "the forward does 2 per pair (S and P·V). Every tl.dot here is 2·16·16·16 FLOPs.")
 
 
-class ForbiddenCall(RuntimeError):
-    """Raised when the student's function calls attnkit's FlashAttention or torch.autograd."""
-
-
 # ------------------------------------------------------------------------------ what may not be called
 def _forbidden(what: str) -> Callable:
     def refuse(*args, **kwargs):
@@ -74,7 +74,8 @@ def _forbidden(what: str) -> Callable:
 
 @contextlib.contextmanager
 def forbid_course_attention():
-    """While inside: attnkit's FlashAttention (functions and Triton kernels) and torch.autograd raise.
+    """While inside: attnkit's FlashAttention (functions and Triton kernels), this module's own functions
+    (its float64 reference among them) and torch.autograd raise ``ForbiddenCall``.
 
     Module functions are replaced for the duration; each Triton kernel of attnkit.kernels.flash_kernels
     gets a raising ``run`` (and, in the interpreter, ``rewrite``) on the object itself, so a reference a
@@ -104,7 +105,8 @@ def forbid_course_attention():
                 if callable(getattr(obj, attr, None)):
                     replace(obj, attr, f"attnkit's Triton kernel {name}")
     try:
-        yield
+        with forbidden_calls(module_functions(flash, sys.modules[__name__])):
+            yield
     finally:
         for owner, name, own in reversed(saved):
             if own is _MISSING:
