@@ -20,6 +20,11 @@ One scheduler step, under a budget of ``max_tokens_per_step`` tokens (None: no l
    to the free list at once.
 When nothing runs and nothing has arrived, the clock jumps to the next arrival.
 
+With ``kv_dtype="fp8"`` the cache stores K and V as float8_e4m3fn (1 byte instead of the model's 2 or
+4), divided by one scale per (layer, KV head) measured once on a calibration text (amax / 448, with
+headroom); ``paged_extend`` multiplies them back in registers. Prefill attends to the fresh K and V;
+only what is read back from the cache is rounded.
+
 With ``prefix_caching=True`` full pages outlive their requests, keyed by their tokens and all tokens
 before them (``allocator.PrefixCache``): an admitted request first takes the cached pages its context
 starts with and prefills only the rest; cached pages no request holds are evicted, least recently used
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..kernels.paged_extend import FP8, FP8_MAX, quantize_fp8
 from .allocator import PagedKVCache, PrefixCache, Slots
 from .tinymodel import TinyModel, causal_attention_torch, greedy_no_cache
 
@@ -147,7 +153,8 @@ class Engine:
     """Greedy generation for many requests at once over a paged KV cache (see the module docstring)."""
 
     def __init__(self, model: TinyModel, *, num_pages: int, page_size: int = 8, max_batch: int = 4,
-                 backend: Backend | None = None, stop: str | None = "\n", prefix_caching: bool = False):
+                 backend: Backend | None = None, stop: str | None = "\n", prefix_caching: bool = False,
+                 kv_dtype: str = "model"):
         for name, value in (("num_pages", num_pages), ("page_size", page_size), ("max_batch", max_batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
@@ -159,11 +166,45 @@ class Engine:
         self.device, self.dtype = param.device, param.dtype
         # The course's paged cache: K and V [layers, num_pages, page_size, Hkv, D], a free list and
         # one page table per request; a page id names the same page in every layer.
+        if kv_dtype not in ("model", "fp8"):
+            raise ValueError(f"kv_dtype: expected 'model' or 'fp8', got {kv_dtype!r}")
+        if kv_dtype == "fp8" and self.backend.extend is None:
+            raise ValueError("kv_dtype: 'fp8' needs a backend that reads the cache through `extend` (the kernels)")
+        self.kv_scales = self._calibrate() if kv_dtype == "fp8" else None      # [layers, 2, Hkv]
         self.cache = PagedKVCache(num_pages, page_size, self.cfg.n_layers, self.cfg.n_kv_heads,
-                                  self.cfg.head_dim, dtype=self.dtype, device=self.device)
+                                  self.cfg.head_dim, dtype=FP8 if kv_dtype == "fp8" else self.dtype,
+                                  device=self.device)
         if not isinstance(prefix_caching, bool):
             raise ValueError(f"prefix_caching: expected True or False, got {prefix_caching!r}")
         self.prefix = PrefixCache(self.cache) if prefix_caching else None
+
+    @torch.no_grad()
+    def _calibrate(self, headroom: float = 2.0) -> torch.Tensor:
+        """Scales [layers, 2 (K, V), Hkv]: headroom · amax / 448 of each layer's K and V heads over the
+        first 256 characters of the training corpus."""
+        from .tinymodel import CORPUS_PATH
+
+        text = "".join(ch for ch in CORPUS_PATH.read_text()[:256] if ch in self.model.vocab)
+        tokens = torch.tensor([self.model.encode(text)], device=self.device)
+        x = self.model.embed(tokens)
+        positions = torch.arange(tokens.shape[1], device=self.device)[None]
+        scales = []
+        for block in self.model.blocks:
+            q, k, v = block.project_qkv(x, positions)                               # [1, H, T, D]
+            scales.append(torch.stack([t.abs().amax(dim=(0, 2, 3)) for t in (k, v)]) * headroom / FP8_MAX)
+            x = block.finish(x, causal_attention_torch(q, k, v))
+        return torch.stack(scales).float()
+
+    def _store(self, layer: int, slots: Slots, k, v) -> None:
+        """k, v [n, Hkv, D] into the cache (divided by the layer's scales and rounded for an FP8 cache)."""
+        if self.kv_scales is not None:
+            k, v = quantize_fp8(k, self.kv_scales[layer, 0]), quantize_fp8(v, self.kv_scales[layer, 1])
+        self.cache.write(layer, slots, k, v)
+
+    def _scales(self, layer: int) -> dict:
+        if self.kv_scales is None:
+            return {}
+        return dict(k_scale=self.kv_scales[layer, 0].contiguous(), v_scale=self.kv_scales[layer, 1].contiguous())
 
     # -------------------------------------------------------------- sizes
     def pages_for(self, n_tokens: int) -> int:
@@ -211,13 +252,14 @@ class Engine:
         x = self.model.embed(tokens)                                                 # [1, T, d_model]
         for layer, block in enumerate(self.model.blocks):
             q, k, v = block.project_qkv(x, positions)                               # [1, H, T, D]
-            self.cache.write(layer, slots, k[0].transpose(0, 1), v[0].transpose(0, 1))  # [T, Hkv, D]
+            self._store(layer, slots, k[0].transpose(0, 1), v[0].transpose(0, 1))     # [T, Hkv, D]
             if start and self.backend.extend:                                        # the chunk over the pages
                 table = self.cache.block_table([seq_id], self.device)
                 lens = torch.tensor([start + n], dtype=torch.int32, device=self.device)
                 cu = torch.tensor([0, n], dtype=torch.int32, device=self.device)
                 attn = self.backend.extend(q[0].transpose(0, 1).contiguous(), self.cache.k[layer],
-                                           self.cache.v[layer], table, lens, cu)     # [T, Hq, D]
+                                           self.cache.v[layer], table, lens, cu, max_q_len=n,
+                                           **self._scales(layer))                   # [T, Hq, D]
                 x = block.finish(x, attn.transpose(0, 1)[None])
                 continue
             if start:                                                                # attend to the prefix too
@@ -238,9 +280,14 @@ class Engine:
         x = self.model.embed(tokens[:, None])                                       # [B, 1, d_model]
         for layer, block in enumerate(self.model.blocks):
             q, k, v = block.project_qkv(x, positions[:, None])                      # q [B, Hq, 1, D]
-            self.cache.write(layer, slots, k[:, :, 0], v[:, :, 0])                 # [B, Hkv, D]
-            attn = self.backend.decode(q[:, :, 0].contiguous(), self.cache.k[layer], self.cache.v[layer],
-                                       block_table, seq_lens)                       # [B, Hq, D]
+            self._store(layer, slots, k[:, :, 0], v[:, :, 0])                      # [B, Hkv, D]
+            if self.kv_scales is None:
+                attn = self.backend.decode(q[:, :, 0].contiguous(), self.cache.k[layer], self.cache.v[layer],
+                                           block_table, seq_lens)                   # [B, Hq, D]
+            else:                                                                   # one new token each
+                cu = torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=self.device)
+                attn = self.backend.extend(q[:, :, 0].contiguous(), self.cache.k[layer], self.cache.v[layer],
+                                           block_table, seq_lens, cu, max_q_len=1, **self._scales(layer))
             x = block.finish(x, attn[:, :, None])
         return self.model.logits(x[:, 0])
 
