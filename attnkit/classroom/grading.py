@@ -1111,6 +1111,9 @@ def _checks_worker(spec: dict, results_fd: int) -> None:
         if fn is _MISSING:
             refused[ex.function] = (f"❌ {ex.function}: the notebook defines no `{ex.function}` (was its "
                                     f"cell run without an error, and is it still called `{ex.function}`?)")
+        elif not callable(fn):                # a value the exercise asks for (a number, a table)
+            functions[ex.function] = _plain(fn)
+            continue
         elif (problem := _origin_problem(ex.function, fn)) is not None:
             refused[ex.function] = f"❌ {ex.function}: {problem}."
         if ex.function in refused:
