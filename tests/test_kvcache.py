@@ -197,10 +197,11 @@ def test_choose_backend(monkeypatch):
     monkeypatch.delenv(rope_append.DISABLE_ENV, raising=False)
     q = torch.randn(1, 1, 4, 64, dtype=torch.float16)
     assert rope_append.choose_backend(q).name == "triton"
-    assert str(rope_append.choose_backend(q)) == ("Triton kernel: dtype float16 is supported; head size 64 is supported; "
-                                         "the device runs Triton")
+    assert str(rope_append.choose_backend(q)) == ("Triton kernel: dtype float16 is supported; "
+                                                  "head size 64 is supported; the device runs Triton")
     assert rope_append.choose_backend(q.double()).reasons == ("dtype float64 is not supported",)
-    assert rope_append.choose_backend(torch.randn(1, 1, 4, 20)).reasons == ("head size 20 is not a multiple of 8 in 8..256",)
+    assert rope_append.choose_backend(torch.randn(1, 1, 4, 20)).reasons == (
+        "head size 20 is not a multiple of 8 in 8..256",)
     assert rope_append.choose_backend(q, capability=(7, 5)).reasons == ("compute capability sm_75 is below sm_80",)
     assert rope_append.choose_backend(q, capability=(9, 0)).name == "triton"
     monkeypatch.setenv(rope_append.DISABLE_ENV, "1")
@@ -289,8 +290,9 @@ def test_benchmarks_append_into_a_bsnh_stored_cache_writes_what_the_bnsh_one_doe
 
     results = {}
     for layout in bench.LAYOUTS:
+        where = "cuda" if torch.cuda.is_available() else "cpu"    # the timed path takes the kernel's device
         q, k, v, k_cache, v_cache, seqlens = bench._inputs(2, HQ, HKV, D, new_len, past, True,
-                                                           dtype=torch.float32, device="cpu", layout=layout)
+                                                           dtype=torch.float32, device=where, layout=layout)
         if layout == "BSNH":     # the memory is [B, S, Hkv, D]; the kernel sees a [B, Hkv, S, D] view
             assert k_cache.stride() == (k_cache.shape[2] * HKV * D, D, HKV * D, 1)
         ref = rope_append.rope_append_reference(q, k, v, k_cache, v_cache, seqlens_k=seqlens)
