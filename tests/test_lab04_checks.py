@@ -573,10 +573,58 @@ def test_other_correct_kernel_accepted(check, correct):
     assert_accepted(check, correct, ACCEPT_SEEDS)
 
 
+# ----------------------------------------------------------------------------- the prediction
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _loads_by_program(M, N, K):
+    total = 0
+    for i in range(_cdiv(M, 16)):
+        for j in range(_cdiv(N, 16)):                  # one program per tile of out
+            rows, cols = min(16, M - 16 * i), min(16, N - 16 * j)
+            total += rows * K + K * cols                # its rows of a, its columns of b
+    return total
+
+
+PREDICTION_WRONG = {
+    "read once": lambda M, N, K: M * K + K * N,
+    "masked lanes counted": lambda M, N, K: _cdiv(M, 16) * _cdiv(N, 16) * 2 * 16 * 16 * _cdiv(K, 16),
+    "re-read factors swapped": lambda M, N, K: M * K * _cdiv(M, 16) + K * N * _cdiv(N, 16),
+    "bytes, not elements": lambda M, N, K: 2 * (M * K * _cdiv(N, 16) + K * N * _cdiv(M, 16)),
+    "a only": lambda M, N, K: M * K * _cdiv(N, 16),
+    "floor instead of ceiling": lambda M, N, K: M * K * max(N // 16, 1) + K * N * max(M // 16, 1),
+    "out counted too": lambda M, N, K: M * K * _cdiv(N, 16) + K * N * _cdiv(M, 16) + M * N,
+    "K padded to the tile": lambda M, N, K: (M * _cdiv(N, 16) + N * _cdiv(M, 16)) * 16 * _cdiv(K, 16),
+    "one tile per program, whatever K": lambda M, N, K: _cdiv(M, 16) * _cdiv(N, 16) * 2 * 16 * 16,
+}
+PREDICTION_RIGHT = {"sum over programs": _loads_by_program,
+                    "closed form": lambda M, N, K: K * (M * triton.cdiv(N, 16) + N * triton.cdiv(M, 16))}
+
+
+@pytest.mark.parametrize("mutant", [pytest.param(fn, id=name) for name, fn in PREDICTION_WRONG.items()])
+def test_wrong_prediction_rejected_on_every_seed(mutant):
+    assert_rejected_on_every_seed(lab04.check_prediction, mutant, FEW_SEEDS)
+    first_line = lab04.check_prediction(mutant, seed=0).report.splitlines()[0]
+    fixed = [(40, 48, 40), (17, 33, 40), (16, 16, 16), (1, 100, 20)]
+    assert any(f"M={m}, N={n}, K={k}:" in first_line for m, n, k in fixed), first_line
+
+
+@pytest.mark.parametrize("correct", [pytest.param(fn, id=name) for name, fn in PREDICTION_RIGHT.items()])
+def test_right_prediction_accepted(correct):
+    assert_accepted(lab04.check_prediction, correct, FEW_SEEDS)
+
+
+def test_loads_are_counted_in_the_interpreter():
+    assert lab04.counted_matmul_loads(40, 48, 40) == _loads_by_program(40, 48, 40) == 10560
+    assert lab04.counted_matmul_loads(1, 100, 20) == 1 * 20 * 7 + 20 * 100      # a read by 7 column tiles
+
+
 def test_catalogue_covers_every_puzzle():
-    assert [e.function for e in lab04.EXERCISES] == list(CATALOGUE)
+    assert [e.function for e in lab04.EXERCISES if e.function != "predicted_matmul_loads"] == list(CATALOGUE)
     for exercise, (_, _, wrong, right, _) in CATALOGUE.items():
         assert len(wrong) >= 8 and len(right) >= 2, exercise
+    assert len(PREDICTION_WRONG) >= 8 and len(PREDICTION_RIGHT) >= 2
 
 
 def test_solution_passes_and_blank_is_not_implemented():

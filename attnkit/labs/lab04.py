@@ -13,6 +13,9 @@ with a float64 reference:
     row_logsumexp(x, out)                 out[i] = log Σ_j exp(x[i, j]), ONE pass, running (m, ℓ)
     softmax_weighted_sum(s, v, out)       out = softmax(s)·v, ONE pass: the loop of lesson 5
 
+and one prediction, checked against a measurement: predicted_matmul_loads(M, N, K), the elements of a
+and b that puzzle 5's tiled launch loads, against the loads counted in the interpreter (within 1%).
+
 Inputs are views into larger buffers filled with NaN, 2-D inputs have a row stride larger than their
 row (so the strides must be used), and ``out`` sits inside a buffer of a sentinel value. Sizes are
 small and never all multiples of the blocks, so a missing mask either reads NaN or writes outside
@@ -121,6 +124,14 @@ def _element_addresses(t) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------- watching the kernel
+def _interpreting() -> bool:
+    """Whether Triton kernels run in the interpreter here (switched on before triton is imported)."""
+    from ..device import ensure_triton_backend
+
+    ensure_triton_backend()
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
 class _Memory:
     """Every address that the interpreted kernel loads (with its lanes' mask) and stores."""
 
@@ -134,8 +145,10 @@ class _Memory:
         return data[on].astype(np.uint64).ravel()
 
     @contextlib.contextmanager
-    def watching(self):
-        if os.environ.get("TRITON_INTERPRET") != "1":
+    def watching(self, always: bool = False):
+        """Record the interpreter's loads and stores (``always``: even where kernels are compiled, for a
+        kernel run explicitly in the interpreter)."""
+        if not (always or _interpreting()):
             yield False                         # compiled on a GPU: nothing to watch
             return
         from triton.runtime import interpreter
@@ -553,6 +566,103 @@ def check_softmax_weighted_sum(softmax_weighted_sum, *, seed: int | None = None)
                            "mask the rows of v past Nk too; at the end out = acc / l.")
 
 
+# ------------------------------------------------------------------------- the prediction: loads
+MATMUL_TILE = 16                 # puzzle 5's launch: 16 × 16 tiles of out, k in steps of 16
+PREDICTION_BAND = 0.01           # the predicted count must be within 1% of the counted one
+_KERNEL = []
+_COUNTED: dict = {}
+
+
+def _counting_matmul():
+    """Puzzle 5's tiled product as the course writes it, always run in Triton's interpreter (on CPU
+    tensors, whatever the device), where every load can be recorded."""
+    if not _KERNEL:
+        from ..device import ensure_triton_backend
+
+        ensure_triton_backend()
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+
+        def tiled_matmul(a_ptr, b_ptr, out_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
+                         BLOCK: tl.constexpr):
+            rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+            acc = tl.zeros([BLOCK, BLOCK], tl.float32)
+            for start in range(0, K, BLOCK):
+                ks = start + tl.arange(0, BLOCK)
+                a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
+                            mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+                b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
+                            mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+                acc += tl.dot(a, b)
+            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc,
+                     mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+        _KERNEL.append(InterpretedFunction(tiled_matmul))
+    return _KERNEL[0]
+
+
+def counted_matmul_loads(M: int, N: int, K: int) -> int:
+    """Elements of a and b that puzzle 5's launch loads (masked-off lanes not counted), counted by
+    running the tiled kernel in Triton's interpreter and recording every load."""
+    key = (M, N, K)
+    if key not in _COUNTED:
+        torch = _torch()
+        kernel = _counting_matmul()
+        a = torch.ones(M, K, dtype=torch.float16)
+        b = torch.ones(K, N, dtype=torch.float16)
+        out = torch.empty(M, N)
+        memory = _Memory()
+        tiles = (-(-M // MATMUL_TILE), -(-N // MATMUL_TILE))
+        with memory.watching(always=True):
+            kernel[tiles](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
+                          BLOCK=MATMUL_TILE)
+        loaded = memory.loaded()
+        inside = np.isin(loaded, _element_addresses(a)) | np.isin(loaded, _element_addresses(b))
+        _COUNTED[key] = int(inside.sum())
+    return _COUNTED[key]
+
+
+def check_prediction(predicted_matmul_loads, *, seed: int | None = None) -> CheckResult:
+    """predicted_matmul_loads(M, N, K) -> your prediction of how many elements of a and b puzzle 5's
+    launch loads (16 × 16 tiles of out, k in steps of 16; masked-off lanes are not loads).
+
+    The check then counts the loads of the course's tiled kernel in the interpreter, shape by shape,
+    and passes when every prediction is within 1% of the count.
+    """
+    name = "predicted_matmul_loads"
+    rng = _rng(seed)
+    shapes = [(40, 48, 40), (17, 33, 40), (16, 16, 16), (1, 100, 20)] + \
+        [tuple(int(v) for v in rng.integers(1, 70, size=3)) for _ in range(2)]
+    lines = []
+    for M, N, K in shapes:
+        try:
+            got = predicted_matmul_loads(M, N, K)
+        except Exception as exc:
+            if is_not_implemented(exc):
+                return not_implemented(name)
+            return CheckResult(name, FAILED, f"❌ {name}: M={M}, N={N}, K={K}: your function raised "
+                                             f"{type(exc).__name__}: {exc}")
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            return CheckResult(name, FAILED, f"❌ {name}: M={M}, N={N}, K={K}: return a number of elements, "
+                                             f"got {type(got).__name__}")
+        counted = counted_matmul_loads(M, N, K)
+        lines.append(f"   M={M:3d}, N={N:3d}, K={K:3d}: predicted {got:9,.0f}, counted {counted:9,d} "
+                     f"(read once: {M * K + K * N:,d})")
+        if not (math.isfinite(got) and abs(got - counted) <= PREDICTION_BAND * counted):
+            return CheckResult(name, FAILED, "\n".join(
+                [f"❌ {name}: M={M}, N={N}, K={K}: your prediction is not within 1% of the loads counted "
+                 f"in Triton's interpreter.", *lines,
+                 "   hint: each program owns one 16 × 16 tile of out and reads the full rows of a and the full "
+                 "columns of b that the tile needs (only the real ones: masked lanes load nothing). How many "
+                 "programs share each row of a, and each column of b?"]))
+    return CheckResult(name, PASSED, "\n".join(
+        [f"✅ {name}: within 1% of the loads counted in Triton's interpreter at all {len(shapes)} shapes.",
+         *lines[:4]]))
+
+
 # ----------------------------------------------------------------------------------------- the lab
 EXERCISES = (
     Exercise(function="scaled_add", check=check_scaled_add),
@@ -560,6 +670,7 @@ EXERCISES = (
     Exercise(function="affine_columns", check=check_affine_columns),
     Exercise(function="row_sums", check=check_row_sums),
     Exercise(function="matmul", check=check_matmul),
+    Exercise(function="predicted_matmul_loads", check=check_prediction),
     Exercise(function="causal_softmax", check=check_causal_softmax),
     Exercise(function="row_logsumexp", check=check_row_logsumexp),
     Exercise(function="softmax_weighted_sum", check=check_softmax_weighted_sum),
