@@ -387,3 +387,29 @@ def test_a_students_objects_reach_the_checker_as_proxies_and_return_to_the_stude
     with pytest.raises(RuntimeError, match="out") as info:   # a student's exception keeps its base class
         student.wrap("f", lambda: (_ for _ in ()).throw(type("OutOfPages", (RuntimeError,), {})("out")))()
     assert type(info.value).__name__ == "OutOfPages"
+
+
+def test_a_students_function_runs_under_the_checks_pytorch_modes(monkeypatch):
+    # A check may forbid PyTorch's own compute while the student's function runs (a dispatch mode);
+    # the grader's thread must be under the same mode, and under the same grad mode.
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import attnkit.labs.lab01 as lab01
+
+    class NoMatmul(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "mm" in str(func):
+                raise RuntimeError("matmul is not allowed here")
+            return func(*args, **(kwargs or {}))
+
+    student = grading._Student(lab01, timeout=10)
+    monkeypatch.setattr(grading, "_STUDENT", student)
+    a = torch.ones(2, 2)
+    matmul = student.wrap("matmul", lambda x: x @ x)
+    grad = student.wrap("grad", torch.is_grad_enabled)
+    with NoMatmul(), pytest.raises(RuntimeError, match="matmul is not allowed here"):
+        matmul(a)
+    with torch.no_grad():
+        assert grad() is False
+    assert matmul(a).sum().item() == 8.0 and grad() is True

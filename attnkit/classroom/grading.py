@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import csv
 import importlib
 import importlib.util
@@ -833,6 +834,47 @@ def _plain(value, depth: int = 0):
     return _Proxy(value)
 
 
+def _torch_state():
+    """PyTorch's thread-local state the check set up around the call (grad mode, inference mode, its
+    __torch_function__ and __torch_dispatch__ modes, e.g. one that makes matmul raise), or None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                list(_get_current_function_mode_stack()), list(_get_current_dispatch_mode_stack()))
+    except Exception:  # noqa: BLE001 - a PyTorch without these: the defaults apply
+        return None
+
+
+def _run_with_torch_state(state, fn, args, kwargs):
+    """``fn(*args, **kwargs)`` in this thread with ``state`` (from ``_torch_state``) in force."""
+    if state is None:
+        return fn(*args, **kwargs)
+    torch = sys.modules["torch"]
+    grad, inference, function_modes, dispatch_modes = state
+    pushed = []
+    # inference_mode(False) would switch grad mode on: enter it only when on, then set grad mode.
+    with torch.inference_mode(True) if inference else contextlib.nullcontext(), torch.set_grad_enabled(grad):
+        try:
+            for mode in function_modes:
+                torch._C._push_on_torch_function_stack(mode)
+                pushed.append("function")
+            for mode in dispatch_modes:
+                torch._C._push_on_torch_dispatch_stack(mode)
+                pushed.append("dispatch")
+            return fn(*args, **kwargs)
+        finally:
+            for kind in reversed(pushed):
+                if kind == "dispatch":
+                    torch._C._pop_torch_dispatch_stack(None)
+                else:
+                    torch._C._pop_torch_function_stack()
+
+
 def _unwrap(value, depth: int = 0):
     """``value`` with each proxy of a student's object replaced by the object (for the student's code)."""
     if type(value) is _Proxy:
@@ -846,8 +888,9 @@ def _unwrap(value, depth: int = 0):
 
 class _Student:
     """Runs the student's code for the checker: each call in a thread of its own (the checker's frames
-    are not on its stack), with the course's implementations guarded, on a time budget, and with what it
-    changed in the course put back afterwards."""
+    are not on its stack) that inherits the checker's NumPy and PyTorch modes, with the course's
+    implementations guarded, on a time budget, and with what it changed in the course put back
+    afterwards."""
 
     def __init__(self, lab_module, timeout: float, progress=None, tools=frozenset()):
         self.lab_module = lab_module
@@ -869,10 +912,11 @@ class _Student:
             return fn(*args, **kwargs)
         args, kwargs = _unwrap(args), _unwrap(kwargs)     # the student's objects, as the student made them
         box: dict = {}
+        torch_state = _torch_state()
 
         def target():
             try:
-                box["value"] = fn(*args, **kwargs)
+                box["value"] = _run_with_torch_state(torch_state, fn, args, kwargs)
             except BaseException as exc:  # noqa: BLE001 - handed to the checker below
                 box["error"] = exc
 
