@@ -413,3 +413,17 @@ def test_a_students_function_runs_under_the_checks_pytorch_modes(monkeypatch):
     with torch.no_grad():
         assert grad() is False
     assert matmul(a).sum().item() == 8.0 and grad() is True
+
+
+def test_a_course_object_made_by_the_student_reaches_the_check_as_its_class_with_plain_contents():
+    from attnkit.classroom.checking import Case
+
+    class Sneaky:                                      # the student's: it would run code when compared
+        def __eq__(self, other):
+            return True
+    made = Case((1.5, [Sneaky()]), {"k": "v"}, "label")
+    plain = grading._plain(made)
+    assert type(plain) is Case and plain is not made and plain.label == "label" and plain.args[0] == 1.5
+    assert type(plain.args[1][0]) is grading._Proxy
+    handed = Case((), {}, "handed to the student")
+    assert grading._plain([handed], known=grading._handed_over((handed,), {}))[0] is handed

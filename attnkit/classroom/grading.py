@@ -751,7 +751,7 @@ class _Snapshot:
                         changed.append(f"{cls.__module__}.{cls.__qualname__}.{key}")
                     except (AttributeError, TypeError):
                         pass
-            for key in [k for k in vars(cls) if k not in contents and not k.startswith("_abc")]:
+            for key in [k for k in vars(cls) if k not in contents and not k.startswith(("_abc", "__"))]:
                 try:
                     delattr(cls, key)
                     changed.append(f"{cls.__module__}.{cls.__qualname__}.{key}")
@@ -809,10 +809,12 @@ class StudentError(Exception):
     """An error the student's function raised, re-raised by the checker with its name and message."""
 
 
-def _plain(value, depth: int = 0):
+def _plain(value, depth: int = 0, known: frozenset = frozenset()):
     """``value`` as plain data the checker may handle without running the student's code again:
     NumPy arrays and torch tensors of their exact types, numbers, strings, and tuples, lists and dicts
-    of them; anything else (an object of the student's class, a generator) behind a guarded proxy."""
+    of them; an object of the course's class as a copy made plain in turn (or as itself where the
+    check handed it to the student: ``known`` holds their ids); anything else (an object of the
+    student's class, a generator) behind a guarded proxy."""
     import numpy as np
 
     kind = type(value)
@@ -820,7 +822,7 @@ def _plain(value, depth: int = 0):
         return value
     if kind is np.ndarray:
         if value.dtype == object:
-            return np.array([_plain(v, depth + 1) for v in value.ravel().tolist()] or [],
+            return np.array([_plain(v, depth + 1, known) for v in value.ravel().tolist()] or [],
                             dtype=object).reshape(value.shape)
         return value
     if kind.__module__ == "numpy" and isinstance(value, np.generic):
@@ -828,10 +830,47 @@ def _plain(value, depth: int = 0):
     if kind.__module__ == "torch" and kind.__name__ in ("Tensor", "dtype", "device", "Size"):
         return value
     if depth < 20 and kind in (tuple, list):
-        return kind(_plain(v, depth + 1) for v in value)
+        return kind(_plain(v, depth + 1, known) for v in value)
     if depth < 20 and kind is dict:
-        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in value.items()}
+        return {_plain(k, depth + 1, known): _plain(v, depth + 1, known) for k, v in value.items()}
+    if depth < 20 and str(getattr(kind, "__module__", "")).startswith("attnkit.") and not isinstance(value, type):
+        return value if id(value) in known else _course_object(value, depth, known)
     return _Proxy(value)
+
+
+def _handed_over(args, kwargs) -> frozenset:
+    """The ids of the course's objects a check handed to the student's function (in its arguments and
+    the lists, tuples and dicts among them)."""
+    ids, todo = set(), [args, kwargs]
+    while todo and len(ids) < 100_000:
+        item = todo.pop()
+        if type(item) in (tuple, list):
+            todo.extend(item)
+        elif type(item) is dict:
+            todo.extend(item.values())
+        elif str(getattr(type(item), "__module__", "")).startswith("attnkit."):
+            ids.add(id(item))
+    return frozenset(ids)
+
+
+def _course_object(value, depth: int, known: frozenset):
+    """An object of one of the course's classes (a lab's ``StepPlan``) made by the student's code: a
+    shallow copy whose attributes are made plain in turn, so that the check gets the class it expects
+    and nothing in it runs the student's code."""
+    import copy as _copy
+
+    try:
+        clone = _copy.copy(value)
+        names = list(vars(clone)) if hasattr(clone, "__dict__") else []
+        for cls in type(clone).__mro__:
+            slots = getattr(cls, "__slots__", ())
+            names += [slots] if isinstance(slots, str) else list(slots)
+        for name in dict.fromkeys(names):
+            if name not in ("__dict__", "__weakref__") and hasattr(clone, name):
+                object.__setattr__(clone, name, _plain(getattr(clone, name), depth + 1, known))
+        return clone
+    except Exception:  # noqa: BLE001 - not copyable: the student's code stays behind a proxy
+        return _Proxy(value)
 
 
 def _torch_state():
@@ -946,7 +985,7 @@ class _Student:
             raise TimeoutError(f"{name} ran past {self.timeout:g} s and was stopped")
         if "error" in box:
             raise _sanitize_error(box["error"]) from None
-        return _plain(box.get("value"))
+        return _plain(box.get("value"), known=_handed_over(args, kwargs))
 
     def wrap(self, name: str, fn):
         student = self
