@@ -28,9 +28,12 @@ def test_every_suite_names_a_function(name):
     assert callable(getattr(importlib.import_module(module), function))
 
 
-def test_every_suite_is_recorded():
-    """Each suite has its CSV in the package data, so an installed course shows it."""
-    assert {p.stem.removeprefix("bench_") for p in RECORDED} == set(benchmarking.SUITES)
+def test_every_suite_is_recorded_or_said_not_to_be():
+    """Each suite has its CSV in the package data (an installed course shows it), except those listed
+    as not yet recorded; a recorded suite leaves that list."""
+    recorded = {p.stem.removeprefix("bench_") for p in RECORDED}
+    assert recorded | set(benchmarking.NOT_YET_RECORDED) == set(benchmarking.SUITES)
+    assert not recorded & set(benchmarking.NOT_YET_RECORDED)
 
 
 def test_unknown_suite_is_an_error(tmp_path):
