@@ -217,7 +217,7 @@ PREDICTION_WRONG = {
 
 PREDICTION_RIGHT = {
     "by hand": _predict(_flops, _bytes),
-    "from iomodel": lambda n: lab02.qk_roofline_ms(n),
+    "attainable rate": lambda n: _flops(n) / (H100.attainable_tflops(_flops(n) / _bytes(n)) * 1e12) * 1e3,
     "bytes over bandwidth": lambda n: _bytes(n) / 3.35e12 * 1e3,
 }
 
@@ -262,7 +262,7 @@ def test_solution_passes_and_blank_is_not_implemented():
 
 
 def test_prediction_report_names_the_measurement():
-    result = lab02.check_prediction(lab02.qk_roofline_ms)
+    result = lab02.check_prediction(PREDICTION_RIGHT["by hand"])
     assert result.status == PASSED
     assert "n =  4096" in result.report and "recorded on" in result.report
 
@@ -275,3 +275,18 @@ def test_dependency_named_when_roofline_fails():
                               decode_cost=DECODE_RIGHT["by tensor"], roofline=broken,
                               predicted_qk_ms=PREDICTION_WRONG["one head"], seed=0)
     assert "exercise 4 (roofline)" in summary.results[-1].report
+
+
+def test_ready_made_answers_are_refused():
+    from attnkit.bench.recorder import read_results
+
+    def peeks(n):
+        row = next(r for r in read_results("naive_attention") if int(r["N"]) == n)
+        return 0.8 * row["QK^T_ms"]
+
+    result = lab02.check_prediction(peeks)
+    assert not result.passed and "ForbiddenCall" in result.report, result.report
+    result = lab02.check_matmul_cost(lambda b, m, n, k, e: tuple(lab02.matmul_cost_reference(b, m, n, k, e)), seed=0)
+    assert not result.passed and "ForbiddenCall" in result.report, result.report
+    assert lab02.check_prediction(PREDICTION_RIGHT["by hand"]).passed          # restored afterwards
+    assert read_results("naive_attention")

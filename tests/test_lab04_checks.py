@@ -667,3 +667,9 @@ def test_a_result_computed_outside_the_kernel_is_refused():
 
     result = lab04.check_scaled_add(torch_add, seed=0)
     assert not result.passed and "not written by your kernel" in result.report
+
+
+def test_prediction_may_not_call_the_counter():
+    result = lab04.check_prediction(lambda M, N, K: lab04.counted_matmul_loads(M, N, K), seed=0)
+    assert not result.passed and "calls" in result.report and "counted_matmul_loads" in result.report, result.report
+    assert lab04.counted_matmul_loads(16, 16, 16) == 512                            # restored afterwards

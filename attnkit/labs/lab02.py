@@ -15,6 +15,7 @@ band (between half the measured time and the measured time).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -53,7 +54,45 @@ def _as_pair(result, name):
     return np.array([float(result[0]), float(result[1])])
 
 
+class ForbiddenCall(Exception):
+    """Raised when a student's function calls the check's own reference or the recorded measurement."""
+
+
+def _raiser(*args, **kwargs):
+    # Runs as the code of a course function, with that function's module globals: reach the
+    # exception through the builtins only.
+    raise __import__("attnkit.labs.lab02", fromlist=["ForbiddenCall"]).ForbiddenCall(
+        "a ready-made answer of the course (or the measurement itself): compute it with your own code")
+
+
+def _refused():
+    """The check's references, the recorded results and lesson 2's ready-made counts."""
+    return [matmul_cost_reference, flash_forward_cost_reference, decode_cost_reference, roofline_reference,
+            qk_recorded, qk_roofline_ms, read_results, iomodel.attention_steps, iomodel.fused_attention,
+            iomodel.Step.time_bound_s]
+
+
+@contextlib.contextmanager
+def _refusing():
+    saved = [(fn, fn.__code__) for fn in _refused()]
+    try:
+        for fn, _ in saved:
+            fn.__code__ = _raiser.__code__.replace(co_name=fn.__name__)
+        yield
+    finally:
+        for fn, code in saved:
+            fn.__code__ = code
+
+
+def _guarded(student_fn):
+    def call(*args):
+        with _refusing():
+            return student_fn(*args)
+    return call
+
+
 def _pair_check(name, student_fn, reference, cases, hint):
+    student_fn = _guarded(student_fn)
     return run_check(name, lambda *a: _as_pair(student_fn(*a), name), reference, cases, tol=TOL,
                      compare=_each_close, hint=hint + " The report lists [flops, bytes].")
 
@@ -220,6 +259,7 @@ def _roofline_cases(seed):
 
 def check_roofline(roofline, *, seed: int | None = None) -> CheckResult:
     """roofline(flops, nbytes, gpu) -> (intensity FLOP/byte, seconds at least, memory_bound: bool)."""
+    roofline = _guarded(roofline)
     return run_check(
         "roofline", lambda *a: _as_triple(roofline(*a)), roofline_reference, _roofline_cases(seed), tol=TOL,
         compare=_each_close,
@@ -261,7 +301,8 @@ def check_prediction(predicted_qk_ms, *, seed: int | None = None) -> CheckResult
     for row in rows:
         n, measured = int(row["N"]), float(row["QK^T_ms"])
         try:
-            got = predicted_qk_ms(n)
+            with _refusing():
+                got = predicted_qk_ms(n)
         except NotImplementedError:
             return not_implemented(name)
         except Exception as exc:  # a bug in the student's code: report it

@@ -214,7 +214,7 @@ def _forbidden_course():
             if callable(value) and getattr(value, "__module__", None) == module_name and \
                     hasattr(value, "__code__") and not value.__code__.co_freevars:
                 found.append(value)
-    return found
+    return found + [counted_matmul_loads, _counting_matmul]      # the prediction's measurement
 
 
 @contextlib.contextmanager
@@ -637,8 +637,13 @@ def check_prediction(predicted_matmul_loads, *, seed: int | None = None) -> Chec
     lines = []
     for M, N, K in shapes:
         try:
-            got = predicted_matmul_loads(M, N, K)
+            with _forbidding():
+                got = predicted_matmul_loads(M, N, K)
         except Exception as exc:
+            forbidden = _find_forbidden(exc)
+            if forbidden is not None:
+                return CheckResult(name, FAILED, f"❌ {name}: your function calls {_forbidden_name(forbidden)}; "
+                                                 f"the prediction is yours to work out, before the count")
             if is_not_implemented(exc):
                 return not_implemented(name)
             return CheckResult(name, FAILED, f"❌ {name}: M={M}, N={N}, K={K}: your function raised "
