@@ -1236,7 +1236,7 @@ def _checks_worker(spec: dict, results_fd: int) -> None:
                    for e in exercises]
     if _thread._count() > threads_before + student.stuck:
         notes.append("the notebook's code left threads running while it was checked")
-    record = {"results": results, "cell_failures": failures, "notes": notes}
+    record = {"results": results, "cell_failures": failures, "notes": list(dict.fromkeys(notes))}
     write(results_fd, (json.dumps(record) + "\n").encode())
     exit_now(0)
 
