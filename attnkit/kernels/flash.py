@@ -1,21 +1,31 @@
 """FlashAttention in Triton, forward and backward, for [B, H, N, D] tensors.
 
 Public functions
-- ``flash_attention(q, k, v, *, causal=False, sm_scale=None) -> o``: differentiable attention
-  (a ``torch.autograd.Function``; the backward runs in Triton too).
-- ``flash_attention_forward(q, k, v, *, causal=False, sm_scale=None, variant="best") -> (o, lse)``:
+- ``flash_attention(q, k, v, *, causal=False, sm_scale=None, window=(-1, -1), softcap=None) -> o``:
+  differentiable attention (a ``torch.autograd.Function``; the backward runs in Triton too).
+- ``flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, ...)``:
+  the same for packed sequences of different lengths, as ``flash_attn_varlen_func`` takes them.
+- ``flash_attention_forward(q, k, v, *, causal=False, sm_scale=None, window=(-1, -1), softcap=None,
+  variant="best") -> (o, lse)``:
   the forward kernel alone; ``lse`` [B, Hq, Nq] fp32 is the natural-log log-sum-exp of each row of
   scaled scores (-inf for a row that sees no key), the one number per row the backward needs.
-- ``flash_attention_backward(do, q, k, v, o, lse, *, causal=False, sm_scale=None) -> (dq, dk, dv)``:
+- ``flash_attention_backward(do, q, k, v, o, lse, *, causal=False, sm_scale=None, window=(-1, -1),
+  softcap=None) -> (dq, dk, dv)``:
   the backward kernels alone (dK, dV summed over the query heads that share a K/V head).
 - ``LADDER``: the forward's performance ladder, rung name -> what it adds; each rung is a
   ``variant=`` of ``flash_attention_forward``. ``check_inputs(q, k, v)`` raises the ValueErrors.
 
-Shapes: q [B, Hq, Nq, D]; k, v [B, Hkv, Nk, D] with Hq % Hkv == 0 (query head h reads K/V head
-h // (Hq // Hkv): multi-head, grouped-query and multi-query attention without copying K or V);
-any Nq, Nk >= 1; D in {16, 32, 64, 128, 256}; fp16, bf16 or fp32, all three the same. Any strides.
-Causal attention with Nq != Nk is aligned to the end: query i sees key j when j <= i + Nk - Nq;
-a row that sees no key gives 0. ``sm_scale`` defaults to 1/sqrt(D).
+Shapes: q [B, Hq, Nq, D]; k [B, Hkv, Nk, D]; v [B, Hkv, Nk, Dv] with Hq % Hkv == 0 (query head h
+reads K/V head h // (Hq // Hkv): multi-head, grouped-query and multi-query attention without copying
+K or V); any Nq, Nk >= 1; any D and Dv from 8 to 256 (the kernels pad a tile's head dim to a power of
+two in registers, with masked loads and stores); the output has v's head dim Dv. fp16, bf16 or fp32,
+all three the same. Any strides. Causal attention with Nq != Nk is aligned to the end: query i sees
+key j when j <= i + Nk - Nq; a row that sees no key gives 0. ``sm_scale`` defaults to 1/sqrt(D).
+
+Masks and logits: ``window=(left, right)`` is a sliding window: query i sees keys j with
+i + Nk - Nq - left <= j <= i + Nk - Nq + right (-1: that side unbounded; with ``causal`` right is 0);
+key blocks wholly outside it are skipped, not masked, so the work is O(N · window).
+``softcap`` replaces each logit s = sm_scale · q·k by softcap · tanh(s / softcap) before the softmax.
 
 Where it runs: as every kernel of the course, by ``attnkit.device.kernel_device``: CUDA tensors run
 compiled kernels (block sizes autotuned); on a machine without a GPU, CPU tensors run the same kernels
@@ -26,6 +36,8 @@ cannot compile bf16 below sm_80, so there bf16 is computed in fp32 and rounded.
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 import os
 from dataclasses import dataclass, replace
 
@@ -35,7 +47,9 @@ from .. import validation
 from ..device import bf16_computed_in_fp32, launch_options, to_kernel_device, triton_interprets
 from . import flash_kernels as _kernels
 
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256
+SUPPORTED_HEAD_DIMS = range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1)
+UNBOUNDED = 1 << 30      # a window side without bound, as the kernels take it (any N below 2**29)
 SUPPORTED_DTYPES = validation.FLOAT_DTYPES
 LOG2E = _kernels.LOG2E.value
 
@@ -79,21 +93,53 @@ BEST = "host_descriptors"
 
 
 # ------------------------------------------------------------------------------------ input checks
-def check_inputs(q, k, v) -> None:
-    """Raise ValueError, naming the argument and the rule, unless q, k, v are valid attention inputs."""
+def check_inputs(q, k, v, *, packed: bool = False) -> None:
+    """Raise ValueError, naming the argument and the rule, unless q, k, v are valid attention inputs
+    ([B, H, N, D], or with ``packed`` [total, H, D] as ``flash_attention_varlen`` takes them)."""
+    dims, layout = (3, "[total, H, D]") if packed else (4, "[B, H, N, D]")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        validation.tensor(name, t, 4, "[B, H, N, D]", SUPPORTED_DTYPES)
+        validation.tensor(name, t, dims, layout, SUPPORTED_DTYPES)
     validation.same("dtype", q=q, k=k, v=v)
     validation.same("device", q=q, k=k, v=v)
-    if k.shape != v.shape:
-        raise ValueError(f"k, v: must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if q.shape[0] != k.shape[0]:
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"k, v: must have the same shape but for the head dim, got {tuple(k.shape)} and "
+                         f"{tuple(v.shape)}")
+    if not packed and q.shape[0] != k.shape[0]:
         raise ValueError(f"q, k: batch sizes differ ({q.shape[0]} vs {k.shape[0]})")
-    if q.shape[3] != k.shape[3]:
-        raise ValueError(f"q, k: head dims differ ({q.shape[3]} vs {k.shape[3]})")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q, k: head dims differ ({q.shape[-1]} vs {k.shape[-1]})")
     validation.head_groups("q, k", q.shape[1], k.shape[1])
-    validation.head_dim("q", q.shape[3], SUPPORTED_HEAD_DIMS)
+    for name, t in (("q", q), ("v", v)):
+        if not MIN_HEAD_DIM <= t.shape[-1] <= MAX_HEAD_DIM:
+            raise ValueError(f"{name}: head dim D={t.shape[-1]} is not supported; D must be between "
+                             f"{MIN_HEAD_DIM} and {MAX_HEAD_DIM}")
     validation.kernel_device("q", q)
+
+
+def check_window(window) -> tuple[int, int]:
+    """``window`` as (left, right): two integers >= -1, -1 meaning that side is unbounded."""
+    if (not isinstance(window, (tuple, list)) or len(window) != 2
+            or any(isinstance(w, bool) or not isinstance(w, numbers.Integral) for w in window)):
+        raise ValueError(f"window: expected (left, right), two integers >= -1 (-1: unbounded), got {window!r}")
+    if min(window) < -1:
+        raise ValueError(f"window: each side must be >= -1 (-1: unbounded), got {tuple(window)}")
+    return int(window[0]), int(window[1])
+
+
+def check_softcap(softcap) -> float | None:
+    """``softcap``: None (off) or a positive finite number."""
+    if softcap is None:
+        return None
+    if (isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not math.isfinite(softcap)
+            or softcap <= 0):
+        raise ValueError(f"softcap: expected a positive finite number or None (off), got {softcap!r}")
+    return float(softcap)
+
+
+def _options(q, causal, sm_scale, window, softcap):
+    """The checked keyword options of every public function."""
+    return (validation.flag("causal", causal), validation.softmax_scale(sm_scale, q.shape[-1]),
+            check_window(window), check_softcap(softcap))
 
 
 # ----------------------------------------------------------------------------- kernels and configs
@@ -144,8 +190,8 @@ def _prune_by_head_dim(configs, named_args, **kwargs):
     """D = 256 tiles need twice the shared memory: keep small tiles and two stages there."""
     import triton
 
-    head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
-    if head_dim is None or head_dim < 256:
+    head_dim = max(kwargs.get(name, named_args.get(name)) or 0 for name in ("HEAD_DIM", "HEAD_DIM_V"))
+    if head_dim < 256:
         return configs
     small = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64] or configs[-1:]
     return [triton.Config({"BLOCK_M": c.kwargs["BLOCK_M"], "BLOCK_N": min(c.kwargs["BLOCK_N"], 32)},
@@ -164,7 +210,8 @@ def _tuned(name: str):
         kernel = getattr(_kernels, kernel_name)
         configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s, pre_hook=_set_block_shapes)
                    for m, n, w, s in shapes]
-        key = [a for a in ("n_q", "n_k", "HEAD_DIM", "CAUSAL", "DESC") if a in kernel.arg_names]
+        key = [a for a in ("n_q", "n_k", "HEAD_DIM", "HEAD_DIM_V", "DIM_QK", "DIM_V", "CAUSAL", "BAND", "SOFTCAP",
+                           "VARLEN", "DESC") if a in kernel.arg_names]
         options = dict(configs=configs, key=key, prune_configs_by={"early_config_prune": _prune_by_head_dim})
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
             options["do_bench"] = _quick_bench
@@ -199,7 +246,7 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | N
     if triton_interprets():
         fixed, tuned = INTERPRETER_CONFIG, False
     elif fixed is None:
-        head_dim = constexprs["HEAD_DIM"]      # D = 256: halve the tiles (shared memory)
+        head_dim = max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0))  # D = 256: halve the tiles
         fixed = default if head_dim < 256 else BlockConfig(min(default.block_m, 64), min(default.block_n, 32), 4, 2)
     if tuned and autotune_enabled():
         grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
@@ -277,117 +324,184 @@ def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
     return dict(desc=head_dim in (64, 128) and (causal or n_k >= 1024))
 
 
-def effective_rung(rung: Rung, causal: bool, *tensors) -> Rung:
+def effective_rung(rung: Rung, causal: bool, *tensors, plain: bool = True) -> Rung:
     """``rung`` for these tensors [B, H, N, D] (q, k, v, o): pointer loads where its rule says so, or
-    where this device, Triton or the tensors' strides cannot take descriptors."""
+    where this device, Triton or the tensors' strides cannot take descriptors, or where the shapes are
+    not ``plain`` (packed sequences, a head dim that is padded or differs between v and q)."""
     q, k = tensors[0], tensors[1]
     if rung.rule and not host_descriptor_choice(causal, q.shape[-1], k.shape[2])["desc"]:
         rung = replace(rung, desc=_kernels.POINTERS)
-    if rung.desc and not (descriptors_supported(q.device) and _tma_compatible(*tensors)):
+    if rung.desc and not (plain and descriptors_supported(q.device) and _tma_compatible(*tensors)):
         rung = replace(rung, desc=_kernels.POINTERS)
     return rung
 
 
-def _forward(q, k, v, causal: bool, sm_scale: float, variant: str):
-    """o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] fp32 of the rung ``variant``. Inputs already checked."""
-    return _forward_rung(q, k, v, causal, sm_scale, VARIANTS[variant])
+def _padded(head_dim: int) -> int:
+    """A tile's head dim: the next power of two, at least 16 (the smallest inner size of tl.dot)."""
+    return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def _forward_rung(q, k, v, causal: bool, sm_scale: float, rung: Rung, config: BlockConfig | None = None):
-    """The forward of one rung (and, optionally, with one fixed launch configuration)."""
+def _band(causal: bool, window) -> tuple[int, int, bool]:
+    """(left, right, BAND) for the kernels: a side without bound is UNBOUNDED; causal is right = 0."""
+    left, right = window
+    if causal:
+        right = 0
+    return (UNBOUNDED if left < 0 else left, UNBOUNDED if right < 0 else right, causal or left >= 0 or right >= 0)
+
+
+def _logit_scales(sm_scale: float, softcap, use_exp2: bool) -> tuple[float, float]:
+    """(qk_scale, cap_scale): logits are qk · qk_scale, or tanh(qk · cap_scale) · qk_scale with a softcap."""
+    unit = LOG2E if use_exp2 else 1.0
+    if softcap is None:
+        return sm_scale * unit, 0.0
+    return softcap * unit, sm_scale / softcap
+
+
+def _heads_view(t: torch.Tensor, packed: bool) -> torch.Tensor:
+    """A packed [total, H, D] tensor as a [1, H, total, D] view (no copy); a [B, H, N, D] one as itself."""
+    return t.unsqueeze(0).transpose(1, 2) if packed else t
+
+
+def _strides(t: torch.Tensor, packed: bool) -> tuple:
+    """The four strides the kernels take; packed sequences start at cu_seqlens, so the batch stride is 0."""
+    return (0, *t.stride()[1:]) if packed else tuple(t.stride())
+
+
+def _row_strides(lse: torch.Tensor, packed: bool) -> tuple[int, int]:
+    """(per batch, per head) strides of a contiguous lse: [B, H, N], or [H, total] when packed."""
+    return (0, lse.stride(0)) if packed else (lse.stride(0), lse.stride(1))
+
+
+def _forward(q, k, v, causal: bool, sm_scale: float, variant: str, window=(-1, -1), softcap=None, varlen=None):
+    """o [B, Hq, Nq, Dv] (q's dtype), lse [B, Hq, Nq] fp32 of the rung ``variant``. Inputs already checked."""
+    return _forward_rung(q, k, v, causal, sm_scale, VARIANTS[variant], window=window, softcap=softcap,
+                         varlen=varlen)
+
+
+def _forward_rung(q, k, v, causal: bool, sm_scale: float, rung: Rung, config: BlockConfig | None = None, *,
+                  window=(-1, -1), softcap=None, varlen=None):
+    """The forward of one rung (and, optionally, with one fixed launch configuration). ``varlen``:
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) for packed [total, H, D] inputs; o is then
+    [total_q, Hq, Dv] and lse [Hq, total_q]."""
     where, out_dtype = q.device, q.dtype
-    q, k, v = _compute_dtype_inputs(*to_kernel_device(q, k, v))
-    batch, n_heads, n_q, head_dim = q.shape
-    n_heads_kv, n_k = k.shape[1], k.shape[2]
-    o = _new_buffer(q.shape, q.dtype, q.device)
-    lse = _new_buffer((batch, n_heads, n_q), torch.float32, q.device)
-    rung = effective_rung(rung, causal, q, k, v, o)
-    tensors = (q, k, v, o)
+    packed = varlen is not None
+    cu_q, cu_k = varlen[:2] if packed else (None, None)
+    q, k, v, cu_q, cu_k = to_kernel_device(q, k, v, cu_q, cu_k)
+    q, k, v = _compute_dtype_inputs(q, k, v)
+    head_dim, head_dim_v = q.shape[-1], v.shape[-1]
+    o = _new_buffer((*q.shape[:-1], head_dim_v), q.dtype, q.device)
+    q4, k4, v4, o4 = (_heads_view(t, packed) for t in (q, k, v, o))
+    batch, n_heads, n_q = q4.shape[:3]
+    n_heads_kv, n_k = k4.shape[1], k4.shape[2]
+    if packed:
+        batch, n_q, n_k = cu_q.numel() - 1, varlen[2], varlen[3]
+        lse = _new_buffer((n_heads, q.shape[0]), torch.float32, q.device)
+    else:
+        lse = _new_buffer((batch, n_heads, n_q), torch.float32, q.device)
+    plain = not packed and head_dim == head_dim_v == _padded(head_dim)
+    rung = effective_rung(rung, causal, q4, k4, v4, o4, plain=plain)
+    tensors = (q4, k4, v4, o4)
     if rung.desc == _kernels.HOST_DESCRIPTORS:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         tensors = [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, head_dim]) for t in tensors]
     elif rung.desc == _kernels.DEVICE_DESCRIPTORS:
         _ensure_allocator()
-    fixed = config if config is not None or rung.tuned else _fixed_forward_config(head_dim)
+    left, right, band = _band(causal, window)
+    qk_scale, cap_scale = _logit_scales(sm_scale, softcap, rung.use_exp2)
+    fixed = config if config is not None or rung.tuned else _fixed_forward_config(
+        max(_padded(head_dim), _padded(head_dim_v)))
     _launch("fwd_desc" if rung.desc else "fwd", q.device, rung.tuned and config is None, fixed,
-            n_q, batch * n_heads, *tensors, lse, sm_scale * LOG2E if rung.use_exp2 else sm_scale,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            batch, n_heads, n_heads // n_heads_kv, n_q, n_k, HEAD_DIM=head_dim, CAUSAL=causal,
-            USE_EXP2=rung.use_exp2, SPLIT=rung.split, DESC=rung.desc, DOT_PRECISION=_dot_precision(q.dtype))
+            n_q, batch * n_heads, *tensors, lse, cu_q, cu_k, qk_scale, cap_scale, left, right,
+            *(st for t in (q4, k4, v4, o4) for st in _strides(t, packed)), *_row_strides(lse, packed),
+            batch, n_heads, n_heads // n_heads_kv, n_q, n_k, HEAD_DIM=_padded(head_dim), CAUSAL=causal,
+            USE_EXP2=rung.use_exp2, SPLIT=rung.split, DESC=rung.desc, DOT_PRECISION=_dot_precision(q.dtype),
+            HEAD_DIM_V=_padded(head_dim_v), DIM_QK=head_dim, DIM_V=head_dim_v, BAND=band,
+            SOFTCAP=softcap is not None, VARLEN=packed)
     return o.to(where, out_dtype), lse.to(where)
 
 
 def flash_attention_forward(q, k, v, *, causal: bool = False, sm_scale: float | None = None,
-                            variant: str = "best"):
+                            window=(-1, -1), softcap: float | None = None, variant: str = "best"):
     """The forward kernel: returns (o, lse).
 
-    o: [B, Hq, Nq, D] in q's dtype; lse: [B, Hq, Nq] fp32, log Σ_j exp(sm_scale · q_i·k_j) over the
-    keys row i sees (-inf for a row that sees none). ``variant`` picks a rung of ``LADDER``
+    o: [B, Hq, Nq, Dv] in q's dtype; lse: [B, Hq, Nq] fp32, log Σ_j exp(logit_ij) over the keys row i
+    sees (-inf for a row that sees none). ``variant`` picks a rung of ``LADDER``
     ("best" is ``BEST``, the fastest rung verified on the H100; on a device or Triton without its
     features it runs with pointer loads, as "autotuned").
     """
     check_inputs(q, k, v)
-    causal = validation.flag("causal", causal)
-    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
+    causal, sm_scale, window, softcap = _options(q, causal, sm_scale, window, softcap)
     if variant == "best":
         variant = BEST
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected 'best' or one of {list(VARIANTS)}, got {variant!r}")
     with torch.no_grad():
-        return _forward(q, k, v, causal, sm_scale, variant)
+        return _forward(q, k, v, causal, sm_scale, variant, window, softcap)
 
 
 # ----------------------------------------------------------------------------------------- backward
-def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
-    """dq, dk, dv in the inputs' dtypes (dk, dv [B, Hkv, Nk, D]). Inputs already checked."""
+def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1), softcap=None, varlen=None):
+    """dq, dk, dv in the inputs' dtypes and shapes. Inputs already checked."""
     import triton
 
     where, out_dtype = q.device, q.dtype
-    do, q, k, v, o, lse = to_kernel_device(do, q, k, v, o, lse)
+    packed = varlen is not None
+    cu_q, cu_k = varlen[:2] if packed else (None, None)
+    do, q, k, v, o, lse, cu_q, cu_k = to_kernel_device(do, q, k, v, o, lse, cu_q, cu_k)
     do, q, k, v, o = _compute_dtype_inputs(do, q, k, v, o)
-    batch, n_heads, n_q, head_dim = q.shape
-    n_heads_kv, n_k = k.shape[1], k.shape[2]
-    group = n_heads // n_heads_kv
     device = q.device
+    head_dim, head_dim_v = q.shape[-1], v.shape[-1]
     lse = lse.contiguous()
-
-    delta = _new_buffer((batch, n_heads, n_q), torch.float32, device)   # Σ_d do · o: the softmax's row term
+    delta = _new_buffer(lse.shape, torch.float32, device)              # Σ_d do · o: the softmax's row term
+    dq, dk, dv = (_new_buffer(t.shape, q.dtype, device) for t in (q, k, v))
+    q4, k4, v4, o4, do4, dq4, dk4, dv4 = (_heads_view(t, packed) for t in (q, k, v, o, do, dq, dk, dv))
+    batch, n_heads, n_q = q4.shape[:3]
+    n_heads_kv, n_k = k4.shape[1], k4.shape[2]
+    if packed:
+        batch, n_q, n_k = cu_q.numel() - 1, varlen[2], varlen[3]
+    rows = _row_strides(lse, packed)
     block_m = 16 if triton_interprets() else 64
+    dims = dict(HEAD_DIM_V=_padded(head_dim_v), DIM_V=head_dim_v, VARLEN=packed)
     with torch.device(device):
         _kernels._bwd_preprocess[(triton.cdiv(n_q, block_m), batch * n_heads)](
-            o, do, delta, *o.stride(), *do.stride(), n_heads, n_q, HEAD_DIM=head_dim, BLOCK_M=block_m)
-    common = dict(HEAD_DIM=head_dim, CAUSAL=causal, DOT_PRECISION=_dot_precision(q.dtype))
-    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    dk = _new_buffer((batch, n_heads_kv, n_k, head_dim), q.dtype, device)
-    dv = _new_buffer((batch, n_heads_kv, n_k, head_dim), q.dtype, device)
-    _launch("bwd_dkdv", device, True, None, n_k, batch * n_heads_kv, q, k, v, do, lse, delta, dk, dv,
-            sm_scale, sm_scale * LOG2E, *strides, n_heads, n_heads_kv, group, n_q, n_k, rows_block="BLOCK_N", **common)
-    dq = _new_buffer((batch, n_heads, n_q, head_dim), q.dtype, device)
-    _launch("bwd_dq", device, True, None, n_q, batch * n_heads, q, k, v, do, lse, delta, dq,
-            sm_scale, sm_scale * LOG2E, *strides, n_heads, group, n_q, n_k, **common)
+            o4, do4, delta, cu_q, *_strides(o4, packed), *_strides(do4, packed), *rows, n_heads, n_q,
+            BLOCK_M=block_m, **dims)
+    left, right, band = _band(causal, window)
+    qk_scale, cap_scale = _logit_scales(sm_scale, softcap, True)
+    common = dict(HEAD_DIM=_padded(head_dim), CAUSAL=causal, DOT_PRECISION=_dot_precision(q.dtype), DIM_QK=head_dim,
+                  BAND=band, SOFTCAP=softcap is not None, **dims)
+    inputs = (cu_q, cu_k, sm_scale, qk_scale, cap_scale, left, right)
+    strides = tuple(st for t in (q4, k4, v4, do4) for st in _strides(t, packed))
+    _launch("bwd_dkdv", device, True, None, n_k, batch * n_heads_kv, q4, k4, v4, do4, lse, delta, dk4, dv4,
+            *inputs, *strides, *_strides(dk4, packed), *_strides(dv4, packed), *rows,
+            n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", **common)
+    _launch("bwd_dq", device, True, None, n_q, batch * n_heads, q4, k4, v4, do4, lse, delta, dq4,
+            *inputs, *strides, *_strides(dq4, packed), *rows, n_heads, n_heads // n_heads_kv, n_q, n_k, **common)
     return tuple(t.to(where, out_dtype) for t in (dq, dk, dv))
 
 
-def flash_attention_backward(do, q, k, v, o, lse, *, causal: bool = False, sm_scale: float | None = None):
+def flash_attention_backward(do, q, k, v, o, lse, *, causal: bool = False, sm_scale: float | None = None,
+                             window=(-1, -1), softcap: float | None = None):
     """The backward kernels: given dO = ∂L/∂o, returns (dq, dk, dv) = (∂L/∂q, ∂L/∂k, ∂L/∂v).
 
-    o and lse come from ``flash_attention_forward`` with the same causal and sm_scale. dk and dv
-    have k's shape: each K/V head's gradient is summed over the query heads that read it.
+    o and lse come from ``flash_attention_forward`` with the same causal, sm_scale, window and softcap.
+    dk and dv have k's and v's shapes: each K/V head's gradient is summed over the query heads that read it.
     """
     check_inputs(q, k, v)
-    causal = validation.flag("causal", causal)
-    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
+    causal, sm_scale, window, softcap = _options(q, causal, sm_scale, window, softcap)
+    o_shape = (*q.shape[:-1], v.shape[-1])
     for name, t in (("do", do), ("o", o)):
-        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name}: must be a tensor with q's shape, dtype and device")
+        if not isinstance(t, torch.Tensor) or t.shape != o_shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name}: must be a tensor of shape {o_shape} (q's, with v's head dim), q's dtype "
+                             "and device")
     expected = (q.shape[0], q.shape[1], q.shape[2])
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != expected or lse.dtype != torch.float32:
         raise ValueError(f"lse: must be a float32 tensor of shape {expected} (from flash_attention_forward)")
     if lse.device != q.device:
         raise ValueError("lse: must be on q's device")
     with torch.no_grad():
-        return _backward(do, q, k, v, o, lse, causal, sm_scale)
+        return _backward(do, q, k, v, o, lse, causal, sm_scale, window, softcap)
 
 
 # ------------------------------------------------------------------------------------------ autograd
@@ -395,28 +509,77 @@ class FlashAttentionFunction(torch.autograd.Function):
     """Forward saves (q, k, v, o, lse); backward recomputes the probabilities tile by tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale):
-        o, lse = _forward(q, k, v, causal, sm_scale, BEST)
+    def forward(ctx, q, k, v, causal, sm_scale, window=(-1, -1), softcap=None, varlen=None):
+        o, lse = _forward(q, k, v, causal, sm_scale, BEST, window, softcap, varlen)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal = causal
-        ctx.sm_scale = sm_scale
+        ctx.options = (causal, sm_scale, window, softcap, varlen)
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None
+        dq, dk, dv = _backward(do, q, k, v, o, lse, *ctx.options)
+        return dq, dk, dv, None, None, None, None, None
 
 
-def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = None):
-    """softmax(q kᵀ · sm_scale [+ causal mask]) v, differentiable. See the module docstring for shapes."""
+def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = None, window=(-1, -1),
+                    softcap: float | None = None):
+    """softmax(logits [+ causal mask, sliding window]) v, differentiable. See the module docstring."""
     check_inputs(q, k, v)
-    causal = validation.flag("causal", causal)
-    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
-    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)
+    causal, sm_scale, window, softcap = _options(q, causal, sm_scale, window, softcap)
+    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, window, softcap, None)
 
 
-__all__ = ["flash_attention", "flash_attention_forward", "flash_attention_backward", "check_inputs",
+# ------------------------------------------------------------------------------- packed sequences
+def check_cu_seqlens(name: str, cu_seqlens, total: int, device) -> int:
+    """Raise ValueError unless ``cu_seqlens`` is an int32 [B + 1] tensor on ``device`` of offsets that
+    start at 0, never decrease and end at ``total``; return the longest sequence."""
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"{name}: expected a 1-D int32 tensor of B + 1 offsets (B >= 1), got "
+                         f"{getattr(cu_seqlens, 'shape', type(cu_seqlens).__name__)}")
+    if cu_seqlens.dtype != torch.int32:
+        raise ValueError(f"{name}: dtype {cu_seqlens.dtype} is not supported; use torch.int32")
+    if cu_seqlens.device != device:
+        raise ValueError(f"{name}: must be on q's device {device}, got {cu_seqlens.device}")
+    offsets = cu_seqlens.cpu().long()
+    if offsets[0] != 0:
+        raise ValueError(f"{name}: must start at 0, got {int(offsets[0])}")
+    lengths = offsets[1:] - offsets[:-1]
+    if (lengths < 0).any():
+        raise ValueError(f"{name}: must not decrease (entry {int(torch.nonzero(lengths < 0)[0, 0]) + 1} is "
+                         "smaller than the one before)")
+    if offsets[-1] != total:
+        raise ValueError(f"{name}: its last entry must be the total number of tokens {total}, got {int(offsets[-1])}")
+    return int(lengths.max())
+
+
+def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                           causal: bool = False, sm_scale: float | None = None, window=(-1, -1),
+                           softcap: float | None = None):
+    """Attention over a batch of packed sequences of different lengths, differentiable.
+
+    q [total_q, Hq, D]; k [total_k, Hkv, D]; v [total_k, Hkv, Dv]. Sequence b is rows
+    cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v
+    (cu_seqlens: int32 [B + 1], starting at 0; a sequence may be empty). max_seqlen_q, max_seqlen_k:
+    at least the longest sequence. causal and window are aligned to each sequence's end, as in
+    ``flash_attention``; no padding is read or computed. Returns o [total_q, Hq, Dv].
+    """
+    check_inputs(q, k, v, packed=True)
+    causal, sm_scale, window, softcap = _options(q, causal, sm_scale, window, softcap)
+    longest_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
+    longest_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
+    if cu_seqlens_q.shape != cu_seqlens_k.shape:
+        raise ValueError(f"cu_seqlens_q, cu_seqlens_k: must have the same length B + 1, got "
+                         f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}")
+    for name, value, longest in (("max_seqlen_q", max_seqlen_q, longest_q), ("max_seqlen_k", max_seqlen_k, longest_k)):
+        value = validation.positive_int(name, value)
+        if value < longest:
+            raise ValueError(f"{name}: must be at least the longest sequence ({longest}), got {value}")
+    varlen = (cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, window, softcap, varlen)
+
+
+__all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward", "flash_attention_backward",
+           "check_inputs", "check_window", "check_softcap", "check_cu_seqlens",
            "LADDER", "VARIANTS", "BEST", "Rung", "host_descriptor_choice", "descriptors_supported",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

@@ -37,17 +37,25 @@ POINTERS, DEVICE_DESCRIPTORS, HOST_DESCRIPTORS = 0, 1, 2   # the values of DESC
 # ------------------------------------------------------------------------------------ shared pieces
 @triton.jit
 def _tile(X, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d,
-          ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, DESC: tl.constexpr):
-    """Rows [row, row + ROWS) of head h of batch b as a [ROWS, D] tile; rows past n_rows are zeros
-    (read under a mask with MASKED, and by the descriptor's bounds with DESC)."""
+          ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, DESC: tl.constexpr,
+          DIM: tl.constexpr):
+    """Rows [row, row + ROWS) of head h of batch b as a [ROWS, HEAD_DIM] tile; rows past n_rows are zeros
+    (read under a mask with MASKED, and by the descriptor's bounds with DESC). The tensor's head dim is
+    DIM <= HEAD_DIM (a power of two): columns [DIM, HEAD_DIM) are read as zeros, under a mask."""
     if DESC:
         tile = X.load([b, h, row, 0]).reshape(ROWS, HEAD_DIM)
     else:
         rows = row + tl.arange(0, ROWS)
+        cols = tl.arange(0, HEAD_DIM)
         ptrs = (X + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h + rows[:, None].to(tl.int64) * stride_n
-                + tl.arange(0, HEAD_DIM)[None, :] * stride_d)
+                + cols[None, :] * stride_d)
         if MASKED:
-            tile = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+            if DIM < HEAD_DIM:
+                tile = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < DIM), other=0.0)
+            else:
+                tile = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+        elif DIM < HEAD_DIM:
+            tile = tl.load(ptrs, mask=cols[None, :] < DIM, other=0.0)
         else:
             tile = tl.load(ptrs)
     return tile
@@ -55,15 +63,17 @@ def _tile(X, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d,
 
 @triton.jit
 def _store_tile(X, tile, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d,
-                ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DESC: tl.constexpr):
-    """Store a [ROWS, D] tile as rows [row, row + ROWS) of head h of batch b (rows past n_rows dropped)."""
+                ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DESC: tl.constexpr, DIM: tl.constexpr):
+    """Store a [ROWS, HEAD_DIM] tile as rows [row, row + ROWS) of head h of batch b (rows past n_rows
+    and columns past the tensor's head dim DIM dropped)."""
     if DESC:
         X.store([b, h, row, 0], tile.to(X.dtype).reshape(1, 1, ROWS, HEAD_DIM))
     else:
         rows = row + tl.arange(0, ROWS)
+        cols = tl.arange(0, HEAD_DIM)
         ptrs = (X + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h + rows[:, None].to(tl.int64) * stride_n
-                + tl.arange(0, HEAD_DIM)[None, :] * stride_d)
-        tl.store(ptrs, tile.to(X.dtype.element_ty), mask=rows[:, None] < n_rows)
+                + cols[None, :] * stride_d)
+        tl.store(ptrs, tile.to(X.dtype.element_ty), mask=(rows[:, None] < n_rows) & (cols[None, :] < DIM))
 
 
 @triton.jit
@@ -75,36 +85,54 @@ def _descriptor(X, n_batch, n_heads, n_rows, stride_b, stride_h, stride_n, ROWS:
 
 
 @triton.jit
-def _key_range(start_m, n_q, n_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """(full, hi) for query block start_m: it reads keys [0, hi); keys [0, full) are whole key blocks
-    that every one of its rows sees (no mask needed)."""
-    if CAUSAL:
-        shift = n_k - n_q
-        hi = tl.minimum(tl.maximum(start_m * BLOCK_M + BLOCK_M + shift, 0), n_k)
-        full = tl.minimum(tl.maximum(start_m * BLOCK_M + shift + 1, 0), n_k) // BLOCK_N * BLOCK_N
-    else:
-        hi = n_k
-        full = n_k // BLOCK_N * BLOCK_N
-    return full, hi
+def _key_range(row0, n_cols, shift, left, right, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    """The columns that rows [row0, row0 + BLOCK_ROWS) read, as (lo, a, b, hi): row i sees column j when
+    i + shift - left <= j <= i + shift + right and j < n_cols (the band; ``left``, ``right`` >= 0, a huge
+    value when unbounded). [lo, a) and [b, hi) are blocks that need a mask, [a, b) whole blocks every row
+    sees; blocks wholly outside the band are never visited, so a window of w keys costs O(w) per row.
+    Queries reading keys: shift = Nk - Nq. Keys reading the queries that see them: shift = Nq - Nk,
+    left and right swapped."""
+    last = row0 + BLOCK_ROWS - 1
+    lo = tl.maximum(row0 + shift - left, 0) // BLOCK_COLS * BLOCK_COLS
+    hi = tl.maximum(tl.minimum(last + shift + right + 1, n_cols), lo)
+    a = (tl.maximum(last + shift - left, 0) + BLOCK_COLS - 1) // BLOCK_COLS * BLOCK_COLS
+    b = tl.maximum(tl.minimum(row0 + shift + right + 1, n_cols), 0) // BLOCK_COLS * BLOCK_COLS
+    a = tl.minimum(tl.maximum(a, lo), hi)
+    b = tl.maximum(tl.minimum(b, hi), a)
+    return lo, a, b, hi
 
 
 @triton.jit
-def _visible(rows, cols, n_q, n_k, CAUSAL: tl.constexpr):
-    """[len(rows), len(cols)]: query row i sees key col j (in bounds, and j <= i + Nk - Nq if causal)."""
+def _visible(rows, cols, n_q, n_k, left, right, BAND: tl.constexpr):
+    """[len(rows), len(cols)]: query row i sees key col j (in bounds, and with BAND
+    -left <= j - i - (Nk - Nq) <= right: causal is right = 0, a sliding window bounds left too)."""
     visible = (rows[:, None] < n_q) & (cols[None, :] < n_k)
-    if CAUSAL:
-        visible = visible & (cols[None, :] <= rows[:, None] + (n_k - n_q))
+    if BAND:
+        diagonal = cols[None, :] - rows[:, None] - (n_k - n_q)
+        visible = visible & (diagonal <= right) & (diagonal >= -left)
     return visible
 
 
 @triton.jit
-def _softmax_update(acc, l_i, m_i, qk, v, rows, cols, n_q, n_k, qk_scale,
-                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_EXP2: tl.constexpr,
+def _tanh(x):
+    """tanh from one exponential (not every Triton backend has tanh; its interpreter has not)."""
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _softmax_update(acc, l_i, m_i, qk, v, rows, cols, n_q, n_k, left, right, qk_scale, cap_scale,
+                    MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr, USE_EXP2: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
     """Fold one tile of raw scores qk [BLOCK_M, BLOCK_N] and its values v [BLOCK_N, D] into the running
-    state: acc [BLOCK_M, D] (unnormalised output), l_i and m_i [BLOCK_M] (sum and maximum)."""
+    state: acc [BLOCK_M, D] (unnormalised output), l_i and m_i [BLOCK_M] (sum and maximum). The logits
+    are qk · qk_scale, or with SOFTCAP tanh(qk · cap_scale) · qk_scale (cap_scale = sm_scale / softcap,
+    qk_scale = softcap, times log2 e with USE_EXP2)."""
+    if SOFTCAP:
+        qk = _tanh(qk * cap_scale)
     if MASKED:
-        s = tl.where(_visible(rows, cols, n_q, n_k, CAUSAL), qk * qk_scale, float("-inf"))
+        s = tl.where(_visible(rows, cols, n_q, n_k, left, right, BAND), qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # a row that has seen no key yet keeps m = -inf; subtract 0 instead of -inf
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -126,36 +154,52 @@ def _softmax_update(acc, l_i, m_i, qk, v, rows, cols, n_q, n_k, qk_scale,
 
 # ------------------------------------------------------------------------------------------ forward
 @triton.jit
-def _fwd_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, qk_scale,
+def _sequence(CU_SEQLENS, b):
+    """(first row, length) of sequence b of a packed batch: cu_seqlens[b], cu_seqlens[b + 1] - cu_seqlens[b]."""
+    start = tl.load(CU_SEQLENS + b)
+    return start, tl.load(CU_SEQLENS + b + 1) - start
+
+
+@triton.jit
+def _fwd_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, left, right, qk_scale, cap_scale,
               stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
-              HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+              HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
+              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
               USE_EXP2: tl.constexpr, DESC: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Fold key blocks [lo, hi) into the running (acc, l_i, m_i) of one query block q [BLOCK_M, D]."""
     for start_n in range(lo, hi, BLOCK_N):
         k = _tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd,
-                  BLOCK_N, HEAD_DIM, MASKED, DESC)                    # [BLOCK_N, D]
+                  BLOCK_N, HEAD_DIM, MASKED, DESC, DIM_QK)            # [BLOCK_N, D]
         v = _tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
-                  BLOCK_N, HEAD_DIM, MASKED, DESC)
+                  BLOCK_N, HEAD_DIM_V, MASKED, DESC, DIM_V)           # [BLOCK_N, Dv]
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)    # [BLOCK_M, BLOCK_N]
         acc, l_i, m_i = _softmax_update(acc, l_i, m_i, qk, v, rows, start_n + tl.arange(0, BLOCK_N),
-                                        n_q, n_k, qk_scale, MASKED, CAUSAL, USE_EXP2, DOT_PRECISION)
+                                        n_q, n_k, left, right, qk_scale, cap_scale, MASKED, BAND, SOFTCAP,
+                                        USE_EXP2, DOT_PRECISION)
     return acc, l_i, m_i
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, qk_scale,
+def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, qk_scale, cap_scale, left, right,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
+              stride_lb, stride_lh,
               n_batch, n_heads, group, n_q, n_k,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-              USE_EXP2: tl.constexpr, SPLIT: tl.constexpr, DESC: tl.constexpr, DOT_PRECISION: tl.constexpr):
+              USE_EXP2: tl.constexpr, SPLIT: tl.constexpr, DESC: tl.constexpr, DOT_PRECISION: tl.constexpr,
+              HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
+              SOFTCAP: tl.constexpr, VARLEN: tl.constexpr):
     """O = softmax(Q Kᵀ · scale) V for one block of BLOCK_M queries of one (batch, head).
 
     grid = (cdiv(Nq, BLOCK_M), B * Hq). Q, K, V, O: tensors (DESC 0 and 1; DESC 1 needs a contiguous
     head dim and 16-byte strides) or host-built descriptors (DESC 2; the strides are then unused).
-    LSE: contiguous fp32 [B, Hq, Nq], natural log, -inf for a row that sees no key (its output is 0).
+    LSE: fp32, row i of (b, h) at b · stride_lb + h · stride_lh + i, natural log, -inf for a row that
+    sees no key (its output is 0). Head dims DIM_QK (q, k) and DIM_V (v, o), padded in registers to the
+    powers of two HEAD_DIM, HEAD_DIM_V. BAND: keys outside [i + Nk - Nq - left, i + Nk - Nq + right]
+    are not seen (causal: right = 0). VARLEN: sequence b is rows [CU_Q[b], CU_Q[b + 1]) of the queries
+    and [CU_K[b], CU_K[b + 1]) of the keys (the batch stride is 0, n_q and n_k are the longest lengths).
     """
     start_m = tl.program_id(0)
     if CAUSAL:  # the last query blocks read the most keys: start them first
@@ -164,6 +208,14 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
     off_b = off_bh // n_heads
     off_h = off_bh % n_heads
     off_hk = off_h // group                                            # the shared K/V head
+    if VARLEN:
+        q0, n_q = _sequence(CU_Q, off_b)
+        k0, n_k = _sequence(CU_K, off_b)
+        Q += q0.to(tl.int64) * stride_qm
+        O += q0.to(tl.int64) * stride_om
+        LSE += q0
+        K += k0.to(tl.int64) * stride_kn
+        V += k0.to(tl.int64) * stride_vn
     if DESC == 1:  # one descriptor per tensor, built by every program
         Q = _descriptor(Q, n_batch, n_heads, n_q, stride_qb, stride_qh, stride_qm, BLOCK_M, HEAD_DIM)
         O = _descriptor(O, n_batch, n_heads, n_q, stride_ob, stride_oh, stride_om, BLOCK_M, HEAD_DIM)
@@ -173,22 +225,26 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
     row0 = start_m * BLOCK_M
     rows = row0 + tl.arange(0, BLOCK_M)                                # [BLOCK_M] query indices
     q = _tile(Q, off_b, off_h, row0, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
-              BLOCK_M, HEAD_DIM, True, DESC)                           # [BLOCK_M, D]
+              BLOCK_M, HEAD_DIM, True, DESC, DIM_QK)                   # [BLOCK_M, D]
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_V], dtype=tl.float32)
 
-    full, hi = _key_range(start_m, n_q, n_k, BLOCK_M, BLOCK_N, CAUSAL)
-    if SPLIT:
-        acc, l_i, m_i = _fwd_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, 0, full, n_q, n_k, qk_scale,
-                                  stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn,
-                                  stride_vd, HEAD_DIM, BLOCK_N, False, CAUSAL, USE_EXP2, DESC, DOT_PRECISION)
-        first_masked = full
+    # a block past the end of its sequence (VARLEN) reads no key
+    lo, a, b, hi = _key_range(row0, tl.where(row0 < n_q, n_k, 0), n_k - n_q, left, right, BLOCK_M, BLOCK_N)
+    if SPLIT:   # masked blocks, whole blocks, masked blocks
+        bounds = (lo, a, b, hi)
+        for part in tl.static_range(3):
+            acc, l_i, m_i = _fwd_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, bounds[part], bounds[part + 1],
+                                      n_q, n_k, left, right, qk_scale, cap_scale,
+                                      stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn,
+                                      stride_vd, HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_N, part != 1, BAND,
+                                      SOFTCAP, USE_EXP2, DESC, DOT_PRECISION)
     else:
-        first_masked = 0
-    acc, l_i, m_i = _fwd_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, first_masked, hi, n_q, n_k, qk_scale,
-                              stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn,
-                              stride_vd, HEAD_DIM, BLOCK_N, True, CAUSAL, USE_EXP2, DESC, DOT_PRECISION)
+        acc, l_i, m_i = _fwd_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, left, right,
+                                  qk_scale, cap_scale, stride_kb, stride_kh, stride_kn, stride_kd, stride_vb,
+                                  stride_vh, stride_vn, stride_vd, HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_N,
+                                  True, BAND, SOFTCAP, USE_EXP2, DESC, DOT_PRECISION)
 
     empty = l_i == 0.0                                                 # rows that saw no key
     l_safe = tl.where(empty, 1.0, l_i)
@@ -197,27 +253,36 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
     else:
         lse = m_i + tl.log(l_safe)
     _store_tile(O, acc / l_safe[:, None], off_b, off_h, row0, n_q, stride_ob, stride_oh, stride_om, stride_od,
-                BLOCK_M, HEAD_DIM, DESC)
-    tl.store(LSE + off_bh.to(tl.int64) * n_q + rows, tl.where(empty, float("-inf"), lse), mask=rows < n_q)
+                BLOCK_M, HEAD_DIM_V, DESC, DIM_V)
+    tl.store(LSE + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh + rows,
+             tl.where(empty, float("-inf"), lse), mask=rows < n_q)
 
 
 # ----------------------------------------------------------------------------------------- backward
 @triton.jit
-def _bwd_preprocess(O, DO, DELTA,
+def _bwd_preprocess(O, DO, DELTA, CU_Q,
                     stride_ob, stride_oh, stride_om, stride_od,
                     stride_dob, stride_doh, stride_dom, stride_dod,
-                    n_heads, n_q,
-                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    """DELTA[b, h, i] = Σ_d dO[b, h, i, d] · O[b, h, i, d] (fp32, contiguous [B, Hq, Nq])."""
+                    stride_lb, stride_lh, n_heads, n_q,
+                    HEAD_DIM_V: tl.constexpr, DIM_V: tl.constexpr, BLOCK_M: tl.constexpr, VARLEN: tl.constexpr):
+    """DELTA[b, h, i] = Σ_d dO[b, h, i, d] · O[b, h, i, d] (fp32, laid out as LSE)."""
     off_bh = tl.program_id(1)
+    off_b = off_bh // n_heads
+    off_h = off_bh % n_heads
+    if VARLEN:
+        q0, n_q = _sequence(CU_Q, off_b)
+        O += q0.to(tl.int64) * stride_om
+        DO += q0.to(tl.int64) * stride_dom
+        DELTA += q0
     row0 = tl.program_id(0) * BLOCK_M
     rows = row0 + tl.arange(0, BLOCK_M)
-    o = _tile(O, off_bh // n_heads, off_bh % n_heads, row0, n_q, stride_ob, stride_oh, stride_om, stride_od,
-              BLOCK_M, HEAD_DIM, True, 0)
-    do = _tile(DO, off_bh // n_heads, off_bh % n_heads, row0, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
-               BLOCK_M, HEAD_DIM, True, 0)
+    o = _tile(O, off_b, off_h, row0, n_q, stride_ob, stride_oh, stride_om, stride_od,
+              BLOCK_M, HEAD_DIM_V, True, 0, DIM_V)
+    do = _tile(DO, off_b, off_h, row0, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
+               BLOCK_M, HEAD_DIM_V, True, 0, DIM_V)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)      # [BLOCK_M]
-    tl.store(DELTA + off_bh.to(tl.int64) * n_q + rows, delta, mask=rows < n_q)
+    tl.store(DELTA + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh + rows, delta,
+             mask=rows < n_q)
 
 
 @triton.jit
@@ -230,122 +295,165 @@ def _row_stats(LSE, DELTA, rows, n_q):
 
 
 @triton.jit
-def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, keys, lo, hi, n_q, n_k, qk_scale,
+def _probs(qk, lse2, qk_scale, cap_scale, SOFTCAP: tl.constexpr):
+    """Recomputed probabilities exp2(logit - lse2) of raw scores qk ([rows, cols], lse2 broadcast to it)
+    and the softcap's derivative d logit / d(qk · sm_scale) = 1 - tanh² (1.0 without SOFTCAP)."""
+    if SOFTCAP:
+        t = _tanh(qk * cap_scale)
+        return tl.math.exp2(t * qk_scale - lse2), 1.0 - t * t
+    else:
+        return tl.math.exp2(qk * qk_scale - lse2), 1.0
+
+
+@triton.jit
+def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, keys, lo, hi, n_q, n_k, left, right,
+                    qk_scale, cap_scale,
                     stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
-                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                    HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
+                    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
-    """Accumulate dK, dV of one key block (k, v [BLOCK_N, D]) over query blocks [lo, hi) of query head
-    off_h; LSE, DELTA: this head's rows. Works on transposed scores sT = k qᵀ: [BLOCK_N, BLOCK_M]."""
+    """Accumulate dK, dV of one key block (k [BLOCK_N, D], v [BLOCK_N, Dv]) over query blocks [lo, hi) of
+    query head off_h; LSE, DELTA: this head's rows. Works on transposed scores sT = k qᵀ: [BLOCK_N, BLOCK_M]."""
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)                         # [BLOCK_M] query indices
         q = _tile(Q, off_b, off_h, start_m, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
-                  BLOCK_M, HEAD_DIM, MASKED, 0)
+                  BLOCK_M, HEAD_DIM, MASKED, 0, DIM_QK)
         do = _tile(DO, off_b, off_h, start_m, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
-                   BLOCK_M, HEAD_DIM, MASKED, 0)
+                   BLOCK_M, HEAD_DIM_V, MASKED, 0, DIM_V)
         lse2, delta = _row_stats(LSE, DELTA, rows, n_q)
-        p_t = tl.math.exp2(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale - lse2[None, :])
+        p_t, dcap_t = _probs(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION), lse2[None, :], qk_scale,
+                             cap_scale, SOFTCAP)
         if MASKED:
-            p_t = tl.where(tl.trans(_visible(rows, keys, n_q, n_k, CAUSAL)), p_t, 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)                      # [BLOCK_N, D]
+            p_t = tl.where(tl.trans(_visible(rows, keys, n_q, n_k, left, right, BAND)), p_t, 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)                      # [BLOCK_N, Dv]
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)                          # [BLOCK_N, BLOCK_M]
-        dk += tl.dot((p_t * (dp_t - delta[None, :])).to(q.dtype), q, input_precision=DOT_PRECISION)
+        dk += tl.dot((p_t * (dp_t - delta[None, :]) * dcap_t).to(q.dtype), q, input_precision=DOT_PRECISION)
     return dk, dv
 
 
 @triton.jit
-def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, qk_scale,
+def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sm_scale, qk_scale, cap_scale, left, right,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_dob, stride_doh, stride_dom, stride_dod,
+              stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+              stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+              stride_lb, stride_lh,
               n_heads, n_heads_kv, group, n_q, n_k,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+              HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
+              SOFTCAP: tl.constexpr, VARLEN: tl.constexpr):
     """dK, dV for one block of BLOCK_N keys of one (batch, KV head), summed over its ``group`` query heads.
 
-    grid = (cdiv(Nk, BLOCK_N), B * Hkv). DK, DV: contiguous [B, Hkv, Nk, D].
+    grid = (cdiv(Nk, BLOCK_N), B * Hkv). DK [.., D], DV [.., Dv] laid out as K and V by their strides.
     """
     start_n = tl.program_id(0) * BLOCK_N
     off_bhk = tl.program_id(1)
     off_b = off_bhk // n_heads_kv
     off_hk = off_bhk % n_heads_kv
+    if VARLEN:
+        q0, n_q = _sequence(CU_Q, off_b)
+        k0, n_k = _sequence(CU_K, off_b)
+        Q += q0.to(tl.int64) * stride_qm
+        DO += q0.to(tl.int64) * stride_dom
+        LSE += q0
+        DELTA += q0
+        K += k0.to(tl.int64) * stride_kn
+        V += k0.to(tl.int64) * stride_vn
+        DK += k0.to(tl.int64) * stride_dkn
+        DV += k0.to(tl.int64) * stride_dvn
     keys = start_n + tl.arange(0, BLOCK_N)                             # [BLOCK_N] key indices
-    k = _tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd, BLOCK_N, HEAD_DIM, True, 0)
-    v = _tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, True, 0)
+    k = _tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd,
+              BLOCK_N, HEAD_DIM, True, 0, DIM_QK)
+    v = _tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
+              BLOCK_N, HEAD_DIM_V, True, 0, DIM_V)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM_V], dtype=tl.float32)
 
-    # Query blocks: [lo, mid) masked (causal diagonal), [mid, full) unmasked, [full, Nq) masked (ragged end).
-    shift = n_k - n_q
-    if CAUSAL:
-        lo = tl.maximum(start_n - shift, 0) // BLOCK_M * BLOCK_M
-        first_full = (tl.maximum(start_n + BLOCK_N - 1 - shift, 0) + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    else:
-        lo = 0
-        first_full = 0
-    full_end = n_q // BLOCK_M * BLOCK_M
-    mid = tl.maximum(lo, tl.minimum(first_full, full_end))
-    full = tl.maximum(mid, full_end)
-    bounds = (lo, mid, full, n_q)
+    # The queries that see these keys: the band seen from the keys' side (masked, whole, masked blocks).
+    bounds = _key_range(start_n, tl.where(start_n < n_k, n_q, 0), n_q - n_k, right, left, BLOCK_N, BLOCK_M)
     for g in range(group):
         off_h = off_hk * group + g
-        base = (off_b * n_heads + off_h).to(tl.int64) * n_q            # this head's LSE and DELTA rows
-        for part in tl.static_range(3):                                 # masked, unmasked, masked
+        base = off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh   # this head's LSE, DELTA rows
+        for part in tl.static_range(3):
             dk, dv = _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE + base, DELTA + base, off_b, off_h, keys,
-                                     bounds[part], bounds[part + 1], n_q, n_k, qk_scale,
+                                     bounds[part], bounds[part + 1], n_q, n_k, left, right, qk_scale, cap_scale,
                                      stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom,
-                                     stride_dod, HEAD_DIM, BLOCK_M, part != 1, CAUSAL, DOT_PRECISION)
-    out = off_bhk.to(tl.int64) * n_k * HEAD_DIM + keys[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
-    tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=keys[:, None] < n_k)
-    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=keys[:, None] < n_k)
+                                     stride_dod, HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_M, part != 1, BAND,
+                                     SOFTCAP, DOT_PRECISION)
+    _store_tile(DK, dk * sm_scale, off_b, off_hk, start_n, n_k, stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+                BLOCK_N, HEAD_DIM, 0, DIM_QK)
+    _store_tile(DV, dv, off_b, off_hk, start_n, n_k, stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+                BLOCK_N, HEAD_DIM_V, 0, DIM_V)
 
 
 @triton.jit
-def _bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, qk_scale,
+def _bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, left, right,
+                  qk_scale, cap_scale,
                   stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
-                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
+                  BLOCK_N: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
                   DOT_PRECISION: tl.constexpr):
-    """Accumulate dQ of one query block over key blocks [lo, hi). dq, q, do: [BLOCK_M, D]."""
+    """Accumulate dQ of one query block over key blocks [lo, hi). dq, q: [BLOCK_M, D]; do: [BLOCK_M, Dv]."""
     for start_n in range(lo, hi, BLOCK_N):
         k = _tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd,
-                  BLOCK_N, HEAD_DIM, MASKED, 0)
+                  BLOCK_N, HEAD_DIM, MASKED, 0, DIM_QK)
         v = _tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
-                  BLOCK_N, HEAD_DIM, MASKED, 0)
-        p = tl.math.exp2(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale - lse2[:, None])
+                  BLOCK_N, HEAD_DIM_V, MASKED, 0, DIM_V)
+        p, dcap = _probs(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION), lse2[:, None], qk_scale,
+                         cap_scale, SOFTCAP)
         if MASKED:
-            p = tl.where(_visible(rows, start_n + tl.arange(0, BLOCK_N), n_q, n_k, CAUSAL), p, 0.0)
+            p = tl.where(_visible(rows, start_n + tl.arange(0, BLOCK_N), n_q, n_k, left, right, BAND), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)                            # [BLOCK_M, BLOCK_N]
-        dq = tl.dot((p * (dp - delta[:, None])).to(k.dtype), k, dq, input_precision=DOT_PRECISION)  # [BLOCK_M, D]
+        dq = tl.dot((p * (dp - delta[:, None]) * dcap).to(k.dtype), k, dq, input_precision=DOT_PRECISION)
     return dq
 
 
 @triton.jit
-def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, qk_scale,
+def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_scale, left, right,
             stride_qb, stride_qh, stride_qm, stride_qd,
             stride_kb, stride_kh, stride_kn, stride_kd,
             stride_vb, stride_vh, stride_vn, stride_vd,
             stride_dob, stride_doh, stride_dom, stride_dod,
+            stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+            stride_lb, stride_lh,
             n_heads, group, n_q, n_k,
             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+            BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+            HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
+            SOFTCAP: tl.constexpr, VARLEN: tl.constexpr):
     """dQ for one block of BLOCK_M queries of one (batch, head). grid = (cdiv(Nq, BLOCK_M), B * Hq);
-    DQ: contiguous [B, Hq, Nq, D]."""
+    DQ laid out as Q by its strides."""
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
     off_b = off_bh // n_heads
     off_h = off_bh % n_heads
+    if VARLEN:
+        q0, n_q = _sequence(CU_Q, off_b)
+        k0, n_k = _sequence(CU_K, off_b)
+        Q += q0.to(tl.int64) * stride_qm
+        DO += q0.to(tl.int64) * stride_dom
+        DQ += q0.to(tl.int64) * stride_dqm
+        LSE += q0
+        DELTA += q0
+        K += k0.to(tl.int64) * stride_kn
+        V += k0.to(tl.int64) * stride_vn
     row0 = start_m * BLOCK_M
     rows = row0 + tl.arange(0, BLOCK_M)
-    q = _tile(Q, off_b, off_h, row0, n_q, stride_qb, stride_qh, stride_qm, stride_qd, BLOCK_M, HEAD_DIM, True, 0)
-    do = _tile(DO, off_b, off_h, row0, n_q, stride_dob, stride_doh, stride_dom, stride_dod, BLOCK_M, HEAD_DIM, True, 0)
-    lse2, delta = _row_stats(LSE + off_bh.to(tl.int64) * n_q, DELTA + off_bh.to(tl.int64) * n_q, rows, n_q)
+    q = _tile(Q, off_b, off_h, row0, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
+              BLOCK_M, HEAD_DIM, True, 0, DIM_QK)
+    do = _tile(DO, off_b, off_h, row0, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
+               BLOCK_M, HEAD_DIM_V, True, 0, DIM_V)
+    base = off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
+    lse2, delta = _row_stats(LSE + base, DELTA + base, rows, n_q)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    full, hi = _key_range(start_m, n_q, n_k, BLOCK_M, BLOCK_N, CAUSAL)
-    dq = _bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_h // group, rows, 0, full, n_q, n_k, qk_scale,
-                       stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
-                       HEAD_DIM, BLOCK_N, False, CAUSAL, DOT_PRECISION)
-    dq = _bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_h // group, rows, full, hi, n_q, n_k, qk_scale,
-                       stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
-                       HEAD_DIM, BLOCK_N, True, CAUSAL, DOT_PRECISION)
-    out = off_bh.to(tl.int64) * n_q * HEAD_DIM + rows[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
-    tl.store(DQ + out, (dq * sm_scale).to(DQ.dtype.element_ty), mask=rows[:, None] < n_q)
+    bounds = _key_range(row0, tl.where(row0 < n_q, n_k, 0), n_k - n_q, left, right, BLOCK_M, BLOCK_N)
+    for part in tl.static_range(3):                                     # masked, whole, masked key blocks
+        dq = _bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_h // group, rows, bounds[part],
+                           bounds[part + 1], n_q, n_k, left, right, qk_scale, cap_scale,
+                           stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+                           HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_N, part != 1, BAND, SOFTCAP, DOT_PRECISION)
+    _store_tile(DQ, dq * sm_scale, off_b, off_h, row0, n_q, stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+                BLOCK_M, HEAD_DIM, 0, DIM_QK)
