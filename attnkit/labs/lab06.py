@@ -4,7 +4,7 @@
     check_dkdv(flash_dkdv)       exercise 2: the dK/dV kernel (GQA: summed over each group of query heads)
     check_dq(flash_dq)           exercise 3: the dQ kernel
     check_prediction(predict)    exercise 4: the backward's matrix products, predicted before counting
-    count_products(flash_dkdv, flash_dq)   the measurement: tl.dot calls and FLOPs, counted in the interpreter
+    count_products(flash_dkdv, flash_dq)   the measurement: your tl.dot calls and FLOPs, counted in the interpreter
     check_lab(seed=None, **functions)      all four, with a summary line
 
 The launch functions take ``(q, k, v, o, lse, do, causal=...)`` with fp16 q, k, v, dO and o, and the
@@ -362,11 +362,9 @@ def _count_dots(counter: dict):
 
 
 def count_products(flash_dkdv: Callable, flash_dq: Callable) -> str:
-    """Count the tl.dot calls and their FLOPs of the student's backward and of the course's forward
-    (rung "tiled") on PREDICTION_SHAPE, in Triton's interpreter; returns the report."""
+    """Count the tl.dot calls of the student's backward and their FLOPs on PREDICTION_SHAPE, in Triton's
+    interpreter, against the forward's 4·B·H·Nq·Nk·D FLOPs (2 products per tile pair); returns the report."""
     import torch
-
-    from ..kernels.flash import flash_attention_forward
 
     if runtime().device != "cpu":
         return "Counting runs kernels in Triton's interpreter, on a machine without a GPU (this one compiles them)."
@@ -374,9 +372,10 @@ def count_products(flash_dkdv: Callable, flash_dq: Callable) -> str:
     gen = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(shape["B"], shape["H"], n, shape["D"], generator=gen).half()
                    for n in (shape["Nq"], shape["Nk"], shape["Nk"], shape["Nq"]))
-    forward, backward = {"dots": 0, "flops": 0}, {"dots": 0, "flops": 0}
-    with _count_dots(forward):
-        o, lse = flash_attention_forward(q, k, v, variant="tiled")
+    o64, lse64, *_ = _reference(q, k, v, do, False, grads=False)
+    o, lse = o64.half(), lse64.float()
+    forward_flops = 4 * shape["B"] * shape["H"] * shape["Nq"] * shape["Nk"] * shape["D"]
+    backward = {"dots": 0, "flops": 0}
     try:
         with _count_dots(backward), forbid_course_attention():
             flash_dkdv(q, k, v, o, lse, do, causal=False)
@@ -385,9 +384,11 @@ def count_products(flash_dkdv: Callable, flash_dq: Callable) -> str:
         if is_not_implemented(exc):
             return "⏳ count_products: needs exercises 2 and 3 first."
         raise student_error(exc) from None
-    return (f"forward (the course's kernel): {forward['dots']:4d} tl.dot calls, {forward['flops']:>9,} FLOPs\n"
-            f"your backward:                 {backward['dots']:4d} tl.dot calls, {backward['flops']:>9,} FLOPs\n"
-            f"backward / forward: {backward['flops'] / forward['flops']:.2f}")
+    pairs = (shape["Nq"] // shape["block"]) * (shape["Nk"] // shape["block"])
+    return (f"{'forward (2 products per tile pair, 4·B·H·Nq·Nk·D):':<52}{2 * pairs:4d} products,     "
+            f"{forward_flops:>9,} FLOPs\n"
+            f"{'your backward, counted:':<52}{backward['dots']:4d} tl.dot calls, {backward['flops']:>9,} FLOPs\n"
+            f"backward / forward: {backward['flops'] / forward_flops:.2f}")
 
 
 # -------------------------------------------------------------------------------------------- the lab
