@@ -11,7 +11,6 @@ import zipfile
 import nbformat
 import pytest
 import test_colab_install as colab
-from conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +65,7 @@ def test_kernel_cells_say_what_they_need_and_what_to_use_instead(ran):
         assert "recorded with Triton" in text, rel
     # A cell that ran to its end without a skip note prints what it printed with Triton.
     for rel in kernel_lessons:
-        stored = nbformat.read(ROOT / rel, as_version=4)
+        stored = colab.STORED[rel]
         for index, (want, got) in enumerate(zip(stored.cells, ran[rel].cells)):
             if want.cell_type != "code" or colab.ignores_output(want) or "skipped:" in colab.texts(got):
                 continue

@@ -44,8 +44,8 @@ def setup_source() -> str:
     """The first code cell of every notebook: install in Colab, report what runs where, and without
     Triton let the cells that need it say so instead of failing."""
     return "\n".join([
-        "import os, subprocess, sys",
-        'if "google.colab" in sys.modules:  # in Colab, install the course first',
+        "import importlib.util, os, subprocess, sys",
+        'if "google.colab" in sys.modules and importlib.util.find_spec("attnkit") is None:  # Colab: install once',
         '    subprocess.run([sys.executable, "-m", "pip", "install", "-q",',
         f'                    os.environ.get("{PIP_SPEC_VARIABLE}", "{pip_spec()}")], check=True)',
         "import attnkit",
