@@ -694,6 +694,11 @@ class _Snapshot:
     def __init__(self):
         import types
 
+        if "torch" in sys.modules and "torch._dynamo" not in sys.modules:
+            try:                              # it wraps torch.manual_seed when first imported
+                importlib.import_module("torch._dynamo")
+            except Exception:  # noqa: BLE001 - a PyTorch without it
+                pass
         self.modules = {}
         self.functions = {}
         self.classes = {}
@@ -1178,11 +1183,6 @@ def _checks_worker(spec: dict, results_fd: int) -> None:
     check_exercises, Exercise = checking.check_exercises, checking.Exercise
     write, exit_now = os.write, os._exit
     student = _STUDENT = _Student(module, spec["cell_timeout"], progress, _tool_ids(spec.get("tools") or []))
-    if "torch" in sys.modules:                # it wraps torch.manual_seed when first imported: not tampering
-        try:
-            importlib.import_module("torch._dynamo")
-        except Exception:  # noqa: BLE001 - a PyTorch without it
-            pass
     _hide_frames()
     snapshot = _Snapshot()
     threads_before = _thread._count()
