@@ -242,7 +242,10 @@ def test_f_a_cell_that_ignores_sigint_and_loops_forever_is_killed_at_its_budget(
         "import numpy as np\ndef attention(Q, K, V, causal=False):\n    return np.ones(2**31)",  # 16 GiB
     ), student)
     started = time.monotonic()
-    g = grading.grade(student, "01", timeout=2, notebook_timeout=120, memory_mib=2048)
+    # Without the sandbox, the harder case: the kernel runs in a session of its own (Jupyter starts it
+    # so), outside the worker's process group; the grader kills it too. (In the sandbox, bubblewrap's
+    # PID namespace ends with its first process.)
+    g = grading.grade(student, "01", timeout=2, notebook_timeout=120, memory_mib=2048, sandbox=False)
     assert time.monotonic() - started < 120
     assert "ran past its budget of 2 s and ignored the interrupt" in g.problem and "killed" in g.problem
     assert grading._descendants(os.getpid()) == []              # nothing left running
