@@ -244,3 +244,13 @@ def test_count_products_counts_the_solution():
     ns = variant([], "count", "dq_kernel")
     report = lab06.count_products(ns["flash_dkdv"], ns["flash_dq"])
     assert "112 tl.dot calls" in report and "backward / forward: 3.50" in report, report
+
+
+def test_launch_functions_refuse_bad_shapes():
+    ns = variant([], "shapes", "dq_kernel")
+    q, k = torch.zeros(1, 3, 5, 16, dtype=torch.float16), torch.zeros(1, 2, 5, 16, dtype=torch.float16)
+    lse = torch.zeros(1, 3, 5)
+    with pytest.raises(ValueError, match="multiple of Hkv"):
+        ns["flash_dq"](q, k, k, q, lse, q)
+    with pytest.raises(ValueError, match="Nq <= Nk"):
+        ns["flash_dkdv"](q, k[:, :1, :4], k[:, :1, :4], q, lse, q, causal=True)
