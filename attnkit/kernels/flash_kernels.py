@@ -7,6 +7,15 @@ Conventions shared by every kernel:
 - one program handles one block of rows (queries, or keys in ``_bwd_dkdv``) of one head;
 - query head h reads key/value head h // group (grouped-query attention, no K/V copies);
 - causal attention is aligned to the end: query i sees key j when j <= i + SHIFT, SHIFT = Nk - Nq;
+  a sliding window generalises it to a band, -left <= j - i - SHIFT <= right (``BAND``; causal is
+  right = 0). One helper, ``_key_range``, turns the band into the blocks a program visits (blocks
+  wholly outside it are never loaded) and ``_visible`` is the one mask inside the blocks that need one;
+- head dims need not be powers of two: a tile is HEAD_DIM (HEAD_DIM_V for v and o) wide, the next
+  power of two, and ``_tile``/``_store_tile`` mask the columns past the tensor's DIM_QK (DIM_V);
+- ``SOFTCAP``: logits softcap · tanh(s / softcap), applied in ``_softmax_update`` (forward) and
+  ``_probs`` (backward, which also gives the factor 1 - tanh²);
+- ``VARLEN``: packed sequences; program b reads rows [CU[b], CU[b + 1]) (``_sequence``), the batch
+  stride is 0 and n_q, n_k are the longest lengths (a block past its sequence's end visits no key);
 - scores are scaled once by ``qk_scale``; with ``USE_EXP2`` that scale includes log2(e), so the
   softmax uses exp2 (one instruction) and the saved log-sum-exp is converted back to natural log;
 - ``DOT_PRECISION`` is "ieee" for fp32 inputs (tf32 products would put ~1e-3 of error into the
