@@ -13,7 +13,7 @@ Conventions shared by every kernel:
 - head dims need not be powers of two: a tile is HEAD_DIM (HEAD_DIM_V for v and o) wide, the next
   power of two, and ``_tile``/``_store_tile`` mask the columns past the tensor's DIM_QK (DIM_V);
 - ``SOFTCAP``: logits softcap · tanh(s / softcap), applied in ``_softmax_update`` (forward) and
-  ``_probs`` (backward, which also gives the factor 1 - tanh²);
+  ``_probs`` (backward; the backward multiplies dS by 1 - tanh²);
 - ``VARLEN``: packed sequences; program b reads rows [CU[b], CU[b + 1]) (``_sequence``), the batch
   stride is 0 and n_q, n_k are the longest lengths (a block past its sequence's end visits no key);
 - scores are scaled once by ``qk_scale``; with ``USE_EXP2`` that scale includes log2(e), so the
@@ -305,13 +305,11 @@ def _row_stats(LSE, DELTA, rows, n_q):
 
 @triton.jit
 def _probs(qk, lse2, qk_scale, cap_scale, SOFTCAP: tl.constexpr):
-    """Recomputed probabilities exp2(logit - lse2) of raw scores qk ([rows, cols], lse2 broadcast to it)
-    and the softcap's derivative d logit / d(qk · sm_scale) = 1 - tanh² (1.0 without SOFTCAP)."""
+    """Recomputed probabilities exp2(logit - lse2) of raw scores qk ([rows, cols], lse2 broadcast to it),
+    and with SOFTCAP t = tanh(qk · cap_scale), whose 1 - t² is d logit / d(qk · sm_scale) (else qk)."""
     if SOFTCAP:
-        t = _tanh(qk * cap_scale)
-        return tl.math.exp2(t * qk_scale - lse2), 1.0 - t * t
-    else:
-        return tl.math.exp2(qk * qk_scale - lse2), 1.0
+        qk = _tanh(qk * cap_scale)
+    return tl.math.exp2(qk * qk_scale - lse2), qk
 
 
 @triton.jit
@@ -330,13 +328,16 @@ def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, keys, lo, hi,
         do = _tile(DO, off_b, off_h, start_m, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
                    BLOCK_M, HEAD_DIM_V, MASKED, 0, DIM_V)
         lse2, delta = _row_stats(LSE, DELTA, rows, n_q)
-        p_t, dcap_t = _probs(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION), lse2[None, :], qk_scale,
-                             cap_scale, SOFTCAP)
+        p_t, t_t = _probs(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION), lse2[None, :], qk_scale,
+                          cap_scale, SOFTCAP)
         if MASKED:
             p_t = tl.where(tl.trans(_visible(rows, keys, n_q, n_k, left, right, BAND)), p_t, 0.0)
         dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)                      # [BLOCK_N, Dv]
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)                          # [BLOCK_N, BLOCK_M]
-        dk += tl.dot((p_t * (dp_t - delta[None, :]) * dcap_t).to(q.dtype), q, input_precision=DOT_PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        if SOFTCAP:
+            ds_t = ds_t * (1.0 - t_t * t_t)
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=DOT_PRECISION)
     return dk, dv
 
 
@@ -411,12 +412,15 @@ def _bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, rows, lo, hi, n_q
                   BLOCK_N, HEAD_DIM, MASKED, 0, DIM_QK)
         v = _tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
                   BLOCK_N, HEAD_DIM_V, MASKED, 0, DIM_V)
-        p, dcap = _probs(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION), lse2[:, None], qk_scale,
-                         cap_scale, SOFTCAP)
+        p, t = _probs(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION), lse2[:, None], qk_scale,
+                      cap_scale, SOFTCAP)
         if MASKED:
             p = tl.where(_visible(rows, start_n + tl.arange(0, BLOCK_N), n_q, n_k, left, right, BAND), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)                            # [BLOCK_M, BLOCK_N]
-        dq = tl.dot((p * (dp - delta[:, None]) * dcap).to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - t * t)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
     return dq
 
 
