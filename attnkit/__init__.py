@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 # Public names that live in heavier modules, imported on first use.
 _LAZY = {
     "flash_attention": "attnkit.kernels.flash",
+    "flash_attention_varlen": "attnkit.kernels.flash",
     "paged_decode": "attnkit.kernels.paged",
     "kv_cache_bytes": "attnkit.serving.kv_cache",
     "attention_ref": "attnkit.reference.attention",
