@@ -346,7 +346,8 @@ def _band(causal: bool, window) -> tuple[int, int, bool]:
     left, right = window
     if causal:
         right = 0
-    return (UNBOUNDED if left < 0 else left, UNBOUNDED if right < 0 else right, causal or left >= 0 or right >= 0)
+    bound = lambda side: UNBOUNDED if side < 0 else min(side, UNBOUNDED)  # noqa: E731  (int32 in the kernels)
+    return bound(left), bound(right), causal or left >= 0 or right >= 0
 
 
 def _logit_scales(sm_scale: float, softcap, use_exp2: bool) -> tuple[float, float]:
