@@ -199,15 +199,10 @@ LESSON5 = next(l for l in LESSONS if l.number == 5).notebook
 SCREENSHOT = "site_lesson05_math.png"
 
 
-def test_site_lesson5_renders_its_math_offline(tmp_path):
+def test_site_lesson5_renders_its_math_offline(browser, tmp_path):
     """The website's lesson 5 page, opened from disk with every network request refused: MathJax (served
     by the site) typesets its formulas. The screenshot goes to $ATTNKIT_SCREENSHOTS (or the test's
     temporary folder); figures/site_lesson05_math.png was taken this way."""
-    if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it as root)")
-    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
-    from playwright.sync_api import sync_playwright
-
     from attnkit.classroom import site
     from attnkit.classroom.notebooks import apply_headers
 
@@ -230,21 +225,20 @@ def test_site_lesson5_renders_its_math_offline(tmp_path):
             refused.append(route.request.url)
             route.abort()
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.route("**/*", only_files)
-            page.goto(page_file.as_uri())
-            page.wait_for_function("document.querySelectorAll('mjx-container').length > 0", timeout=60_000)
-            typeset = page.locator("mjx-container").count()
-            errors = page.locator("mjx-merror").count()
-            raw = page.locator("main").inner_text()
-            page.evaluate("window.scrollTo(0, 0)")  # the numbered title, objectives (with math) and time
-            out = os.environ.get("ATTNKIT_SCREENSHOTS") or str(tmp_path)
-            page.screenshot(path=os.path.join(out, SCREENSHOT))
-        finally:
-            browser.close()
+    page = browser.new_page()
+    try:
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.route("**/*", only_files)
+        page.goto(page_file.as_uri())
+        page.wait_for_function("document.querySelectorAll('mjx-container').length > 0", timeout=60_000)
+        typeset = page.locator("mjx-container").count()
+        errors = page.locator("mjx-merror").count()
+        raw = page.locator("main").inner_text()
+        page.evaluate("window.scrollTo(0, 0)")      # the numbered title, objectives (with math) and time
+        out = os.environ.get("ATTNKIT_SCREENSHOTS") or str(tmp_path)
+        page.screenshot(path=os.path.join(out, SCREENSHOT))
+    finally:
+        page.close()
     assert typeset >= 3 and errors == 0, f"{typeset} formulas typeset, {errors} errors"
     assert "\\log_2" not in raw and "N_q" not in raw, "TeX source is showing instead of typeset math"
     assert not [u for u in refused if "mathjax" in u.lower()], f"MathJax was fetched from the network: {refused}"
