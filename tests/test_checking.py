@@ -235,3 +235,28 @@ def test_module_functions_lists_the_plain_functions_a_module_defines():
     names = {f.__name__ for f in module_functions(online_softmax)}
     assert {"merge", "block_state", "online_max_sum", "finalize"} <= names
     assert "PartialState" not in names and "dataclass" not in names        # a class, an imported function
+
+
+def test_under_nbgrader_a_check_that_does_not_pass_raises(monkeypatch):
+    """nbgrader sets NBGRADER_EXECUTION while it autogrades: a failing or blank check cell must raise,
+    or the test cell keeps its points; a passing one still returns its report."""
+    from attnkit.labs import lab01
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+
+    def blank(scores):
+        raise NotImplementedError
+
+    def wrong(scores):
+        return np.exp(scores) / np.exp(scores).sum()            # one normaliser for the whole matrix
+
+    def right(scores):
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    for student in (blank, wrong):
+        with pytest.raises(AssertionError, match="softmax"):
+            lab01.check_softmax(student)
+    assert lab01.check_softmax(right).passed
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    assert not lab01.check_softmax(wrong).passed

@@ -13,6 +13,7 @@ text on every run and every device.
 from __future__ import annotations
 
 import copy
+import os
 import traceback
 import tracemalloc
 import types
@@ -50,9 +51,20 @@ def with_memory_limit(c: Case, max_bytes: int) -> Case:
 
 @dataclass(frozen=True)
 class CheckResult:
+    """A check's verdict and the report a student sees.
+
+    Under nbgrader's autograde and validate (which set NBGRADER_EXECUTION), a verdict other than
+    "passed" raises AssertionError with its report as it is made, so that the autograded test cell
+    holding the check loses its points; everywhere else it is a value to print.
+    """
+
     name: str
     status: str
     report: str
+
+    def __post_init__(self):
+        if os.environ.get("NBGRADER_EXECUTION") and self.status != PASSED:
+            raise AssertionError(self.report)
 
     @property
     def passed(self) -> bool:
