@@ -6,8 +6,9 @@ Two measures, each at several batch sizes B:
   model's 2 layers with ``paged_decode``), timed by ``time_ms`` (CUDA events, median).
   tokens/s = B / step time.
 - ``engine``: ``Engine.run`` end to end on a workload of 2·B requests with at most B running at once,
-  prompts and output lengths (16 to 64 tokens, no stop character) mixed; wall-clock time of the whole run (scheduler, prefills, decodes,
-  host synchronisation), median of 3 runs after a warm-up. tokens/s = new tokens / time.
+  prompts and output lengths (16 to 64 tokens, no stop character) mixed; wall-clock time of the whole
+  run (scheduler, prefills, decodes, host synchronisation), median of 3 runs after a warm-up.
+  tokens/s = new tokens / time.
 
     python -m attnkit.bench.recorder serving      # writes attnkit/bench/results/bench_serving.csv
 """
