@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
-import json
 import re
 import shutil
 import sys
@@ -32,11 +30,10 @@ import time
 from pathlib import Path
 
 from .course import LESSONS
-from .notebooks import ROOT, badge_line, normalize
+from .notebooks import FINGERPRINT_KEY, ROOT, badge_line, fingerprint, normalize
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 PLACEHOLDER = "raise NotImplementedError"
-FINGERPRINT_KEY = "attnkit_lab_fingerprint"
 # Anything a reader would take for a marker: any number of '#', any case, anything after it.
 MARKER_LIKE = re.compile(r"^\s*#+\s*(BEGIN|END)[\s_-]*SOLUTIONS?\b", re.IGNORECASE)
 SHORTEST_LEAK = 12      # shorter region lines (`return out`, `pass`) may well be written by a student
@@ -104,11 +101,6 @@ def leaked_lines(solution, lab) -> list[tuple[int, str]]:
             if line.strip() in secret:
                 leaks.append((number, line.strip()))
     return leaks
-
-
-def fingerprint(nb) -> str:
-    cells = [(c.cell_type, c.source) for c in nb.cells]
-    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()[:16]
 
 
 def _where(path: Path) -> str:

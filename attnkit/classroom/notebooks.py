@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -20,6 +22,12 @@ from pathlib import Path
 from .course import BRANCH, LESSONS, REPO_URL, colab_url, pip_spec, readme_toc
 
 ROOT = Path(__file__).resolve().parents[2]      # the repository (a clone; not in an installed wheel)
+FINGERPRINT_KEY = "attnkit_lab_fingerprint"   # a generated lab's cells, hashed: an edited lab is left alone
+
+
+def fingerprint(nb) -> str:
+    cells = [(c.cell_type, c.source) for c in nb.cells]
+    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()[:16]
 IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"         # the comment form, converted to tags by `make headers`
 IGNORE_TAG = "nbval-ignore-output"              # what nbval reads from a cell's tags
 REASON_TAG = "device-dependent-"                # + one of DEVICE_REASONS, beside IGNORE_TAG
@@ -346,8 +354,6 @@ def restamp_headers(path: str | Path) -> bool:
     path = Path(path).resolve()
     relpath = path.relative_to(ROOT).as_posix()
     nb = nbformat.read(path, as_version=4)
-    from .labgen import FINGERPRINT_KEY, fingerprint
-
     generated = nb.metadata.get(FINGERPRINT_KEY) == fingerprint(nb)
     changed = apply_headers(nb, relpath)
     if changed:
