@@ -267,3 +267,55 @@ def test_public_name():
     import attnkit
 
     assert attnkit.paged_decode is paged_decode
+
+
+# ------------------------------------------------------------------------- checks without a host sync
+class _HostSyncs:
+    """Counts the calls that read a tensor's contents back to the host (a synchronisation on a GPU)."""
+
+    NAMES = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        for name in self.NAMES:
+            original = getattr(torch.Tensor, name)
+
+            def counted(t, *args, _name=name, _original=original, **kwargs):
+                self.calls.append(_name)
+                return _original(t, *args, **kwargs)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+
+
+def test_device_checks_read_nothing_back_and_report_later(monkeypatch):
+    gen = torch.Generator().manual_seed(11)
+    good = make_case(gen, [9, 30])
+    bad_lens = (*good[:4], torch.tensor([9, 10 ** 4], dtype=torch.int32, device=DEVICE))
+    syncs = _HostSyncs(monkeypatch)
+    paged.check_paged_inputs(*good, check_values="device")
+    paged.check_paged_inputs(*bad_lens, check_values="device")
+    assert syncs.calls == [], f"the device check read {syncs.calls} back to the host"
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="1 of the last 2 paged_decode calls"):
+        paged.raise_pending_errors()
+    paged.raise_pending_errors()                                  # read once: nothing left
+
+
+def test_a_bad_table_checked_on_the_device_is_clamped_then_reported():
+    """No device fault: lengths past the table and page ids past the pool are clamped in the kernel."""
+    gen = torch.Generator().manual_seed(12)
+    q, k, v, table, lens = make_case(gen, [9, 30], dtype=torch.float32)
+    table = table.clone()
+    table[1, 1] = 10 ** 6                                         # a used page that does not exist
+    o = paged_decode(q, k, v, table, lens, check_values="device")
+    assert o.shape == q.shape
+    with pytest.raises(ValueError, match="check_values='strict'"):
+        paged_decode(q, k, v, table, lens)                       # the next strict call reports it first
+    with pytest.raises(ValueError, match=r"block_table\[1, 1\]"):
+        paged_decode(q, k, v, table, lens, check_values="strict")
+
+
+def test_check_values_is_named():
+    gen = torch.Generator().manual_seed(13)
+    with pytest.raises(ValueError, match="check_values"):
+        paged_decode(*make_case(gen, [4]), check_values="sometimes")

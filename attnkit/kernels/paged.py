@@ -67,13 +67,14 @@ MAX_SPLITS = 256
 
 # ------------------------------------------------------------------------------------------- kernels
 @triton.jit
-def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp,
+def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp,
               stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
               HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr):
     """The K and V rows [len(tok), D] of KV head kv for the tokens ``tok`` of one sequence, found
     through its row of the page table (token t: page bt_row[t // PAGE_SIZE], slot t % PAGE_SIZE);
     tokens not ``valid`` read as zeros and touch no page."""
     page = tl.load(bt_row + (tok // PAGE_SIZE) * stride_btp, mask=valid, other=0)   # physical page
+    page = tl.where((page >= 0) & (page < num_pages), page, 0)          # a bad id reads page 0, no fault
     slot = tok % PAGE_SIZE                                               # offset inside the page
     offs_d = tl.arange(0, HEAD_DIM)
     k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
@@ -86,7 +87,7 @@ def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp,
 @triton.jit
 def _paged_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr,
-        qk_scale, tokens_per_split,
+        qk_scale, tokens_per_split, num_pages, max_len,
         stride_qb, stride_qh, stride_qd,
         stride_kp, stride_ks, stride_kh, stride_kd,
         stride_vp, stride_vs, stride_vh, stride_vd,
@@ -117,7 +118,7 @@ def _paged_kernel(
         kv = tl.program_id(0) // GROUP     # the query heads of one group are neighbours (L2 reuse)
         heads = tl.program_id(0) + offs_g
         row_ok = offs_g < 1
-    seq_len = tl.load(lens_ptr + b * stride_lens)
+    seq_len = tl.minimum(tl.maximum(tl.load(lens_ptr + b * stride_lens), 0), max_len)   # within the table
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)
 
@@ -131,7 +132,7 @@ def _paged_kernel(
     for tok0 in range(start, end, BLOCK_N):
         tok = tok0 + tl.arange(0, BLOCK_N)                               # [BLOCK_N] token index
         valid = tok < end
-        k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, stride_btp, stride_kp, stride_ks, stride_kh,
+        k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp, stride_kp, stride_ks, stride_kh,
                          stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, HEAD_DIM, PAGE_SIZE)
         if GROUPED:   # fp32 inputs: "ieee" products (tf32 misses the fp32 bound at long contexts)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
@@ -204,11 +205,17 @@ GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 3), "per_head": LaunchConfig(128,
 
 
 # ------------------------------------------------------------------------------------- input checks
-def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_values: bool = True) -> None:
+def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_values="strict") -> None:
     """Raise ValueError, naming the argument and the rule, unless the inputs are a valid decode step.
 
-    With ``check_values`` (the default) the contents of seq_lens and block_table are checked too: one
-    small copy to the host, so that a bad page table is an error here, never a device fault.
+    Shapes, dtypes and devices are always checked (on the host, no synchronisation). The contents of
+    seq_lens and block_table, by ``check_values``:
+    - "strict" (True): copied to the host and checked now (a synchronisation on a GPU);
+    - "device": checked on the device into a flag, without synchronising; the next
+      ``raise_pending_errors()`` (or the next strict check) reports a bad call. The kernel clamps lengths
+      and page ids, so a bad table gives a wrong answer that is reported, never a device fault.
+      Skipped while a CUDA graph is being captured (replays do not re-check);
+    - False: not checked.
     """
     validation.tensor("q", q, 3, "[B, Hq, D]", SUPPORTED_DTYPES)
     validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", SUPPORTED_DTYPES)
@@ -235,8 +242,16 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
                          f"{block_table.shape[0]} rows")
     if seq_lens.shape[0] != batch:
         raise ValueError(f"seq_lens: needs one length per sequence of q (B={batch}), got {seq_lens.shape[0]}")
+    if check_values is True:
+        check_values = "strict"
+    if check_values not in ("strict", "device", False):
+        raise ValueError(f"check_values: expected 'strict', 'device', True or False, got {check_values!r}")
+    if check_values == "device":
+        _flag_bad_values(block_table, seq_lens, num_pages, page_size)
+        return
     if not check_values:
         return
+    raise_pending_errors()
     max_pages = block_table.shape[1]
     lens = seq_lens.detach().to("cpu", torch.int64)
     table = block_table.detach().to("cpu", torch.int64)
@@ -253,6 +268,38 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
         b, p = (int(i) for i in torch.nonzero(out_of_range)[0])
         raise ValueError(f"block_table: block_table[{b}, {p}] = {int(table[b, p])} is not a page; "
                          f"the pages a sequence uses must lie in [0, num_pages) = [0, {num_pages})")
+
+
+_PENDING: list = []      # device-side flags of calls checked with check_values="device", not yet read
+
+
+def _bad_values(block_table, seq_lens, num_pages: int, page_size: int):
+    """A one-element bool tensor on the tables' device: some length or used page id is out of range."""
+    capacity = block_table.shape[1] * page_size
+    lens = seq_lens.to(torch.int64)
+    used = torch.arange(block_table.shape[1], device=lens.device)[None, :] * page_size < lens[:, None]
+    table = block_table.to(torch.int64)
+    return (((lens < 1) | (lens > capacity)).any() | (used & ((table < 0) | (table >= num_pages))).any())[None]
+
+
+def _flag_bad_values(block_table, seq_lens, num_pages: int, page_size: int) -> None:
+    if block_table.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    _PENDING.append(_bad_values(block_table, seq_lens, num_pages, page_size))
+
+
+def raise_pending_errors() -> None:
+    """Read the flags of the calls checked on the device since the last read (one synchronisation) and
+    raise ValueError if any had a length or page id out of range."""
+    if not _PENDING:
+        return
+    flags = torch.cat([f.to("cpu") for f in _PENDING])
+    _PENDING.clear()
+    if bool(flags.any()):
+        raise ValueError(f"seq_lens, block_table: {int(flags.sum())} of the last {len(flags)} paged_decode calls "
+                         f"checked on the device had a length outside 1 .. max_pages * page_size or a used "
+                         f"page id outside [0, num_pages); their outputs are wrong. Call with "
+                         f"check_values='strict' to find the argument.")
 
 
 def _check_splits(num_splits) -> None:
@@ -311,7 +358,7 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
     o_strides = target.stride() if split else (*o.stride()[:2], 0, o.stride()[2])
     ml_strides = m.stride() if split else (0, 0, 0)
     args = [q, k_pages, v_pages, block_table, seq_lens, target, m if split else o, l if split else o,
-            sm_scale * LOG2E.value, tokens_per_split,
+            sm_scale * LOG2E.value, tokens_per_split, k_pages.shape[0], max_len,
             *q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride(), seq_lens.stride(0),
             *o_strides, *ml_strides]
     meta = dict(HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=split,
@@ -329,15 +376,18 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
 
 
 def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float | None = None,
-                 num_splits: int | None = None, variant: str = "grouped", check_values: bool = True):
+                 num_splits: int | None = None, variant: str = "grouped", check_values=None):
     """Decode attention over a paged KV cache: o[b, h] = softmax(q[b, h]·Kᵀ·sm_scale) V over the first
     seq_lens[b] tokens of sequence b, found through block_table. See the module docstring for shapes.
 
     num_splits: None picks one (``choose_num_splits``); S > 1 splits each sequence's tokens into S
     chunks (flash-decoding) merged by the (m, ℓ) rule. variant: "grouped" (default) or "per_head".
-    check_values: False skips checking the values of seq_lens and block_table (one small copy to the
-    host and a synchronisation); only for tables built by a trusted allocator.
+    check_values: how the contents of seq_lens and block_table are checked (``check_paged_inputs``);
+    None: "strict" for CPU tensors, "device" for CUDA tensors (no host synchronisation, so a call can
+    be captured in a CUDA graph and costs no round trip).
     """
+    if check_values is None:
+        check_values = "device" if getattr(q, "is_cuda", False) else "strict"
     check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, check_values=check_values)
     sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
     _check_splits(num_splits)
@@ -405,4 +455,5 @@ def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float
 
 
 __all__ = ["paged_decode", "merge_partials", "gather_dense", "paged_decode_ref", "token_pages",
-           "check_paged_inputs", "choose_num_splits", "VARIANTS", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES"]
+           "check_paged_inputs", "raise_pending_errors", "choose_num_splits", "VARIANTS", "SUPPORTED_HEAD_DIMS",
+           "SUPPORTED_DTYPES"]
