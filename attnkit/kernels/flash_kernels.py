@@ -170,6 +170,23 @@ def _sequence(CU_SEQLENS, b):
 
 
 @triton.jit
+def _batch_and_head(n_heads):
+    """(sequence, head) of this program: program_id(1) runs over B · n_heads."""
+    off_bh = tl.program_id(1)
+    return off_bh // n_heads, off_bh % n_heads
+
+
+@triton.jit
+def _backward_sequence(CU_Q, CU_K, off_b, Q, DO, LSE, DELTA, K, V, stride_qm, stride_dom, stride_kn, stride_vn):
+    """The backward's shared inputs moved to sequence off_b of a packed batch; also its rows' and keys'
+    (start, length) for the caller's own outputs."""
+    q0, n_q = _sequence(CU_Q, off_b)
+    k0, n_k = _sequence(CU_K, off_b)
+    return (q0, n_q, k0, n_k, Q + q0.to(tl.int64) * stride_qm, DO + q0.to(tl.int64) * stride_dom, LSE + q0,
+            DELTA + q0, K + k0.to(tl.int64) * stride_kn, V + k0.to(tl.int64) * stride_vn)
+
+
+@triton.jit
 def _fwd_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, left, right, qk_scale, cap_scale,
               stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
               HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
@@ -213,9 +230,7 @@ def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, qk_scale, cap_scale, left, right,
     start_m = tl.program_id(0)
     if CAUSAL:  # the last query blocks read the most keys: start them first
         start_m = tl.num_programs(0) - 1 - start_m
-    off_bh = tl.program_id(1)
-    off_b = off_bh // n_heads
-    off_h = off_bh % n_heads
+    off_b, off_h = _batch_and_head(n_heads)
     off_hk = off_h // group                                            # the shared K/V head
     if VARLEN:
         q0, n_q = _sequence(CU_Q, off_b)
@@ -275,9 +290,7 @@ def _bwd_preprocess(O, DO, DELTA, CU_Q,
                     stride_lb, stride_lh, n_heads, n_q,
                     HEAD_DIM_V: tl.constexpr, DIM_V: tl.constexpr, BLOCK_M: tl.constexpr, VARLEN: tl.constexpr):
     """DELTA[b, h, i] = Σ_d dO[b, h, i, d] · O[b, h, i, d] (fp32, laid out as LSE)."""
-    off_bh = tl.program_id(1)
-    off_b = off_bh // n_heads
-    off_h = off_bh % n_heads
+    off_b, off_h = _batch_and_head(n_heads)
     if VARLEN:
         q0, n_q = _sequence(CU_Q, off_b)
         O += q0.to(tl.int64) * stride_om
@@ -360,18 +373,10 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sm_scale, qk_scale, c
     grid = (cdiv(Nk, BLOCK_N), B * Hkv). DK [.., D], DV [.., Dv] laid out as K and V by their strides.
     """
     start_n = tl.program_id(0) * BLOCK_N
-    off_bhk = tl.program_id(1)
-    off_b = off_bhk // n_heads_kv
-    off_hk = off_bhk % n_heads_kv
+    off_b, off_hk = _batch_and_head(n_heads_kv)
     if VARLEN:
-        q0, n_q = _sequence(CU_Q, off_b)
-        k0, n_k = _sequence(CU_K, off_b)
-        Q += q0.to(tl.int64) * stride_qm
-        DO += q0.to(tl.int64) * stride_dom
-        LSE += q0
-        DELTA += q0
-        K += k0.to(tl.int64) * stride_kn
-        V += k0.to(tl.int64) * stride_vn
+        q0, n_q, k0, n_k, Q, DO, LSE, DELTA, K, V = _backward_sequence(
+            CU_Q, CU_K, off_b, Q, DO, LSE, DELTA, K, V, stride_qm, stride_dom, stride_kn, stride_vn)
         DK += k0.to(tl.int64) * stride_dkn
         DV += k0.to(tl.int64) * stride_dvn
     keys = start_n + tl.arange(0, BLOCK_N)                             # [BLOCK_N] key indices
@@ -440,19 +445,11 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_sca
     """dQ for one block of BLOCK_M queries of one (batch, head). grid = (cdiv(Nq, BLOCK_M), B * Hq);
     DQ laid out as Q by its strides."""
     start_m = tl.program_id(0)
-    off_bh = tl.program_id(1)
-    off_b = off_bh // n_heads
-    off_h = off_bh % n_heads
+    off_b, off_h = _batch_and_head(n_heads)
     if VARLEN:
-        q0, n_q = _sequence(CU_Q, off_b)
-        k0, n_k = _sequence(CU_K, off_b)
-        Q += q0.to(tl.int64) * stride_qm
-        DO += q0.to(tl.int64) * stride_dom
+        q0, n_q, k0, n_k, Q, DO, LSE, DELTA, K, V = _backward_sequence(
+            CU_Q, CU_K, off_b, Q, DO, LSE, DELTA, K, V, stride_qm, stride_dom, stride_kn, stride_vn)
         DQ += q0.to(tl.int64) * stride_dqm
-        LSE += q0
-        DELTA += q0
-        K += k0.to(tl.int64) * stride_kn
-        V += k0.to(tl.int64) * stride_vn
     row0 = start_m * BLOCK_M
     rows = row0 + tl.arange(0, BLOCK_M)
     q = _tile(Q, off_b, off_h, row0, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
