@@ -372,9 +372,10 @@ def sandbox_argv(argv: list[str], staging: Path) -> list[str]:
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
+    args += ["--tmpfs", "/tmp"]               # first: a course installed under /tmp is bound on top of it
     for root in _readable_roots():
         args += ["--ro-bind", root, root]
-    args += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc",
+    args += ["--dev", "/dev", "--proc", "/proc",
              "--bind", str(staging), str(staging), "--chdir", str(staging),
              "--unshare-all", "--die-with-parent", "--new-session", "--"]
     return args + argv
