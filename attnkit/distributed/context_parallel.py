@@ -202,15 +202,31 @@ def _split(x, n):
     return list(x.contiguous().chunk(n, dim=2))
 
 
+def _rank_view(layout: str):
+    """(rank, world size, this rank's chunk numbers) in the current process group."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    return rank, world, chunks_of_rank(rank, world, layout)
+
+
+def _assemble(states, dtype):
+    """This rank's o (in ``dtype``) and lse from the merged (o, lse) of each of its chunks."""
+    return torch.cat([s[0] for s in states], dim=2).to(dtype), torch.cat([s[1] for s in states], dim=2)
+
+
+def _backward_rows(q, o, lse, do, n):
+    """The rank's rows cut into its n chunks (q, o, dO, lse) and zeroed dQ accumulators per chunk."""
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q_c, o_c, do_c, lse_c = _split(q, n), _split(o, n), _split(do.to(q.dtype), n), list(lse.chunk(n, dim=2))
+    return q_c, o_c, do_c, lse_c, [torch.zeros_like(c, dtype=acc) for c in q_c], acc
+
+
 # ------------------------------------------------------------------------------------ ring
 class _Ring(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, layout, sm_scale, block):
-        rank, world = dist.get_rank(), dist.get_world_size()
+        rank, world, ids = _rank_view(layout)
         fwd, _ = _block_fns(block)
-        ids = chunks_of_rank(rank, world, layout)
-        q_chunks = _split(q, len(ids))
-        states = [None] * len(ids)
+        q_chunks, states = _split(q, len(ids)), [None] * len(ids)
         kv = (k.contiguous(), v.contiguous())
         for step in range(world):
             owner = (rank - step) % world                      # whose K/V are here now
@@ -222,8 +238,7 @@ class _Ring(torch.autograd.Function):
             if pending:
                 _wait(pending[0])
                 kv = tuple(pending[1])
-        o = torch.cat([s[0] for s in states], dim=2).to(q.dtype)
-        lse = torch.cat([s[1] for s in states], dim=2)
+        o, lse = _assemble(states, q.dtype)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.layout, ctx.sm_scale, ctx.block = causal, layout, sm_scale, block
         return o
@@ -231,13 +246,10 @@ class _Ring(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        rank, world = dist.get_rank(), dist.get_world_size()
+        rank, world, ids = _rank_view(ctx.layout)
         _, bwd = _block_fns(ctx.block)
-        ids = chunks_of_rank(rank, world, ctx.layout)
         n = len(ids)
-        q_c, o_c, do_c, lse_c = _split(q, n), _split(o, n), _split(do.to(q.dtype), n), list(lse.chunk(n, dim=2))
-        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-        dq = [torch.zeros_like(c, dtype=acc) for c in q_c]
+        q_c, o_c, do_c, lse_c, dq, acc = _backward_rows(q, o, lse, do, n)
         k, v = k.contiguous(), v.contiguous()
         dk, dv = torch.zeros_like(k, dtype=acc), torch.zeros_like(v, dtype=acc)
         for step in range(world):
@@ -293,9 +305,8 @@ def ring_attention(q, k, v, *, causal: bool = False, layout: str = "contiguous",
 class _AllGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, layout, sm_scale, block):
-        rank, world = dist.get_rank(), dist.get_world_size()
+        rank, world, ids = _rank_view(layout)
         fwd, _ = _block_fns(block)
-        ids = chunks_of_rank(rank, world, layout)
         ks, vs = [torch.empty_like(k) for _ in range(world)], [torch.empty_like(v) for _ in range(world)]
         dist.all_gather(ks, k.contiguous())
         dist.all_gather(vs, v.contiguous())
@@ -303,8 +314,7 @@ class _AllGather(torch.autograd.Function):
         for owner in range(world):
             _local_forward(q_chunks, ids, _split(ks[owner], len(ids)), _split(vs[owner], len(ids)),
                            chunks_of_rank(owner, world, layout), states, causal, sm_scale, fwd)
-        o = torch.cat([s[0] for s in states], dim=2).to(q.dtype)
-        lse = torch.cat([s[1] for s in states], dim=2)
+        o, lse = _assemble(states, q.dtype)
         ctx.save_for_backward(q, o, lse, *ks, *vs)
         ctx.causal, ctx.layout, ctx.sm_scale, ctx.block, ctx.world = causal, layout, sm_scale, block, world
         return o
@@ -314,13 +324,10 @@ class _AllGather(torch.autograd.Function):
         q, o, lse, *kv = ctx.saved_tensors
         world = ctx.world
         ks, vs = kv[:world], kv[world:]
-        rank = dist.get_rank()
+        rank, _, ids = _rank_view(ctx.layout)
         _, bwd = _block_fns(ctx.block)
-        ids = chunks_of_rank(rank, world, ctx.layout)
         n = len(ids)
-        q_c, o_c, do_c, lse_c = _split(q, n), _split(o, n), _split(do.to(q.dtype), n), list(lse.chunk(n, dim=2))
-        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-        dq = [torch.zeros_like(c, dtype=acc) for c in q_c]
+        q_c, o_c, do_c, lse_c, dq, acc = _backward_rows(q, o, lse, do, n)
         dks = [torch.zeros_like(t, dtype=acc) for t in ks]
         dvs = [torch.zeros_like(t, dtype=acc) for t in vs]
         for owner in range(world):
