@@ -71,3 +71,24 @@ def assert_accepted(check: Callable, correct: Callable, seeds: Iterable[int] = S
     if refused:
         pytest.fail(f"{name} was refused on {len(refused)} of {len(results)} seeds "
                     f"(first: seed {refused[0]}):\n{results[refused[0]].report}")
+
+
+def catalogue_tests(checks: dict, wrong: dict, right: dict, seeds: Iterable[int] = SEEDS):
+    """The two tests every lab's catalogue runs, for ``checks`` (exercise -> check) and the catalogues
+    ``wrong`` and ``right`` (exercise -> {label: function}); assign them to test names in the module::
+
+        test_every_wrong_answer_fails, test_every_right_answer_passes = catalogue_tests(CHECKS, WRONG, RIGHT)
+    """
+    seeds = tuple(seeds)
+
+    @pytest.mark.parametrize("name, fn", [pytest.param(n, f, id=f"{n}: {label}")
+                                          for n in wrong for label, f in wrong[n].items()])
+    def every_wrong_answer_fails_on_every_seed(name, fn):
+        assert_rejected_on_every_seed(checks[name], fn, seeds, contains="hint:")
+
+    @pytest.mark.parametrize("name, fn", [pytest.param(n, f, id=f"{n}: {label}")
+                                          for n in right for label, f in right[n].items()])
+    def every_right_answer_passes_on_every_seed(name, fn):
+        assert_accepted(checks[name], fn, seeds)
+
+    return every_wrong_answer_fails_on_every_seed, every_right_answer_passes_on_every_seed

@@ -10,7 +10,7 @@ from mutants.lab03 import (
     tiled_row_of_tiles,
     tiled_with_merge,
 )
-from mutation import SEEDS, assert_accepted, assert_rejected_on_every_seed
+from mutation import catalogue_tests
 
 from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED, OneShotStream
 from attnkit.labs import lab03
@@ -22,16 +22,8 @@ def blank(*args, **kwargs):
     raise NotImplementedError
 
 
-@pytest.mark.parametrize("name, wrong", [pytest.param(n, f, id=f"{n}: {label}")
-                                         for n in WRONG for label, f in WRONG[n].items()])
-def test_every_wrong_answer_fails_on_every_seed(name, wrong):
-    assert_rejected_on_every_seed(CHECKS[name], wrong, SEEDS, contains="hint:")
-
-
-@pytest.mark.parametrize("name, right", [pytest.param(n, f, id=f"{n}: {label}")
-                                         for n in RIGHT for label, f in RIGHT[n].items()])
-def test_every_right_answer_passes_on_every_seed(name, right):
-    assert_accepted(CHECKS[name], right, SEEDS)
+test_every_wrong_answer_fails_on_every_seed, test_every_right_answer_passes_on_every_seed = \
+    catalogue_tests(CHECKS, WRONG, RIGHT)
 
 
 def test_the_catalogue_is_large_enough():
