@@ -298,3 +298,30 @@ def test_fp8_needs_the_kernel_backend():
         Engine(tiny_model(), num_pages=8, backend=torch_backend(), kv_dtype="fp8")
     with pytest.raises(ValueError, match="kv_dtype"):
         Engine(tiny_model(), num_pages=8, kv_dtype="int4")
+
+
+def test_a_step_prefills_all_its_chunks_in_one_pass_per_layer():
+    """First chunks of a step go together through flash_attention_varlen, later chunks together
+    through paged_extend: one call of each kind per layer per step, and the tokens stay exact."""
+    model = tiny_model()
+    kernels = kernel_backend()
+    calls = {"packed": [], "extend": []}
+
+    def packed(q, k, v, cu):
+        calls["packed"].append(len(cu) - 1)
+        return kernels.prefill_packed(q, k, v, cu)
+
+    def extend(q, k_pages, v_pages, table, lens, cu, **kw):
+        calls["extend"].append(len(cu) - 1)
+        return kernels.extend(q, k_pages, v_pages, table, lens, cu, **kw)
+
+    counting = Backend("counting", kernels.prefill, kernels.decode, extend, packed)
+    requests = [Request(i, p, 6, arrival=0) for i, p in enumerate(["the kernel", "a page", "the gpu"])]
+    engine = Engine(model, num_pages=20, page_size=4, max_batch=3, backend=counting)
+    result = engine.run(requests, max_tokens_per_step=14)
+    assert compare_with_no_cache(model, result).all_equal
+    layers = model.cfg.n_layers
+    assert calls["packed"][:layers] == [2] * layers          # step 0: two prompts fit the budget, together
+    assert calls["extend"] and all(n >= 1 for n in calls["extend"])
+    first_steps = sum(1 for s in result.steps if s.prefill)
+    assert len(calls["packed"]) + len(calls["extend"]) <= 2 * layers * first_steps

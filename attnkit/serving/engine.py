@@ -12,9 +12,11 @@ One scheduler step, under a budget of ``max_tokens_per_step`` tokens (None: no l
    the tokens it generated (as vLLM's recompute preemption does).
 2. **Prefill** in chunks: requests still prefilling, then newly admitted ones (first come, first served,
    while a batch slot is free and free pages cover the chunk), each get a chunk of their context
-   (prompt, plus the tokens generated before a preemption) within the step's remaining budget. A chunk
-   attends causally to the cached tokens before it and to itself (``flash_attention``, aligned to the
-   end); the last chunk's last position gives the next token. Decodes and prefill chunks share a step
+   (prompt, plus the tokens generated before a preemption) within the step's remaining budget. All the
+   step's chunks run in one pass of the model, packed into one row of tokens: first chunks together
+   through ``flash_attention_varlen``, later chunks together through ``paged_extend`` over the pages
+   (each attends causally to the cached tokens before it and to itself, aligned to the end); the last
+   chunk's last position gives the next token. Decodes and prefill chunks share a step
    (Sarathi-Serve's and vLLM's chunked prefill).
 3. **Retire** requests that produced their stop token or reached max_new_tokens: their pages go back
    to the free list at once.
@@ -76,15 +78,21 @@ class Backend:
     prefill: object
     decode: object
     extend: object = None
+    prefill_packed: object = None     # prefill_packed(q, k, v, cu_seqlens): several prompts in one call
 
 
 def kernel_backend() -> Backend:
     """The course's Triton kernels: flash_attention for prefill, paged_decode for decode."""
-    from ..kernels.flash import flash_attention
+    from ..kernels.flash import flash_attention, flash_attention_varlen
     from ..kernels.paged import paged_decode
     from ..kernels.paged_extend import paged_extend
 
-    return Backend("kernels", lambda q, k, v: flash_attention(q, k, v, causal=True), paged_decode, paged_extend)
+    def prefill_packed(q, k, v, cu_seqlens):
+        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        return flash_attention_varlen(q, k, v, cu_seqlens, cu_seqlens, longest, longest, causal=True)
+
+    return Backend("kernels", lambda q, k, v: flash_attention(q, k, v, causal=True), paged_decode, paged_extend,
+                   prefill_packed)
 
 
 def torch_backend() -> Backend:
@@ -241,32 +249,65 @@ class Engine:
     @torch.no_grad()
     def prefill(self, seq_id: int, token_ids: list[int], start: int = 0) -> torch.Tensor:
         """Cache the K and V of ``token_ids`` at positions start, start + 1, … of ``seq_id``, whose first
-        ``start`` tokens are cached already; returns the last position's logits [vocab].
+        ``start`` tokens are cached already; returns the last position's logits [vocab]."""
+        slots = self.cache.reserve(seq_id, len(token_ids))                         # pages as needed
+        return self._prefill_chunks([(seq_id, list(token_ids), start)], [slots])[0]
 
-        The chunk's queries attend to the cached prefix and causally to each other.
+    @torch.no_grad()
+    def _prefill_chunks(self, chunks: list, slots: list) -> torch.Tensor:
+        """One model pass over several chunks (seq_id, token_ids, start) whose pages are reserved
+        (``slots``); returns each chunk's last-position logits [len(chunks), vocab].
+
+        The chunks are packed into one row of tokens. A chunk's queries attend causally to themselves
+        and to the sequence's cached tokens before them: first chunks (start 0) together through
+        ``prefill_packed`` (flash_attention_varlen), later ones together through ``extend`` over the
+        pages (paged_extend); a backend without those attends chunk by chunk.
         """
-        n = len(token_ids)
-        slots = self.cache.reserve(seq_id, n)                                       # pages as needed
-        tokens = torch.tensor([token_ids], device=self.device)                       # [1, T]
-        positions = torch.arange(start, start + n, device=self.device)[None]        # [1, T]
+        lengths = [len(t) for _, t, _ in chunks]
+        ends = torch.tensor(lengths).cumsum(0)                                      # [n_chunks]
+        rows = [torch.arange(int(e) - n, int(e)) for e, n in zip(ends, lengths)]    # each chunk's rows
+        tokens = torch.tensor([[t for _, toks, _ in chunks for t in toks]], device=self.device)     # [1, T]
+        positions = torch.cat([torch.arange(s, s + n) for (_, _, s), n in zip(chunks, lengths)])[None]
+        everything = Slots(torch.cat([sl.pages for sl in slots]), torch.cat([sl.offsets for sl in slots]))
         x = self.model.embed(tokens)                                                 # [1, T, d_model]
         for layer, block in enumerate(self.model.blocks):
-            q, k, v = block.project_qkv(x, positions)                               # [1, H, T, D]
-            self._store(layer, slots, k[0].transpose(0, 1), v[0].transpose(0, 1))     # [T, Hkv, D]
-            if start and self.backend.extend:                                        # the chunk over the pages
-                table = self.cache.block_table([seq_id], self.device)
-                lens = torch.tensor([start + n], dtype=torch.int32, device=self.device)
-                cu = torch.tensor([0, n], dtype=torch.int32, device=self.device)
-                attn = self.backend.extend(q[0].transpose(0, 1).contiguous(), self.cache.k[layer],
-                                           self.cache.v[layer], table, lens, cu, max_q_len=n,
-                                           **self._scales(layer))                   # [T, Hq, D]
-                x = block.finish(x, attn.transpose(0, 1)[None])
-                continue
-            if start:                                                                # attend to the prefix too
-                k_all, v_all = self.cache.gather(seq_id, layer)                     # [start + T, Hkv, D]
-                k, v = (t.transpose(0, 1)[None].to(q.dtype) for t in (k_all, v_all))
-            x = block.finish(x, self.backend.prefill(q, k, v))
-        return self.model.logits(x[0, -1])
+            q, k, v = block.project_qkv(x, positions.to(self.device))               # [1, H, T, D]
+            q, k, v = (t[0].transpose(0, 1) for t in (q, k, v))                     # [T, H, D]
+            self._store(layer, everything, k, v)
+            attn = torch.empty_like(q)                                               # [T, Hq, D]
+            self._attend_chunks(layer, chunks, rows, q, k, v, attn)
+            x = block.finish(x, attn.transpose(0, 1)[None])
+        return self.model.logits(x[0, ends - 1])
+
+    def _attend_chunks(self, layer, chunks, rows, q, k, v, attn) -> None:
+        """attn[rows of chunk i] = chunk i's attention (see ``_prefill_chunks``); q, k, v [T, H, D]."""
+        first = [i for i, (_, _, start) in enumerate(chunks) if start == 0]
+        later = [i for i, (_, _, start) in enumerate(chunks) if start > 0]
+
+        def packed(group):
+            where = torch.cat([rows[i] for i in group]).to(self.device)
+            cu = torch.tensor([0, *torch.tensor([len(rows[i]) for i in group]).cumsum(0).tolist()],
+                              dtype=torch.int32, device=self.device)
+            return where, cu
+
+        if first and self.backend.prefill_packed:
+            where, cu = packed(first)
+            attn[where] = self.backend.prefill_packed(q[where], k[where], v[where], cu).to(attn.dtype)
+            first = []
+        if later and self.backend.extend:
+            where, cu = packed(later)
+            ids = [chunks[i][0] for i in later]
+            lens = torch.tensor([chunks[i][2] + len(rows[i]) for i in later], dtype=torch.int32, device=self.device)
+            attn[where] = self.backend.extend(q[where].contiguous(), self.cache.k[layer], self.cache.v[layer],
+                                              self.cache.block_table(ids, self.device), lens, cu,
+                                              max_q_len=max(len(rows[i]) for i in later), **self._scales(layer))
+            later = []
+        for i in first + later:                                                      # chunk by chunk
+            seq_id, _, start = chunks[i]
+            qi, ki, vi = (t[rows[i]].transpose(0, 1)[None] for t in (q, k, v))      # [1, H, n, D]
+            if start:                                                                # the cached prefix too
+                ki, vi = (t.transpose(0, 1)[None].to(q.dtype) for t in self.cache.gather(seq_id, layer))
+            attn[rows[i]] = self.backend.prefill(qi, ki, vi)[0].transpose(0, 1)
 
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
@@ -381,7 +422,7 @@ class Engine:
                     self._keep_pages(c)
             # 2. prefill chunks: requests part-way through first, then admissions
             budget = budget_per_step - len(decoding)
-            prefilled, chunk_tokens = [], 0
+            prefilled, chunks, slots, chunk_tokens = [], [], [], 0
             candidates = [c for c in running if c not in decoding]
             while budget > 0:
                 if candidates:
@@ -404,14 +445,17 @@ class Engine:
                         n = int(min(len(c.context) - c.cached, budget, self._room(c)))
                         if n == 0:
                             break
-                logits = self.prefill(c.request.rid, c.context[c.cached:c.cached + n], c.cached)
+                chunks.append((c.request.rid, c.context[c.cached:c.cached + n], c.cached))
+                slots.append(self.cache.reserve(c.request.rid, n))
                 c.cached += n
                 budget -= n
                 chunk_tokens += n
                 prefilled.append(c)
-                self._keep_pages(c)
-                if c.cached == len(c.context):                # the whole context: the next token
-                    self._emit(c, logits)
+            if chunks:                                        # every chunk of the step in one pass
+                for c, logits in zip(prefilled, self._prefill_chunks(chunks, slots)):
+                    self._keep_pages(c)
+                    if c.cached == len(c.context):            # the whole context: the next token
+                        self._emit(c, logits)
             # 3. retire
             finished = [c for c in running if c.tokens and c.cached == len(c.context) - 1 and self._done(c)]
             for c in finished:
