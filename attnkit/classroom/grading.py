@@ -176,18 +176,22 @@ def _accepts_seed(check) -> bool:
     return "seed" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+def _code_cell_trees(nb):
+    """The parsed syntax tree of each code cell of ``nb`` that parses (magics and typos are passed over)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            try:
+                yield ast.parse(cell.source)
+            except SyntaxError:
+                continue
+
+
 def _check_cell_calls(module, notebook: Path) -> list[tuple[str, str]]:
     """(check name, function name) of each cell of a lab notebook that is one ``check_x(name)`` call."""
     import nbformat
 
     found = []
-    for cell in nbformat.read(notebook, as_version=4).cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
+    for tree in _code_cell_trees(nbformat.read(notebook, as_version=4)):
         if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr) or \
                 not isinstance(tree.body[0].value, ast.Call):
             continue
@@ -253,13 +257,7 @@ def course_tools(lesson: Lesson, root: Path | None = None) -> list[tuple[str, st
     if source is None:
         return []
     tools = []
-    for cell in nbformat.read(source, as_version=4).cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
+    for tree in _code_cell_trees(nbformat.read(source, as_version=4)):
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("attnkit"):
                 tools += [(node.module, alias.name) for alias in node.names if alias.name != "*"]
