@@ -92,3 +92,18 @@ def catalogue_tests(checks: dict, wrong: dict, right: dict, seeds: Iterable[int]
         assert_accepted(checks[name], fn, seeds)
 
     return every_wrong_answer_fails_on_every_seed, every_right_answer_passes_on_every_seed
+
+
+def blank_tests(checks: dict):
+    """The test that every check of ``checks`` reports a blank exercise as "not implemented yet"."""
+    from attnkit.classroom.checking import NOT_IMPLEMENTED
+
+    def blank(*args, **kwargs):
+        raise NotImplementedError
+
+    @pytest.mark.parametrize("name", list(checks))
+    def blank_reports_not_implemented(name):
+        result = checks[name](blank)
+        assert result.status == NOT_IMPLEMENTED and "not implemented yet" in result.report
+
+    return blank_reports_not_implemented

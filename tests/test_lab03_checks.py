@@ -1,7 +1,6 @@
 """Lab 03's checks: every wrong answer of the catalogue fails on every seed, every right one passes,
 and the lesson's claims about structure (one pass, tiles only, no course functions) are enforced."""
 import numpy as np
-import pytest
 from mutants.lab03 import (
     RIGHT,
     WRONG,
@@ -10,16 +9,12 @@ from mutants.lab03 import (
     tiled_row_of_tiles,
     tiled_with_merge,
 )
-from mutation import catalogue_tests
+from mutation import blank_tests, catalogue_tests
 
-from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED, OneShotStream
+from attnkit.classroom.checking import FAILED, OneShotStream
 from attnkit.labs import lab03
 
 CHECKS = {e.function: e.check for e in lab03.EXERCISES}
-
-
-def blank(*args, **kwargs):
-    raise NotImplementedError
 
 
 test_every_wrong_answer_fails_on_every_seed, test_every_right_answer_passes_on_every_seed = \
@@ -31,10 +26,7 @@ def test_the_catalogue_is_large_enough():
         assert len(WRONG[name]) >= 8 and len(RIGHT[name]) >= 3, name
 
 
-@pytest.mark.parametrize("name", list(CHECKS))
-def test_blank_reports_not_implemented(name):
-    result = CHECKS[name](blank)
-    assert result.status == NOT_IMPLEMENTED and "not implemented yet" in result.report
+test_blank_reports_not_implemented = blank_tests(CHECKS)
 
 
 def test_a_stream_is_read_once_and_reuses_its_buffer():
