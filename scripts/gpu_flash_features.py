@@ -2,13 +2,13 @@
 variable-length sequences, sliding windows and softcapping. Checks first, then times; rows are
 written through attnkit.bench.recorder.write_results as OUTDIR/bench_flash_features.csv.
 
-    python scripts/gpu_flash_features.py OUTDIR [--check-only]
+    python scripts/gpu_flash_features.py OUTDIR [--check-only] [--bf16]
 
 1. checks, with NaN-poisoned outputs, forward and backward on GPU-sized shapes: head dims 80, 96, 192
    and (192, Dv = 128); varlen with empty and length-1 sequences; a window of 256 with softcap; fp32
    against float64 (attnkit.tolerances), fp16 and bf16 by FlashAttention-2's criterion (max error
    against fp32 at most 2x that of plain PyTorch in the same precision);
-2. head dims 80, 96, 128, 192 (fp16 and bf16, B = 4, H = 16, N = 4096, causal and not): attnkit against
+2. head dims 80, 96, 128, 192 (fp16; bf16 too with --bf16, B = 4, H = 16, N = 4096, causal and not): attnkit against
    SDPA's cuDNN and flash backends; target: attnkit / cuDNN at each D within 10% of that at D = 128;
 3. varlen, 64 sequences of 128-4096 tokens (uniform, seed 0), H = 16, D = 128, causal, fp16: the varlen
    kernel against the dense kernel and SDPA (cuDNN, flash) on the batch padded to the longest;
@@ -20,7 +20,9 @@ FLOPs are 4·H·D per visible (query, key) pair (the pairs counted exactly), x 2
 from __future__ import annotations
 
 import math
+import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -32,8 +34,11 @@ from attnkit.tolerances import rel_error, tolerance
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+START = time.perf_counter()
+
+
 def log(*args):
-    print(*args, flush=True)
+    print(f"[{time.perf_counter() - START:6.1f} s]", *args, flush=True)
 
 
 def reference(q, k, v, *, causal=False, window=(-1, -1), softcap=None):
@@ -155,10 +160,11 @@ def causal_pairs(n_q, n_k, left=-1):
     return float(seen.clamp(min=0).sum())
 
 
-def bench_head_dims():
+def bench_head_dims(dtypes=("float16",)):
     rows = []
     b, h, n = 4, 16, 4096
-    for dtype_name, dtype in DTYPES.items():
+    for dtype_name in dtypes:
+        dtype = DTYPES[dtype_name]
         for d in (80, 96, 128, 192):
             for causal in (False, True):
                 tensors = [torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3)]
@@ -227,7 +233,7 @@ def summary(rows):
             if (r["suite"], r["impl"], r["pass_"]) == (suite, impl, pass_) and all(r[k] == v for k, v in match.items()):
                 return r["ms"]
         return float("nan")
-    for dtype in DTYPES:
+    for dtype in sorted({r["dtype"] for r in rows if r["suite"] == "head_dim"}):
         for causal in (False, True):
             ratios = {d: ms("head_dim", "sdpa_cudnn", "forward", head_dim=d, causal=causal, dtype=dtype)
                       / ms("head_dim", "attnkit", "forward", head_dim=d, causal=causal, dtype=dtype)
@@ -251,16 +257,19 @@ def main(argv) -> int:
         print(__doc__)
         return 2
     out = Path(argv[0])
+    os.environ["ATTNKIT_AUTOTUNE"] = "0"       # checks: one block configuration per kernel (compile time)
     failures = check_all()
+    os.environ["ATTNKIT_AUTOTUNE"] = "1"
     for f in failures:
         log("FAIL", f)
     log(f"{len(failures)} check failures")
-    if "--check-only" in argv or failures:
+    if "--check-only" in argv:
         return 1 if failures else 0
-    rows = bench_head_dims() + bench_varlen() + bench_window()
+    dtypes = ("float16", "bfloat16") if "--bf16" in argv else ("float16",)
+    rows = bench_head_dims(dtypes) + bench_varlen() + bench_window()
     log("wrote", write_results("flash_features", rows, out))
     summary(rows)
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ SUITES = {
     "decode_profile": "attnkit.bench.decode_profile:run",
 }
 # Suites written but not yet run on a GPU: their lessons say "recorded on a GPU only" until they are.
-NOT_YET_RECORDED = ("softmax", "bandwidth", "decode_profile")
+NOT_YET_RECORDED: tuple[str, ...] = ()
 PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
 
