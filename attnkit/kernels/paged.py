@@ -2,7 +2,9 @@
 
 Public functions
 - ``paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale=None, num_splits=None,
-  variant="grouped") -> o``: attention of each sequence's new token over its cached tokens.
+  variant="grouped", window=(-1, -1)) -> o``: attention of each sequence's new token over its cached
+  tokens (with ``window=(left, _)``, over its last left + 1 tokens only, as Mistral's and Gemma 2's
+  local layers; pages wholly before the window are never read).
 - ``merge_partials(m, l, z) -> o``: the (m, ℓ, z) merge rule of lesson 3 in PyTorch, over a split axis.
 - ``gather_dense(k_pages, v_pages, block_table, seq_lens) -> (k, v)``: copy each sequence's pages into
   dense [B, Hkv, L, D] tensors (the correctness checkpoint: gather, then ordinary attention).
@@ -54,6 +56,7 @@ ensure_triton_backend()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from .flash import check_window  # noqa: E402
 from .flash_kernels import LN2, LOG2E  # noqa: E402
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -87,7 +90,7 @@ def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp,
 @triton.jit
 def _paged_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr,
-        qk_scale, tokens_per_split, num_pages, max_len,
+        qk_scale, tokens_per_split, num_pages, max_len, window_left,
         stride_qb, stride_qh, stride_qd,
         stride_kp, stride_ks, stride_kh, stride_kd,
         stride_vp, stride_vs, stride_vh, stride_vd,
@@ -104,8 +107,9 @@ def _paged_kernel(
     - else: query head program_id(0) alone (BLOCK_G = 1), reading KV head h // GROUP; scores by
       multiply-and-sum (no tensor cores; a KV head's rows are read once for each of its query heads).
 
-    exp2 with qk_scale = scale·log2 e. Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial
-    (m, ℓ, z), m in natural-log units.
+    Sliding window: the new token (position seq_len - 1) sees tokens >= seq_len - 1 - window_left; the
+    loop starts there, so the blocks before it are never loaded. exp2 with qk_scale = scale·log2 e.
+    Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial (m, ℓ, z), m in natural-log units.
     """
     b = tl.program_id(1)
     split = tl.program_id(2)
@@ -119,8 +123,9 @@ def _paged_kernel(
         heads = tl.program_id(0) + offs_g
         row_ok = offs_g < 1
     seq_len = tl.minimum(tl.maximum(tl.load(lens_ptr + b * stride_lens), 0), max_len)   # within the table
-    start = split * tokens_per_split
-    end = tl.minimum(start + tokens_per_split, seq_len)
+    first_seen = tl.maximum(seq_len - 1 - window_left, 0)              # the window's first token
+    start = tl.maximum(split * tokens_per_split, first_seen)
+    end = tl.minimum(split * tokens_per_split + tokens_per_split, seq_len)
 
     offs_d = tl.arange(0, HEAD_DIM)                                      # [D]
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
@@ -170,7 +175,8 @@ def _merge_splits_kernel(m_ptr, l_ptr, z_ptr, o_ptr, num_splits,
                          HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr):
     """One program per (sequence, query head): o = Σ_s e^(m_s − M) z_s / Σ_s e^(m_s − M) ℓ_s, M = max m_s.
 
-    A split that saw no token has m = −inf, ℓ = 0, z = 0 and weight 0; split 0 always saw one.
+    A split that saw no token has m = −inf, ℓ = 0, z = 0 and weight 0; the split holding the newest
+    token always saw one.
     """
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -330,7 +336,7 @@ def _new_buffer(shape, dtype, device) -> torch.Tensor:
 
 
 def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_splits: int, variant: str,
-            config: LaunchConfig | None = None):
+            config: LaunchConfig | None = None, window_left: int = -1):
     """o [B, Hq, D] in q's dtype and on q's device (inputs already checked)."""
     where, out_dtype = q.device, q.dtype
     q, k_pages, v_pages, block_table, seq_lens = to_kernel_device(q, k_pages, v_pages, block_table, seq_lens)
@@ -359,6 +365,7 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
     ml_strides = m.stride() if split else (0, 0, 0)
     args = [q, k_pages, v_pages, block_table, seq_lens, target, m if split else o, l if split else o,
             sm_scale * LOG2E.value, tokens_per_split, k_pages.shape[0], max_len,
+            window_left if window_left >= 0 else max_len,
             *q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride(), seq_lens.stride(0),
             *o_strides, *ml_strides]
     meta = dict(HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=split,
@@ -376,12 +383,14 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
 
 
 def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float | None = None,
-                 num_splits: int | None = None, variant: str = "grouped", check_values=None):
+                 num_splits: int | None = None, variant: str = "grouped", check_values=None, window=(-1, -1)):
     """Decode attention over a paged KV cache: o[b, h] = softmax(q[b, h]·Kᵀ·sm_scale) V over the first
     seq_lens[b] tokens of sequence b, found through block_table. See the module docstring for shapes.
 
     num_splits: None picks one (``choose_num_splits``); S > 1 splits each sequence's tokens into S
     chunks (flash-decoding) merged by the (m, ℓ) rule. variant: "grouped" (default) or "per_head".
+    window: (left, right) as in ``flash_attention``; the new token is the last of its sequence, so only
+    left counts (its last left + 1 tokens are seen; -1: all); right is checked and otherwise ignored.
     check_values: how the contents of seq_lens and block_table are checked (``check_paged_inputs``);
     None: "strict" for CPU tensors, "device" for CUDA tensors (no host synchronisation, so a call can
     be captured in a CUDA graph and costs no round trip).
@@ -390,14 +399,17 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
         check_values = "device" if getattr(q, "is_cuda", False) else "strict"
     check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, check_values=check_values)
     sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
+    window_left = check_window(window)[0]
     _check_splits(num_splits)
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
     if num_splits is None:
-        num_splits = choose_num_splits(q.shape[0], k_pages.shape[2],
-                                       block_table.shape[1] * k_pages.shape[1], q.device)
+        longest = block_table.shape[1] * k_pages.shape[1]
+        seen = longest if window_left < 0 else min(longest, window_left + 1)
+        num_splits = choose_num_splits(q.shape[0], k_pages.shape[2], seen, q.device)
     with torch.no_grad():
-        return _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale, num_splits, variant)
+        return _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale, num_splits, variant,
+                       window_left=window_left)
 
 
 # ------------------------------------------------------------------------------- merge, references
@@ -438,15 +450,18 @@ def gather_dense(k_pages, v_pages, block_table, seq_lens):
     return k.transpose(1, 2), v.transpose(1, 2)                       # [B, Hkv, L, D]
 
 
-def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float | None = None):
-    """float64 reference on the CPU: each sequence's tokens gathered through the page table, then
-    exact attention. Returns float64 [B, Hq, D]."""
+def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float | None = None, window=(-1, -1)):
+    """float64 reference on the CPU: each sequence's tokens gathered through the page table (its last
+    left + 1 with ``window=(left, _)``, left >= 0), then exact attention. Returns float64 [B, Hq, D]."""
+    left = check_window(window)[0]
     from ..reference.attention import attention_ref
 
     pages, offsets = token_pages(block_table, seq_lens, k_pages.shape[1])
     k_all, v_all = k_pages.detach().cpu().double(), v_pages.detach().cpu().double()
     outs = []
     for b, (p, o) in enumerate(zip(pages, offsets)):
+        if left >= 0:
+            p, o = p[-(left + 1):], o[-(left + 1):]                   # the window's tokens
         k = k_all[p, o].transpose(0, 1)[None]                         # [1, Hkv, n_b, D]
         v = v_all[p, o].transpose(0, 1)[None]
         qb = q[b].detach().cpu().double()[None, :, None, :]           # [1, Hq, 1, D]
