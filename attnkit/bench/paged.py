@@ -1,11 +1,10 @@
-"""Paged decode against the copy bandwidth and PyTorch's SDPA on a contiguous cache (GPU only).
+"""Paged decode against the bandwidth ceilings and PyTorch's SDPA on a contiguous cache (GPU only).
 
 Two shapes, fp16, 32 query heads, 8 KV heads, D = 128, pages of 16 tokens scattered at random:
 - "batch": B = 64 sequences of 4096 tokens (B·Hkv = 512 programs: enough to fill the GPU);
 - "long": B = 1 sequence of 32768 tokens (8 programs unless the tokens are split: split-KV).
 
 Bytes counted = the K and V cache bytes read (B · N · Hkv · D · 2 bytes · 2); GB/s = bytes / time.
-The ceiling is a device-to-device copy of 1 GiB measured in the same run (bytes read + written).
 Timings are medians of CUDA-graph replays (``graph_ms``), as a serving loop runs its decode steps:
 at B = 1 one step's GPU work (about 50 µs) is shorter than launching it from Python, so eager timing
 would measure the host. The eager median (``eager_ms``) is recorded beside it. Inputs are checked
@@ -16,9 +15,29 @@ on the same cache stored contiguously as [B, Hkv, N, D], each backend pinned wit
 rows of that head (q as [B, Hkv, Hq/Hkv, D]), which is the same non-causal attention and needs no
 copy of K or V.
 
+The ceilings come from the course's one harness, ``streams.ceilings(timing="graph")``: a 1 GiB
+device copy (bytes read + written) and the read-only stream ``read_stream`` (bytes read), both timed
+from CUDA graphs like the kernels here. Every row carries them, the datasheet figure, and its
+``fraction_of_copy``, ``fraction_of_read`` and ``fraction_of_datasheet``. A decode step only reads
+the cache, so the read-only stream is its ceiling (``fraction_of_read``); a copy also writes, and
+decode can beat it (``fraction_of_copy`` > 1 says nothing more).
+
 ``run() -> rows`` (one dict per measurement); ``make bench`` writes attnkit/bench/results/bench_paged.csv.
+
+An FP8 (e4m3) cache, issue 16's target of 1.7× the fp16 cache's speed at the batch shape:
+``run_fp8() -> rows`` times ``paged_extend`` with one new token per sequence (its decode case; the
+fp8 cache is read through ``k_scale``, ``v_scale``, one per KV head, and dequantised in registers)
+on an fp8 and on an fp16 cache, and ``paged_decode`` on the fp16 cache, and records the max error of
+the fp8 output against the fp16 output and against float64. ``paged_decode`` itself takes fp16,
+bf16 and fp32 caches only.
+
+    python -m attnkit.bench.paged fp8 OUTDIR      # writes OUTDIR/bench_paged_fp8.csv (GPU only)
 """
 from __future__ import annotations
+
+import math
+import sys
+import time
 
 import torch
 
@@ -27,6 +46,9 @@ from .recorder import time_ms
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = {"batch": (64, 4096), "long": (1, 32768)}     # name -> (B, context)
 ROTATE = {"batch": 1, "long": 3}                        # copies of the cache timed in turn
+CEILING_TIMING = "graph"                                # the kernels are timed from CUDA graphs
+FP8_TARGET = 1.7                                        # fp16 time / fp8 time wanted (issue 16)
+FP8_ACCURACY_SHAPE = (4, 4096)                          # (B, context) of the float64 comparison
 
 
 def kv_bytes(batch: int, context: int, n_kv: int = HKV, head_dim: int = HEAD_DIM, itemsize: int = 2) -> int:
@@ -36,17 +58,38 @@ def kv_bytes(batch: int, context: int, n_kv: int = HKV, head_dim: int = HEAD_DIM
 
 def graph_ms(fn) -> float:
     """Median time of fn() in ms, replayed from a CUDA graph (no host launch overhead)."""
-    from triton.testing import do_bench_cudagraph
+    from .streams import graph_ms as replayed_ms
 
-    return float(do_bench_cudagraph(fn, rep=100, return_mode="median"))
+    return replayed_ms(fn)
 
 
-def copy_bandwidth(nbytes: int = 1 << 30) -> float:
-    """GB/s of a device-to-device copy of nbytes (bytes read + bytes written)."""
-    src = torch.randn(nbytes // 2, dtype=torch.float16, device="cuda")
-    dst = torch.empty_like(src)
-    ms = graph_ms(lambda: dst.copy_(src))
-    return 2 * nbytes / ms / 1e6
+def ceiling_rows(ceils: dict) -> list[dict]:
+    """The two measured ceilings as rows of the table (shape "ceiling"), each with its fractions."""
+    from .streams import with_ceilings
+
+    nbytes = ceils["ceiling_bytes"]
+    rows = []
+    for method, gbps, moved, note in (
+            ("device copy 1 GiB", ceils["copy_GBps"], 2 * nbytes, "bytes read + written"),
+            ("read-only stream 1 GiB (read_stream)", ceils["read_GBps"], nbytes, "bytes read: decode's ceiling")):
+        rows.append(with_ceilings(dict(shape="ceiling", method=method, B=0, context=0, num_splits=0,
+                                       ms=moved / gbps / 1e6, eager_ms=float("nan"), bytes=moved, gbps=gbps,
+                                       note=note), gbps, ceils))
+    return rows
+
+
+def measured_row(ceils: dict, *, shape: str, method: str, batch: int, context: int, splits: int, ms: float,
+                 eager_ms: float, nbytes: int, note: str = "") -> dict:
+    """One row of the table: bytes / ms as GB/s, with the ceilings and the three fractions."""
+    from .streams import with_ceilings
+
+    gbps = nbytes / ms / 1e6
+    return with_ceilings(dict(shape=shape, method=method, B=batch, context=context, num_splits=splits, ms=ms,
+                              eager_ms=eager_ms, bytes=nbytes, gbps=gbps, note=note), gbps, ceils)
+
+
+def failed_note(exc: Exception) -> str:
+    return f"failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
 
 
 def make_problem(batch: int, context: int, *, dtype=torch.float16, seed: int = 0, device="cuda"):
@@ -128,12 +171,11 @@ def gathered_sdpa_call(p, backend_name: str):
 
 
 def run(shapes=SHAPES, sdpa_backends=("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION")) -> list[dict]:
-    """Time every variant on each shape; one row per (shape, method)."""
-    rows = []
-    copy_gbps = copy_bandwidth()
-    rows.append(dict(shape="copy", method="device copy 1 GiB", B=0, context=0, num_splits=0,
-                     ms=(1 << 31) / copy_gbps / 1e6, eager_ms=float("nan"), bytes=1 << 31, gbps=copy_gbps,
-                     frac_copy=1.0, note="bytes read + written"))
+    """Time every variant on each shape; one row per (shape, method), the ceilings first."""
+    from .streams import ceilings
+
+    ceils = ceilings(timing=CEILING_TIMING)
+    rows = ceiling_rows(ceils)
     for name, (batch, context) in shapes.items():
         copies = [make_problem(batch, context, seed=i) for i in range(ROTATE[name])]
         p = copies[0]
@@ -152,14 +194,12 @@ def run(shapes=SHAPES, sdpa_backends=("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFF
                 eager = time_ms(step) / len(calls)
                 ms = graph_ms(step) / len(calls)
             except Exception as exc:  # a backend that refuses this shape: say which and why
-                rows.append(dict(shape=name, method=method, B=batch, context=context, num_splits=splits,
-                                 ms=float("nan"), eager_ms=float("nan"), bytes=nbytes, gbps=float("nan"),
-                                 frac_copy=float("nan"),
-                                 note=f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"))
+                rows.append(measured_row(ceils, shape=name, method=method, batch=batch, context=context,
+                                         splits=splits, ms=float("nan"), eager_ms=float("nan"), nbytes=nbytes,
+                                         note=failed_note(exc)))
                 return
-            gbps = nbytes / ms / 1e6
-            rows.append(dict(shape=name, method=method, B=batch, context=context, num_splits=splits, ms=ms,
-                             eager_ms=eager, bytes=nbytes, gbps=gbps, frac_copy=gbps / copy_gbps, note=note))
+            rows.append(measured_row(ceils, shape=name, method=method, batch=batch, context=context, splits=splits,
+                                     ms=ms, eager_ms=eager, nbytes=nbytes, note=note))
 
         def each(make):
             """fn(copy) calling, for each copy, the launcher ``make(copy)`` built (and checked) once."""
@@ -186,24 +226,207 @@ def run(shapes=SHAPES, sdpa_backends=("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFF
 
 
 def ratios(rows: list[dict]) -> dict:
-    """The headline ratios of one run: paged vs copy bandwidth, vs SDPA-cuDNN, grouped vs per-head."""
+    """The headline ratios of one run: paged vs the read-only stream (its ceiling) and vs the copy,
+    vs SDPA-cuDNN, grouped vs per-head."""
     def best(shape, prefix):
         times = [r["ms"] for r in rows if r["shape"] == shape and str(r["method"]).startswith(prefix)
                  and r["ms"] == r["ms"]]
         return min(times) if times else float("nan")
 
-    def frac(shape, method):
-        return next(r["frac_copy"] for r in rows if r["shape"] == shape and r["method"] == method)
+    def frac(shape, method, ceiling):
+        return next(r[f"fraction_of_{ceiling}"] for r in rows if r["shape"] == shape and r["method"] == method)
 
     out = {}
     for shape in ("batch", "long"):
         if not any(r["shape"] == shape for r in rows):
             continue
         auto = next(r for r in rows if r["shape"] == shape and r["method"] == "paged grouped (auto splits)")
-        out[f"{shape}: paged / copy bandwidth"] = frac(shape, auto["method"])
+        out[f"{shape}: paged / read-only stream bandwidth"] = frac(shape, auto["method"], "read")
+        out[f"{shape}: paged / copy bandwidth"] = frac(shape, auto["method"], "copy")
         out[f"{shape}: SDPA-cuDNN time / paged time"] = best(shape, "sdpa cudnn") / auto["ms"]
         out[f"{shape}: per-head time / grouped time"] = best(shape, "paged per-head") / auto["ms"]
     return out
 
 
-__all__ = ["run", "ratios", "make_problem", "kv_bytes", "copy_bandwidth", "SHAPES"]
+# ------------------------------------------------------------------------------------ an FP8 cache
+def fp8_cache(p) -> dict:
+    """Problem ``p`` with its cache quantised to e4m3, one scale per KV head (``fp8_scales``: amax / 448),
+    and cu_seqlens_q for one new token per sequence (decode as paged_extend's one-token case)."""
+    from ..kernels.paged_extend import fp8_scales, quantize_fp8
+
+    k_scale, v_scale = fp8_scales(p["k_pages"]), fp8_scales(p["v_pages"])      # fp32 [Hkv]
+    batch = p["q"].shape[0]
+    return dict(p, k8=quantize_fp8(p["k_pages"], k_scale), v8=quantize_fp8(p["v_pages"], v_scale),
+                k_scale=k_scale, v_scale=v_scale,
+                cu_seqlens_q=torch.arange(batch + 1, dtype=torch.int32, device=p["q"].device))
+
+
+def extend_call(p, cache: str):
+    """A zero-argument paged_extend over p's "fp16" or "fp8" cache, one new token per sequence. The
+    inputs are checked once here; the call checks shapes only (no host synchronisation, capturable)."""
+    from ..kernels.paged_extend import paged_extend
+
+    if cache not in ("fp16", "fp8"):
+        raise ValueError(f"cache: expected 'fp16' or 'fp8', got {cache!r}")
+    k, v = (p["k8"], p["v8"]) if cache == "fp8" else (p["k_pages"], p["v_pages"])
+    scales = dict(k_scale=p["k_scale"], v_scale=p["v_scale"]) if cache == "fp8" else {}
+    args = (p["q"], k, v, p["block_table"], p["seq_lens"], p["cu_seqlens_q"])
+    paged_extend(*args, **scales, max_q_len=1, check_values=True)
+    return lambda: paged_extend(*args, **scales, max_q_len=1, check_values=False)
+
+
+def synchronize(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def max_abs_error(out, ref) -> float:
+    return float((out.detach().double().cpu() - ref.detach().double().cpu()).abs().max())
+
+
+def fp8_accuracy_rows(batch: int, context: int, *, seed: int = 11, device="cuda") -> list[dict]:
+    """Max error of the fp8-cache output on random inputs: against the fp16-cache output of the same
+    kernel, against paged_decode on the fp16 cache, and against float64 of the fp16 cache (what a user
+    sees) and of the dequantised fp8 cache (the kernel's arithmetic alone)."""
+    from ..kernels import paged
+    from ..kernels.paged_extend import paged_extend_ref
+    from ..tolerances import rel_error
+
+    p = fp8_cache(make_problem(batch, context, seed=seed, device=device))
+    o8, o16 = extend_call(p, "fp8")(), extend_call(p, "fp16")()
+    o_decode = paged.paged_decode(p["q"], p["k_pages"], p["v_pages"], p["block_table"], p["seq_lens"], num_splits=1)
+    index = (p["q"], p["block_table"], p["seq_lens"], p["cu_seqlens_q"])
+    ref16 = paged_extend_ref(index[0], p["k_pages"], p["v_pages"], *index[1:])
+    ref8 = paged_extend_ref(index[0], p["k8"], p["v8"], *index[1:], k_scale=p["k_scale"], v_scale=p["v_scale"])
+    rows = []
+    for what, out, ref in (("fp8 cache vs fp16 cache (paged_extend both)", o8, o16),
+                           ("fp8 cache vs paged_decode on the fp16 cache", o8, o_decode),
+                           ("fp8 cache vs float64 of the fp16 cache", o8, ref16),
+                           ("fp8 cache vs float64 of the dequantised fp8 cache", o8, ref8),
+                           ("fp16 cache vs float64 of the fp16 cache", o16, ref16)):
+        rows.append(dict(kind="accuracy", method=what, B=batch, context=context, max_abs_error=max_abs_error(out, ref),
+                         rel_error=float(rel_error(out, ref)), max_abs_reference=float(ref.double().abs().max())))
+    return rows
+
+
+def fp8_ratios(rows: list[dict]) -> dict:
+    """fp16 time / fp8 time: the same kernel (paged_extend) on each cache, and paged_decode (fp16)
+    against paged_extend (fp8); the target is FP8_TARGET."""
+    out = {}
+    for timing, key in (("graph", "ms"), ("eager", "eager_ms")):
+        ms = {r["method"]: r[key] for r in rows if r.get("kind") == "timing"}
+        fp8 = ms.get("paged_extend, fp8 cache", float("nan"))
+        out[f"paged_extend fp16 / fp8 time ({timing})"] = ms.get("paged_extend, fp16 cache", float("nan")) / fp8
+        out[f"paged_decode fp16 / paged_extend fp8 time ({timing})"] = (
+            ms.get("paged_decode grouped, fp16 cache", float("nan")) / fp8)
+    out["target"] = FP8_TARGET
+    return out
+
+
+def run_fp8(outdir=None, *, shape=SHAPES["batch"], accuracy_shape=FP8_ACCURACY_SHAPE, log=print,
+            device="cuda") -> list[dict]:
+    """The FP8 cache at the batch shape (B = 64, context 4k, Hq = 32, Hkv = 8, D = 128): timed from CUDA
+    graphs with the ceilings timed the same way; then the accuracy on a smaller random problem. Each
+    case that fails is recorded with its error. With ``outdir``, bench_paged_fp8.csv is rewritten after
+    every stage (a run cut short keeps what it measured). Compiles paged_extend twice (fp16, fp8),
+    paged_decode once and read_stream once."""
+    from .recorder import write_results
+
+    start = time.perf_counter()
+    rows: list[dict] = []
+
+    def say(*args):
+        log(f"[{time.perf_counter() - start:6.1f} s]", *args, flush=True)
+
+    def save():
+        if outdir is not None and rows:
+            write_results("paged_fp8", rows, outdir)
+
+    batch, context = shape
+    p = fp8_cache(make_problem(batch, context, device=device))
+    say(f"problem B={batch} context={context}: fp16 cache {kv_bytes(batch, context) / 1e6:.0f} MB, "
+        f"fp8 cache {kv_bytes(batch, context, itemsize=1) / 1e6:.0f} MB")
+    cases = (("paged_decode grouped, fp16 cache", lambda: paged_call(p, "grouped", 1)[0], 2),
+             ("paged_extend, fp16 cache", lambda: extend_call(p, "fp16"), 2),
+             ("paged_extend, fp8 cache", lambda: extend_call(p, "fp8"), 1))
+    timed = []
+    for method, build, itemsize in cases:
+        try:
+            fn = build()
+            fn()
+            synchronize(device)
+            eager = time_ms(fn)
+        except Exception as exc:
+            timed.append((method, itemsize, float("nan"), float("nan"), failed_note(exc)))
+            say(f"{method}: {failed_note(exc)}")
+            continue
+        try:
+            timed.append((method, itemsize, graph_ms(fn), eager))
+        except Exception as exc:  # not capturable: the eager time is still recorded
+            timed.append((method, itemsize, float("nan"), eager, "CUDA graph " + failed_note(exc)))
+        say(f"{method}: {timed[-1][2]:.4f} ms (graph), {eager:.4f} ms (eager)")
+    try:
+        o8, o16 = extend_call(p, "fp8")(), extend_call(p, "fp16")()
+        bench_diff = max_abs_error(o8, o16)
+    except Exception as exc:
+        bench_diff = float("nan")
+        say(f"fp8 vs fp16 at the bench shape: {failed_note(exc)}")
+    p = o8 = o16 = None  # free the memory before the ceilings
+    torch.cuda.empty_cache()
+    try:
+        from .streams import ceilings
+
+        ceils = ceilings(timing=CEILING_TIMING)
+        say(f"ceilings ({ceils['ceiling_timing']}): copy {ceils['copy_GBps']:.0f} GB/s, "
+            f"read {ceils['read_GBps']:.0f} GB/s, datasheet {ceils['datasheet_GBps']:.0f} GB/s")
+    except Exception as exc:
+        nan = float("nan")
+        ceils = dict(copy_GBps=nan, read_GBps=nan, datasheet_GBps=nan, ceiling_timing=failed_note(exc),
+                     ceiling_bytes=0)
+        say(f"ceilings: {failed_note(exc)}")
+    for method, itemsize, ms, eager, *note in timed:
+        row = measured_row(ceils, shape="batch", method=method, batch=batch, context=context, splits=1, ms=ms,
+                           eager_ms=eager, nbytes=kv_bytes(batch, context, itemsize=itemsize),
+                           note=note[0] if note else "")
+        rows.append(dict(kind="timing", cache="fp8 e4m3" if itemsize == 1 else "fp16", **row,
+                         max_abs_error=bench_diff if itemsize == 1 else float("nan")))
+    save()
+    for name, value in fp8_ratios(rows).items():
+        say(f"{name}: {value:.3f}")
+    try:
+        acc = fp8_accuracy_rows(*accuracy_shape, device=device)
+        rows.extend(acc)
+        for r in acc:
+            say(f"{r['method']}: max abs error {r['max_abs_error']:.2e}, rel error {r['rel_error']:.2e}")
+    except Exception as exc:
+        rows.append(dict(kind="accuracy", method="accuracy", B=accuracy_shape[0], context=accuracy_shape[1],
+                         note=failed_note(exc)))
+        say(f"accuracy: {failed_note(exc)}")
+    save()
+    say("done")
+    return rows
+
+
+def main(argv=None) -> int:
+    """``python -m attnkit.bench.paged fp8 OUTDIR``: run_fp8, writing OUTDIR/bench_paged_fp8.csv."""
+    import os
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or argv[0] != "fp8":
+        print("usage: python -m attnkit.bench.paged fp8 OUTDIR")
+        return 2
+    if not torch.cuda.is_available():
+        print("the FP8 benchmark needs a CUDA GPU")
+        return 1
+    os.environ.setdefault("ATTNKIT_AUTOTUNE", "0")
+    rows = run_fp8(argv[1])
+    failed = [r for r in rows if "failed" in str(r.get("note", ""))]
+    return 1 if failed or any(math.isnan(v) for v in fp8_ratios(rows).values()) else 0
+
+
+__all__ = ["run", "run_fp8", "ratios", "fp8_ratios", "make_problem", "kv_bytes", "ceiling_rows", "measured_row",
+           "SHAPES"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
