@@ -2,19 +2,23 @@
 variable-length sequences, sliding windows and softcapping. Checks first, then times; rows are
 written through attnkit.bench.recorder.write_results as OUTDIR/bench_flash_features.csv.
 
-    python scripts/gpu_flash_features.py OUTDIR [--check-only] [--bf16]
+    python scripts/gpu_flash_features.py OUTDIR [--check-only | --no-check] [--bf16] [--backward] [--autotune]
 
 1. checks, with NaN-poisoned outputs, forward and backward on GPU-sized shapes: head dims 80, 96, 192
    and (192, Dv = 128); varlen with empty and length-1 sequences; a window of 256 with softcap; fp32
    against float64 (attnkit.tolerances), fp16 and bf16 by FlashAttention-2's criterion (max error
    against fp32 at most 2x that of plain PyTorch in the same precision);
-2. head dims 80, 96, 128, 192 (fp16; bf16 too with --bf16, B = 4, H = 16, N = 4096, causal and not): attnkit against
-   SDPA's cuDNN and flash backends; target: attnkit / cuDNN at each D within 10% of that at D = 128;
+2. head dims 80, 96, 128, 192 (B = 4, H = 16, N = 4096, causal and not; fp16, bf16 too with --bf16;
+   the forward, the backward too with --backward): attnkit against SDPA's cuDNN and flash backends;
+   target: attnkit / cuDNN at each D within 10% of that at D = 128;
 3. varlen, 64 sequences of 128-4096 tokens (uniform, seed 0), H = 16, D = 128, causal, fp16: the varlen
-   kernel against the dense kernel and SDPA (cuDNN, flash) on the batch padded to the longest;
+   kernel against the dense kernel and SDPA (cuDNN, flash) on the batch padded to the longest
+   (forward; the backward too with --backward);
    target: speed-up over the dense kernel >= the ratio of padded to useful work;
 4. sliding window 4096 at N = 32768 (B = 1, H = 16, D = 128, causal, fp16) against full causal;
    target: speed-up >= 0.8 x N / (2 x window) = 3.2, forward and backward.
+Block sizes are the launchers' fixed defaults (ATTNKIT_AUTOTUNE=0) unless --autotune is given: every
+kernel variant compiles once (about 10 s each on the GPU's host) instead of once per candidate.
 FLOPs are 4·H·D per visible (query, key) pair (the pairs counted exactly), x 2.5 for the backward.
 """
 from __future__ import annotations
@@ -160,7 +164,7 @@ def causal_pairs(n_q, n_k, left=-1):
     return float(seen.clamp(min=0).sum())
 
 
-def bench_head_dims(dtypes=("float16",)):
+def bench_head_dims(dtypes=("float16",), passes=("forward",)):
     rows = []
     b, h, n = 4, 16, 4096
     for dtype_name in dtypes:
@@ -172,7 +176,7 @@ def bench_head_dims(dtypes=("float16",)):
                 impls = {"attnkit": lambda q, k, v, c=causal: flash.flash_attention(q, k, v, causal=c),
                          "sdpa_cudnn": _sdpa("sdpa_cudnn"), "sdpa_flash": _sdpa("sdpa_flash")}
                 for impl, fn in impls.items():
-                    for pass_ in ("forward", "backward"):
+                    for pass_ in passes:
                         if impl == "attnkit":
                             ms, why = _time(fn, tensors, pass_ == "backward")
                         else:
@@ -183,7 +187,7 @@ def bench_head_dims(dtypes=("float16",)):
     return rows
 
 
-def bench_varlen():
+def bench_varlen(passes=("forward",)):
     rows = []
     gen = torch.Generator().manual_seed(0)
     lens = torch.randint(128, 4097, (64,), generator=gen).tolist()
@@ -204,7 +208,7 @@ def bench_varlen():
              "sdpa_cudnn_padded": (lambda q, k, v: _sdpa("sdpa_cudnn")(q, k, v, True), padded),
              "sdpa_flash_padded": (lambda q, k, v: _sdpa("sdpa_flash")(q, k, v, True), padded)}
     for impl, (fn, tensors) in impls.items():
-        for pass_ in ("forward", "backward"):
+        for pass_ in passes:
             ms, why = _time(fn, tensors, pass_ == "backward")
             rows.append(_row("varlen", impl, pass_, ms, why, useful, h, d, **shape))   # TFLOP/s of useful work
             log(rows[-1])
@@ -257,16 +261,18 @@ def main(argv) -> int:
         print(__doc__)
         return 2
     out = Path(argv[0])
-    os.environ["ATTNKIT_AUTOTUNE"] = "0"       # checks: one block configuration per kernel (compile time)
-    failures = check_all()
-    os.environ["ATTNKIT_AUTOTUNE"] = "1"
+    # one block configuration per kernel (each variant compiles in ~10 s on the GPU's host); --autotune
+    # times the autotuned kernels instead
+    os.environ["ATTNKIT_AUTOTUNE"] = "1" if "--autotune" in argv else "0"
+    failures = [] if "--no-check" in argv else check_all()
     for f in failures:
         log("FAIL", f)
-    log(f"{len(failures)} check failures")
+    log(f"{len(failures)} check failures" if "--no-check" not in argv else "checks skipped (--no-check)")
     if "--check-only" in argv:
         return 1 if failures else 0
     dtypes = ("float16", "bfloat16") if "--bf16" in argv else ("float16",)
-    rows = bench_head_dims(dtypes) + bench_varlen() + bench_window()
+    passes = ("forward", "backward") if "--backward" in argv else ("forward",)
+    rows = bench_head_dims(dtypes, passes) + bench_varlen(passes) + bench_window()
     log("wrote", write_results("flash_features", rows, out))
     summary(rows)
     return 1 if failures else 0
