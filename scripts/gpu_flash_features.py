@@ -89,7 +89,7 @@ def check_case(label, kernel, ref, tensors, failures):
             err, plain_err = ((x.float() - r).abs().max().item() for x in (g, p))
             if not err <= 2 * plain_err:
                 failures.append(f"{label} {dtype} {name}: {err:.3g} > 2 x {plain_err:.3g}")
-    log(f"checked {label}")
+    log(f"checked {label}: {len(failures)} failures so far")
 
 
 def check_all() -> list[str]:
