@@ -1,7 +1,7 @@
 """FlashAttention in Triton, forward and backward, for [B, H, N, D] tensors.
 
 Public functions
-- ``flash_attention(q, k, v, *, causal=False, sm_scale=None, window=(-1, -1), softcap=None) -> o``:
+- ``flash_attention(q, k, v, *, causal=False, sm_scale=None, window=(-1, -1), softcap=None, backward=None) -> o``:
   differentiable attention (a ``torch.autograd.Function``; the backward runs in Triton too).
 - ``flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, ...)``:
   the same for packed sequences of different lengths, as ``flash_attn_varlen_func`` takes them.
@@ -10,8 +10,11 @@ Public functions
   the forward kernel alone; ``lse`` [B, Hq, Nq] fp32 is the natural-log log-sum-exp of each row of
   scaled scores (-inf for a row that sees no key), the one number per row the backward needs.
 - ``flash_attention_backward(do, q, k, v, o, lse, *, causal=False, sm_scale=None, window=(-1, -1),
-  softcap=None) -> (dq, dk, dv)``:
+  softcap=None, backward=None) -> (dq, dk, dv)``:
   the backward kernels alone (dK, dV summed over the query heads that share a K/V head).
+- ``BACKWARDS``: the backward designs, name -> ``BackwardDesign``: "two_kernels" (dK/dV, then dQ; seven
+  matrix products per pair of tiles, no atomics) and "atomic_dq" (one pass, five products, dQ by fp32
+  atomic adds). ``backward=`` picks one; None means $ATTNKIT_FLASH_BACKWARD, else ``DEFAULT_BACKWARD``.
 - ``LADDER``: the forward's performance ladder, rung name -> what it adds; each rung is a
   ``variant=`` of ``flash_attention_forward``. ``check_inputs(q, k, v)`` raises the ValueErrors.
 
@@ -74,6 +77,8 @@ class Rung:
     desc: int = _kernels.POINTERS    # DESC: pointers, descriptors built per program, or built on the host
     tuned: bool = True               # autotuned block sizes (else one fixed configuration)
     rule: bool = False               # host_descriptor_choice decides per shape whether to use ``desc``
+    longest_first: bool = True       # LONGEST_FIRST where the band is bounded on the right (causal):
+                                     # the last query blocks, which read the most keys, start first
 
 
 VARIANTS = {
@@ -173,6 +178,11 @@ LAUNCHERS = {
                  BlockConfig(32, 64, 4, 3)),
     "bwd_dq": ("_bwd_dq", [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 2)],
                BlockConfig(64, 32, 4, 3)),
+    # the one-pass backward (atomic dQ): a program owns BLOCK_N keys, as in bwd_dkdv, but also holds a
+    # [BLOCK_M, D] fp32 dQ share per query block; BLOCK_M = 64 keeps all five products on 64-row wgmma
+    # tiles, 8 warps keep dK, dV [BLOCK_N, D] fp32 within the registers at D = 128.
+    "bwd_atomic": ("_bwd_atomic", [(64, 64, 8, 2), (64, 128, 8, 2), (64, 64, 4, 3), (32, 128, 4, 3)],
+                   BlockConfig(64, 64, 8, 2)),
 }
 
 
@@ -211,7 +221,7 @@ def _tuned(name: str):
         configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s, pre_hook=_set_block_shapes)
                    for m, n, w, s in shapes]
         key = [a for a in ("n_q", "n_k", "HEAD_DIM", "HEAD_DIM_V", "DIM_QK", "DIM_V", "CAUSAL", "BAND", "SOFTCAP",
-                           "VARLEN", "DESC") if a in kernel.arg_names]
+                           "VARLEN", "DESC", "LONGEST_FIRST") if a in kernel.arg_names]
         options = dict(configs=configs, key=key, prune_configs_by={"early_config_prune": _prune_by_head_dim})
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
             options["do_bench"] = _quick_bench
@@ -350,6 +360,14 @@ def _band(causal: bool, window) -> tuple[int, int, bool]:
     return bound(left), bound(right), causal or left >= 0 or right >= 0
 
 
+def right_bounded(causal: bool, window) -> bool:
+    """The band is bounded on the right (causal, or a window's right side). Query i then sees keys up to
+    i + Nk - Nq + right, so a query block reads at least as many keys as the block before it when the
+    left side is unbounded (with both sides bounded, as many but for the ends): the forward launches
+    its blocks in reverse, the longest first (``Rung.longest_first``)."""
+    return causal or window[1] >= 0
+
+
 def _logit_scales(sm_scale: float, softcap, use_exp2: bool) -> tuple[float, float]:
     """(qk_scale, cap_scale): logits are qk · qk_scale, or tanh(qk · cap_scale) · qk_scale with a softcap."""
     unit = LOG2E if use_exp2 else 1.0
@@ -412,13 +430,14 @@ def _forward_rung(q, k, v, causal: bool, sm_scale: float, rung: Rung, config: Bl
     qk_scale, cap_scale = _logit_scales(sm_scale, softcap, rung.use_exp2)
     fixed = config if config is not None or rung.tuned else _fixed_forward_config(
         max(_padded(head_dim), _padded(head_dim_v)))
+    longest_first = rung.longest_first and right_bounded(causal, window)
     _launch("fwd_desc" if rung.desc else "fwd", q.device, rung.tuned and config is None, fixed,
             n_q, batch * n_heads, *tensors, lse, cu_q, cu_k, qk_scale, cap_scale, left, right,
             *(st for t in (q4, k4, v4, o4) for st in _strides(t, packed)), *_row_strides(lse, packed),
             batch, n_heads, n_heads // n_heads_kv, n_q, n_k, HEAD_DIM=_padded(head_dim), CAUSAL=causal,
             USE_EXP2=rung.use_exp2, SPLIT=rung.split, DESC=rung.desc, DOT_PRECISION=_dot_precision(q.dtype),
             HEAD_DIM_V=_padded(head_dim_v), DIM_QK=head_dim, DIM_V=head_dim_v, BAND=band,
-            SOFTCAP=softcap is not None, VARLEN=packed)
+            SOFTCAP=softcap is not None, VARLEN=packed, LONGEST_FIRST=longest_first)
     return o.to(where, out_dtype), lse.to(where)
 
 
@@ -442,8 +461,102 @@ def flash_attention_forward(q, k, v, *, causal: bool = False, sm_scale: float | 
 
 
 # ----------------------------------------------------------------------------------------- backward
-def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1), softcap=None, varlen=None):
-    """dq, dk, dv in the inputs' dtypes and shapes. Inputs already checked."""
+@dataclass(frozen=True)
+class _BackwardLaunch:
+    """What every backward design launches with: [B, H, N, D] views (packed ones as [1, H, total, D]),
+    the kernels' shared scalar arguments and constexprs. Built by ``_backward``."""
+
+    device: torch.device
+    q4: torch.Tensor            # [B, Hq, Nq, D]
+    k4: torch.Tensor            # [B, Hkv, Nk, D]
+    v4: torch.Tensor            # [B, Hkv, Nk, Dv]
+    do4: torch.Tensor           # [B, Hq, Nq, Dv]
+    dq: torch.Tensor            # q's shape and dtype (the output buffer, written by every design)
+    dk4: torch.Tensor
+    dv4: torch.Tensor
+    lse: torch.Tensor           # [B, Hq, Nq] fp32 (packed: [Hq, total])
+    delta: torch.Tensor         # laid out as lse: Σ_d dO · O per row
+    packed: bool
+    sizes: tuple                # (batch, n_heads, n_heads_kv, n_q, n_k); packed: the longest n_q, n_k
+    scalars: tuple              # (cu_q, cu_k, sm_scale, qk_scale, cap_scale, left, right)
+    constexprs: dict
+    configs: dict               # launcher name -> BlockConfig to use instead of the autotuner / default
+
+    def strides(self, *tensors) -> tuple:
+        return tuple(st for t in tensors for st in _strides(t, self.packed))
+
+    def launch(self, name: str, grid_rows: int, grid_heads: int, *args, **options) -> None:
+        fixed = self.configs.get(name)
+        _launch(name, self.device, fixed is None, fixed, grid_rows, grid_heads, *args, **options, **self.constexprs)
+
+
+def _backward_two_kernels(plan: _BackwardLaunch) -> None:
+    """dK, dV by programs that own key blocks (``_bwd_dkdv``), then dQ by programs that own query
+    blocks (``_bwd_dq``): no two programs write the same element, at the price of recomputing the
+    scores and dP in both kernels (seven matrix products per pair of blocks)."""
+    batch, n_heads, n_heads_kv, n_q, n_k = plan.sizes
+    dq4 = _heads_view(plan.dq, plan.packed)
+    inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
+    rows = _row_strides(plan.lse, plan.packed)
+    plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *inputs, plan.lse, plan.delta, plan.dk4, plan.dv4,
+                *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4), *rows,
+                n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N")
+    plan.launch("bwd_dq", n_q, batch * n_heads, *inputs, plan.lse, plan.delta, dq4,
+                *plan.scalars, *plan.strides(*inputs, dq4), *rows, n_heads, n_heads // n_heads_kv, n_q, n_k)
+
+
+def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
+    """One pass over key blocks (``_bwd_atomic``): dK, dV stored as in ``_bwd_dkdv``, dQ added with fp32
+    atomic adds into a zeroed fp32 buffer of q's shape, then scaled by sm_scale and converted to the
+    inputs' dtype (five matrix products per pair of blocks)."""
+    batch, n_heads, n_heads_kv, n_q, n_k = plan.sizes
+    dq_acc = torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)   # q's shape, fp32
+    acc4 = _heads_view(dq_acc, plan.packed)
+    inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
+    plan.launch("bwd_atomic", n_k, batch * n_heads_kv, *inputs, plan.lse, plan.delta, plan.dk4, plan.dv4, acc4,
+                *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4, acc4), *_row_strides(plan.lse, plan.packed),
+                n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N")
+    sm_scale = plan.scalars[2]
+    plan.dq.copy_(dq_acc.mul_(sm_scale))
+
+
+@dataclass(frozen=True)
+class BackwardDesign:
+    """One way to compute the backward: matrix products per (query block, key block) pair, and how."""
+
+    products: int
+    summary: str
+    run: object          # run(plan: _BackwardLaunch) -> None, after the shared DELTA pre-pass
+
+
+# The backward designs, selected by ``backward=`` (or the environment variable ATTNKIT_FLASH_BACKWARD).
+BACKWARDS = {
+    "two_kernels": BackwardDesign(7, "dK/dV kernel over key blocks, then a dQ kernel over query blocks; "
+                                     "no atomics, S and dP computed twice", _backward_two_kernels),
+    "atomic_dq": BackwardDesign(5, "one kernel over key blocks: dK, dV stored, dQ accumulated with fp32 "
+                                   "atomic adds, then converted (FlashAttention-2/3)", _backward_atomic_dq),
+}
+# The default until the H100 measures a winner (scripts/gpu_flash_backward.py).
+DEFAULT_BACKWARD = "two_kernels"
+BACKWARD_ENV = "ATTNKIT_FLASH_BACKWARD"
+
+
+def check_backward(backward) -> str:
+    """The backward design's name: ``backward`` if given, else $ATTNKIT_FLASH_BACKWARD, else
+    ``DEFAULT_BACKWARD``; ValueError unless it names one of ``BACKWARDS``."""
+    where = "backward"
+    if backward is None:
+        backward = os.environ.get(BACKWARD_ENV) or DEFAULT_BACKWARD
+        where = f"backward (from ${BACKWARD_ENV})" if os.environ.get(BACKWARD_ENV) else where
+    if not isinstance(backward, str) or backward not in BACKWARDS:
+        raise ValueError(f"{where}: expected one of {list(BACKWARDS)}, got {backward!r}")
+    return backward
+
+
+def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1), softcap=None, varlen=None,
+              design: str = DEFAULT_BACKWARD, configs: dict | None = None):
+    """dq, dk, dv in the inputs' dtypes and shapes, by the backward ``design`` (a key of BACKWARDS).
+    Inputs already checked. ``configs``: launcher name -> BlockConfig, fixed instead of autotuned."""
     import triton
 
     where, out_dtype = q.device, q.dtype
@@ -456,41 +569,39 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1
     lse = lse.contiguous()
     delta = _new_buffer(lse.shape, torch.float32, device)              # Σ_d do · o: the softmax's row term
     dq, dk, dv = (_new_buffer(t.shape, q.dtype, device) for t in (q, k, v))
-    q4, k4, v4, o4, do4, dq4, dk4, dv4 = (_heads_view(t, packed) for t in (q, k, v, o, do, dq, dk, dv))
+    q4, k4, v4, o4, do4, dk4, dv4 = (_heads_view(t, packed) for t in (q, k, v, o, do, dk, dv))
     batch, n_heads, n_q = q4.shape[:3]
     n_heads_kv, n_k = k4.shape[1], k4.shape[2]
     if packed:
         batch, n_q, n_k = cu_q.numel() - 1, varlen[2], varlen[3]
-    rows = _row_strides(lse, packed)
     block_m = 16 if triton_interprets() else 64
     dims = dict(HEAD_DIM_V=_padded(head_dim_v), DIM_V=head_dim_v, VARLEN=packed)
     with torch.device(device):
         _kernels._bwd_preprocess[(triton.cdiv(n_q, block_m), batch * n_heads)](
-            o4, do4, delta, cu_q, *_strides(o4, packed), *_strides(do4, packed), *rows, n_heads, n_q,
-            BLOCK_M=block_m, **dims)
+            o4, do4, delta, cu_q, *_strides(o4, packed), *_strides(do4, packed), *_row_strides(lse, packed),
+            n_heads, n_q, BLOCK_M=block_m, **dims)
     left, right, band = _band(causal, window)
     qk_scale, cap_scale = _logit_scales(sm_scale, softcap, True)
-    common = dict(HEAD_DIM=_padded(head_dim), CAUSAL=causal, DOT_PRECISION=_dot_precision(q.dtype), DIM_QK=head_dim,
-                  BAND=band, SOFTCAP=softcap is not None, **dims)
-    inputs = (cu_q, cu_k, sm_scale, qk_scale, cap_scale, left, right)
-    strides = tuple(st for t in (q4, k4, v4, do4) for st in _strides(t, packed))
-    _launch("bwd_dkdv", device, True, None, n_k, batch * n_heads_kv, q4, k4, v4, do4, lse, delta, dk4, dv4,
-            *inputs, *strides, *_strides(dk4, packed), *_strides(dv4, packed), *rows,
-            n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", **common)
-    _launch("bwd_dq", device, True, None, n_q, batch * n_heads, q4, k4, v4, do4, lse, delta, dq4,
-            *inputs, *strides, *_strides(dq4, packed), *rows, n_heads, n_heads // n_heads_kv, n_q, n_k, **common)
+    plan = _BackwardLaunch(
+        device, q4, k4, v4, do4, dq, dk4, dv4, lse, delta, packed, (batch, n_heads, n_heads_kv, n_q, n_k),
+        (cu_q, cu_k, sm_scale, qk_scale, cap_scale, left, right),
+        dict(HEAD_DIM=_padded(head_dim), CAUSAL=causal, DOT_PRECISION=_dot_precision(q.dtype), DIM_QK=head_dim,
+             BAND=band, SOFTCAP=softcap is not None, **dims), dict(configs or {}))
+    BACKWARDS[design].run(plan)
     return tuple(t.to(where, out_dtype) for t in (dq, dk, dv))
 
 
 def flash_attention_backward(do, q, k, v, o, lse, *, causal: bool = False, sm_scale: float | None = None,
-                             window=(-1, -1), softcap: float | None = None):
+                             window=(-1, -1), softcap: float | None = None, backward: str | None = None):
     """The backward kernels: given dO = ∂L/∂o, returns (dq, dk, dv) = (∂L/∂q, ∂L/∂k, ∂L/∂v).
 
     o and lse come from ``flash_attention_forward`` with the same causal, sm_scale, window and softcap.
     dk and dv have k's and v's shapes: each K/V head's gradient is summed over the query heads that read it.
+    ``backward`` names the design (a key of ``BACKWARDS``; None: $ATTNKIT_FLASH_BACKWARD or ``DEFAULT_BACKWARD``).
     """
     check_inputs(q, k, v)
     causal, sm_scale, window, softcap = _options(q, causal, sm_scale, window, softcap)
+    design = check_backward(backward)
     o_shape = (*q.shape[:-1], v.shape[-1])
     for name, t in (("do", do), ("o", o)):
         if not isinstance(t, torch.Tensor) or t.shape != o_shape or t.dtype != q.dtype or t.device != q.device:
@@ -502,7 +613,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal: bool = False, sm_sc
     if lse.device != q.device:
         raise ValueError("lse: must be on q's device")
     with torch.no_grad():
-        return _backward(do, q, k, v, o, lse, causal, sm_scale, window, softcap)
+        return _backward(do, q, k, v, o, lse, causal, sm_scale, window, softcap, design=design)
 
 
 # ------------------------------------------------------------------------------------------ autograd
@@ -510,25 +621,28 @@ class FlashAttentionFunction(torch.autograd.Function):
     """Forward saves (q, k, v, o, lse); backward recomputes the probabilities tile by tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, window=(-1, -1), softcap=None, varlen=None):
+    def forward(ctx, q, k, v, causal, sm_scale, window=(-1, -1), softcap=None, varlen=None, design=DEFAULT_BACKWARD):
         o, lse = _forward(q, k, v, causal, sm_scale, BEST, window, softcap, varlen)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.options = (causal, sm_scale, window, softcap, varlen)
+        ctx.options = (causal, sm_scale, window, softcap, varlen, design)
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward(do, q, k, v, o, lse, *ctx.options)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = None, window=(-1, -1),
-                    softcap: float | None = None):
-    """softmax(logits [+ causal mask, sliding window]) v, differentiable. See the module docstring."""
+                    softcap: float | None = None, backward: str | None = None):
+    """softmax(logits [+ causal mask, sliding window]) v, differentiable. See the module docstring.
+    ``backward`` picks the backward design (a key of ``BACKWARDS``; None: $ATTNKIT_FLASH_BACKWARD or
+    ``DEFAULT_BACKWARD``), checked here, before the forward runs."""
     check_inputs(q, k, v)
     causal, sm_scale, window, softcap = _options(q, causal, sm_scale, window, softcap)
-    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, window, softcap, None)
+    design = check_backward(backward)
+    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, window, softcap, None, design)
 
 
 # ------------------------------------------------------------------------------- packed sequences
@@ -556,17 +670,19 @@ def check_cu_seqlens(name: str, cu_seqlens, total: int, device) -> int:
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                            causal: bool = False, sm_scale: float | None = None, window=(-1, -1),
-                           softcap: float | None = None):
+                           softcap: float | None = None, backward: str | None = None):
     """Attention over a batch of packed sequences of different lengths, differentiable.
 
     q [total_q, Hq, D]; k [total_k, Hkv, D]; v [total_k, Hkv, Dv]. Sequence b is rows
     cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v
     (cu_seqlens: int32 [B + 1], starting at 0; a sequence may be empty). max_seqlen_q, max_seqlen_k:
     at least the longest sequence. causal and window are aligned to each sequence's end, as in
-    ``flash_attention``; no padding is read or computed. Returns o [total_q, Hq, Dv].
+    ``flash_attention``; no padding is read or computed. Returns o [total_q, Hq, Dv]. ``backward``: as
+    in ``flash_attention``.
     """
     check_inputs(q, k, v, packed=True)
     causal, sm_scale, window, softcap = _options(q, causal, sm_scale, window, softcap)
+    design = check_backward(backward)
     longest_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
     longest_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
     if cu_seqlens_q.shape != cu_seqlens_k.shape:
@@ -577,10 +693,11 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if value < longest:
             raise ValueError(f"{name}: must be at least the longest sequence ({longest}), got {value}")
     varlen = (cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
-    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, window, softcap, varlen)
+    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, window, softcap, varlen, design)
 
 
 __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward", "flash_attention_backward",
            "check_inputs", "check_window", "check_softcap", "check_cu_seqlens",
            "LADDER", "VARIANTS", "BEST", "Rung", "host_descriptor_choice", "descriptors_supported",
+           "BACKWARDS", "DEFAULT_BACKWARD", "BackwardDesign", "check_backward", "right_bounded",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

@@ -1,0 +1,277 @@
+"""The FlashAttention backward designs (attnkit.kernels.flash.BACKWARDS) and the forward's launch order.
+
+"atomic_dq" (one pass over key blocks, dQ by fp32 atomic adds) is checked against float64 autograd for
+dq, dk and dv on every feature the two-kernel design has: causal and not, GQA, windows narrower and
+wider than a tile, softcap, padded head dims, Dv != D, ragged lengths, strided views, packed
+sequences. Both designs must agree; the forward's longest-first order must change nothing in the
+results. On a CPU the kernels run in Triton's interpreter with 16-row tiles, so the sizes are small
+and not multiples of 16.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnkit.kernels import flash
+from attnkit.kernels.flash import BACKWARDS, flash_attention, flash_attention_backward, flash_attention_varlen
+from attnkit.tolerances import assert_close
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def poisoned_buffers(monkeypatch):
+    """Every buffer the kernels write starts as NaN: an element left unwritten fails the comparison."""
+    monkeypatch.setattr(flash, "_new_buffer",
+                        lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device))
+    monkeypatch.delenv(flash.BACKWARD_ENV, raising=False)
+
+
+# ------------------------------------------------------------------------------------- references
+def attention_float64(q, k, v, *, causal=False, window=(-1, -1), softcap=None):
+    """Attention in float64 on the CPU, differentiable: q [B, Hq, Nq, D], k [B, Hkv, Nk, D], v [B, Hkv, Nk, Dv].
+    Query i sees key j when -left <= j - i - (Nk - Nq) <= right (-1: unbounded; causal: right = 0);
+    logits s = q·k / sqrt(D), softcapped to softcap · tanh(s / softcap); a row that sees no key gives 0."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    n_q, n_k = s.shape[-2:]
+    diagonal = torch.arange(n_k)[None, :] - torch.arange(n_q)[:, None] - (n_k - n_q)
+    left, right = window[0], 0 if causal else window[1]
+    visible = torch.ones(n_q, n_k, dtype=torch.bool)
+    if right >= 0:
+        visible &= diagonal <= right
+    if left >= 0:
+        visible &= diagonal >= -left
+    return torch.softmax(s.masked_fill(~visible, -math.inf), -1).nan_to_num(0.0) @ v
+
+
+def reference_grads(q, k, v, do, **options):
+    """(dq, dk, dv) by float64 autograd."""
+    leaves = [t.detach().cpu().double().requires_grad_() for t in (q, k, v)]
+    out = attention_float64(*leaves, **options)
+    return torch.autograd.grad(out, leaves, do.detach().cpu().double())
+
+
+def kernel_grads(q, k, v, do, backward, **options):
+    """(dq, dk, dv) of flash_attention with the backward design ``backward``, through autograd."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = flash_attention(*leaves, backward=backward, **options)
+    return torch.autograd.grad(out, leaves, do)
+
+
+def random_case(seed, b, hq, hkv, nq, nk, d, dv=None, dtype=torch.float32):
+    """q [b, hq, nq, d], k [b, hkv, nk, d], v [b, hkv, nk, dv], dO [b, hq, nq, dv]: N(0, 1) in ``dtype``."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = ((b, hq, nq, d), (b, hkv, nk, d), (b, hkv, nk, dv or d), (b, hq, nq, dv or d))
+    return [torch.randn(*shape, generator=gen).to(DEVICE, dtype) for shape in shapes]
+
+
+def check_atomic_against_float64(q, k, v, do, what, **options):
+    got = kernel_grads(q, k, v, do, "atomic_dq", **options)
+    for name, g, t, r in zip(("dq", "dk", "dv"), got, (q, k, v), reference_grads(q, k, v, do, **options)):
+        assert g.shape == t.shape and g.dtype == t.dtype, f"{what} {name}: shape or dtype"
+        assert torch.isfinite(g).all(), f"{what} {name}: not finite"
+        assert_close(g, r, g.dtype, DEVICE, f"{what} {name}")
+
+
+# --------------------------------------------------------------------- atomic dQ against float64
+# (B, Hq, Hkv, Nq, Nk, D, Dv, options)
+ATOMIC_CASES = [
+    (1, 2, 2, 37, 37, 32, None, dict()),                                  # MHA, not causal
+    (2, 4, 2, 21, 45, 32, None, dict(causal=True)),                       # GQA 2, causal, Nq < Nk
+    (1, 8, 2, 33, 19, 16, None, dict(causal=True)),                       # GQA 4, Nq > Nk: rows that see no key
+    (1, 3, 1, 29, 29, 16, None, dict()),                                  # MQA
+    (1, 2, 1, 41, 41, 16, None, dict(causal=True, window=(5, -1))),       # window narrower than a tile
+    (1, 2, 1, 41, 50, 16, None, dict(window=(20, 7))),                    # window wider than a tile, both sides
+    (1, 2, 2, 30, 30, 16, None, dict(softcap=1.5)),                       # softcap (scaled-up logits below)
+    (1, 2, 1, 23, 27, 40, None, dict(causal=True)),                       # D = 40: padded to 64
+    (1, 2, 1, 19, 22, 80, None, dict()),                                  # D = 80: padded to 128
+    (1, 4, 2, 25, 31, 48, 24, dict(causal=True)),                         # Dv != D
+]
+
+
+@pytest.mark.parametrize("case", ATOMIC_CASES, ids=str)
+def test_atomic_dq_matches_float64(case):
+    b, hq, hkv, nq, nk, d, dv, options = case
+    q, k, v, do = random_case(hash(str(case)) % 2**31, b, hq, hkv, nq, nk, d, dv)
+    if "softcap" in options:
+        q = q * 4                                                        # logits past the cap's knee
+    check_atomic_against_float64(q, k, v, do, str(case), **options)
+
+
+def test_atomic_dq_on_strided_views():
+    """[B, N, H, D] tensors viewed as [B, H, N, D], and v every other element of its head dim."""
+    gen = torch.Generator().manual_seed(5)
+    b, n, hq, hkv, d = 2, 21, 4, 2, 32
+    q = torch.randn(b, n, hq, d, generator=gen).to(DEVICE).transpose(1, 2)
+    k = torch.randn(b, n + 3, hkv, d, generator=gen).to(DEVICE).transpose(1, 2)
+    v = torch.randn(b, hkv, n + 3, 2 * d, generator=gen).to(DEVICE)[..., ::2]
+    do = torch.randn(b, n, hq, d, generator=gen).to(DEVICE).transpose(1, 2)
+    assert not any(t.is_contiguous() for t in (q, k, v, do))
+    check_atomic_against_float64(q, k, v, do, "strided", causal=True)
+
+
+def test_atomic_dq_low_precision():
+    """fp16 by FlashAttention-2's criterion: max error against fp32 autograd at most twice that of plain
+    PyTorch attention run in fp16."""
+    q, k, v, do = random_case(31, 1, 4, 2, 35, 35, 32, dtype=torch.float16)
+    got = kernel_grads(q, k, v, do, "atomic_dq", causal=True)
+    leaves32 = [t.detach().cpu().float().requires_grad_() for t in (q, k, v)]
+    exact = torch.autograd.grad(attention_float64(*leaves32, causal=True), leaves32, do.cpu().float())
+    leaves16 = [t.detach().cpu().requires_grad_() for t in (q, k, v)]
+    plain = torch.autograd.grad(attention_float64(*leaves16, causal=True), leaves16, do.cpu())
+    for name, g, p, r in zip(("dq", "dk", "dv"), got, plain, exact):
+        assert g.dtype == torch.float16
+        err = (g.cpu().float() - r).abs().max().item()
+        plain_err = (p.float() - r).abs().max().item()
+        assert err <= 2 * plain_err, f"{name}: error {err:.3g} > 2 x plain fp16 PyTorch's {plain_err:.3g}"
+
+
+def test_atomic_dq_packed_sequences():
+    """flash_attention_varlen with the atomic design: each packed sequence against its own float64 reference
+    (an empty sequence, a one-token one, lengths across tile boundaries)."""
+    lens_q, lens_k = [0, 1, 23, 17, 40], [3, 1, 23, 30, 33]
+    hq, hkv, d = 4, 2, 16
+    gen = torch.Generator().manual_seed(9)
+    q, do = (torch.randn(sum(lens_q), hq, d, generator=gen).to(DEVICE) for _ in range(2))
+    k, v = (torch.randn(sum(lens_k), hkv, d, generator=gen).to(DEVICE) for _ in range(2))
+    cu_q, cu_k = (torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+                  for lens in (lens_q, lens_k))
+    options = dict(causal=True, window=(12, -1))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = flash_attention_varlen(*leaves, cu_q, cu_k, max(lens_q), max(lens_k), backward="atomic_dq", **options)
+    got = torch.autograd.grad(out, leaves, do)
+    for (qa, qb), (ka, kb) in zip(zip(cu_q[:-1].tolist(), cu_q[1:].tolist()), zip(cu_k[:-1].tolist(), cu_k[1:].tolist())):
+        as_heads = lambda t, a, z: t[a:z].transpose(0, 1)[None]          # noqa: E731  [1, H, n, D]
+        ref = reference_grads(as_heads(q, qa, qb), as_heads(k, ka, kb), as_heads(v, ka, kb), as_heads(do, qa, qb),
+                              **options)
+        for name, g, r, (a, z) in zip(("dq", "dk", "dv"), got, ref, ((qa, qb), (ka, kb), (ka, kb))):
+            if z > a:
+                assert_close(as_heads(g, a, z), r, torch.float32, DEVICE, f"{name} of sequence [{a}, {z})")
+
+
+# ------------------------------------------------------------------------------ the two designs agree
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("options", [dict(), dict(causal=True), dict(causal=True, window=(9, -1), softcap=2.0)],
+                         ids=str)
+def test_designs_agree(options, dtype):
+    q, k, v, do = random_case(hash(str(options)) % 2**31, 1, 4, 2, 27, 34, 32, dtype=dtype)
+    two = kernel_grads(q, k, v, do, "two_kernels", **options)
+    one = kernel_grads(q, k, v, do, "atomic_dq", **options)
+    for name, a, b in zip(("dq", "dk", "dv"), two, one):
+        assert_close(b, a.double(), dtype, DEVICE, f"{name}: atomic_dq against two_kernels")
+
+
+def test_backward_entry_point_takes_the_design(monkeypatch):
+    """flash_attention_backward(..., backward=) and $ATTNKIT_FLASH_BACKWARD launch the design they name."""
+    q, k, v, do = random_case(3, 1, 2, 1, 18, 25, 16)
+    o, lse = flash.flash_attention_forward(q, k, v, causal=True)
+    launched = []
+    real_launch = flash._launch
+    monkeypatch.setattr(flash, "_launch", lambda name, *a, **kw: launched.append(name) or real_launch(name, *a, **kw))
+    expected = reference_grads(q, k, v, do, causal=True)
+    for design, kernels in (("atomic_dq", ["bwd_atomic"]), ("two_kernels", ["bwd_dkdv", "bwd_dq"])):
+        launched.clear()
+        got = flash_attention_backward(do, q, k, v, o, lse, causal=True, backward=design)
+        assert launched == kernels
+        for name, g, r in zip(("dq", "dk", "dv"), got, expected):
+            assert_close(g, r, torch.float32, DEVICE, f"{name} ({design})")
+    monkeypatch.setenv(flash.BACKWARD_ENV, "atomic_dq")
+    launched.clear()
+    flash_attention_backward(do, q, k, v, o, lse, causal=True)
+    assert launched == ["bwd_atomic"]
+    launched.clear()
+    flash_attention_backward(do, q, k, v, o, lse, causal=True, backward="two_kernels")   # the argument wins
+    assert launched == ["bwd_dkdv", "bwd_dq"]
+
+
+def test_designs_are_named_in_one_place():
+    assert set(BACKWARDS) == {"two_kernels", "atomic_dq"}
+    assert flash.DEFAULT_BACKWARD in BACKWARDS
+    assert BACKWARDS["atomic_dq"].products == 5 and BACKWARDS["two_kernels"].products == 7
+    assert "bwd_atomic" in flash.LAUNCHERS and flash.LAUNCHERS["bwd_atomic"][0] == "_bwd_atomic"
+
+
+def test_bad_backward_name_raises_value_error(monkeypatch):
+    q, k, v, do = random_case(4, 1, 2, 1, 8, 8, 16)
+    for bad in ("fastest", "", 5, "ATOMIC_DQ"):
+        with pytest.raises(ValueError, match="backward: expected one of"):
+            flash_attention(q, k, v, backward=bad)
+    o, lse = flash.flash_attention_forward(q, k, v)
+    with pytest.raises(ValueError, match="backward: expected one of"):
+        flash_attention_backward(do, q, k, v, o, lse, backward="atomic")
+    cu = torch.tensor([0, 8], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="backward: expected one of"):
+        flash_attention_varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), cu, cu, 8, 8,
+                               backward="one_kernel")
+    monkeypatch.setenv(flash.BACKWARD_ENV, "atomics")
+    with pytest.raises(ValueError, match=r"ATTNKIT_FLASH_BACKWARD.*expected one of"):
+        flash_attention(q, k, v)
+
+
+# --------------------------------------------------------------------- forward: longest blocks first
+@pytest.mark.parametrize("options", [dict(causal=True), dict(causal=True, window=(7, -1)), dict(window=(-1, 3)),
+                                     dict()], ids=str)
+def test_longest_first_changes_only_the_order(monkeypatch, options):
+    """The forward with LONGEST_FIRST on and off gives bit-identical o and lse; it is on exactly where the
+    band is bounded on the right, and the results match float64."""
+    q, k, v, _ = random_case(hash(str(options)) % 2**31, 2, 4, 2, 53, 45, 32)
+    seen = []
+    real_launch = flash._launch
+    monkeypatch.setattr(flash, "_launch", lambda *a, **kw: seen.append(kw["LONGEST_FIRST"]) or real_launch(*a, **kw))
+    causal, window = options.get("causal", False), options.get("window", (-1, -1))
+    runs = [flash._forward_rung(q, k, v, causal, 1 / math.sqrt(32), flash.Rung(longest_first=on), window=window)
+            for on in (True, False)]
+    assert seen == [flash.right_bounded(causal, window), False]
+    assert seen[0] == (causal or window[1] >= 0)
+    (o_on, lse_on), (o_off, lse_off) = runs
+    assert torch.equal(o_on, o_off) and torch.equal(lse_on, lse_off)
+    ref = attention_float64(q.cpu().double(), k.cpu().double(), v.cpu().double(), causal=causal, window=window)
+    assert_close(o_on, ref, torch.float32, DEVICE, f"o with longest-first order, {options}")
+
+
+def test_default_rung_runs_longest_first():
+    assert all(rung.longest_first for rung in flash.VARIANTS.values())
+
+
+# ------------------------------------------------------------------------------ compiled for a GPU
+COMPILE_FOR_SM90 = r'''
+import os
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import attnkit.kernels.flash_kernels as kernels
+
+types = dict(LSE="*fp32", DELTA="*fp32", DQ_ACC="*fp32", CU_Q="*i32", CU_K="*i32", qk_scale="fp32",
+             cap_scale="fp32", sm_scale="fp32")
+for dims in (dict(HEAD_DIM=128, HEAD_DIM_V=128, DIM_QK=128, DIM_V=128, BAND=False, SOFTCAP=False, VARLEN=False),
+             dict(HEAD_DIM=128, HEAD_DIM_V=64, DIM_QK=80, DIM_V=48, BAND=True, SOFTCAP=True, VARLEN=True)):
+    constexprs = dict(BLOCK_M=64, BLOCK_N=64, CAUSAL=True, DOT_PRECISION="tf32", **dims)
+    fn = kernels._bwd_atomic
+    signature = {name: "constexpr" if name in constexprs else types.get(name, "*fp16" if name[0].isupper() else "i32")
+                 for name in fn.arg_names}
+    source = ASTSource(fn=fn, signature=signature,
+                       constexprs={(fn.arg_names.index(n),): v for n, v in constexprs.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8, num_stages=2))
+    assert "red.global" in compiled.asm["ptx"] or "atom.global" in compiled.asm["ptx"], "no atomic add"
+    print("compiled", fn.__name__)
+'''
+
+
+@pytest.mark.slow
+def test_atomic_kernel_compiles_for_an_h100():
+    """The interpreter is lenient: the one-pass kernel, plain and with every feature on, must also compile
+    to PTX for sm_90 with its atomic adds (no GPU needed)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia")
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("compiled") == 2
