@@ -57,11 +57,16 @@ are the same numbers) and P is rounded to the e4m3 grid by arithmetic (3 mantiss
 below 2⁻⁶, kept in fp16) instead of by conversion. Scales, descaling, masks, ragged tiles and grouped
 heads are the compiled kernel's code; only the two conversions differ.
 
-Accuracy (relative error ‖o − ref‖ / ‖ref‖, the course's measure, on N(0, 1) inputs):
-- against float64 attention of the dequantised inputs: only P's rounding (unit roundoff 2⁻⁴ per
-  weight, about 2⁻⁶ in the mean) and fp32 sums remain: ``REL_TOL_DEQUANTISED`` = 3e-2;
-- against float64 attention of the original fp16 inputs: the rounding of q, k and v to e4m3 (3
-  mantissa bits each) adds to it: ``REL_TOL_QUANTISED`` = 8e-2 (fp16 kernels: 2e-3).
+Accuracy (relative error ‖o − ref‖ / ‖ref‖, the course's measure, on N(0, 1) inputs). Rounding to
+e4m3 (3 mantissa bits) errs by at most 2⁻⁴ of a value, about 2⁻⁴/√6 ≈ 0.026 in the mean square; the
+output inherits that from each input that is rounded:
+- against float64 attention of the dequantised inputs only P's rounding remains (and fp32 sums):
+  about 0.026 predicted, 0.013-0.02 measured; bound ``REL_TOL_DEQUANTISED`` = 4e-2;
+- against float64 attention of the original inputs, q's and k's rounding (through the logits) and
+  v's add to it: about 0.05 predicted and measured; bound ``REL_TOL_QUANTISED`` = 8e-2 (fp16 kernels:
+  2e-3).
+When each row's keys fit in one key tile, the kernel's P is exactly the float64 softmax weights
+rounded to e4m3, and the tests check it to 1e-3.
 """
 from __future__ import annotations
 
@@ -83,7 +88,7 @@ OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INPUT_DTYPES = validation.FLOAT_DTYPES
 LOG2E = 1.4426950408889634
 P_SCALE_LOG2 = 8.0                      # P is scaled by 2**8 before it is rounded to e4m3
-REL_TOL_DEQUANTISED = 3e-2              # against float64 attention of x8 · scale
+REL_TOL_DEQUANTISED = 4e-2              # against float64 attention of x8 · scale
 REL_TOL_QUANTISED = 8e-2                # against float64 attention of the inputs before quantising
 
 POINTERS, HOST_DESCRIPTORS = 0, 2       # how tiles move (the values of DESC, as in flash_kernels)

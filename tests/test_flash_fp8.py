@@ -1,0 +1,255 @@
+"""The FP8 (e4m3) FlashAttention forward (attnkit.kernels.flash_fp8) against float64 references.
+
+Two references: attention of the dequantised inputs x8 · scale (what the kernel computes with, so only
+its rounding of P to e4m3 is left: REL_TOL_DEQUANTISED), and attention of the original fp16 inputs
+(the quantisation error too: REL_TOL_QUANTISED). On a CPU the kernel runs in Triton's interpreter with
+16-row tiles, so every N below is ragged (not a multiple of 16) or spans several tiles.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnkit.device import triton_interprets
+from attnkit.kernels import flash_fp8
+from attnkit.kernels.flash_fp8 import (
+    FP8,
+    REL_TOL_DEQUANTISED,
+    REL_TOL_QUANTISED,
+    attention_flops,
+    dequantize,
+    flash_attention_fp8,
+    quantize_for_attention,
+)
+from attnkit.reference.attention import attention_ref
+from attnkit.tolerances import rel_error
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def make_inputs(seed, b, hq, hkv, nq, nk, d, dtype=torch.float16):
+    """Fresh N(0, 1) q [b, hq, nq, d], k, v [b, hkv, nk, d]."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen).to(device=DEVICE, dtype=dtype)
+
+    return randn(b, hq, nq, d), randn(b, hkv, nk, d), randn(b, hkv, nk, d)
+
+
+def dequantised_reference(q8, k8, v8, qs, ks, vs, causal, sm_scale=None):
+    return attention_ref(dequantize(q8, qs), dequantize(k8, ks), dequantize(v8, vs), causal=causal,
+                         sm_scale=sm_scale)
+
+
+CASES = [  # (b, hq, hkv, nq, nk, d, causal)
+    (1, 2, 2, 37, 37, 64, False),
+    (1, 2, 2, 37, 37, 64, True),
+    (2, 4, 2, 45, 45, 64, True),          # GQA, 2 query heads per K/V head
+    (1, 3, 1, 29, 50, 128, False),        # MQA, Nq != Nk
+    (1, 2, 1, 20, 50, 128, True),         # causal aligned to the end: every row sees 31 keys or more
+    (1, 2, 2, 50, 20, 64, True),          # Nq > Nk: the first 30 rows see no key and give 0
+    (1, 1, 1, 1, 1, 64, False),
+]
+
+
+# ------------------------------------------------------------------------------------ the kernel
+@pytest.mark.parametrize("b, hq, hkv, nq, nk, d, causal", CASES)
+def test_matches_float64_references(b, hq, hkv, nq, nk, d, causal):
+    q, k, v = make_inputs(sum((b, hq, hkv, nq, nk, d, causal)), b, hq, hkv, nq, nk, d)
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
+    o = flash_attention_fp8(q8, k8, v8, qs, ks, vs, causal=causal)
+    assert o.shape == q.shape and o.dtype == torch.float16 and o.device == q.device
+    err_dequantised = rel_error(o, dequantised_reference(q8, k8, v8, qs, ks, vs, causal))
+    err_original = rel_error(o, attention_ref(q, k, v, causal=causal))
+    assert err_dequantised <= REL_TOL_DEQUANTISED, f"against the dequantised inputs: {err_dequantised:.3e}"
+    assert err_original <= REL_TOL_QUANTISED, f"against the fp16 inputs: {err_original:.3e}"
+
+
+def test_rows_that_see_no_key_are_zero():
+    q, k, v = make_inputs(3, 1, 2, 2, 40, 17, 64)
+    o = flash_attention_fp8(*quantize_for_attention(q, k, v), causal=True)
+    blind = 40 - 17                                    # rows i < Nq - Nk see no key
+    assert torch.all(o[:, :, :blind] == 0)
+    assert torch.all(o[:, :, blind:].abs().sum(-1) > 0)
+
+
+def e4m3(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to float8_e4m3fn (round to nearest even), back in float64."""
+    return x.float().to(FP8).double()
+
+
+@pytest.mark.parametrize("causal, hq, hkv", [(False, 2, 2), (True, 4, 2)])
+def test_one_key_tile_rounds_p_to_e4m3_exactly(causal, hq, hkv):
+    """With at most 16 keys a row's keys lie in one tile, so its running maximum is the row's maximum
+    and the kernel's P is the float64 weights exp(s − max) · 2⁸ rounded to e4m3: the reference does the
+    same rounding, and only fp32 arithmetic separates the two (out_dtype float32)."""
+    nq, nk, d = 11, 13, 64                             # every row sees a key
+    q, k, v = make_inputs(5 + hq, 1, hq, hkv, nq, nk, d)
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
+    sm_scale = 0.3
+    o = flash_attention_fp8(q8, k8, v8, qs, ks, vs, causal=causal, sm_scale=sm_scale, out_dtype=torch.float32)
+    group = hq // hkv
+    q64 = dequantize(q8, qs).double().cpu()
+    k64 = dequantize(k8, ks).double().cpu().repeat_interleave(group, 1)
+    v64 = dequantize(v8, vs).double().cpu().repeat_interleave(group, 1)
+    s = q64 @ k64.transpose(-1, -2) * sm_scale
+    if causal:
+        visible = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + nk - nq
+        s = s.masked_fill(~visible, -math.inf)
+    p = torch.exp(s - s.amax(-1, keepdim=True)) * 2.0 ** flash_fp8.P_SCALE_LOG2
+    ref = (e4m3(p) @ v64) / p.sum(-1, keepdim=True)
+    assert rel_error(o, ref) <= 1e-3
+    # the rounding matters: without it the reference is much further away
+    assert rel_error(o, (p @ v64) / p.sum(-1, keepdim=True)) > 5e-3
+
+
+def test_scales_are_applied():
+    """Scaling an input and its scale inversely changes nothing; scaling v's scale scales the output."""
+    q, k, v = make_inputs(7, 1, 2, 2, 33, 33, 64)
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
+    o = flash_attention_fp8(q8, k8, v8, qs, ks, vs, out_dtype=torch.float32)
+    assert torch.allclose(flash_attention_fp8(q8, k8, v8, qs, ks, vs * 4, out_dtype=torch.float32), o * 4)
+    logits_doubled = flash_attention_fp8(q8, k8, v8, qs * 2, ks, vs, out_dtype=torch.float32)
+    same_logits = flash_attention_fp8(q8, k8, v8, qs, ks, vs, sm_scale=2 / math.sqrt(64), out_dtype=torch.float32)
+    assert torch.allclose(logits_doubled, same_logits)
+    assert not torch.allclose(logits_doubled, o, atol=1e-2)
+
+
+def test_non_contiguous_views_give_the_same_output():
+    """q8 and k8 as views of [B, N, H, D] tensors, v8 with D contiguous or N contiguous, scales strided."""
+    q, k, v = make_inputs(11, 2, 4, 2, 35, 35, 64)
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
+    expected = flash_attention_fp8(q8, k8, v8, qs, ks, vs, causal=True)
+    q8_view, k8_view = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q8, k8))
+    v8_rows = v8.contiguous()                                   # D contiguous, not the kernel's favourite
+    qs_view = qs.t().contiguous().t()
+    assert not q8_view.is_contiguous() and v8.stride(2) == 1 and v8_rows.stride(3) == 1
+    assert not qs_view.is_contiguous()
+    for args in ((q8_view, k8_view, v8, qs_view, ks, vs), (q8, k8, v8_rows, qs, ks, vs)):
+        assert torch.equal(flash_attention_fp8(*args, causal=True), expected)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_out_dtype(out_dtype):
+    q, k, v = make_inputs(13, 1, 2, 1, 21, 21, 64)
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
+    o = flash_attention_fp8(q8, k8, v8, qs, ks, vs, out_dtype=out_dtype)
+    assert o.dtype == out_dtype
+    assert rel_error(o, dequantised_reference(q8, k8, v8, qs, ks, vs, False)) <= REL_TOL_DEQUANTISED
+
+
+# ------------------------------------------------------------------------------------ quantising
+def test_quantize_for_attention():
+    q, k, v = make_inputs(17, 2, 4, 2, 19, 23, 64, dtype=torch.float32)
+    q[1, 3] *= 100                                                  # a head with its own range
+    k[0, 1] = 0                                                     # an all-zero head
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
+    for x, x8, scale in ((q, q8, qs), (k, k8, ks), (v, v8, vs)):
+        assert x8.dtype == FP8 and x8.shape == x.shape and scale.shape == x.shape[:2]
+        assert scale.dtype == torch.float32
+        amax = x.abs().amax(dim=(2, 3))
+        assert torch.allclose(scale, (amax / 448).clamp_min(torch.finfo(torch.float32).tiny))
+        back = dequantize(x8, scale)
+        assert torch.all(torch.isfinite(back))
+        # e4m3 keeps 3 mantissa bits: within 2⁻⁴ of each value, or below the subnormal spacing
+        assert torch.all((back - x).abs() <= x.abs() / 16 + scale[:, :, None, None] * 2.0 ** -10)
+    assert torch.all(k8[0, 1].float() == 0)
+    assert q8.is_contiguous() and k8.is_contiguous()
+    assert v8.stride(2) == 1 and v8.transpose(-1, -2).is_contiguous()   # V transposed in memory
+
+
+@pytest.mark.skipif(not triton_interprets(), reason="the emulated rounding runs in the interpreter")
+def test_emulated_rounding_matches_e4m3():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def round_kernel(X, Y, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        tl.store(Y + offs, flash_fp8._round_e4m3(tl.load(X + offs), True).to(tl.float32))
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(2048, generator=gen) * 256, torch.rand(1024, generator=gen) * 2.0 ** -5,
+                   torch.rand(1024, generator=gen) * 2.0 ** -9, torch.tensor([0.0, 256.0, 1.0, 2.0 ** -6])])
+    x = torch.cat([x, torch.zeros(8192 - x.numel())])
+    y = torch.empty_like(x)
+    round_kernel[(1,)](x, y, N=x.numel())
+    expected = x.to(FP8).float()
+    differs = y != expected
+    # ties (exactly half way) are rounded up rather than to even: none in random data
+    assert int(differs.sum()) == 0, f"{int(differs.sum())} values differ, e.g. {x[differs][:4].tolist()}"
+
+
+# ------------------------------------------------------------------------------------ bad inputs
+def _valid():
+    q, k, v = make_inputs(19, 1, 4, 2, 17, 17, 64)
+    return list(quantize_for_attention(q, k, v))
+
+
+@pytest.mark.parametrize("position, replace, match", [
+    (0, lambda t: t.float(), "q8: dtype"),
+    (1, lambda t: t.to(torch.float8_e5m2), "k8: dtype"),
+    (2, lambda t: t[0], "v8: expected 4 dimensions"),
+    (0, lambda t: torch.zeros(1, 4, 17, 96, dtype=FP8, device=t.device), "q8, k8: head dims differ"),
+    (2, lambda t: t[:, :, :9], "k8, v8: must have the same shape"),
+    (0, lambda t: t[:, :3], "Hq=3 must be a multiple"),
+    (0, lambda t: torch.cat([t, t]), "q8, k8: batch sizes differ"),
+    (3, lambda s: s.double(), "q_scale: dtype"),
+    (4, lambda s: s[:, :1], r"k_scale: expected shape \[1, 2\]"),
+    (5, lambda s: s[0], r"v_scale: expected shape \[1, 2\]"),
+    (5, lambda s: s.tolist(), "v_scale: expected a float32 tensor"),
+    (4, lambda s: s.to("meta"), "k_scale: must be on q8's device"),
+])
+def test_bad_inputs_raise(position, replace, match):
+    args = _valid()
+    args[position] = replace(args[position])
+    with pytest.raises(ValueError, match=match):
+        flash_attention_fp8(*args)
+
+
+def test_unsupported_head_dim_raises():
+    q, k, v = make_inputs(23, 1, 2, 2, 17, 17, 32)
+    with pytest.raises(ValueError, match=r"q8: head dim D=32 is not supported; D must be one of \(64, 128\)"):
+        flash_attention_fp8(*quantize_for_attention(q, k, v))
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="scale values are checked on CPU tensors only")
+def test_non_positive_scale_raises():
+    args = _valid()
+    args[3] = args[3].clone()
+    args[3][0, 1] = 0.0
+    with pytest.raises(ValueError, match="q_scale: every scale must be positive"):
+        flash_attention_fp8(*args)
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(causal=1), "causal: expected True or False"),
+    (dict(sm_scale=-1.0), "sm_scale: expected a positive finite number"),
+    (dict(out_dtype=torch.float8_e4m3fn), "out_dtype: .* is not supported"),
+])
+def test_bad_options_raise(options, match):
+    with pytest.raises(ValueError, match=match):
+        flash_attention_fp8(*_valid(), **options)
+
+
+@pytest.mark.parametrize("replace, match", [
+    (lambda q, k, v: (q.int(), k, v), "q: dtype torch.int32 is not supported"),
+    (lambda q, k, v: (q, k, v[:, :, :5]), "k, v: must have the same shape"),
+    (lambda q, k, v: (q, k[:, :, :, :32], v[:, :, :, :32]), "q, k: head dims differ"),
+    (lambda q, k, v: (q, k.to("meta"), v), "q, k, v: must be on one device"),
+])
+def test_quantize_bad_inputs_raise(replace, match):
+    q, k, v = make_inputs(29, 1, 2, 2, 9, 9, 64)
+    with pytest.raises(ValueError, match=match):
+        quantize_for_attention(*replace(q, k, v))
+
+
+# ------------------------------------------------------------------------------------ bookkeeping
+@pytest.mark.parametrize("n_q, n_k", [(5, 5), (3, 7), (7, 3), (1, 1), (16, 33), (4096, 4096)])
+def test_attention_flops_counts_visible_pairs(n_q, n_k):
+    pairs = sum(max(0, min(n_k, i + n_k - n_q + 1)) for i in range(n_q))
+    assert attention_flops(2, 3, n_q, n_k, 64, True) == 4.0 * 2 * 3 * 64 * pairs
+    assert attention_flops(2, 3, n_q, n_k, 64, False) == 4.0 * 2 * 3 * 64 * n_q * n_k
