@@ -22,6 +22,21 @@ One scheduler step, under a budget of ``max_tokens_per_step`` tokens (None: no l
    to the free list at once.
 When nothing runs and nothing has arrived, the clock jumps to the next arrival.
 
+The decode step (``decode``) runs on fixed buffers, so that on a GPU it can be replayed from a CUDA
+graph (as vLLM does): B sequences are padded up to the next of ``graph_sizes`` (1, 2, 4, 8, …,
+max_batch); their tokens, positions, write slots and page tables are packed on the host into one int64
+tensor [size, 3 + table_width] and copied to the device in one transfer; the step reads everything from
+that static buffer. A padded row decodes token 0 at position 0: it writes its K and V into a scratch
+page past the allocator's pages (``scratch_page``: no sequence owns it) and attends to that one token,
+so it reads nothing out of bounds and its output is dropped. The step makes no host synchronisation:
+RoPE reads tables indexed on the device, K and V are stored by ``index_copy_`` at slot ids on the
+device, ``paged_decode`` checks its inputs on the device (skipped while a graph is captured). With
+``cuda_graphs`` (default on CUDA) the step of each padded size is captured once (after two warm-up
+calls, all sizes in one memory pool) and replayed; on the CPU the same function runs eagerly on the same
+padded buffers. What stays eager: the prefill chunks (their number and lengths change every step, and
+``flash_attention_varlen`` reads the longest chunk on the host) and the scheduler itself. ``run`` reads
+the step's logits back once per step, to choose the tokens on the host.
+
 With ``kv_dtype="fp8"`` the cache stores K and V as float8_e4m3fn (1 byte instead of the model's 2 or
 4), divided by one scale per (layer, KV head) measured once on a calibration text (amax / 448, with
 headroom); ``paged_extend`` multiplies them back in registers. Prefill attends to the fresh K and V;
@@ -37,14 +52,30 @@ tokens equal those of the plain forward pass that recomputes the whole sequence 
 """
 from __future__ import annotations
 
+import functools
 import math
+import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 
+from ..kernels.paged import raise_pending_errors
 from ..kernels.paged_extend import FP8, FP8_MAX, quantize_fp8
+from ..reference.rope import rope_cache
 from .allocator import PagedKVCache, PrefixCache, Slots
 from .tinymodel import TinyModel, causal_attention_torch, greedy_no_cache
+
+
+# ------------------------------------------------------------------------------- RoPE from tables
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Half-split RoPE of one token per row, computed in float64 as ``apply_rope(mode="half")`` does:
+    x [S, H, D], cos and sin [S, D/2] float64 (rows of ``rope_cache``) → [S, H, D] in x's dtype."""
+    half = x.shape[-1] // 2
+    x64 = x.to(torch.float64)
+    a, b = x64[..., :half], x64[..., half:]
+    c, s = cos[:, None, :], sin[:, None, :]                                     # [S, 1, D/2]
+    return torch.cat([a * c - b * s, b * c + a * s], dim=-1).to(x.dtype)
 
 
 # --------------------------------------------------------------------------- attention, two backends
@@ -82,7 +113,8 @@ class Backend:
 
 
 def kernel_backend() -> Backend:
-    """The course's Triton kernels: flash_attention for prefill, paged_decode for decode."""
+    """The course's Triton kernels: flash_attention for prefill, paged_decode for decode (its values
+    checked on the device, so a decode step makes no host synchronisation on any device)."""
     from ..kernels.flash import flash_attention, flash_attention_varlen
     from ..kernels.paged import paged_decode
     from ..kernels.paged_extend import paged_extend
@@ -91,8 +123,8 @@ def kernel_backend() -> Backend:
         longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
         return flash_attention_varlen(q, k, v, cu_seqlens, cu_seqlens, longest, longest, causal=True)
 
-    return Backend("kernels", lambda q, k, v: flash_attention(q, k, v, causal=True), paged_decode, paged_extend,
-                   prefill_packed)
+    return Backend("kernels", lambda q, k, v: flash_attention(q, k, v, causal=True),
+                   functools.partial(paged_decode, check_values="device"), paged_extend, prefill_packed)
 
 
 def torch_backend() -> Backend:
@@ -127,6 +159,7 @@ class Completion:
     preemptions: int = 0            # times its pages were taken back and its context recomputed
     reused: int = 0                 # context tokens found in the prefix cache instead of computed
     cached: int = 0                 # context tokens whose K and V are in its pages now
+    first_token: int = -1           # the step that produced its first token
 
     @property
     def context(self) -> list[int]:
@@ -148,6 +181,8 @@ class StepRecord:
     tokens_cached: int
     preempted: tuple[int, ...] = ()  # pages taken back this step; back to the queue
     prefill_tokens: int = 0          # context tokens prefilled this step (all chunks together)
+    seconds: float = 0.0             # wall clock since the run began, at the end of this step (after the
+    #                                  step's logits reached the host when it produced tokens)
 
 
 @dataclass
@@ -157,15 +192,29 @@ class ServeResult:
 
 
 # -------------------------------------------------------------------------------------------- engine
+def graph_batch_sizes(max_batch: int) -> tuple[int, ...]:
+    """The padded batch sizes of the decode step: powers of two below max_batch, then max_batch."""
+    sizes, size = [], 1
+    while size < max_batch:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, max_batch)
+
+
+DECODE_COLUMNS = ("token", "position", "slot")     # then the page table: columns 3 .. 3 + table_width
+
+
 class Engine:
     """Greedy generation for many requests at once over a paged KV cache (see the module docstring)."""
 
     def __init__(self, model: TinyModel, *, num_pages: int, page_size: int = 8, max_batch: int = 4,
                  backend: Backend | None = None, stop: str | None = "\n", prefix_caching: bool = False,
-                 kv_dtype: str = "model"):
+                 kv_dtype: str = "model", cuda_graphs: bool | None = None):
         for name, value in (("num_pages", num_pages), ("page_size", page_size), ("max_batch", max_batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+        if cuda_graphs is not None and not isinstance(cuda_graphs, bool):
+            raise ValueError(f"cuda_graphs: expected None (on with CUDA), True or False, got {cuda_graphs!r}")
         self.model, self.cfg = model, model.cfg
         self.page_size, self.max_batch = page_size, max_batch
         self.backend = backend or kernel_backend()
@@ -179,12 +228,42 @@ class Engine:
         if kv_dtype == "fp8" and self.backend.extend is None:
             raise ValueError("kv_dtype: 'fp8' needs a backend that reads the cache through `extend` (the kernels)")
         self.kv_scales = self._calibrate() if kv_dtype == "fp8" else None      # [layers, 2, Hkv]
-        self.cache = PagedKVCache(num_pages, page_size, self.cfg.n_layers, self.cfg.n_kv_heads,
-                                  self.cfg.head_dim, dtype=FP8 if kv_dtype == "fp8" else self.dtype,
-                                  device=self.device)
+        self.cache = self._paged_cache(num_pages, FP8 if kv_dtype == "fp8" else self.dtype)
         if not isinstance(prefix_caching, bool):
             raise ValueError(f"prefix_caching: expected True or False, got {prefix_caching!r}")
         self.prefix = PrefixCache(self.cache) if prefix_caching else None
+        self._init_decode_buffers()
+        # CUDA graphs: on by default with CUDA, never on the CPU (the same padded step runs eagerly)
+        self.cuda_graphs = self.device.type == "cuda" and cuda_graphs is not False
+        self._graphs: dict[int, tuple | None] = {}       # size → (graph, its output logits), None: eager
+        self._graph_pool = None
+
+    def _paged_cache(self, num_pages: int, dtype) -> PagedKVCache:
+        """The paged cache, whose storage has one page more than its allocator hands out: page
+        ``num_pages`` is the scratch page that the padded rows of a decode step write and read."""
+        cfg = self.cfg
+        cache = PagedKVCache(num_pages, self.page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim,
+                             dtype=dtype, device="meta")               # bookkeeping only
+        shape = (cfg.n_layers, num_pages + 1, self.page_size, cfg.n_kv_heads, cfg.head_dim)
+        cache.k = torch.zeros(shape, dtype=dtype, device=self.device)
+        cache.v = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.scratch_page = num_pages
+        return cache
+
+    def _init_decode_buffers(self) -> None:
+        """The decode step's static inputs and constant tables, on the model's device."""
+        cfg = self.cfg
+        self.graph_sizes = graph_batch_sizes(self.max_batch)
+        self.table_width = self.pages_for(cfg.max_seq_len)           # pages of the longest sequence
+        # one row per sequence: token, position, slot id (page · page_size + offset), page table
+        self._static = torch.empty((self.max_batch, len(DECODE_COLUMNS) + self.table_width), dtype=torch.int64,
+                                   device=self.device)
+        self._static.copy_(self._padding_rows(self.max_batch))
+        cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, base=cfg.rope_base, dtype=torch.float64,
+                              device=self.device)                       # [max_seq_len, D/2] each
+        self._rope = (cos, sin)
+        self._decode_cu = torch.arange(self.max_batch + 1, dtype=torch.int32, device=self.device)
+        self._layer_scales = [self._scales(layer) for layer in range(cfg.n_layers)]
 
     @torch.no_grad()
     def _calibrate(self, headroom: float = 2.0) -> torch.Tensor:
@@ -309,33 +388,158 @@ class Engine:
                 ki, vi = (t.transpose(0, 1)[None].to(q.dtype) for t in self.cache.gather(seq_id, layer))
             attn[rows[i]] = self.backend.prefill(qi, ki, vi)[0].transpose(0, 1)
 
+    # -------------------------------------------------------------- the decode step
+    def padded_batch(self, batch: int) -> int:
+        """The smallest of ``graph_sizes`` that holds ``batch`` sequences."""
+        return next(size for size in self.graph_sizes if size >= batch)
+
+    def _padding_rows(self, size: int) -> torch.Tensor:
+        """int64 [size, 3 + table_width] on the CPU: token 0 at position 0, written to slot 0 of the
+        scratch page, whose table is the scratch page only: a harmless row (see the module docstring)."""
+        rows = torch.full((size, len(DECODE_COLUMNS) + self.table_width), self.scratch_page, dtype=torch.int64)
+        rows[:, 0], rows[:, 1], rows[:, 2] = 0, 0, self.scratch_page * self.page_size
+        return rows
+
+    def _pack(self, tokens, positions, block_table, slots: Slots) -> torch.Tensor:
+        """The rows of the decode step's static buffer for B sequences, padded to ``padded_batch(B)``:
+        int64 [size, 3 + table_width] on the device of ``tokens`` (no read-back)."""
+        batch, width = tokens.shape[0], block_table.shape[1]
+        if not 1 <= batch <= self.max_batch:
+            raise ValueError(f"tokens: expected 1 to max_batch={self.max_batch} sequences, got {batch}")
+        if positions.shape != (batch,) or block_table.shape[0] != batch or len(slots) != batch:
+            raise ValueError(f"positions, block_table, slots: expected one entry (row) per token, {batch}, got "
+                             f"{tuple(positions.shape)}, {tuple(block_table.shape)}, {len(slots)}")
+        if width > self.table_width:
+            raise ValueError(f"block_table: {width} pages per row, more than table_width={self.table_width} "
+                             f"(the pages of max_seq_len={self.cfg.max_seq_len} tokens)")
+        rows = self._padding_rows(self.padded_batch(batch)).to(tokens.device)
+        rows[:batch, 0] = tokens
+        rows[:batch, 1] = positions
+        rows[:batch, 2] = (slots.pages * self.page_size + slots.offsets).to(tokens.device)
+        rows[:batch, 3:3 + width] = block_table
+        return rows
+
+    def _load(self, rows: torch.Tensor) -> torch.Tensor:
+        """Copy ``rows`` into the first rows of the static buffer (from pinned memory without waiting,
+        when they come from the host to a GPU); returns that part of the buffer."""
+        static = self._static[:rows.shape[0]]
+        if rows.device != static.device and static.is_cuda:
+            static.copy_(rows.pin_memory(), non_blocking=True)
+        else:
+            static.copy_(rows)
+        return static
+
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
                slots: Slots) -> torch.Tensor:
         """One token for each of B sequences: tokens, positions [B]; the new K, V go to ``slots``.
 
-        Sequence b then attends to its positions + 1 cached tokens. Returns logits [B, vocab].
+        Sequence b then attends to its positions + 1 cached tokens. Returns logits [B, vocab]. The
+        inputs are packed into the static buffer, padded to ``padded_batch(B)`` rows, and the step runs
+        on it: replayed from its CUDA graph when ``cuda_graphs``, else eagerly (``_decode_step``).
         Writing the same slots again gives the same result, so a benchmark may call it repeatedly.
         """
-        seq_lens = (positions + 1).to(torch.int32)                                  # [B]
-        x = self.model.embed(tokens[:, None])                                       # [B, 1, d_model]
+        batch = tokens.shape[0]
+        static = self._load(self._pack(tokens, positions, block_table, slots))
+        if not self.cuda_graphs:
+            return self._decode_step(static)[:batch]
+        size = static.shape[0]
+        if size not in self._graphs:
+            self._graphs[size] = self._capture(size)
+        if self._graphs[size] is None:                    # its capture failed: eager, said by a warning
+            return self._decode_step(static)[:batch]
+        graph, logits = self._graphs[size]
+        graph.replay()
+        return logits[:batch].clone()                     # the graph's buffer is overwritten by the next replay
+
+    def capture_graphs(self) -> None:
+        """Capture the decode step of every size in ``graph_sizes`` now (else each is captured at its
+        first use), on padding rows only; nothing without ``cuda_graphs``."""
+        if not self.cuda_graphs:
+            return
+        self._static.copy_(self._padding_rows(self.max_batch))
+        for size in self.graph_sizes:
+            if size not in self._graphs:
+                self._graphs[size] = self._capture(size)
+
+    def _capture(self, size: int):
+        """(graph, its output logits [size, vocab]) of the decode step on the first ``size`` rows of the
+        static buffer, after two warm-up calls on a side stream (they run the step for real on the rows
+        there, which rewrites the same K and V); all graphs share one memory pool. None, with a
+        warning, if the capture fails (that size then runs eagerly)."""
+        static = self._static[:size]
+        try:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._decode_step(static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            if self._graph_pool is None:
+                self._graph_pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graph_pool):
+                logits = self._decode_step(static)
+            return graph, logits
+        except RuntimeError as exc:
+            warnings.warn(f"cuda_graphs: the decode step of {size} rows could not be captured ({exc}); it runs "
+                          f"eagerly", RuntimeWarning, stacklevel=3)
+            return None
+
+    @torch.no_grad()
+    def _decode_step(self, static: torch.Tensor) -> torch.Tensor:
+        """The decode step on the static rows [S, 3 + table_width] (see ``_pack``) → logits [S, vocab].
+
+        No host synchronisation, no branch on a tensor's value: the same calls run eagerly or under
+        capture. Padded rows are computed like the others, on the scratch page.
+        """
+        tokens, positions, slot_ids = static[:, 0], static[:, 1], static[:, 2]  # [S] each
+        table = static[:, len(DECODE_COLUMNS):].to(torch.int32)                  # [S, table_width]
+        seq_lens = (positions + 1).to(torch.int32)                               # [S]
+        cos, sin = (t[positions] for t in self._rope)                            # [S, D/2] float64
+        x = self.model.embed(tokens[:, None])                                    # [S, 1, d_model]
         for layer, block in enumerate(self.model.blocks):
-            q, k, v = block.project_qkv(x, positions[:, None])                      # q [B, Hq, 1, D]
-            self._store(layer, slots, k[:, :, 0], v[:, :, 0])                      # [B, Hkv, D]
-            if self.kv_scales is None:
-                attn = self.backend.decode(q[:, :, 0].contiguous(), self.cache.k[layer], self.cache.v[layer],
-                                           block_table, seq_lens)                   # [B, Hq, D]
-            else:                                                                   # one new token each
-                cu = torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=self.device)
-                attn = self.backend.extend(q[:, :, 0].contiguous(), self.cache.k[layer], self.cache.v[layer],
-                                           block_table, seq_lens, cu, max_q_len=1, **self._scales(layer))
+            q, k, v = self._project_one(block, x, cos, sin)                      # [S, H, D]
+            self._store_rows(layer, slot_ids, k, v)
+            attn = self._attend_one(layer, q, table, seq_lens)                   # [S, Hq, D]
             x = block.finish(x, attn[:, :, None])
         return self.model.logits(x[:, 0])
 
+    def _project_one(self, block, x, cos, sin):
+        """``block.project_qkv`` for one token per row, RoPE from tables indexed on the device (the
+        reference ``apply_rope`` checks positions on the host): x [S, 1, d_model], cos, sin [S, D/2]
+        float64 → q [S, Hq, D], k, v [S, Hkv, D]."""
+        cfg = self.cfg
+        rows = x.shape[0]
+        h = block.attn_norm(x)
+        q = block.wq(h).view(rows, cfg.n_heads, cfg.head_dim)
+        k = block.wk(h).view(rows, cfg.n_kv_heads, cfg.head_dim)
+        v = block.wv(h).view(rows, cfg.n_kv_heads, cfg.head_dim)
+        return rotate_half(q, cos, sin), rotate_half(k, cos, sin), v
+
+    def _store_rows(self, layer: int, slot_ids, k, v) -> None:
+        """k, v [S, Hkv, D] into the cache at slot ids (page · page_size + offset), on the device."""
+        if self.kv_scales is not None:
+            k, v = quantize_fp8(k, self.kv_scales[layer, 0]), quantize_fp8(v, self.kv_scales[layer, 1])
+        for store, new in ((self.cache.k[layer], k), (self.cache.v[layer], v)):
+            store.view(-1, *store.shape[2:]).index_copy_(0, slot_ids, new.to(store.dtype))
+
+    def _attend_one(self, layer: int, q, table, seq_lens):
+        """q [S, Hq, D] over each row's first seq_lens cached tokens → [S, Hq, D]."""
+        k_pages, v_pages = self.cache.k[layer], self.cache.v[layer]
+        if self.kv_scales is None:
+            return self.backend.decode(q.contiguous(), k_pages, v_pages, table, seq_lens)
+        cu = self._decode_cu[:q.shape[0] + 1]                                    # one new token each
+        return self.backend.extend(q.contiguous(), k_pages, v_pages, table, seq_lens, cu, max_q_len=1,
+                                   **self._layer_scales[layer])
+
     # -------------------------------------------------------------- the scheduler
-    def _emit(self, c: Completion, logits: torch.Tensor) -> None:
-        c.logits.append(logits.float().cpu())
+    def _emit(self, c: Completion, logits: torch.Tensor, step: int) -> None:
+        """``c``'s next token, chosen from ``logits`` [vocab] (already on the host)."""
+        c.logits.append(logits)
         c.tokens.append(int(logits.argmax()))
+        if c.first_token < 0:
+            c.first_token = step
 
     def _done(self, c: Completion) -> str:
         """Why ``c`` is finished ("stop", "length"), or "" while it goes on."""
@@ -400,7 +604,7 @@ class Engine:
         running: list[Completion] = []                        # admission order
         done: dict[int, Completion] = {}
         steps: list[StepRecord] = []
-        step = 0
+        step, started = 0, time.perf_counter()
         while future or queue or running:
             if not queue and not running and future[0].request.arrival > step:
                 step = future[0].request.arrival              # idle: the clock jumps
@@ -413,12 +617,11 @@ class Engine:
                 ids = [c.request.rid for c in decoding]
                 positions = [len(c.context) - 1 for c in decoding]
                 slots = self.cache.reserve_many(ids, 1)
-                logits = self.decode(torch.tensor([c.tokens[-1] for c in decoding], device=self.device),
-                                     torch.tensor(positions, device=self.device),
-                                     self.cache.block_table(ids, self.device), slots)
-                for c, row in zip(decoding, logits):
+                logits = self.decode(torch.tensor([c.tokens[-1] for c in decoding]), torch.tensor(positions),
+                                     self.cache.block_table(ids), slots)      # host tensors: one copy in
+                for c, row in zip(decoding, logits.float().cpu()):        # the step's one read-back
                     c.cached += 1
-                    self._emit(c, row)
+                    self._emit(c, row, step)
                     self._keep_pages(c)
             # 2. prefill chunks: requests part-way through first, then admissions
             budget = budget_per_step - len(decoding)
@@ -452,10 +655,10 @@ class Engine:
                 chunk_tokens += n
                 prefilled.append(c)
             if chunks:                                        # every chunk of the step in one pass
-                for c, logits in zip(prefilled, self._prefill_chunks(chunks, slots)):
+                for c, logits in zip(prefilled, self._prefill_chunks(chunks, slots).float().cpu()):
                     self._keep_pages(c)
                     if c.cached == len(c.context):            # the whole context: the next token
-                        self._emit(c, logits)
+                        self._emit(c, logits, step)
             # 3. retire
             finished = [c for c in running if c.tokens and c.cached == len(c.context) - 1 and self._done(c)]
             for c in finished:
@@ -468,8 +671,10 @@ class Engine:
                 step, tuple(c.request.rid for c in queue),
                 tuple(c.request.rid for c in prefilled), tuple(c.request.rid for c in decoding),
                 tuple(c.request.rid for c in finished), self.cache.pages_in_use,
-                sum(self.cache.lengths.values()), tuple(c.request.rid for c in preempted), chunk_tokens))
+                sum(self.cache.lengths.values()), tuple(c.request.rid for c in preempted), chunk_tokens,
+                time.perf_counter() - started))
             step += 1
+        raise_pending_errors()        # the decode steps' value checks, made on the device, read once
         return ServeResult(dict(sorted(done.items())), steps)
 
 
@@ -581,6 +786,7 @@ def plot_pages(engine: Engine, result: ServeResult, ax=None):
     return ax
 
 
-__all__ = ["plot_timeline", "plot_pages", "Engine", "Request", "Completion", "StepRecord", "ServeResult", "Backend",
+__all__ = ["plot_timeline", "plot_pages", "Engine", "graph_batch_sizes", "rotate_half",
+           "Request", "Completion", "StepRecord", "ServeResult", "Backend",
            "kernel_backend", "torch_backend", "paged_decode_torch", "compare_with_no_cache",
            "Comparison", "kv_memory"]
