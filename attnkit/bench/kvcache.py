@@ -7,9 +7,14 @@ update must move (each input read once, each output written once):
 
     new Q, K, V read + rotated Q written + K, V rows written [+ past K, V read and written]
 
-and is compared with the copy bandwidth of the same GPU, measured in the same run by a large
-device-to-device copy (bytes read + bytes written). A row with ``scenario == "allocation"`` records
-torch's measured allocation for a whole model's cache against ``kv_cache_bytes``.
+and is compared with the ceilings of the course's one harness, ``streams.ceilings(timing="eager")``,
+measured in the same run and timed as the kernels here are (eager, ``recorder.time_ms``): a 1 GiB
+device-to-device copy (bytes read + bytes written), the read-only stream ``read_stream`` (bytes read)
+and the datasheet figure. Each row carries the three and its ``fraction_of_copy``,
+``fraction_of_read`` and ``fraction_of_datasheet``. The append reads the new rows and writes as
+many, so the copy is its ceiling; the decode-style key read (below) only reads, so the read-only
+stream is its ceiling. A row with ``scenario == "allocation"`` records torch's measured allocation
+for a whole model's cache against ``kv_cache_bytes``.
 
 Rows whose scenario starts with ``"layout: "`` compare the two cache layouts (column ``layout``):
 the fused append (shared buffer) into a cache stored BNSH ``[B, Hkv, S, D]`` and into one stored
@@ -41,15 +46,23 @@ SCENARIOS = (
     ("chunked prefill", 8, 32, 8, 128, 512, 3584),
     ("first prompt", 8, 32, 8, 128, 4096, 0),
 )
-COPY_BYTES = 2 ** 30
+CEILING_TIMING = "eager"          # the kernels here are timed by recorder.time_ms (do_bench)
 
 
-def copy_bandwidth_gbps() -> float:
-    """GB/s of a 1 GiB device-to-device copy, counting bytes read plus bytes written."""
-    src = torch.randn(COPY_BYTES // 4, device="cuda")
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src))
-    return 2 * COPY_BYTES / (ms * 1e-3) / 1e9
+def measured_ceilings() -> dict:
+    """The copy, read-only and datasheet ceilings of this GPU, timed eagerly as the kernels here are."""
+    from .streams import ceilings
+
+    return ceilings(timing=CEILING_TIMING)
+
+
+def with_fractions(row: dict, gbps: float, ceils: dict) -> dict:
+    """``row`` with GBps, the ceilings and the three fractions (rounded for the CSV)."""
+    from .streams import with_ceilings
+
+    full = with_ceilings({**row, "GBps": gbps}, gbps, ceils)
+    return {k: (round(v, 1) if k.endswith("GBps") else round(v, 3) if k.startswith("fraction_of_") else v)
+            for k, v in full.items()}
 
 
 LAYOUTS = ("BNSH", "BSNH")
@@ -172,8 +185,11 @@ LAYOUT_APPENDS = (
 LAYOUT_READ = (64, 8, 128, 4096)
 
 
-def layout_rows(copy_gbps: float) -> list[dict]:
-    """The fused append (shared buffer) and the key read, each from a BNSH and from a BSNH cache."""
+def layout_rows(ceils: dict | None = None) -> list[dict]:
+    """The fused append (shared buffer) and the key read, each from a BNSH and from a BSNH cache.
+    ``ceils``: a ``streams.ceilings(timing="eager")`` dict (measured here when None)."""
+    if ceils is None:
+        ceils = measured_ceilings()
     rows = []
     for scenario, batch, hq, hkv, d, new_len, past in LAYOUT_APPENDS:
         for layout in LAYOUTS:
@@ -182,10 +198,9 @@ def layout_rows(copy_gbps: float) -> list[dict]:
             moved = _bytes_moved(q, k, past, True)
             ms = time_ms(fused)
             gbps = moved / (ms * 1e-3) / 1e9
-            rows.append(dict(scenario=scenario, layout=layout, buffer="shared", impl="triton fused",
-                             B=batch, Hq=hq, Hkv=hkv, D=d, S_new=new_len, past=past, dtype="bfloat16",
-                             ms=round(ms, 5), bytes=moved, GBps=round(gbps, 1), copy_GBps=round(copy_gbps, 1),
-                             fraction_of_copy=round(gbps / copy_gbps, 3)))
+            rows.append(with_fractions(dict(scenario=scenario, layout=layout, buffer="shared", impl="triton fused",
+                                            B=batch, Hq=hq, Hkv=hkv, D=d, S_new=new_len, past=past,
+                                            dtype="bfloat16", ms=round(ms, 5), bytes=moved), gbps, ceils))
             q = k = v = k_cache = v_cache = None  # free the memory before the next size
             torch.cuda.empty_cache()
     batch, hkv, d, past = LAYOUT_READ
@@ -196,10 +211,9 @@ def layout_rows(copy_gbps: float) -> list[dict]:
         moved = keys.numel() * keys.element_size() + batch * hkv * past * 4     # keys read, fp32 scores written
         ms = time_ms(lambda: key_scores(keys, query))
         gbps = moved / (ms * 1e-3) / 1e9
-        rows.append(dict(scenario="layout: read keys, decode", layout=layout, buffer="", impl="triton read",
-                         B=batch, Hq="", Hkv=hkv, D=d, S_new=0, past=past, dtype="bfloat16",
-                         ms=round(ms, 5), bytes=moved, GBps=round(gbps, 1), copy_GBps=round(copy_gbps, 1),
-                         fraction_of_copy=round(gbps / copy_gbps, 3)))
+        rows.append(with_fractions(dict(scenario="layout: read keys, decode", layout=layout, buffer="",
+                                        impl="triton read", B=batch, Hq="", Hkv=hkv, D=d, S_new=0, past=past,
+                                        dtype="bfloat16", ms=round(ms, 5), bytes=moved), gbps, ceils))
         keys = None  # free the memory before the next size
         torch.cuda.empty_cache()
     return rows
@@ -259,7 +273,7 @@ def run() -> list[dict]:
     """The benchmark rows (GPU only)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the kvcache benchmark needs a CUDA GPU")
-    copy_gbps = copy_bandwidth_gbps()
+    ceils = measured_ceilings()
     rows = []
     for scenario, batch, hq, hkv, d, new_len, past in SCENARIOS:
         for share in (True, False):
@@ -271,13 +285,12 @@ def run() -> list[dict]:
             for impl, fn in (("triton fused", fused), ("pytorch ops", separate_ops)):
                 ms = time_ms(fn)
                 gbps = moved / (ms * 1e-3) / 1e9
-                rows.append(dict(scenario=scenario, buffer="shared" if share else "separate", impl=impl,
-                                 B=batch, Hq=hq, Hkv=hkv, D=d, S_new=new_len, past=past, dtype="bfloat16",
-                                 ms=round(ms, 5), bytes=moved, GBps=round(gbps, 1),
-                                 copy_GBps=round(copy_gbps, 1), fraction_of_copy=round(gbps / copy_gbps, 3)))
+                rows.append(with_fractions(dict(scenario=scenario, buffer="shared" if share else "separate",
+                                                impl=impl, B=batch, Hq=hq, Hkv=hkv, D=d, S_new=new_len, past=past,
+                                                dtype="bfloat16", ms=round(ms, 5), bytes=moved), gbps, ceils))
             q = k = v = k_cache = v_cache = None  # free the memory before the next size
             torch.cuda.empty_cache()
-    return rows + layout_rows(copy_gbps) + allocation_rows()
+    return rows + layout_rows(ceils) + allocation_rows()
 
 
 def main() -> int:
