@@ -85,3 +85,18 @@ def test_the_course_functions_work_again_after_a_check():
 
 def test_check_all_is_gone():
     assert not hasattr(lab03, "check_all")
+
+
+def test_the_long_row_limit_lies_between_one_pass_and_kept_copies():
+    from mutants.lab03 import ONLINE_RIGHT, online_copies_then_two_passes
+
+    from attnkit.classroom.checking import memory_peak
+
+    def peak_of(fn):
+        stream = lab03._long_stream().args[0]
+        with memory_peak() as peak:
+            fn(stream)
+        return peak[0]
+
+    limit = lab03._long_stream().max_bytes
+    assert max(peak_of(fn) for fn in ONLINE_RIGHT.values()) * 4 < limit < peak_of(online_copies_then_two_passes) / 2

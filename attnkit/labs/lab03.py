@@ -80,6 +80,22 @@ def _stream(blocks, what) -> object:
     return case(OneShotStream(blocks), label=f"{what}, blocks of {sizes}")
 
 
+LONG = dict(blocks=256, block=256)     # a row of 65 536 scores: 512 KiB in float64
+
+
+def _long_stream():
+    """A long row whose blocks may not be kept: one pass holds a block at a time (a few KiB of
+    temporaries); keeping copies of the blocks for a second pass needs the whole row (512 KiB)."""
+    rng = np.random.default_rng(5)
+    n_blocks, size = LONG["blocks"], LONG["block"]
+    rising = np.linspace(0, 60, n_blocks)[:, None]                    # the maximum keeps growing
+    blocks = list(rng.standard_normal((n_blocks, size)) * 3 + rising)
+    row_bytes = 8 * n_blocks * size
+    c = case(OneShotStream(blocks), label=f"a row of {n_blocks} blocks of {size} scores: keeping copies of the "
+                                          f"blocks would take {row_bytes >> 10} KiB")
+    return with_memory_limit(c, row_bytes // 4)
+
+
 def _reference_stats(stream: OneShotStream):
     m, l = _online.online_max_sum(np.concatenate(stream.blocks))
     return np.array([[m, l]])
@@ -107,6 +123,7 @@ def _check_online_softmax(online_softmax, *, seed: int | None = None) -> CheckRe
         _stream([rng.uniform(-1000, -800, 3), rng.uniform(800, 1000, 5)], "scores near -900, then +900"),
         _stream([np.array([rng.standard_normal()])], "a single score"),
         _stream(np.split(rng.standard_normal(15) + np.linspace(0, 40, 15), [1, 6, 8]), "15 rising scores"),
+        _long_stream(),
     ]
     rng = np.random.default_rng(seed)
     drawn = []

@@ -49,6 +49,17 @@ def online_list_then_two_passes(blocks):
     return m, sum(np.exp(block - m).sum() for block in blocks)
 
 
+def online_copies_then_two_passes(blocks):
+    kept = [block.copy() for block in blocks]
+    m = max(block.max() for block in kept)
+    return m, sum(np.exp(block - m).sum() for block in kept)
+
+
+def online_concatenate_copies(blocks):
+    row = np.concatenate([block.copy() for block in blocks])
+    return row.max(), np.exp(row - row.max()).sum()
+
+
 def online_concatenate(blocks):
     row = np.concatenate(list(blocks))
     return row.max(), np.exp(row - row.max()).sum()
@@ -115,6 +126,8 @@ ONLINE_WRONG = {
     "two passes over the stream": online_two_passes,
     "keeps the blocks, then two passes": online_list_then_two_passes,
     "concatenates the stream": online_concatenate,
+    "copies the blocks, then two passes": online_copies_then_two_passes,
+    "concatenates copies of the blocks": online_concatenate_copies,
     "no rescale when the maximum grows": online_no_rescale,
     "rescale by exp(m_new − m)": online_rescale_inverted,
     "no maximum (overflows)": online_no_max,
