@@ -2,7 +2,8 @@
 variable-length sequences, sliding windows and softcapping. Checks first, then times; rows are
 written through attnkit.bench.recorder.write_results as OUTDIR/bench_flash_features.csv.
 
-    python scripts/gpu_flash_features.py OUTDIR [--check-only | --no-check] [--bf16] [--backward] [--autotune]
+    python scripts/gpu_flash_features.py OUTDIR [--check-only [--case I] | --no-check] [--bf16] [--backward]
+                                                [--autotune]
 
 1. checks, with NaN-poisoned outputs, forward and backward on GPU-sized shapes: head dims 80, 96, 192
    and (192, Dv = 128); varlen with empty and length-1 sequences; a window of 256 with softcap; fp32
@@ -92,7 +93,12 @@ def check_case(label, kernel, ref, tensors, failures):
     log(f"checked {label}: {len(failures)} failures so far")
 
 
-def check_all() -> list[str]:
+CHECK_CASES = 6     # head dims 80, 96, 192, (192, Dv 128); window + softcap; varlen
+
+
+def check_all(only: int | None = None) -> list[str]:
+    """Every check case, or case ``only`` alone (0 .. CHECK_CASES - 1: cases can run in parallel
+    processes, each compiling its own kernels)."""
     failures = []
     flash._new_buffer = lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -100,14 +106,20 @@ def check_all() -> list[str]:
     def randn(*shape):
         return torch.randn(*shape, device="cuda", generator=gen)
 
-    for d, dv, causal in ((80, 80, True), (96, 96, False), (192, 192, True), (192, 128, True)):
+    def wanted(index):
+        return only is None or only == index
+
+    for index, (d, dv, causal) in enumerate(((80, 80, True), (96, 96, False), (192, 192, True), (192, 128, True))):
         tensors = (randn(2, 8, 1000, d), randn(2, 2, 1031, d), randn(2, 2, 1031, dv))
-        check_case(f"D={d} Dv={dv} causal={causal}", lambda q, k, v, c=causal: flash.flash_attention(q, k, v, causal=c),
-                   lambda q, k, v, c=causal: reference(q, k, v, causal=c), tensors, failures)
+        if wanted(index):
+            check_case(f"D={d} Dv={dv} causal={causal}",
+                       lambda q, k, v, c=causal: flash.flash_attention(q, k, v, causal=c),
+                       lambda q, k, v, c=causal: reference(q, k, v, causal=c), tensors, failures)
     options = dict(causal=True, window=(256, -1), softcap=30.0)
     tensors = (randn(1, 8, 1500, 128) * 3, randn(1, 4, 1500, 128), randn(1, 4, 1500, 128))
-    check_case(f"{options}", lambda q, k, v: flash.flash_attention(q, k, v, **options),
-               lambda q, k, v: reference(q, k, v, **options), tensors, failures)
+    if wanted(4):
+        check_case(f"{options}", lambda q, k, v: flash.flash_attention(q, k, v, **options),
+                   lambda q, k, v: reference(q, k, v, **options), tensors, failures)
     lens = [0, 1, 700, 129, 1000, 17]
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     tensors = (randn(sum(lens), 8, 96), randn(sum(lens), 2, 96), randn(sum(lens), 2, 96))
@@ -119,7 +131,8 @@ def check_all() -> list[str]:
         outs = [reference(*(t[a:b].transpose(0, 1)[None] for t in (q, k, v)), causal=True)[0].transpose(0, 1)
                 for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())]
         return torch.cat(outs, 0)
-    check_case("varlen causal", varlen, per_sequence, tensors, failures)
+    if wanted(5):
+        check_case("varlen causal", varlen, per_sequence, tensors, failures)
     flash._new_buffer = lambda shape, dtype, device: torch.empty(shape, dtype=dtype, device=device)
     return failures
 
@@ -264,7 +277,8 @@ def main(argv) -> int:
     # one block configuration per kernel (each variant compiles in ~10 s on the GPU's host); --autotune
     # times the autotuned kernels instead
     os.environ["ATTNKIT_AUTOTUNE"] = "1" if "--autotune" in argv else "0"
-    failures = [] if "--no-check" in argv else check_all()
+    only = int(argv[argv.index("--case") + 1]) if "--case" in argv else None
+    failures = [] if "--no-check" in argv else check_all(only)
     for f in failures:
         log("FAIL", f)
     log(f"{len(failures)} check failures" if "--no-check" not in argv else "checks skipped (--no-check)")
