@@ -379,7 +379,8 @@ def _round_to_e4m3(x):
     bits = x.to(tl.int32, bitcast=True)
     kept = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576         # clear the 20 low mantissa bits (RNE)
     normal = kept.to(tl.float32, bitcast=True)
-    subnormal = (x + 24576.0) - 24576.0                              # 1.5 · 2^14: its fp32 step is 2^-9
+    step = (tl.abs(x) + 24576.0) - 24576.0                           # 1.5 · 2^14: its fp32 step is 2^-9
+    subnormal = tl.where(bits < 0, -step, step)                      # the sign kept, −0 included
     return tl.where(tl.abs(x) < 0.015625, subnormal, normal)
 
 
