@@ -28,9 +28,11 @@ The algorithm, one program per BLOCK_M queries of one (batch, head), as ``flash_
 2. online softmax in fp32 (running maximum m and sum l per row, as in lesson 5).
 3. P is rounded to e4m3 before the second product, scaled by 2⁸: p = exp2(s − m + 8) lies in (0, 256].
    Kept in [0, 1] (as Triton's tutorial does with e5m2), every p below 2⁻⁶ would be subnormal in
-   e4m3 and below 2⁻¹⁰ zero, and at long sequences most weights are that small (for N(0, 1) logits
-   over 16k keys the typical p is about e⁻⁴ ≈ 0.02). Scaled, p keeps 3 mantissa bits down to
-   2⁻¹⁴ and is zero only below 2⁻¹⁸. A power of two rather than 448: the scale is exact, it costs
+   e4m3 (a fixed spacing of 2⁻⁹) and below 2⁻¹⁰ zero, and in long rows most weights are that small
+   (for N(0, 1) logits over 16k keys the typical p is about e⁻⁴ ≈ 0.02; sharper logits push it lower).
+   Scaled, p keeps 3 mantissa bits down to 2⁻¹⁴ and is zero only below 2⁻¹⁸. Measured on 2000 keys
+   with sm_scale 0.5 and v of mean 1 (tests/test_flash_fp8.py): relative error 2.7e-3 scaled,
+   1.3e-2 kept in [0, 1]. A power of two rather than 448: the scale is exact, it costs
    nothing (the +8 is folded into the subtraction of m), and exp2's rounding can never push p past
    448, the largest e4m3 value. The factor cancels: the sum l is taken over the same scaled p
    (in fp32, before rounding), and o = acc / l.
