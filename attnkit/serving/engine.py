@@ -522,7 +522,10 @@ class Engine:
         if self.kv_scales is not None:
             k, v = quantize_fp8(k, self.kv_scales[layer, 0]), quantize_fp8(v, self.kv_scales[layer, 1])
         for store, new in ((self.cache.k[layer], k), (self.cache.v[layer], v)):
-            store.view(-1, *store.shape[2:]).index_copy_(0, slot_ids, new.to(store.dtype))
+            store, new = store.view(-1, *store.shape[2:]), new.to(store.dtype)     # [slots, Hkv, D], [S, Hkv, D]
+            if store.dtype == FP8:                    # index_copy_ has no float8 kernel: copy the bytes
+                store, new = store.view(torch.uint8), new.view(torch.uint8)
+            store.index_copy_(0, slot_ids, new)
 
     def _attend_one(self, layer: int, q, table, seq_lens):
         """q [S, Hq, D] over each row's first seq_lens cached tokens → [S, Hq, D]."""
