@@ -20,6 +20,10 @@ Shapes
   at offset t % page_size; entries past a sequence's last page are never read (any value);
 - seq_lens: int32 [B], 1 <= seq_lens[b] <= max_pages * page_size;
 - o: [B, Hq, D] in q's dtype. fp16, bf16 and fp32; D in {16, 32, 64, 128, 256}.
+- An FP8 cache (as ``paged_extend``'s): k_pages, v_pages of dtype float8_e4m3fn holding K / k_scale and
+  V / v_scale, with ``k_scale``, ``v_scale`` fp32 [Hkv] (one per KV head, ``paged_extend.fp8_scales``).
+  The kernel reads the fp8 bytes (half of fp16's), converts them to q's dtype in registers, multiplies
+  the scores by k_scale and the output by v_scale (both constant over a KV head's tokens).
 
 Variants (``variant=``)
 - "grouped": one program per (sequence, KV head, split) holds the Hq/Hkv query heads that share the
@@ -58,9 +62,11 @@ import triton.language as tl  # noqa: E402
 
 from .flash import check_window  # noqa: E402
 from .flash_kernels import LN2, LOG2E  # noqa: E402
+from .paged_extend import FP8  # noqa: E402
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = validation.FLOAT_DTYPES
+CACHE_DTYPES = SUPPORTED_DTYPES + (torch.float8_e4m3fn,)        # an FP8 cache takes k_scale, v_scale
 VARIANTS = {
     "grouped": "the query heads that share a KV head in one tile; scores by tl.dot (tensor cores)",
     "per_head": "one query head per program; scores by multiply-and-sum (no tensor cores)",
@@ -89,7 +95,7 @@ def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp,
 
 @triton.jit
 def _paged_kernel(
-        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr,
+        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr, k_scale_ptr, v_scale_ptr,
         qk_scale, tokens_per_split, num_pages, max_len, window_left,
         stride_qb, stride_qh, stride_qd,
         stride_kp, stride_ks, stride_kh, stride_kd,
@@ -98,7 +104,8 @@ def _paged_kernel(
         stride_ob, stride_oh, stride_os, stride_od,
         stride_mb, stride_mh, stride_ms,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
-        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, GROUPED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, GROUPED: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        SCALED: tl.constexpr):
     """One program: sequence b, tokens [split·tokens_per_split, ...) of it, and the query heads of
     program_id(0) as the rows of q [BLOCK_G, D]:
 
@@ -107,6 +114,8 @@ def _paged_kernel(
     - else: query head program_id(0) alone (BLOCK_G = 1), reading KV head h // GROUP; scores by
       multiply-and-sum (no tensor cores; a KV head's rows are read once for each of its query heads).
 
+    SCALED (an FP8 cache): K and V rows are converted to q's dtype in registers; the scores take the KV
+    head's k_scale, the output its v_scale.
     Sliding window: the new token (position seq_len - 1) sees tokens >= seq_len - 1 - window_left; the
     loop starts there, so the blocks before it are never loaded. exp2 with qk_scale = scale·log2 e.
     Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial (m, ℓ, z), m in natural-log units.
@@ -127,6 +136,8 @@ def _paged_kernel(
     start = tl.maximum(split * tokens_per_split, first_seen)
     end = tl.minimum(split * tokens_per_split + tokens_per_split, seq_len)
 
+    if SCALED:                                                           # an FP8 cache: per-KV-head scales
+        qk_scale = qk_scale * tl.load(k_scale_ptr + kv)
     offs_d = tl.arange(0, HEAD_DIM)                                      # [D]
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None], other=0.0)                         # [BLOCK_G, D]
@@ -139,6 +150,9 @@ def _paged_kernel(
         valid = tok < end
         k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp, stride_kp, stride_ks, stride_kh,
                          stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, HEAD_DIM, PAGE_SIZE)
+        if SCALED:                                                       # fp8 bytes -> q's dtype
+            k = k.to(q.dtype)
+            v = v.to(q.dtype)
         if GROUPED:   # fp32 inputs: "ieee" products (tf32 misses the fp32 bound at long contexts)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         else:
@@ -155,6 +169,8 @@ def _paged_kernel(
         acc = acc * alpha[:, None] + pv
         m_i = m_new
 
+    if SCALED:
+        acc = acc * tl.load(v_scale_ptr + kv)                            # V = stored V · v_scale
     if SPLIT:
         o_rows = o_ptr + b * stride_ob + heads[:, None] * stride_oh + split * stride_os
         tl.store(o_rows + offs_d[None, :] * stride_od, acc, mask=row_ok[:, None])
@@ -211,7 +227,8 @@ GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 3), "per_head": LaunchConfig(128,
 
 
 # ------------------------------------------------------------------------------------- input checks
-def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_values="strict") -> None:
+def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_values="strict", k_scale=None,
+                       v_scale=None) -> None:
     """Raise ValueError, naming the argument and the rule, unless the inputs are a valid decode step.
 
     Shapes, dtypes and devices are always checked (on the host, no synchronisation). The contents of
@@ -224,15 +241,19 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
     - False: not checked.
     """
     validation.tensor("q", q, 3, "[B, Hq, D]", SUPPORTED_DTYPES)
-    validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", SUPPORTED_DTYPES)
-    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]", SUPPORTED_DTYPES)
+    validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
+    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
     validation.tensor("block_table", block_table, 2, "[B, max_pages]")
     validation.tensor("seq_lens", seq_lens, 1, "[B]")
-    validation.same("dtype", q=q, k_pages=k_pages, v_pages=v_pages)
+    validation.same("dtype", k_pages=k_pages, v_pages=v_pages)
+    if k_pages.dtype != FP8:
+        validation.same("dtype", q=q, k_pages=k_pages)
+    _check_scales(k_pages, k_scale, v_scale)
     for name, t in (("block_table", block_table), ("seq_lens", seq_lens)):
         if t.dtype != torch.int32:
             raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
-    validation.same("device", q=q, k_pages=k_pages, v_pages=v_pages, block_table=block_table, seq_lens=seq_lens)
+    validation.same("device", q=q, k_pages=k_pages, v_pages=v_pages, block_table=block_table, seq_lens=seq_lens,
+                    **({"k_scale": k_scale, "v_scale": v_scale} if k_scale is not None else {}))
     validation.kernel_device("q", q)
     if k_pages.shape != v_pages.shape:
         raise ValueError(f"k_pages, v_pages: must have the same shape, got {tuple(k_pages.shape)} and "
@@ -253,7 +274,7 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
     if check_values not in ("strict", "device", False):
         raise ValueError(f"check_values: expected 'strict', 'device', True or False, got {check_values!r}")
     if check_values == "device":
-        _flag_bad_values(block_table, seq_lens, num_pages, page_size)
+        _flag_bad_values(block_table, seq_lens, num_pages, page_size, k_scale, v_scale)
         return
     if not check_values:
         return
@@ -274,24 +295,44 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
         b, p = (int(i) for i in torch.nonzero(out_of_range)[0])
         raise ValueError(f"block_table: block_table[{b}, {p}] = {int(table[b, p])} is not a page; "
                          f"the pages a sequence uses must lie in [0, num_pages) = [0, {num_pages})")
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is not None and not bool(torch.all(torch.isfinite(scale) & (scale > 0))):
+            raise ValueError(f"{name}: every scale must be finite and > 0")
+
+
+def _check_scales(k_pages, k_scale, v_scale) -> None:
+    """k_scale, v_scale: fp32 [Hkv], given exactly when the cache is float8_e4m3fn."""
+    if (k_pages.dtype == FP8) != (k_scale is not None) or (k_scale is None) != (v_scale is None):
+        raise ValueError("k_scale, v_scale: required (fp32 [Hkv], one per KV head) exactly when k_pages and "
+                         f"v_pages are float8_e4m3fn; the cache is {k_pages.dtype}")
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is not None:
+            validation.tensor(name, scale, 1, "[Hkv]", (torch.float32,))
+            if scale.shape[0] != k_pages.shape[2]:
+                raise ValueError(f"{name}: expected {k_pages.shape[2]} scales (one per KV head), got {scale.shape[0]}")
 
 
 _PENDING: list = []      # device-side flags of calls checked with check_values="device", not yet read
 
 
-def _bad_values(block_table, seq_lens, num_pages: int, page_size: int):
-    """A one-element bool tensor on the tables' device: some length or used page id is out of range."""
+def _bad_values(block_table, seq_lens, num_pages: int, page_size: int, k_scale=None, v_scale=None):
+    """A one-element bool tensor on the tables' device: some length or used page id is out of range,
+    or a scale of an FP8 cache is not a positive number."""
     capacity = block_table.shape[1] * page_size
     lens = seq_lens.to(torch.int64)
     used = torch.arange(block_table.shape[1], device=lens.device)[None, :] * page_size < lens[:, None]
     table = block_table.to(torch.int64)
-    return (((lens < 1) | (lens > capacity)).any() | (used & ((table < 0) | (table >= num_pages))).any())[None]
+    bad = ((lens < 1) | (lens > capacity)).any() | (used & ((table < 0) | (table >= num_pages))).any()
+    for scale in (k_scale, v_scale):
+        if scale is not None:
+            bad = bad | ~(torch.isfinite(scale) & (scale > 0)).all()
+    return bad[None]
 
 
-def _flag_bad_values(block_table, seq_lens, num_pages: int, page_size: int) -> None:
+def _flag_bad_values(block_table, seq_lens, num_pages: int, page_size: int, k_scale=None, v_scale=None) -> None:
     if block_table.is_cuda and torch.cuda.is_current_stream_capturing():
         return
-    _PENDING.append(_bad_values(block_table, seq_lens, num_pages, page_size))
+    _PENDING.append(_bad_values(block_table, seq_lens, num_pages, page_size, k_scale, v_scale))
 
 
 def raise_pending_errors() -> None:
@@ -303,9 +344,9 @@ def raise_pending_errors() -> None:
     _PENDING.clear()
     if bool(flags.any()):
         raise ValueError(f"seq_lens, block_table: {int(flags.sum())} of the last {len(flags)} paged_decode calls "
-                         f"checked on the device had a length outside 1 .. max_pages * page_size or a used "
-                         f"page id outside [0, num_pages); their outputs are wrong. Call with "
-                         f"check_values='strict' to find the argument.")
+                         f"checked on the device had a length outside 1 .. max_pages * page_size, a used "
+                         f"page id outside [0, num_pages) or a k_scale / v_scale <= 0; their outputs are "
+                         f"wrong. Call with check_values='strict' to find the argument.")
 
 
 def _check_splits(num_splits) -> None:
@@ -336,12 +377,17 @@ def _new_buffer(shape, dtype, device) -> torch.Tensor:
 
 
 def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_splits: int, variant: str,
-            config: LaunchConfig | None = None, window_left: int = -1):
+            config: LaunchConfig | None = None, window_left: int = -1, k_scale=None, v_scale=None):
     """o [B, Hq, D] in q's dtype and on q's device (inputs already checked)."""
     where, out_dtype = q.device, q.dtype
-    q, k_pages, v_pages, block_table, seq_lens = to_kernel_device(q, k_pages, v_pages, block_table, seq_lens)
+    scaled = k_scale is not None
+    q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale = to_kernel_device(
+        q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
     if q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device):   # interpreter, or below sm_80
-        q, k_pages, v_pages = q.float(), k_pages.float(), v_pages.float()
+        q = q.float()
+        k_pages, v_pages = (t if t.dtype == FP8 else t.float() for t in (k_pages, v_pages))
+    if not scaled:
+        k_scale = v_scale = torch.ones(1, dtype=torch.float32, device=q.device)   # never read
     if config is None:
         config = INTERPRETER_CONFIG if triton_interprets() else GPU_CONFIGS[variant]
     batch, n_heads, head_dim = q.shape
@@ -363,7 +409,7 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
         target = o
     o_strides = target.stride() if split else (*o.stride()[:2], 0, o.stride()[2])
     ml_strides = m.stride() if split else (0, 0, 0)
-    args = [q, k_pages, v_pages, block_table, seq_lens, target, m if split else o, l if split else o,
+    args = [q, k_pages, v_pages, block_table, seq_lens, target, m if split else o, l if split else o, k_scale, v_scale,
             sm_scale * LOG2E.value, tokens_per_split, k_pages.shape[0], max_len,
             window_left if window_left >= 0 else max_len,
             *q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride(), seq_lens.stride(0),
@@ -374,7 +420,7 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
         grouped = variant == "grouped"
         _paged_kernel[(n_kv if grouped else n_heads, batch, num_splits)](
             *args, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)) if grouped else 1, GROUPED=grouped,
-            DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **meta)
+            DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", SCALED=scaled, **meta)
         if split:
             _merge_splits_kernel[(batch, n_heads)](
                 m, l, z, o, num_splits, *m.stride(), *z.stride(), *o.stride(),
@@ -383,12 +429,14 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
 
 
 def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float | None = None,
-                 num_splits: int | None = None, variant: str = "grouped", check_values=None, window=(-1, -1)):
+                 num_splits: int | None = None, variant: str = "grouped", check_values=None, window=(-1, -1),
+                 k_scale=None, v_scale=None):
     """Decode attention over a paged KV cache: o[b, h] = softmax(q[b, h]·Kᵀ·sm_scale) V over the first
     seq_lens[b] tokens of sequence b, found through block_table. See the module docstring for shapes.
 
     num_splits: None picks one (``choose_num_splits``); S > 1 splits each sequence's tokens into S
     chunks (flash-decoding) merged by the (m, ℓ) rule. variant: "grouped" (default) or "per_head".
+    k_scale, v_scale: fp32 [Hkv], exactly when the cache is float8_e4m3fn (module docstring).
     window: (left, right) as in ``flash_attention``; the new token is the last of its sequence, so only
     left counts (its last left + 1 tokens are seen; -1: all); right is checked and otherwise ignored.
     check_values: how the contents of seq_lens and block_table are checked (``check_paged_inputs``);
@@ -397,7 +445,8 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
     """
     if check_values is None:
         check_values = "device" if getattr(q, "is_cuda", False) else "strict"
-    check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, check_values=check_values)
+    check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, check_values=check_values, k_scale=k_scale,
+                       v_scale=v_scale)
     sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
     window_left = check_window(window)[0]
     _check_splits(num_splits)
@@ -409,7 +458,7 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
         num_splits = choose_num_splits(q.shape[0], k_pages.shape[2], seen, q.device)
     with torch.no_grad():
         return _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale, num_splits, variant,
-                       window_left=window_left)
+                       window_left=window_left, k_scale=k_scale, v_scale=v_scale)
 
 
 # ------------------------------------------------------------------------------- merge, references
@@ -450,7 +499,8 @@ def gather_dense(k_pages, v_pages, block_table, seq_lens):
     return k.transpose(1, 2), v.transpose(1, 2)                       # [B, Hkv, L, D]
 
 
-def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float | None = None, window=(-1, -1)):
+def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float | None = None, window=(-1, -1),
+                     k_scale=None, v_scale=None):
     """float64 reference on the CPU: each sequence's tokens gathered through the page table (its last
     left + 1 with ``window=(left, _)``, left >= 0), then exact attention. Returns float64 [B, Hq, D]."""
     left = check_window(window)[0]
@@ -458,6 +508,9 @@ def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float
 
     pages, offsets = token_pages(block_table, seq_lens, k_pages.shape[1])
     k_all, v_all = k_pages.detach().cpu().double(), v_pages.detach().cpu().double()
+    if k_scale is not None:                                           # an FP8 cache: dequantise
+        k_all = k_all * k_scale.detach().cpu().double()[:, None]
+        v_all = v_all * v_scale.detach().cpu().double()[:, None]
     outs = []
     for b, (p, o) in enumerate(zip(pages, offsets)):
         if left >= 0:
