@@ -146,8 +146,11 @@ def test_atomic_dq_packed_sequences():
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     out = flash_attention_varlen(*leaves, cu_q, cu_k, max(lens_q), max(lens_k), backward="atomic_dq", **options)
     got = torch.autograd.grad(out, leaves, do)
-    for (qa, qb), (ka, kb) in zip(zip(cu_q[:-1].tolist(), cu_q[1:].tolist()), zip(cu_k[:-1].tolist(), cu_k[1:].tolist())):
-        as_heads = lambda t, a, z: t[a:z].transpose(0, 1)[None]          # noqa: E731  [1, H, n, D]
+    def as_heads(t, a, z):                                              # rows [a, z) as [1, H, z - a, D]
+        return t[a:z].transpose(0, 1)[None]
+
+    spans_q, spans_k = (list(zip(cu[:-1].tolist(), cu[1:].tolist())) for cu in (cu_q, cu_k))
+    for (qa, qb), (ka, kb) in zip(spans_q, spans_k):
         ref = reference_grads(as_heads(q, qa, qb), as_heads(k, ka, kb), as_heads(v, ka, kb), as_heads(do, qa, qb),
                               **options)
         for name, g, r, (a, z) in zip(("dq", "dk", "dv"), got, ref, ((qa, qb), (ka, kb), (ka, kb))):
@@ -275,3 +278,10 @@ def test_atomic_kernel_compiles_for_an_h100():
     result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("compiled") == 2
+
+
+def test_autotuner_zeroes_the_dq_buffer_between_trials():
+    """The autotuner runs each candidate several times on the same buffers: atomic adds would pile up in
+    dQ unless it zeroes DQ_ACC before each trial (and before the real launch)."""
+    assert "DQ_ACC" in flash._tuned("bwd_atomic").reset_to_zero
+    assert not flash._tuned("bwd_dkdv").reset_to_zero

@@ -1,4 +1,5 @@
-"""The FlashAttention kernels in Triton: one forward kernel (every rung of the ladder), and the backward.
+"""The FlashAttention kernels in Triton: one forward kernel (every rung of the ladder), and the backward in
+two designs (dK/dV then dQ in two kernels; or one pass with dQ accumulated by atomic adds).
 
 This module holds only ``@triton.jit`` code; ``attnkit.kernels.flash`` checks inputs, picks the rung's
 constexprs and block sizes and launches these.
@@ -492,15 +493,16 @@ def _atomic_add_tile(X, tile, b, h, row, n_rows, stride_b, stride_h, stride_n, s
 
 @triton.jit
 def _bwd_atomic_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys, lo, hi, n_q, n_k, left, right,
-                      qk_scale, cap_scale,
+                      sm_scale, qk_scale, cap_scale,
                       stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
                       stride_ab, stride_ah, stride_am, stride_ad,
                       HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
                       BLOCK_M: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
                       DOT_PRECISION: tl.constexpr):
     """``_bwd_dkdv_inner`` plus a fifth product: for each query block [lo, hi) of head off_h, that block's
-    share of dQ, dS k = (dSᵀ)ᵀ k [BLOCK_M, D], is added atomically into DQ_ACC (fp32, without sm_scale:
-    the caller scales once at the end). Works on transposed scores sT = k qᵀ: [BLOCK_N, BLOCK_M]."""
+    share of dQ, sm_scale · dS k = sm_scale · (dSᵀ)ᵀ k [BLOCK_M, D], is added atomically into DQ_ACC (fp32;
+    scaled here, in fp32, so that the caller only converts). Works on transposed scores sT = k qᵀ:
+    [BLOCK_N, BLOCK_M]."""
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)                         # [BLOCK_M] query indices
         q = _tile(Q, off_b, off_h, start_m, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
@@ -520,7 +522,7 @@ def _bwd_atomic_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, key
         ds_t = ds_t.to(q.dtype)
         dk += tl.dot(ds_t, q, input_precision=DOT_PRECISION)                                   # 4: [BLOCK_N, D]
         dq = tl.dot(tl.trans(ds_t), k, input_precision=DOT_PRECISION)                          # 5: [BLOCK_M, D]
-        _atomic_add_tile(DQ_ACC, dq, off_b, off_h, start_m, n_q, stride_ab, stride_ah, stride_am, stride_ad,
+        _atomic_add_tile(DQ_ACC, dq * sm_scale, off_b, off_h, start_m, n_q, stride_ab, stride_ah, stride_am, stride_ad,
                          BLOCK_M, HEAD_DIM, MASKED, DIM_QK)
     return dk, dv
 
@@ -543,7 +545,7 @@ def _bwd_atomic(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, q
     """The whole backward of one block of BLOCK_N keys of one (batch, KV head) in one pass, five matrix
     products per (query block, key block) pair, as FlashAttention-2 and -3 do: dK and dV summed over
     the ``group`` query heads and stored, dQ added atomically into DQ_ACC (fp32 [B, Hq, Nq, D] by its
-    strides, zeroed by the caller; it holds Σ dS k without sm_scale).
+    strides, zeroed by the caller, who converts it to the inputs' dtype afterwards).
 
     grid = (cdiv(Nk, BLOCK_N), B * Hkv). The trade against ``_bwd_dkdv`` + ``_bwd_dq``: two products
     fewer per pair (S and dP are not computed a second time), paid for with BLOCK_M · D fp32 atomic
@@ -572,8 +574,8 @@ def _bwd_atomic(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, q
         base = off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh   # this head's LSE, DELTA rows
         for part in tl.static_range(3):
             dk, dv = _bwd_atomic_inner(dk, dv, k, v, Q, DO, LSE + base, DELTA + base, DQ_ACC, off_b, off_h, keys,
-                                       bounds[part], bounds[part + 1], n_q, n_k, left, right, qk_scale, cap_scale,
-                                       stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh,
+                                       bounds[part], bounds[part + 1], n_q, n_k, left, right, sm_scale, qk_scale,
+                                       cap_scale, stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh,
                                        stride_dom, stride_dod, stride_ab, stride_ah, stride_am, stride_ad,
                                        HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_M, part != 1, BAND, SOFTCAP,
                                        DOT_PRECISION)
