@@ -248,3 +248,22 @@ def test_quantize_e4m3_is_quantize_fp8():
     x = torch.randn(5, 3, 2, 8) * torch.tensor([1.0, 100.0, 1e-3])[None, :, None, None].expand(5, 3, 1, 1)
     scale = torch.tensor([0.5, 3.0])
     assert torch.equal(ra.quantize_e4m3(x, scale).view(torch.uint8), quantize_fp8(x, scale).view(torch.uint8))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["expanded", "offset"])
+def test_scales_as_expanded_and_offset_views(backend, kind):
+    """One scale for every head as a stride-0 view; scales that start part-way into a longer tensor."""
+    q, k, v, k_cache, v_cache, k_scale, v_scale, seqlens_k = make_inputs(torch.float32, seed=9)
+    if kind == "expanded":
+        k_scale = k_scale.max().reshape(1).expand(HKV)
+        v_scale = v_scale.max().reshape(1).expand(HKV)
+        assert k_scale.stride() == (0,)
+    else:
+        k_scale = torch.cat([torch.full((3,), 7.0, device=DEVICE), k_scale])[3:]
+        v_scale = torch.cat([torch.full((3,), 7.0, device=DEVICE), v_scale])[3:]
+        assert k_scale.storage_offset() == 3
+    want = expected(q, k, v, k_cache, v_cache, k_scale, v_scale, seqlens_k)
+    out = ra.rope_append(q, k, v, k_cache, v_cache, seqlens_k=seqlens_k, k_scale=k_scale, v_scale=v_scale,
+                         backend=backend)
+    assert_within_bound(out.k_cache, out.v_cache, want[1], want[2])
