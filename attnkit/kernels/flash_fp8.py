@@ -153,9 +153,11 @@ def _round_e4m3(p, EMULATE: tl.constexpr):
 def _fp8_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, logit_scale,
               stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
               HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-              DESC: tl.constexpr, EMULATE: tl.constexpr):
+              DESC: tl.constexpr, EMULATE: tl.constexpr, PROMOTE: tl.constexpr):
     """Fold key blocks [lo, hi) into the running (acc, l_i, m_i) of one query block q [BLOCK_M, D].
-    logit_scale = q_scale · k_scale · sm_scale · log2 e: logits in log2 units from raw fp8 products."""
+    logit_scale = q_scale · k_scale · sm_scale · log2 e: logits in log2 units from raw fp8 products.
+    PROMOTE: P · V of each tile is added to acc in fp32 (else acc goes into the product, whose fp8
+    accumulation on sm_90 is imprecise, as Triton's tutorial does)."""
     for start_n in range(lo, hi, BLOCK_N):
         k = _load_tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd,
                        BLOCK_N, HEAD_DIM, MASKED, DESC, EMULATE)                        # [BLOCK_N, D]
@@ -177,7 +179,10 @@ def _fp8_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, log
         l_i = l_i * alpha + tl.sum(p, 1)                               # fp32, P before rounding
         v = _load_v_tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
                          BLOCK_N, HEAD_DIM, MASKED, DESC, EMULATE)                      # [BLOCK_N, D]
-        acc = acc * alpha[:, None] + tl.dot(_round_e4m3(p, EMULATE), v)
+        if PROMOTE:
+            acc = acc * alpha[:, None] + tl.dot(_round_e4m3(p, EMULATE), v)
+        else:
+            acc = tl.dot(_round_e4m3(p, EMULATE), v, acc * alpha[:, None])
         m_i = m_new
     return acc, l_i, m_i
 
@@ -190,7 +195,7 @@ def _attn_fwd_fp8(Q, K, V, O, Q_SCALE, K_SCALE, V_SCALE, sm_scale_log2,
                   stride_ob, stride_oh, stride_om, stride_od,
                   n_heads, group, n_q, n_k,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                  DESC: tl.constexpr, EMULATE: tl.constexpr):
+                  DESC: tl.constexpr, EMULATE: tl.constexpr, PROMOTE: tl.constexpr):
     """O = softmax(Q Kᵀ · scale) V · v_scale for one block of BLOCK_M queries of one (batch, head), from
     e4m3 inputs. grid = (cdiv(Nq, BLOCK_M), B · Hq). Q_SCALE [B, Hq], K_SCALE and V_SCALE [B, Hkv]:
     contiguous fp32. DESC = 2: Q, K, O are host-built descriptors over [B, H, N, D] and V one over V
@@ -224,10 +229,10 @@ def _attn_fwd_fp8(Q, K, V, O, Q_SCALE, K_SCALE, V_SCALE, sm_scale_log2,
         whole = n_k // BLOCK_N * BLOCK_N
     acc, l_i, m_i = _fp8_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, 0, whole, n_q, n_k, logit_scale,
                               stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn,
-                              stride_vd, HEAD_DIM, BLOCK_N, False, CAUSAL, DESC, EMULATE)
+                              stride_vd, HEAD_DIM, BLOCK_N, False, CAUSAL, DESC, EMULATE, PROMOTE)
     acc, l_i, m_i = _fp8_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, whole, hi, n_q, n_k, logit_scale,
                               stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn,
-                              stride_vd, HEAD_DIM, BLOCK_N, True, CAUSAL, DESC, EMULATE)
+                              stride_vd, HEAD_DIM, BLOCK_N, True, CAUSAL, DESC, EMULATE, PROMOTE)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)                            # a row that saw no key gives 0
     o = acc * (v_scale / l_safe)[:, None]                              # P's 2⁸ cancels in acc / l
@@ -353,10 +358,12 @@ def _v_transposed(v8: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: float, out_dtype,
-             desc: bool | None = None, config: Fp8Config | None = None) -> torch.Tensor:
+             desc: bool | None = None, config: Fp8Config | None = None, promote: bool = True) -> torch.Tensor:
     """The launch (inputs already checked). ``desc``: None chooses (descriptors where usable); True
     asks for descriptors where usable; False forces pointer loads. ``config``: the launch configuration
-    on a GPU (the interpreter always takes INTERPRETER_CONFIG)."""
+    on a GPU (the interpreter always takes INTERPRETER_CONFIG). ``promote``: step 4 of the module
+    docstring; False passes the accumulator into the product instead (fewer registers, sums over all
+    key tiles in the tensor cores' reduced precision), for measuring the trade-off."""
     where = q8.device
     q8, k8, v8, q_scale, k_scale, v_scale = to_kernel_device(q8, k8, v8, q_scale, k_scale, v_scale)
     emulate = triton_interprets()
@@ -365,13 +372,13 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
     config = INTERPRETER_CONFIG if emulate else (config or GPU_CONFIG)
     buffer_dtype = torch.float32 if out_dtype == torch.bfloat16 and bf16_computed_in_fp32(q8.device) else out_dtype
     o = torch.empty((batch, heads, n_q, head_dim), dtype=buffer_dtype, device=q8.device)
-    use_desc = desc is not False and descriptors_usable(q8, k8, n_k)
     q_scale, k_scale, v_scale = (s.contiguous() for s in (q_scale, k_scale, v_scale))
     strides = [st for t in (q8, k8, v8, o) for st in t.stride()]
+    vt = _v_transposed(v8) if desc is not False and descriptors_usable(q8, k8, n_k) else None   # [B, Hkv, D, Nk]
+    use_desc = vt is not None and vt.data_ptr() % 16 == 0
     if use_desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        vt = _v_transposed(v8)                                         # [B, Hkv, D, Nk]
 
         def descriptor(t, rows, cols):
             return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, cols])
@@ -384,7 +391,7 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
         _attn_fwd_fp8[grid](*tensors, q_scale, k_scale, v_scale, sm_scale * LOG2E, *strides,
                             heads, heads // k8.shape[1], n_q, n_k,
                             HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
-                            DESC=HOST_DESCRIPTORS if use_desc else POINTERS, EMULATE=emulate,
+                            DESC=HOST_DESCRIPTORS if use_desc else POINTERS, EMULATE=emulate, PROMOTE=promote,
                             **launch_options(num_warps=config.num_warps, num_stages=config.num_stages))
     return o.to(where, out_dtype)
 
