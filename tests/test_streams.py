@@ -112,15 +112,16 @@ def test_fp8_ratios_compare_times_of_the_fp16_and_fp8_caches():
     from attnkit.bench import paged as bench_paged
 
     rows = [dict(kind="timing", method="paged_decode grouped, fp16 cache", ms=0.36, eager_ms=0.4),
-            dict(kind="timing", method="paged_extend, fp16 cache", ms=0.5, eager_ms=0.6),
-            dict(kind="timing", method="paged_extend, fp8 cache", ms=0.25, eager_ms=0.4),
-            dict(kind="accuracy", method="paged_extend, fp8 cache", ms=99.0)]
+            dict(kind="timing", method="paged_decode grouped, fp8 cache", ms=0.2, eager_ms=0.25),
+            dict(kind="timing", method="paged_extend 1 token, fp16 cache", ms=0.5, eager_ms=0.6),
+            dict(kind="timing", method="paged_extend 1 token, fp8 cache", ms=0.25, eager_ms=0.4),
+            dict(kind="accuracy", method="paged_decode grouped, fp8 cache", ms=99.0)]
     got = bench_paged.fp8_ratios(rows)
-    assert got["paged_extend fp16 / fp8 time (graph)"] == pytest.approx(2.0)
-    assert got["paged_decode fp16 / paged_extend fp8 time (graph)"] == pytest.approx(1.44)
-    assert got["paged_extend fp16 / fp8 time (eager)"] == pytest.approx(1.5)
+    assert got["paged_decode grouped: fp16 / fp8 time (graph)"] == pytest.approx(1.8)
+    assert got["paged_decode grouped: fp16 / fp8 time (eager)"] == pytest.approx(1.6)
+    assert got["paged_extend 1 token: fp16 / fp8 time (graph)"] == pytest.approx(2.0)
     assert got["target"] == bench_paged.FP8_TARGET
-    assert math.isnan(bench_paged.fp8_ratios(rows[:2])["paged_extend fp16 / fp8 time (graph)"])
+    assert math.isnan(bench_paged.fp8_ratios(rows[:1])["paged_decode grouped: fp16 / fp8 time (graph)"])
 
 
 def test_kvcache_rows_carry_the_ceilings_rounded():
@@ -145,10 +146,15 @@ def test_fp8_benchmark_runs_end_to_end_with_stand_in_timers(monkeypatch, tmp_pat
     rows = bench_paged.run_fp8(tmp_path, shape=(1, 16), accuracy_shape=(2, 16), log=lambda *a, **k: None,
                                device=DEVICE)
     timing = [r for r in rows if r["kind"] == "timing"]
-    assert [r["cache"] for r in timing] == ["fp16", "fp16", "fp8 e4m3"]
+    assert [r["method"] for r in timing] == list(bench_paged.FP8_CASES)
+    assert [r["cache"] for r in timing] == ["fp16", "fp8 e4m3"] * 2
     assert all(r["note"] == "" for r in timing), [r["note"] for r in timing]
-    assert timing[2]["bytes"] * 2 == timing[1]["bytes"] and timing[2]["fraction_of_read"] > 0
+    assert timing[1]["bytes"] * 2 == timing[0]["bytes"] and timing[1]["fraction_of_read"] > 0
+    assert 0 < timing[1]["max_abs_error_vs_fp16"] < 0.2
     accuracy = {r["method"]: r for r in rows if r["kind"] == "accuracy"}
-    assert accuracy["fp8 cache vs float64 of the dequantised fp8 cache"]["max_abs_error"] < 2e-3
-    assert 1e-3 < accuracy["fp8 cache vs float64 of the fp16 cache"]["max_abs_error"] < 0.2
+    assert len(accuracy) == 7
+    for kernel in ("paged_decode", "paged_extend"):
+        assert accuracy[f"{kernel}: fp8 cache vs float64 of the dequantised fp8 cache"]["max_abs_error"] < 2e-3
+        assert accuracy[f"{kernel}: fp16 cache vs float64 of the fp16 cache"]["max_abs_error"] < 2e-3
+    assert 1e-3 < accuracy["paged_decode: fp8 cache vs float64 of the fp16 cache"]["max_abs_error"] < 0.2
     assert len(read_results("paged_fp8", tmp_path)) == len(rows)

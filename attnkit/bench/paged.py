@@ -25,13 +25,13 @@ decode can beat it (``fraction_of_copy`` > 1 says nothing more).
 ``run() -> rows`` (one dict per measurement); ``make bench`` writes attnkit/bench/results/bench_paged.csv.
 
 An FP8 (e4m3) cache, issue 16's target of 1.7× the fp16 cache's speed at the batch shape:
-``run_fp8() -> rows`` times ``paged_extend`` with one new token per sequence (its decode case; the
-fp8 cache is read through ``k_scale``, ``v_scale``, one per KV head, and dequantised in registers)
-on an fp8 and on an fp16 cache, and ``paged_decode`` on the fp16 cache, and records the max error of
-the fp8 output against the fp16 output and against float64. ``paged_decode`` itself takes fp16,
-bf16 and fp32 caches only.
+``run_fp8() -> rows`` times ``paged_decode`` on an fp16 and on an fp8 cache (read through
+``k_scale``, ``v_scale``, one per KV head, dequantised in registers), then ``paged_extend`` with one
+new token per sequence on both, and records the max error of the fp8 output against the fp16 output
+and against float64 (of the fp16 cache, and of the dequantised fp8 cache). Bytes counted for the fp8
+cache: one per element.
 
-    python -m attnkit.bench.paged fp8 OUTDIR      # writes OUTDIR/bench_paged_fp8.csv (GPU only)
+    python -m attnkit.bench.paged fp8 OUTDIR [--decode-only]   # OUTDIR/bench_paged_fp8.csv (GPU only)
 """
 from __future__ import annotations
 
@@ -261,15 +261,32 @@ def fp8_cache(p) -> dict:
                 cu_seqlens_q=torch.arange(batch + 1, dtype=torch.int32, device=p["q"].device))
 
 
+def cache_of(p, cache: str) -> tuple:
+    """(k_pages, v_pages, {k_scale, v_scale} or {}) of p's "fp16" or "fp8" cache."""
+    if cache == "fp8":
+        return p["k8"], p["v8"], dict(k_scale=p["k_scale"], v_scale=p["v_scale"])
+    if cache == "fp16":
+        return p["k_pages"], p["v_pages"], {}
+    raise ValueError(f"cache: expected 'fp16' or 'fp8', got {cache!r}")
+
+
+def decode_call(p, cache: str):
+    """A zero-argument paged_decode (grouped, one split: B·Hkv = 512 programs fill the GPU) over p's
+    cache, inputs checked once here and not again per call (as ``paged_call``)."""
+    from ..kernels import paged
+
+    k, v, scales = cache_of(p, cache)
+    args = (p["q"], k, v, p["block_table"], p["seq_lens"])
+    paged.check_paged_inputs(*args, **scales)
+    return lambda: paged._launch(*args, HEAD_DIM ** -0.5, 1, "grouped", **scales)
+
+
 def extend_call(p, cache: str):
-    """A zero-argument paged_extend over p's "fp16" or "fp8" cache, one new token per sequence. The
-    inputs are checked once here; the call checks shapes only (no host synchronisation, capturable)."""
+    """A zero-argument paged_extend over p's cache, one new token per sequence. The inputs are checked
+    once here; the call checks shapes only (no host synchronisation, capturable)."""
     from ..kernels.paged_extend import paged_extend
 
-    if cache not in ("fp16", "fp8"):
-        raise ValueError(f"cache: expected 'fp16' or 'fp8', got {cache!r}")
-    k, v = (p["k8"], p["v8"]) if cache == "fp8" else (p["k_pages"], p["v_pages"])
-    scales = dict(k_scale=p["k_scale"], v_scale=p["v_scale"]) if cache == "fp8" else {}
+    k, v, scales = cache_of(p, cache)
     args = (p["q"], k, v, p["block_table"], p["seq_lens"], p["cu_seqlens_q"])
     paged_extend(*args, **scales, max_q_len=1, check_values=True)
     return lambda: paged_extend(*args, **scales, max_q_len=1, check_values=False)
@@ -284,52 +301,75 @@ def max_abs_error(out, ref) -> float:
     return float((out.detach().double().cpu() - ref.detach().double().cpu()).abs().max())
 
 
-def fp8_accuracy_rows(batch: int, context: int, *, seed: int = 11, device="cuda") -> list[dict]:
-    """Max error of the fp8-cache output on random inputs: against the fp16-cache output of the same
-    kernel, against paged_decode on the fp16 cache, and against float64 of the fp16 cache (what a user
-    sees) and of the dequantised fp8 cache (the kernel's arithmetic alone)."""
-    from ..kernels import paged
+def fp8_accuracy_rows(batch: int, context: int, *, seed: int = 11, device="cuda",
+                      with_extend: bool = True) -> list[dict]:
+    """Max error of paged_decode's output over the fp8 cache on random inputs: against its output
+    over the fp16 cache, against float64 of the fp16 cache (what a user sees) and of the dequantised
+    fp8 cache (the kernel's arithmetic alone); with ``with_extend``, paged_extend's one-token case too."""
     from ..kernels.paged_extend import paged_extend_ref
     from ..tolerances import rel_error
 
     p = fp8_cache(make_problem(batch, context, seed=seed, device=device))
-    o8, o16 = extend_call(p, "fp8")(), extend_call(p, "fp16")()
-    o_decode = paged.paged_decode(p["q"], p["k_pages"], p["v_pages"], p["block_table"], p["seq_lens"], num_splits=1)
-    index = (p["q"], p["block_table"], p["seq_lens"], p["cu_seqlens_q"])
-    ref16 = paged_extend_ref(index[0], p["k_pages"], p["v_pages"], *index[1:])
-    ref8 = paged_extend_ref(index[0], p["k8"], p["v8"], *index[1:], k_scale=p["k_scale"], v_scale=p["v_scale"])
-    rows = []
-    for what, out, ref in (("fp8 cache vs fp16 cache (paged_extend both)", o8, o16),
-                           ("fp8 cache vs paged_decode on the fp16 cache", o8, o_decode),
-                           ("fp8 cache vs float64 of the fp16 cache", o8, ref16),
-                           ("fp8 cache vs float64 of the dequantised fp8 cache", o8, ref8),
-                           ("fp16 cache vs float64 of the fp16 cache", o16, ref16)):
-        rows.append(dict(kind="accuracy", method=what, B=batch, context=context, max_abs_error=max_abs_error(out, ref),
-                         rel_error=float(rel_error(out, ref)), max_abs_reference=float(ref.double().abs().max())))
-    return rows
+    o8, o16 = decode_call(p, "fp8")(), decode_call(p, "fp16")()
+    index = (p["block_table"], p["seq_lens"], p["cu_seqlens_q"])
+    ref16 = paged_extend_ref(p["q"], p["k_pages"], p["v_pages"], *index)
+    ref8 = paged_extend_ref(p["q"], p["k8"], p["v8"], *index, k_scale=p["k_scale"], v_scale=p["v_scale"])
+    cases = [("paged_decode: fp8 cache vs fp16 cache", o8, o16),
+             ("paged_decode: fp8 cache vs float64 of the fp16 cache", o8, ref16),
+             ("paged_decode: fp8 cache vs float64 of the dequantised fp8 cache", o8, ref8),
+             ("paged_decode: fp16 cache vs float64 of the fp16 cache", o16, ref16)]
+    if with_extend:
+        e8, e16 = extend_call(p, "fp8")(), extend_call(p, "fp16")()
+        cases += [("paged_extend: fp8 cache vs paged_decode fp8 cache", e8, o8),
+                  ("paged_extend: fp8 cache vs float64 of the dequantised fp8 cache", e8, ref8),
+                  ("paged_extend: fp16 cache vs float64 of the fp16 cache", e16, ref16)]
+    return [dict(kind="accuracy", method=what, B=batch, context=context, max_abs_error=max_abs_error(out, ref),
+                 rel_error=float(rel_error(out, ref)), max_abs_reference=float(ref.double().abs().max()))
+            for what, out, ref in cases]
+
+
+FP8_CASES = {  # method -> (kernel, cache)
+    "paged_decode grouped, fp16 cache": ("decode", "fp16"),
+    "paged_decode grouped, fp8 cache": ("decode", "fp8"),
+    "paged_extend 1 token, fp16 cache": ("extend", "fp16"),
+    "paged_extend 1 token, fp8 cache": ("extend", "fp8"),
+}
 
 
 def fp8_ratios(rows: list[dict]) -> dict:
-    """fp16 time / fp8 time: the same kernel (paged_extend) on each cache, and paged_decode (fp16)
-    against paged_extend (fp8); the target is FP8_TARGET."""
+    """fp16-cache time / fp8-cache time of each kernel, from CUDA graphs and eager; target FP8_TARGET."""
     out = {}
     for timing, key in (("graph", "ms"), ("eager", "eager_ms")):
         ms = {r["method"]: r[key] for r in rows if r.get("kind") == "timing"}
-        fp8 = ms.get("paged_extend, fp8 cache", float("nan"))
-        out[f"paged_extend fp16 / fp8 time ({timing})"] = ms.get("paged_extend, fp16 cache", float("nan")) / fp8
-        out[f"paged_decode fp16 / paged_extend fp8 time ({timing})"] = (
-            ms.get("paged_decode grouped, fp16 cache", float("nan")) / fp8)
+        for kernel in ("paged_decode grouped", "paged_extend 1 token"):
+            fp16, fp8 = (ms.get(f"{kernel}, {c} cache", float("nan")) for c in ("fp16", "fp8"))
+            out[f"{kernel}: fp16 / fp8 time ({timing})"] = fp16 / fp8
     out["target"] = FP8_TARGET
     return out
 
 
-def run_fp8(outdir=None, *, shape=SHAPES["batch"], accuracy_shape=FP8_ACCURACY_SHAPE, log=print,
-            device="cuda") -> list[dict]:
-    """The FP8 cache at the batch shape (B = 64, context 4k, Hq = 32, Hkv = 8, D = 128): timed from CUDA
-    graphs with the ceilings timed the same way; then the accuracy on a smaller random problem. Each
-    case that fails is recorded with its error. With ``outdir``, bench_paged_fp8.csv is rewritten after
-    every stage (a run cut short keeps what it measured). Compiles paged_extend twice (fp16, fp8),
-    paged_decode once and read_stream once."""
+def time_case(fn, device) -> tuple[float, float, str]:
+    """(graph ms, eager ms, note) of fn; a failure is a note, never an exception."""
+    try:
+        fn()
+        synchronize(device)
+        eager = time_ms(fn)
+    except Exception as exc:
+        return float("nan"), float("nan"), failed_note(exc)
+    try:
+        return graph_ms(fn), eager, ""
+    except Exception as exc:  # not capturable: the eager time is still recorded
+        return float("nan"), eager, "CUDA graph " + failed_note(exc)
+
+
+def run_fp8(outdir=None, *, shape=SHAPES["batch"], accuracy_shape=FP8_ACCURACY_SHAPE, with_extend: bool = True,
+            log=print, device="cuda") -> list[dict]:
+    """The FP8 cache at the batch shape (B = 64, context 4k, Hq = 32, Hkv = 8, D = 128): paged_decode
+    on the fp16 and the fp8 cache timed from CUDA graphs, the ceilings timed the same way, the accuracy
+    on a smaller random problem; then (``with_extend``) paged_extend's one-token case on both caches.
+    Each case that fails is recorded with its error. With ``outdir``, bench_paged_fp8.csv is rewritten
+    after every stage, so a run cut short keeps what it measured. Compiles paged_decode twice,
+    read_stream once, and with_extend paged_extend twice."""
     from .recorder import write_results
 
     start = time.perf_counter()
@@ -344,39 +384,43 @@ def run_fp8(outdir=None, *, shape=SHAPES["batch"], accuracy_shape=FP8_ACCURACY_S
 
     batch, context = shape
     p = fp8_cache(make_problem(batch, context, device=device))
-    say(f"problem B={batch} context={context}: fp16 cache {kv_bytes(batch, context) / 1e6:.0f} MB, "
-        f"fp8 cache {kv_bytes(batch, context, itemsize=1) / 1e6:.0f} MB")
-    cases = (("paged_decode grouped, fp16 cache", lambda: paged_call(p, "grouped", 1)[0], 2),
-             ("paged_extend, fp16 cache", lambda: extend_call(p, "fp16"), 2),
-             ("paged_extend, fp8 cache", lambda: extend_call(p, "fp8"), 1))
-    timed = []
-    for method, build, itemsize in cases:
-        try:
-            fn = build()
-            fn()
-            synchronize(device)
-            eager = time_ms(fn)
-        except Exception as exc:
-            timed.append((method, itemsize, float("nan"), float("nan"), failed_note(exc)))
-            say(f"{method}: {failed_note(exc)}")
-            continue
-        try:
-            timed.append((method, itemsize, graph_ms(fn), eager))
-        except Exception as exc:  # not capturable: the eager time is still recorded
-            timed.append((method, itemsize, float("nan"), eager, "CUDA graph " + failed_note(exc)))
-        say(f"{method}: {timed[-1][2]:.4f} ms (graph), {eager:.4f} ms (eager)")
-    try:
-        o8, o16 = extend_call(p, "fp8")(), extend_call(p, "fp16")()
-        bench_diff = max_abs_error(o8, o16)
-    except Exception as exc:
-        bench_diff = float("nan")
-        say(f"fp8 vs fp16 at the bench shape: {failed_note(exc)}")
-    p = o8 = o16 = None  # free the memory before the ceilings
-    torch.cuda.empty_cache()
-    try:
-        from .streams import ceilings
+    say(f"problem B={batch} context={context} Hq={HQ} Hkv={HKV} D={HEAD_DIM}: fp16 cache "
+        f"{kv_bytes(batch, context) / 1e6:.0f} MB, fp8 cache {kv_bytes(batch, context, itemsize=1) / 1e6:.0f} MB")
 
-        ceils = ceilings(timing=CEILING_TIMING)
+    def measure(kernels):
+        timed, outputs = [], {}
+        for method, (kernel, cache) in FP8_CASES.items():
+            if kernel not in kernels:
+                continue
+            try:
+                fn = (decode_call if kernel == "decode" else extend_call)(p, cache)
+                outputs[cache] = fn()
+            except Exception as exc:
+                timed.append((method, cache, float("nan"), float("nan"), failed_note(exc)))
+                say(f"{method}: {failed_note(exc)}")
+                continue
+            timed.append((method, cache, *time_case(fn, device)))
+            say(f"{method}: {timed[-1][2]:.4f} ms (graph), {timed[-1][3]:.4f} ms (eager) {timed[-1][4]}")
+        diff = (max_abs_error(outputs["fp8"], outputs["fp16"]) if len(outputs) == 2 else float("nan"))
+        return timed, diff
+
+    def add_rows(timed, diff, ceils):
+        for method, cache, ms, eager, note in timed:
+            row = measured_row(ceils, shape="batch", method=method, batch=batch, context=context, splits=1, ms=ms,
+                               eager_ms=eager, nbytes=kv_bytes(batch, context, itemsize=1 if cache == "fp8" else 2),
+                               note=note)
+            rows.append(dict(kind="timing", cache="fp8 e4m3" if cache == "fp8" else "fp16", **row,
+                             max_abs_error_vs_fp16=diff if cache == "fp8" else float("nan")))
+
+    decode_timed, decode_diff = measure(("decode",))
+    extend_p = p if with_extend else None
+    p = None  # free the memory before the ceilings
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+    try:
+        from . import streams
+
+        ceils = streams.ceilings(timing=CEILING_TIMING)
         say(f"ceilings ({ceils['ceiling_timing']}): copy {ceils['copy_GBps']:.0f} GB/s, "
             f"read {ceils['read_GBps']:.0f} GB/s, datasheet {ceils['datasheet_GBps']:.0f} GB/s")
     except Exception as exc:
@@ -384,25 +428,36 @@ def run_fp8(outdir=None, *, shape=SHAPES["batch"], accuracy_shape=FP8_ACCURACY_S
         ceils = dict(copy_GBps=nan, read_GBps=nan, datasheet_GBps=nan, ceiling_timing=failed_note(exc),
                      ceiling_bytes=0)
         say(f"ceilings: {failed_note(exc)}")
-    for method, itemsize, ms, eager, *note in timed:
-        row = measured_row(ceils, shape="batch", method=method, batch=batch, context=context, splits=1, ms=ms,
-                           eager_ms=eager, nbytes=kv_bytes(batch, context, itemsize=itemsize),
-                           note=note[0] if note else "")
-        rows.append(dict(kind="timing", cache="fp8 e4m3" if itemsize == 1 else "fp16", **row,
-                         max_abs_error=bench_diff if itemsize == 1 else float("nan")))
+    add_rows(decode_timed, decode_diff, ceils)
     save()
-    for name, value in fp8_ratios(rows).items():
-        say(f"{name}: {value:.3f}")
+    say(f"paged_decode fp16 / fp8 time: {fp8_ratios(rows)['paged_decode grouped: fp16 / fp8 time (graph)']:.3f} "
+        f"(target {FP8_TARGET}); fp8 output vs fp16 output: max abs error {decode_diff:.2e}")
     try:
-        acc = fp8_accuracy_rows(*accuracy_shape, device=device)
+        acc = fp8_accuracy_rows(*accuracy_shape, device=device, with_extend=False)
         rows.extend(acc)
         for r in acc:
             say(f"{r['method']}: max abs error {r['max_abs_error']:.2e}, rel error {r['rel_error']:.2e}")
     except Exception as exc:
-        rows.append(dict(kind="accuracy", method="accuracy", B=accuracy_shape[0], context=accuracy_shape[1],
-                         note=failed_note(exc)))
+        rows.append(dict(kind="accuracy", method="paged_decode accuracy", B=accuracy_shape[0],
+                         context=accuracy_shape[1], note=failed_note(exc)))
         say(f"accuracy: {failed_note(exc)}")
     save()
+    if with_extend:
+        p = extend_p
+        extend_timed, extend_diff = measure(("extend",))
+        add_rows(extend_timed, extend_diff, ceils)
+        p = extend_p = None
+        try:
+            acc = fp8_accuracy_rows(*accuracy_shape, device=device, with_extend=True)[4:]
+            rows.extend(acc)
+            for r in acc:
+                say(f"{r['method']}: max abs error {r['max_abs_error']:.2e}, rel error {r['rel_error']:.2e}")
+        except Exception as exc:
+            rows.append(dict(kind="accuracy", method="paged_extend accuracy", note=failed_note(exc)))
+            say(f"paged_extend accuracy: {failed_note(exc)}")
+        save()
+    for name, value in fp8_ratios(rows).items():
+        say(f"{name}: {value:.3f}")
     say("done")
     return rows
 
@@ -412,16 +467,19 @@ def main(argv=None) -> int:
     import os
 
     argv = sys.argv[1:] if argv is None else argv
+    decode_only = "--decode-only" in argv
+    argv = [a for a in argv if a != "--decode-only"]
     if len(argv) != 2 or argv[0] != "fp8":
-        print("usage: python -m attnkit.bench.paged fp8 OUTDIR")
+        print("usage: python -m attnkit.bench.paged fp8 OUTDIR [--decode-only]")
         return 2
     if not torch.cuda.is_available():
         print("the FP8 benchmark needs a CUDA GPU")
         return 1
     os.environ.setdefault("ATTNKIT_AUTOTUNE", "0")
-    rows = run_fp8(argv[1])
+    rows = run_fp8(argv[1], with_extend=not decode_only)
     failed = [r for r in rows if "failed" in str(r.get("note", ""))]
-    return 1 if failed or any(math.isnan(v) for v in fp8_ratios(rows).values()) else 0
+    headline = fp8_ratios(rows)["paged_decode grouped: fp16 / fp8 time (graph)"]
+    return 1 if failed or math.isnan(headline) else 0
 
 
 __all__ = ["run", "run_fp8", "ratios", "fp8_ratios", "make_problem", "kv_bytes", "ceiling_rows", "measured_row",
