@@ -265,3 +265,66 @@ def test_attention_flops_counts_visible_pairs(n_q, n_k):
     pairs = sum(max(0, min(n_k, i + n_k - n_q + 1)) for i in range(n_q))
     assert attention_flops(2, 3, n_q, n_k, 64, True) == 4.0 * 2 * 3 * 64 * pairs
     assert attention_flops(2, 3, n_q, n_k, 64, False) == 4.0 * 2 * 3 * 64 * n_q * n_k
+
+
+def test_accumulator_in_the_product_gives_the_same_result():
+    """promote=False (the accumulator passed into P · V) computes the same sums, in another order."""
+    q, k, v = make_inputs(37, 1, 2, 1, 41, 41, 64)
+    quantised = quantize_for_attention(q, k, v)
+    args = (*quantised, True, 1 / 8, torch.float32)
+    assert torch.allclose(flash_fp8._forward(*args, promote=False), flash_fp8._forward(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not triton_interprets(), reason="forces the descriptor path, which the interpreter runs anywhere")
+@pytest.mark.parametrize("n_q, n_k, causal", [(37, 48, False), (45, 32, True)])
+def test_descriptor_path_matches_pointer_path(monkeypatch, n_q, n_k, causal):
+    """The sm_90 path (host tensor descriptors, V transposed loaded as [D, BLOCK_N] and transposed in
+    registers), run in the interpreter: the same output, bit for bit, as pointer loads."""
+    pytest.importorskip("triton.tools.tensor_descriptor")
+    taken = []
+    transposed = flash_fp8._v_transposed
+    monkeypatch.setattr(flash_fp8, "descriptors_usable", lambda q8, k8, n: n % 16 == 0)
+    monkeypatch.setattr(flash_fp8, "_v_transposed", lambda v8: taken.append(v8.shape) or transposed(v8))
+    q, k, v = make_inputs(43, 2, 4, 2, n_q, n_k, 64)
+    quantised = quantize_for_attention(q, k, v)
+    args = (*quantised, causal, 0.125, torch.float16)
+    with_descriptors = flash_fp8._forward(*args, desc=True)
+    assert taken, "the descriptor path was not taken"
+    assert torch.equal(with_descriptors, flash_fp8._forward(*args, desc=False))
+    ref = dequantised_reference(*quantised, causal, sm_scale=0.125)
+    assert rel_error(with_descriptors, ref) <= REL_TOL_DEQUANTISED
+
+
+# ------------------------------------------------------------------------------------ the GPU script
+@pytest.fixture(scope="module")
+def gpu_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu_flash_fp8.py"
+    spec = importlib.util.spec_from_file_location("gpu_flash_fp8", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_script_reference_is_attention(gpu_script):
+    q, k, v = make_inputs(41, 2, 3, 3, 21, 21, 64, dtype=torch.float32)
+    for causal in (False, True):
+        ref = gpu_script.reference_fp32(q, k, v, causal, heads=2, chunk=8)
+        assert rel_error(ref, attention_ref(q, k, v, causal=causal)[0, :2]) <= 1e-5
+
+
+def test_gpu_script_rows_on_a_small_case(gpu_script):
+    """One small case through the script's own code: rows for every implementation, the fp8 and fp16
+    errors where they belong, and a backend that cannot run recorded with its reason."""
+    device = torch.device(DEVICE)
+    rows = gpu_script.attention_rows(19, True, device, heads=2, head_dim=64, tokens=19)
+    by_impl = {r["impl"]: r for r in rows}
+    assert {"fp8_quantize", "fp8", "fp16_attnkit", "fp16_sdpa_cudnn"} <= set(by_impl)
+    assert by_impl["fp8"]["note"] == "" and by_impl["fp8"]["rel_err"] <= REL_TOL_QUANTISED
+    assert by_impl["fp16_attnkit"]["rel_err"] <= 2e-3
+    assert by_impl["fp8"]["ms"] > 0 and by_impl["fp8"]["tflops"] > 0
+    cudnn = by_impl["fp16_sdpa_cudnn"]
+    assert cudnn["note"] or cudnn["ms"] > 0
+    gpu_script.summary(rows)
