@@ -189,6 +189,11 @@ def summary(rows) -> None:
         verdict = "meets" if vs_fp16 >= TARGET else "misses"
         log(f"N={n} causal={causal}: fp8 / fp16 attnkit {vs_fp16:.2f}x ({verdict} the {TARGET}x target), "
             f"fp8 / cuDNN fp16 {vs_cudnn:.2f}x")
+    for variant in (r for r in rows if r["impl"] == "fp8_acc_in_product"):
+        base = [r for r in rows if r["impl"] == "fp8" and r["n"] == variant["n"] and r["causal"] is False]
+        if base:
+            log(f"N={variant['n']} accumulator in the product: {base[0]['ms'] / variant['ms']:.2f}x the speed of "
+                f"fp32 sums per tile, max_err {variant['max_err']:.2e} vs {base[0]['max_err']:.2e}")
     matmuls = {r["impl"]: r["ms"] for r in rows if r["causal"] == ""}
     if matmuls.get("matmul_fp16") and matmuls.get("scaled_mm_fp8"):
         log(f"matrix-product ceiling fp8 / fp16: {matmuls['matmul_fp16'] / matmuls['scaled_mm_fp8']:.2f}x "
