@@ -124,6 +124,19 @@ def test_the_padded_step_gives_the_logits_of_the_unpadded_step(batch, size):
 
 
 @torch.no_grad()
+def test_the_padded_step_over_an_fp8_cache_gives_the_logits_of_the_unpadded_step():
+    engine, tokens, positions, table, slots = engine_with_sequences(5, kv_dtype="fp8")
+    rows = engine._pack(tokens, positions, table, slots)
+    unpadded = engine._decode_step(rows[:5].clone())
+    padded = engine.decode(tokens, positions, table, slots)
+    if blas_rows_independent(engine.model, 5, 8):
+        assert torch.equal(padded, unpadded)
+    else:
+        assert_close(padded, unpadded, torch.float32, what="padded logits over the fp8 cache")
+    assert engine.cache.k.dtype == torch.float8_e4m3fn and bool(engine.cache.k[:, engine.scratch_page].float().abs().sum() > 0)
+
+
+@torch.no_grad()
 def test_padded_rows_write_only_the_scratch_page():
     """Every page a sequence may own is the same after a padded step as after an unpadded one."""
     padded_engine, tokens, positions, table, slots = engine_with_sequences(3)
@@ -277,3 +290,41 @@ def test_a_replayed_step_equals_the_eager_step():
     eager = engine._decode_step(engine._load(engine._pack(tokens, positions, table, slots)))[:5]
     assert_close(replayed, eager, torch.float32, "cuda", what="replayed step")
     assert torch.equal(replayed.argmax(-1), eager.argmax(-1))
+
+
+# ------------------------------------------------------------------------------------- benchmark
+def test_the_features_benchmark_runs_on_the_cpu():
+    """run_features at its CPU size: every row measured, the prefix cache saves prefill, fp8 agrees."""
+    from attnkit.bench import serving
+
+    configs = {name: serving.FEATURE_CONFIGS[name] for name in ("baseline", "fp8_cache", "all_features")}
+    rows = {r["config"]: r for r in serving.run_features("cpu", configs=configs, verbose=False)}
+    assert list(rows) == ["baseline", "fp8_cache", "all_features"]
+    assert all(r["error"] == "" for r in rows.values()), rows
+    w = serving.CPU_WORKLOAD
+    for r in rows.values():
+        assert r["requests"] == w.n_requests and r["tokens_per_s"] > 0 and r["seconds"] > 0
+        assert r["ttft_mean_ms"] > 0 and r["ttft_p90_ms"] > 0 and r["tpot_p90_ms"] > 0
+        assert w.new_tokens[0] * w.n_requests <= r["new_tokens"] <= w.new_tokens[1] * w.n_requests
+        assert r["tpot_mean_ms"] > 0 and r["decode_steps"] <= r["steps"]
+    base, fp8, every = rows["baseline"], rows["fp8_cache"], rows["all_features"]
+    assert base["preemptions"] > 0, "the CPU workload's pool should preempt without prefix caching"
+    assert base["token_agreement_with_baseline"] == 1.0 and fp8["kv_dtype"] == "float8_e4m3fn"
+    assert fp8["token_agreement_with_baseline"] >= 0.9
+    assert every["prefix_caching"] and every["max_tokens_per_step"] == w.max_tokens_per_step
+    assert every["prefill_tokens_saved"] >= w.prefix_tokens // w.page_size * w.page_size
+    assert every["prefill_tokens"] < base["prefill_tokens"] and 0 < every["prefix_hit_rate"] < 1
+    assert every["token_agreement_with_baseline"] == 1.0          # float32: chunks and cached pages change nothing
+
+
+def test_feature_latencies_follow_the_step_clock():
+    """Time to first token counts from the start of the arrival step; a bad configuration is named."""
+    from attnkit.bench import serving
+    from attnkit.serving.engine import Completion, ServeResult, StepRecord
+
+    steps = [StepRecord(s, (), (), (), (), 0, 0, seconds=t) for s, t in [(0, 1.0), (1, 3.0), (5, 4.0), (6, 10.0)]]
+    c = Completion(Request(0, "the", 3, arrival=2), [1], tokens=[1, 2, 3], first_token=5, finished=6)
+    ttft, tpot = serving.request_latencies(ServeResult({0: c}, steps))
+    assert ttft == [4.0 - 3.0] and tpot == [(10.0 - 4.0) / 2]
+    with pytest.raises(ValueError, match="configs"):
+        serving.run_features("cpu", configs={"x": {"page_size": 8}})
