@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One recording session on a GPU, in two phases so that compiling does not eat the timing budget:
+#
+#   bash scripts/gpu_session.sh warm OUTDIR   # checks + every benchmark once, all in parallel: fills
+#                                             # Triton's on-disk cache; the checks' logs are kept, the
+#                                             # timings (taken side by side) are thrown away
+#   bash scripts/gpu_session.sh time OUTDIR   # the benchmarks one after another, alone on the GPU,
+#                                             # their kernels loaded from the cache: the recorded CSVs
+#
+# Both phases must run on the same machine (the cache lives in ~/.triton). Each step has a time limit;
+# a step that fails or runs out of time is logged and the others go on.
+set -u
+phase=${1:?warm or time}; out=${2:?OUTDIR}
+mkdir -p "$out"; export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-.} ATTNKIT_AUTOTUNE=0
+log() { echo "[$(date +%T)] $*"; }
+
+step() {   # step SECONDS LOGFILE command...
+    local limit=$1 logfile=$2; shift 2
+    log "start: $*"
+    timeout "$limit" "$@" >"$logfile" 2>&1
+    log "exit $? after step: $* (log $logfile)"
+}
+
+if [ "$phase" = warm ]; then
+    warm=/tmp/warm; mkdir -p $warm
+    for case in 0 1 2 3 4 5; do
+        step 420 $warm/check_$case.log python scripts/gpu_flash_features.py $warm --check-only --case $case &
+    done
+    step 420 $warm/features.log python scripts/gpu_flash_features.py $warm/features --no-check &
+    step 420 "$out/backward_warm.log" python scripts/gpu_flash_backward.py $warm/backward --budget 400 &
+    step 420 $warm/fp8.log python scripts/gpu_flash_fp8.py $warm/fp8 &
+    step 420 $warm/paged_fp8.log python -m attnkit.bench.paged fp8 $warm/paged --decode-only &
+    step 420 $warm/serving.log python -m attnkit.bench.recorder --out $warm/serving serving_features &
+    step 420 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 4 \
+        tests/test_engine_graphs.py tests/test_paged_fp8.py tests/test_paged_window.py tests/test_strides.py &
+    wait
+    cat $warm/check_*.log > "$out/checks.log"
+    tail -n 5 $warm/*.log > "$out/warm_tails.log"
+    grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -40
+    tail -n 3 "$out/pytest_gpu.log"
+else
+    logs=/tmp/timed; mkdir -p $logs
+    step 150 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
+    step 200 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
+    step 90 $logs/3_fp8.log python scripts/gpu_flash_fp8.py "$out"
+    step 60 $logs/4_paged_fp8.log python -m attnkit.bench.paged fp8 "$out" --decode-only
+    step 150 $logs/5_serving.log python -m attnkit.bench.recorder --out "$out" serving_features
+    for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session.log"   # one file: $OUT holds few
+    tail -n 12 $logs/*.log
+fi
