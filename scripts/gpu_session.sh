@@ -33,11 +33,16 @@ if [ "$phase" = warm ]; then
     step 420 $warm/serving.log python -m attnkit.bench.recorder --out $warm/serving serving_features &
     step 420 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 4 \
         tests/test_engine_graphs.py tests/test_paged_fp8.py tests/test_paged_window.py tests/test_strides.py &
+    if [ -d .whl ]; then   # the lessons under nbval (wheels from ../shared/tools/device-wheels, carried)
+        python3 -m pip install -q --no-index --find-links .whl --target /tmp/site nbval ipywidgets nbclient \
+            && step 420 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:. python -m pytest -p no:cacheprovider -q -n 4 \
+               --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks solutions &
+    fi
     wait
     cat $warm/check_*.log > "$out/checks.log"
     tail -n 5 $warm/*.log > "$out/warm_tails.log"
     grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -40
-    tail -n 3 "$out/pytest_gpu.log"
+    tail -n 3 "$out/pytest_gpu.log"; tail -n 15 "$out/nbval_gpu.log" 2>/dev/null
 else
     logs=/tmp/timed; mkdir -p $logs
     step 150 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
