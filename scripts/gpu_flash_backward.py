@@ -119,7 +119,7 @@ def within_criterion(got, exact, plain, names) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ forward for the backward
-_SDPA_LSE_OK = {"ok": None}    # None: not yet checked; False: attnkit's forward is used instead
+_SDPA_LSE = {"usable": False}   # set by check_sdpa_lse: SDPA flash's lse matches an fp32 log-sum-exp
 
 
 def _sdpa_flash_forward(q, k, v, causal):
@@ -132,21 +132,30 @@ def _sdpa_flash_forward(q, k, v, causal):
     return o, lse
 
 
-def forward_for_backward(q, k, v, causal, *, check: bool = False):
-    """(o, lse) for the backward: SDPA's flash forward where its lse matches an fp32 log-sum-exp
-    (checked once, on the first call with ``check``), else attnkit's own forward."""
-    if q.is_cuda and _SDPA_LSE_OK["ok"] is not False:
-        try:
-            o, lse = _sdpa_flash_forward(q, k, v, causal)
-            if _SDPA_LSE_OK["ok"] is None and check:
-                err = (lse - reference_lse(q, k, causal)).abs().max().item()
-                _SDPA_LSE_OK["ok"] = err < 1e-2
-                log(f"SDPA flash lse against fp32: max error {err:.2e}", "(used)" if err < 1e-2 else "(not used)")
-            if _SDPA_LSE_OK["ok"]:
-                return o, lse
-        except Exception as exc:   # an SDPA without this operator or with another lse layout
-            _SDPA_LSE_OK["ok"] = False
-            log(f"SDPA flash forward not usable for the backward ({type(exc).__name__}: {str(exc)[:100]})")
+def check_sdpa_lse(head_dims=(64, 128)) -> bool:
+    """Use SDPA's flash forward for the backward's (o, lse) only where its lse matches an fp32
+    log-sum-exp (and its o plain fp16 attention) on [1, 16, CHECK_N, D] inputs, causal and not."""
+    try:
+        worst = 0.0
+        for head_dim in head_dims:
+            for causal in (False, True):
+                q, k, v, _ = random_inputs(1, HEADS, CHECK_N, head_dim, seed=11)
+                o, lse = _sdpa_flash_forward(q, k, v, causal)
+                worst = max(worst, (lse - reference_lse(q, k, causal)).abs().max().item(),
+                            (o.float() - attention_plain(q, k, v, causal).float()).abs().max().item())
+        _SDPA_LSE["usable"] = worst < 1e-2
+        log(f"SDPA flash (o, lse) against fp32 / plain fp16: max error {worst:.2e}; "
+            + ("used for the backward's inputs" if _SDPA_LSE["usable"] else "attnkit's forward used instead"))
+    except Exception as exc:   # an SDPA without this operator or with another lse layout
+        _SDPA_LSE["usable"] = False
+        log(f"SDPA flash forward not usable for the backward ({type(exc).__name__}: {str(exc)[:100]})")
+    return _SDPA_LSE["usable"]
+
+
+def forward_for_backward(q, k, v, causal):
+    """(o, lse) for the backward: SDPA's flash forward where check_sdpa_lse found it usable, else attnkit's."""
+    if q.is_cuda and _SDPA_LSE["usable"]:
+        return _sdpa_flash_forward(q, k, v, causal)
     return flash.flash_attention_forward(q, k, v, causal=causal)
 
 
@@ -162,7 +171,7 @@ def attnkit_backward(design, tensors, o, lse, causal, config=None):
 def check_backward(design, head_dim, causal, *, config=None, device=None, n=None, heads=None) -> list[str]:
     """Failures (empty: passed) of ``design``'s dq, dk, dv on one [1, heads, n, head_dim] fp16 case."""
     q, k, v, do = random_inputs(1, heads or HEADS, n or CHECK_N, head_dim, device=device, seed=head_dim + causal)
-    o, lse = forward_for_backward(q, k, v, causal, check=True)
+    o, lse = forward_for_backward(q, k, v, causal)
     got = attnkit_backward(design, (q, k, v, do), o, lse, causal, config)()
     exact = reference_grads(q, k, v, do, causal, torch.float32)
     plain = reference_grads(q, k, v, do, causal, q.dtype)
@@ -377,6 +386,7 @@ def main(argv) -> int:
         return 2
     session = Session(Path(argv[0]), budget)
     log(f"{torch.cuda.get_device_name()}, budget {budget:.0f} s, designs {list(DESIGNS)}")
+    check_sdpa_lse()
     for kind, args in PLAN:
         if kind == "forward":
             forward_order_case(session, *args)
