@@ -9,14 +9,17 @@ variant compiles once, ~10-15 s). Cases run in priority order and a case is skip
 estimated compile and timing cost would pass the budget:
 1. backward (suite "backward"): attnkit "two_kernels" and "atomic_dq" (flash._backward: the DELTA
    pre-pass and the design's kernels; for atomic_dq also zeroing and converting the fp32 dQ buffer)
-   against SDPA's cuDNN and flash backends (torch.autograd.grad through SDPA); D = 128 N = 4k causal and
-   not, D = 64 N = 4k causal, D = 128 N = 1k causal first, then the other N in {1k, 4k, 16k}; last,
-   "atomic_dq" with its second candidate block configuration at D = 128, N = 4k;
+   against SDPA's cuDNN and flash backends (torch.autograd.grad through SDPA), N in {1k, 4k, 16k};
+   "atomic_dq_alt": atomic_dq with its second candidate block configuration (D = 128, N = 4k);
 2. forward (suite "forward_order"): causal D = 128 at N = 1k and 2k, the "best" rung with the
    longest-first order on and off, against SDPA cuDNN.
-Checks, once per design, head dim and causal flag, before any timing (B = 1, H = 16, N = 1008: ragged
-against the 64- and 128-row tiles, same kernel specialisations as the timed shapes): max error of dq,
-dk, dv (and the forward's o) against an fp32 PyTorch reference at most 2x that of plain fp16 PyTorch;
+Order (PLAN): backward D = 128 N = 4k causal and not, D = 64 N = 4k causal, D = 128 N = 1k causal; the
+forward at 1k and 2k; the backward shapes that need no new compile (the other N at D = 128, and at
+D = 64 causal); atomic_dq_alt; D = 64 non-causal last.
+Checks, once per design, head dim and causal flag, with outputs poisoned with NaN, before any timing
+(B = 1, H = 16, N = 1008: ragged against the 64- and 128-row tiles, same kernel specialisations as the
+timed shapes): max error of dq, dk, dv (and the forward's o) against an fp32 PyTorch reference at most
+2x that of plain fp16 PyTorch;
 the two launch orders of the forward must give bit-identical o and lse. The backward's o and lse come
 from SDPA's flash backend (torch.ops.aten._scaled_dot_product_flash_attention; its lse is checked
 against an fp32 log-sum-exp first), else from attnkit's forward: that saves one forward compile per
@@ -168,11 +171,23 @@ def attnkit_backward(design, tensors, o, lse, causal, config=None):
 
 
 # ------------------------------------------------------------------------------------------ checks
+class poisoned_buffers:
+    """Within it, every buffer attnkit's kernels write starts as NaN: an element left unwritten fails a check."""
+
+    def __enter__(self):
+        self.saved = flash._new_buffer
+        flash._new_buffer = lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    def __exit__(self, *exc):
+        flash._new_buffer = self.saved
+
+
 def check_backward(design, head_dim, causal, *, config=None, device=None, n=None, heads=None) -> list[str]:
     """Failures (empty: passed) of ``design``'s dq, dk, dv on one [1, heads, n, head_dim] fp16 case."""
     q, k, v, do = random_inputs(1, heads or HEADS, n or CHECK_N, head_dim, device=device, seed=head_dim + causal)
     o, lse = forward_for_backward(q, k, v, causal)
-    got = attnkit_backward(design, (q, k, v, do), o, lse, causal, config)()
+    with poisoned_buffers():
+        got = attnkit_backward(design, (q, k, v, do), o, lse, causal, config)()
     exact = reference_grads(q, k, v, do, causal, torch.float32)
     plain = reference_grads(q, k, v, do, causal, q.dtype)
     failures = [f"not finite: {name}" for name, g in zip("dq dk dv".split(), got) if not torch.isfinite(g).all()]
@@ -191,8 +206,9 @@ def check_forward_order(head_dim, *, device=None, n=None, heads=None) -> list[st
     """Failures of the causal forward in both launch orders: bit-identical o and lse, o within the criterion."""
     q, k, v, _ = random_inputs(1, heads or HEADS, n or CHECK_N, head_dim, device=device, seed=3)
     scale = 1 / math.sqrt(head_dim)
-    (o_on, lse_on), (o_off, lse_off) = (flash._forward_rung(q, k, v, True, scale, rung)
-                                        for rung in order_rungs().values())
+    with poisoned_buffers():
+        (o_on, lse_on), (o_off, lse_off) = (flash._forward_rung(q, k, v, True, scale, rung)
+                                            for rung in order_rungs().values())
     failures = [] if torch.equal(o_on, o_off) and torch.equal(lse_on, lse_off) else ["orders differ"]
     exact, plain = (attention_plain(q.to(dtype), k.to(dtype), v.to(dtype), True).float()
                     for dtype in (torch.float32, q.dtype))
