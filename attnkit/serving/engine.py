@@ -192,6 +192,15 @@ class ServeResult:
 
 
 # -------------------------------------------------------------------------------------------- engine
+def _moved(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``; from the host to a GPU through pinned memory, without waiting for the copy."""
+    if t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def graph_batch_sizes(max_batch: int) -> tuple[int, ...]:
     """The padded batch sizes of the decode step: powers of two below max_batch, then max_batch."""
     sizes, size = [], 1
@@ -258,7 +267,7 @@ class Engine:
         # one row per sequence: token, position, slot id (page · page_size + offset), page table
         self._static = torch.empty((self.max_batch, len(DECODE_COLUMNS) + self.table_width), dtype=torch.int64,
                                    device=self.device)
-        self._static.copy_(self._padding_rows(self.max_batch))
+        self._static.copy_(self._padding_rows(self.max_batch, self.device))
         cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, base=cfg.rope_base, dtype=torch.float64,
                               device=self.device)                       # [max_seq_len, D/2] each
         self._rope = (cos, sin)
@@ -393,10 +402,11 @@ class Engine:
         """The smallest of ``graph_sizes`` that holds ``batch`` sequences."""
         return next(size for size in self.graph_sizes if size >= batch)
 
-    def _padding_rows(self, size: int) -> torch.Tensor:
-        """int64 [size, 3 + table_width] on the CPU: token 0 at position 0, written to slot 0 of the
+    def _padding_rows(self, size: int, device="cpu") -> torch.Tensor:
+        """int64 [size, 3 + table_width] on ``device``: token 0 at position 0, written to slot 0 of the
         scratch page, whose table is the scratch page only: a harmless row (see the module docstring)."""
-        rows = torch.full((size, len(DECODE_COLUMNS) + self.table_width), self.scratch_page, dtype=torch.int64)
+        rows = torch.full((size, len(DECODE_COLUMNS) + self.table_width), self.scratch_page, dtype=torch.int64,
+                          device=device)
         rows[:, 0], rows[:, 1], rows[:, 2] = 0, 0, self.scratch_page * self.page_size
         return rows
 
@@ -412,21 +422,19 @@ class Engine:
         if width > self.table_width:
             raise ValueError(f"block_table: {width} pages per row, more than table_width={self.table_width} "
                              f"(the pages of max_seq_len={self.cfg.max_seq_len} tokens)")
-        rows = self._padding_rows(self.padded_batch(batch)).to(tokens.device)
+        device = tokens.device
+        rows = self._padding_rows(self.padded_batch(batch), device)
         rows[:batch, 0] = tokens
-        rows[:batch, 1] = positions
-        rows[:batch, 2] = (slots.pages * self.page_size + slots.offsets).to(tokens.device)
-        rows[:batch, 3:3 + width] = block_table
+        rows[:batch, 1] = _moved(positions, device)
+        rows[:batch, 2] = _moved(slots.pages * self.page_size + slots.offsets, device)
+        rows[:batch, 3:3 + width] = _moved(block_table, device)
         return rows
 
     def _load(self, rows: torch.Tensor) -> torch.Tensor:
         """Copy ``rows`` into the first rows of the static buffer (from pinned memory without waiting,
         when they come from the host to a GPU); returns that part of the buffer."""
         static = self._static[:rows.shape[0]]
-        if rows.device != static.device and static.is_cuda:
-            static.copy_(rows.pin_memory(), non_blocking=True)
-        else:
-            static.copy_(rows)
+        static.copy_(_moved(rows, static.device))
         return static
 
     @torch.no_grad()
@@ -457,7 +465,7 @@ class Engine:
         first use), on padding rows only; nothing without ``cuda_graphs``."""
         if not self.cuda_graphs:
             return
-        self._static.copy_(self._padding_rows(self.max_batch))
+        self._static.copy_(self._padding_rows(self.max_batch, self.device))
         for size in self.graph_sizes:
             if size not in self._graphs:
                 self._graphs[size] = self._capture(size)
