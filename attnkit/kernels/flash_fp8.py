@@ -39,7 +39,8 @@ The algorithm, one program per BLOCK_M queries of one (batch, head), as ``flash_
 4. acc += P8 · V8 (fp8 operands, fp32 results), added to the fp32 accumulator outside the product:
    Hopper's fp8 tensor cores accumulate in reduced precision, so each product spans only BLOCK_N
    keys and the sum over key tiles stays in fp32 (as FP8 matrix-product kernels promote partial
-   sums every 128 elements).
+   sums every 128 elements). Passing acc into the product instead (``_forward(promote=False)``, as
+   Triton's tutorial does) saves registers; scripts/gpu_flash_fp8.py measures both.
 5. o = acc / l · v_scale: V is descaled once, at the end.
 
 V transposed on sm_90: Hopper's fp8 tensor-core instruction (wgmma) reads its second operand from
@@ -51,12 +52,12 @@ on sm_90 (one extra pass over V).
 Where it runs (``attnkit.device.kernel_device``): CUDA tensors run compiled; on sm_90 with Triton's
 tensor descriptors (and Nk a multiple of 16, the TMA engine's 16-byte rule for V transposed) tiles
 move through host-built descriptors, elsewhere through pointer loads. On a machine without a GPU the
-same kernel runs in Triton's interpreter, with two substitutions, because the interpreter's fp8
-arithmetic is not faithful: its fp32 → e4m3 conversion rounds wrongly (124.26 becomes 64; it does
-not saturate either), and its fp8 matrix products differ between Triton versions. There (``EMULATE``)
-every fp8 tile is upcast to fp16 as it is loaded (each e4m3 value is exact in fp16, so the products
-are the same numbers) and P is rounded to the e4m3 grid by arithmetic (3 mantissa bits, subnormals
-below 2⁻⁶, kept in fp16) instead of by conversion. Scales, descaling, masks, ragged tiles and grouped
+same kernel runs in Triton's interpreter, with two substitutions (``EMULATE``): the interpreter's
+fp32 → e4m3 conversion is not faithful (Triton 3.9: 124.26 becomes 64, and 480 is not saturated to
+448), so P is rounded to the e4m3 grid by arithmetic (3 mantissa bits, subnormals below 2⁻⁶, kept in
+fp16) instead of by conversion; and every fp8 tile is upcast to fp16 as it is loaded (each e4m3
+value is exact in fp16, so the products are the same numbers), which keeps the test independent of
+how a Triton version's interpreter treats fp8 operands of tl.dot. Scales, descaling, masks, ragged tiles and grouped
 heads are the compiled kernel's code; only the two conversions differ.
 
 Accuracy (relative error ‖o − ref‖ / ‖ref‖, the course's measure, on N(0, 1) inputs). Rounding to
@@ -90,6 +91,7 @@ OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INPUT_DTYPES = validation.FLOAT_DTYPES
 LOG2E = 1.4426950408889634
 P_SCALE_LOG2 = 8.0                      # P is scaled by 2**8 before it is rounded to e4m3
+_P_SCALE_LOG2 = tl.constexpr(P_SCALE_LOG2)   # the same, as a compiled kernel may read it
 REL_TOL_DEQUANTISED = 4e-2              # against float64 attention of x8 · scale
 REL_TOL_QUANTISED = 8e-2                # against float64 attention of the inputs before quantising
 
@@ -170,11 +172,11 @@ def _fp8_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, log
             s = tl.where(visible, qk * logit_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)      # a row that has seen no key yet
-            p = tl.math.exp2(s - (m_sub - P_SCALE_LOG2)[:, None])
+            p = tl.math.exp2(s - (m_sub - _P_SCALE_LOG2)[:, None])
         else:
             m_new = tl.maximum(m_i, tl.max(qk, 1) * logit_scale)
             m_sub = m_new
-            p = tl.math.exp2(qk * logit_scale - (m_new - P_SCALE_LOG2)[:, None])   # one FMA, then exp2
+            p = tl.math.exp2(qk * logit_scale - (m_new - _P_SCALE_LOG2)[:, None])   # one FMA, then exp2
         alpha = tl.math.exp2(m_i - m_sub)                              # rescales the old state
         l_i = l_i * alpha + tl.sum(p, 1)                               # fp32, P before rounding
         v = _load_v_tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
@@ -331,7 +333,10 @@ class Fp8Config:
 
 # fp8 tiles take half the shared memory of fp16 ones: 128 x 128 tiles, with 8 warps so that the
 # fp32 scores and accumulator (128 x 128 each) fit in registers. One configuration, no autotuning.
+# Compiled for sm_90 (Triton 3.6, ptxas -v): 169-177 registers a thread and no spills with
+# descriptors; pointer loads need more registers (255 and spills at 128 x 128), hence 128 x 64 there.
 GPU_CONFIG = Fp8Config(128, 128, 8, 3)
+POINTER_CONFIG = Fp8Config(128, 64, 8, 3)
 INTERPRETER_CONFIG = Fp8Config(16, 16, 1, 1)        # small tiles: ragged sizes span several tiles
 
 
@@ -361,7 +366,8 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
              desc: bool | None = None, config: Fp8Config | None = None, promote: bool = True) -> torch.Tensor:
     """The launch (inputs already checked). ``desc``: None chooses (descriptors where usable); True
     asks for descriptors where usable; False forces pointer loads. ``config``: the launch configuration
-    on a GPU (the interpreter always takes INTERPRETER_CONFIG). ``promote``: step 4 of the module
+    on a GPU (default GPU_CONFIG with descriptors, POINTER_CONFIG without; the interpreter always takes
+    INTERPRETER_CONFIG). ``promote``: step 4 of the module
     docstring; False passes the accumulator into the product instead (fewer registers, sums over all
     key tiles in the tensor cores' reduced precision), for measuring the trade-off."""
     where = q8.device
@@ -369,13 +375,16 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
     emulate = triton_interprets()
     batch, heads, n_q, head_dim = q8.shape
     n_k = k8.shape[2]
-    config = INTERPRETER_CONFIG if emulate else (config or GPU_CONFIG)
     buffer_dtype = torch.float32 if out_dtype == torch.bfloat16 and bf16_computed_in_fp32(q8.device) else out_dtype
     o = torch.empty((batch, heads, n_q, head_dim), dtype=buffer_dtype, device=q8.device)
     q_scale, k_scale, v_scale = (s.contiguous() for s in (q_scale, k_scale, v_scale))
     strides = [st for t in (q8, k8, v8, o) for st in t.stride()]
     vt = _v_transposed(v8) if desc is not False and descriptors_usable(q8, k8, n_k) else None   # [B, Hkv, D, Nk]
     use_desc = vt is not None and vt.data_ptr() % 16 == 0
+    if emulate:
+        config = INTERPRETER_CONFIG
+    elif config is None:
+        config = GPU_CONFIG if use_desc else POINTER_CONFIG
     if use_desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -426,4 +435,5 @@ def _causal_pairs(n_q: int, n_k: int) -> int:
 
 
 __all__ = ["flash_attention_fp8", "quantize_for_attention", "dequantize", "check_fp8_inputs", "attention_flops",
-           "SUPPORTED_HEAD_DIMS", "REL_TOL_DEQUANTISED", "REL_TOL_QUANTISED", "FP8", "FP8_MAX", "GPU_CONFIG"]
+           "SUPPORTED_HEAD_DIMS", "REL_TOL_DEQUANTISED", "REL_TOL_QUANTISED", "FP8", "FP8_MAX", "GPU_CONFIG",
+           "POINTER_CONFIG"]
