@@ -2,7 +2,7 @@
 backend and the fp16 / fp8 matrix-product ceilings. Rows go through attnkit.bench.recorder.write_results
 to OUTDIR/bench_flash_fp8.csv.
 
-    python scripts/gpu_flash_fp8.py OUTDIR            # on the H100: about 80 s, 5 kernel compilations
+    python scripts/gpu_flash_fp8.py OUTDIR            # on the H100: 70-95 s, 5 kernel compilations
     python scripts/gpu_flash_fp8.py OUTDIR --smoke    # tiny sizes; on a CPU in Triton's interpreter
 
 Cases: D = 128, H = 16, B · N = 16k tokens, N = 4096 and 16384, causal and not, fp16 N(0, 1) inputs.
