@@ -133,7 +133,8 @@ def test_the_padded_step_over_an_fp8_cache_gives_the_logits_of_the_unpadded_step
         assert torch.equal(padded, unpadded)
     else:
         assert_close(padded, unpadded, torch.float32, what="padded logits over the fp8 cache")
-    assert engine.cache.k.dtype == torch.float8_e4m3fn and bool(engine.cache.k[:, engine.scratch_page].float().abs().sum() > 0)
+    scratch = engine.cache.k[:, engine.scratch_page].float()                   # written by the 3 padding rows
+    assert engine.cache.k.dtype == torch.float8_e4m3fn and bool(scratch.abs().sum() > 0)
 
 
 @torch.no_grad()
