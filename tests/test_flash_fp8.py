@@ -328,3 +328,55 @@ def test_gpu_script_rows_on_a_small_case(gpu_script):
     cudnn = by_impl["fp16_sdpa_cudnn"]
     assert cudnn["note"] or cudnn["ms"] > 0
     gpu_script.summary(rows)
+
+
+# ------------------------------------------------------------------------------------ compiled for sm_90
+COMPILE_FOR_SM90 = r'''
+import os, re
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from attnkit.kernels import flash_fp8
+
+fn = flash_fp8._attn_fwd_fp8
+D = 128
+variants = ((flash_fp8.HOST_DESCRIPTORS, flash_fp8.GPU_CONFIG), (flash_fp8.POINTERS, flash_fp8.POINTER_CONFIG))
+for desc, config in variants:
+    m, n = config.block_m, config.block_n
+    if desc:
+        tiles = dict(Q=[1, 1, m, D], K=[1, 1, n, D], V=[1, 1, D, n])
+        signature = {name: f"tensordesc<fp8e4nv[{','.join(map(str, shape))}]>" for name, shape in tiles.items()}
+        signature["O"] = f"tensordesc<fp16[1,1,{m},{D}]>"
+    else:
+        signature = dict(Q="*fp8e4nv", K="*fp8e4nv", V="*fp8e4nv", O="*fp16")
+    constexprs = dict(HEAD_DIM=D, BLOCK_M=m, BLOCK_N=n, CAUSAL=True, DESC=desc, EMULATE=False, PROMOTE=True)
+    for name in fn.arg_names:
+        if name not in signature:
+            signature[name] = ("constexpr" if name in constexprs else "*fp32" if name.endswith("_SCALE")
+                               else "fp32" if name == "sm_scale_log2" else "i32")
+    source = ASTSource(fn=fn, signature=signature,
+                       constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                         options=dict(num_warps=config.num_warps, num_stages=config.num_stages)).asm["ptx"]
+    fp8_products = len(re.findall(r"wgmma\.mma_async[^\n]*e4m3\.e4m3", ptx))
+    tma = len(re.findall(r"cp\.async\.bulk\.tensor", ptx))
+    print("compiled", desc, fp8_products, tma)
+'''
+
+
+@pytest.mark.slow
+def test_kernel_compiles_to_fp8_tensor_core_products_for_an_h100():
+    """Compiled for sm_90 (no GPU needed), both products run on fp8 tensor cores (wgmma with e4m3
+    operands: V transposed is what lets P · V do so), and the descriptor kernel moves tiles by TMA."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia")
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines() if line.startswith("compiled")]
+    assert len(lines) == 2, result.stdout
+    for _, desc, fp8_products, tma in lines:
+        assert int(fp8_products) > 0, f"DESC={desc}: no fp8 wgmma in the PTX"
+        assert (int(tma) > 0) == (desc == "2"), f"DESC={desc}: {tma} TMA copies"
