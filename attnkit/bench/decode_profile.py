@@ -4,6 +4,8 @@ For B sequences of ``CONTEXT`` cached tokens (set up as ``attnkit.bench.serving.
 one ``Engine.decode`` call is timed by CUDA events, then ``STEPS`` calls are profiled with CPU and CUDA
 activities. Rows: the step's time; the GPU's busy time (the sum of its kernels' times); kernel launches,
 device-to-host copies and synchronisations per step; and the host operations that take the most time.
+Each batch size is measured twice, with the engine's decode step run eagerly and replayed from CUDA
+graphs (column ``cuda_graphs``).
 
     python -m attnkit.bench.recorder decode_profile
 """
@@ -19,10 +21,11 @@ PAGE_SIZE = 16
 STEPS = 20
 
 
-def _engine_step(model, batch):
+def _engine_step(model, batch, cuda_graphs: bool):
     from ..serving.engine import Engine
 
-    engine = Engine(model, num_pages=batch * (CONTEXT // PAGE_SIZE + 1), page_size=PAGE_SIZE, max_batch=batch)
+    engine = Engine(model, num_pages=batch * (CONTEXT // PAGE_SIZE + 1), page_size=PAGE_SIZE, max_batch=batch,
+                    cuda_graphs=cuda_graphs)
     prompt = model.encode(("the kv cache stores the keys and values of every token. " * 3)[:CONTEXT])
     for rid in range(batch):
         engine.cache.add_sequence(rid)
@@ -35,15 +38,15 @@ def _engine_step(model, batch):
     return lambda: engine.decode(tokens, positions, table, slots)
 
 
-def run(batches=BATCHES) -> list[dict]:
+def run(batches=BATCHES, graphs=(False, True)) -> list[dict]:
     from torch.profiler import ProfilerActivity, profile
 
     from ..serving.tinymodel import load_model
 
     model = load_model().to("cuda")
     rows = []
-    for batch in batches:
-        step = _engine_step(model, batch)
+    for batch, cuda_graphs in ((b, g) for b in batches for g in graphs):
+        step = _engine_step(model, batch, cuda_graphs)
         step_ms = time_ms(step)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -51,6 +54,7 @@ def run(batches=BATCHES) -> list[dict]:
                 step()
             torch.cuda.synchronize()
         events = prof.key_averages()
+        rows_before = len(rows)
         gpu_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events)
         count = lambda *names: sum(e.count for e in events if any(n in e.key for n in names)) / STEPS  # noqa: E731
         rows.append({"batch": batch, "what": "step (CUDA events, median)", "ms_per_step": step_ms, "calls_per_step": 1})
@@ -64,4 +68,6 @@ def run(batches=BATCHES) -> list[dict]:
         for e in host:
             rows.append({"batch": batch, "what": f"host: {e.key}", "ms_per_step": e.self_cpu_time_total / STEPS / 1e3,
                          "calls_per_step": e.count / STEPS})
+        for row in rows[rows_before:]:
+            row["cuda_graphs"] = cuda_graphs
     return rows
