@@ -16,6 +16,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "flash_attention": "attnkit.kernels.flash",
     "flash_attention_varlen": "attnkit.kernels.flash",
+    "flash_attention_fp8": "attnkit.kernels.flash_fp8",
+    "quantize_for_attention": "attnkit.kernels.flash_fp8",
+    "paged_extend": "attnkit.kernels.paged_extend",
     "paged_decode": "attnkit.kernels.paged",
     "kv_cache_bytes": "attnkit.serving.kv_cache",
     "attention_ref": "attnkit.reference.attention",

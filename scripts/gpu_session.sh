@@ -24,18 +24,19 @@ step() {   # step SECONDS LOGFILE command...
 if [ "$phase" = warm ]; then
     warm=/tmp/warm; mkdir -p $warm
     for case in 0 1 2 3 4 5; do
-        step 420 $warm/check_$case.log python scripts/gpu_flash_features.py $warm --check-only --case $case &
+        step 300 $warm/check_$case.log python scripts/gpu_flash_features.py $warm --check-only --case $case &
     done
-    step 420 $warm/features.log python scripts/gpu_flash_features.py $warm/features --no-check &
-    step 420 "$out/backward_warm.log" python scripts/gpu_flash_backward.py $warm/backward --budget 400 &
-    step 420 $warm/fp8.log python scripts/gpu_flash_fp8.py $warm/fp8 &
-    step 420 $warm/paged_fp8.log python -m attnkit.bench.paged fp8 $warm/paged --decode-only &
-    step 420 $warm/serving.log python -m attnkit.bench.recorder --out $warm/serving serving_features &
-    step 420 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 4 \
+    step 300 $warm/features.log python scripts/gpu_flash_features.py $warm/features --no-check &
+    step 300 "$out/backward_warm.log" python scripts/gpu_flash_backward.py $warm/backward --budget 400 &
+    step 300 $warm/fp8.log python scripts/gpu_flash_fp8.py $warm/fp8 &
+    step 300 $warm/paged_fp8.log python -m attnkit.bench.paged fp8 $warm/paged --decode-only &
+    step 300 $warm/serving.log python -m attnkit.bench.recorder --out $warm/serving serving_features &
+    step 300 $warm/profile.log python -m attnkit.bench.recorder --out $warm/profile decode_profile &
+    step 300 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 4 \
         tests/test_engine_graphs.py tests/test_paged_fp8.py tests/test_paged_window.py tests/test_strides.py &
     if [ -d .whl ]; then   # the lessons under nbval (wheels from ../shared/tools/device-wheels, carried)
         python3 -m pip install -q --no-index --find-links .whl --target /tmp/site nbval ipywidgets nbclient \
-            && step 420 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:. python -m pytest -p no:cacheprovider -q -n 4 \
+            && step 300 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:. python -m pytest -p no:cacheprovider -q -n 4 \
                --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks solutions &
     fi
     wait
@@ -45,11 +46,12 @@ if [ "$phase" = warm ]; then
     tail -n 3 "$out/pytest_gpu.log"; tail -n 15 "$out/nbval_gpu.log" 2>/dev/null
 else
     logs=/tmp/timed; mkdir -p $logs
-    step 150 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
-    step 200 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
-    step 90 $logs/3_fp8.log python scripts/gpu_flash_fp8.py "$out"
-    step 60 $logs/4_paged_fp8.log python -m attnkit.bench.paged fp8 "$out" --decode-only
-    step 150 $logs/5_serving.log python -m attnkit.bench.recorder --out "$out" serving_features
+    step 100 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
+    step 120 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
+    step 60 $logs/3_fp8.log python scripts/gpu_flash_fp8.py "$out"
+    step 40 $logs/4_paged_fp8.log python -m attnkit.bench.paged fp8 "$out" --decode-only
+    step 120 $logs/5_serving.log python -m attnkit.bench.recorder --out "$out" serving_features
+    step 40 $logs/6_profile.log python -m attnkit.bench.recorder --out "$out" decode_profile
     for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session.log"   # one file: $OUT holds few
     tail -n 12 $logs/*.log
 fi

@@ -1,5 +1,7 @@
-"""Triton kernels: softmax, flash (FlashAttention forward and backward; its jit functions in
-flash_kernels), paged (paged decode with split-KV), rope_append (rotate and append to the KV cache).
+"""Triton kernels: softmax, flash (FlashAttention forward and both backward designs; its jit functions
+in flash_kernels), flash_fp8 (an e4m3 forward for Hopper), paged (paged decode with split-KV, sliding
+windows and an FP8 cache), paged_extend (several new tokens per sequence over the paged cache),
+rope_append (rotate and append to the KV cache, fp16/bf16/fp32 or FP8).
 
 Where each runs is decided by ``attnkit.device``; inputs are checked by ``attnkit.validation``.
 """
