@@ -325,3 +325,26 @@ def test_a_step_prefills_all_its_chunks_in_one_pass_per_layer():
     assert calls["extend"] and all(n >= 1 for n in calls["extend"])
     first_steps = sum(1 for s in result.steps if s.prefill)
     assert len(calls["packed"]) + len(calls["extend"]) <= 2 * layers * first_steps
+
+
+def test_a_request_without_room_for_its_first_chunk_is_not_admitted():
+    """With prefix caching, a request whose matched pages leave no page for its first chunk goes back
+    to the queue: it is never preempted before running, and its lookup is not counted as a hit."""
+    from attnkit.serving.engine import Engine, Request, compare_with_no_cache, torch_backend
+    from attnkit.serving.tinymodel import load_model
+
+    model = load_model()
+    system = "the scheduler admits a new request"
+    tails = [" when pages are free", " and the kernel", " in one step", " of keys", " for each head", " once"]
+    requests = [Request(i, system + tail, max_new_tokens=n, arrival=a)
+                for i, (tail, n, a) in enumerate(zip(tails, (24, 20, 28, 16, 24, 20), (0, 0, 2, 3, 5, 6)))]
+    engine = Engine(model, num_pages=14, page_size=8, max_batch=4, prefix_caching=True, backend=torch_backend())
+    result = engine.run(requests, max_tokens_per_step=16)
+    ran = set()
+    for s in result.steps:
+        for rid in s.preempted:
+            assert rid in ran, f"request {rid} preempted at step {s.step} before it computed anything"
+            ran.discard(rid)
+        ran |= set(s.prefill) | set(s.decode)
+    assert sum(c.reused for c in result.completions.values()) == engine.prefix.hit_tokens
+    assert compare_with_no_cache(model, result).all_equal

@@ -424,6 +424,12 @@ class PrefixCache:
         self.hit_tokens += self.tables.lengths[seq_id]
         return self.tables.lengths[seq_id]
 
+    def uncount(self, looked_up: int, hit: int) -> None:
+        """Take back a lookup whose pages were given back unused (its request could not start), so
+        that the hit rate counts only the pages that saved computation."""
+        self.lookup_tokens -= looked_up
+        self.hit_tokens -= hit
+
     def register(self, seq_id, token_ids) -> None:
         self.tables._check_seq(seq_id)
         if len(token_ids) != self.tables.lengths[seq_id]:

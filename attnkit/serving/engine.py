@@ -652,13 +652,18 @@ class Engine:
                     queue.remove(c)
                     self.cache.add_sequence(c.request.rid)
                     running.append(c)
-                    c.admitted = step if c.admitted < 0 else c.admitted
                     if self.prefix:                           # cached pages first; at least one token to compute
                         c.cached = self.prefix.match(c.request.rid, c.context[:-1])
-                        c.reused += c.cached
                         n = int(min(len(c.context) - c.cached, budget, self._room(c)))
-                        if n == 0:
+                        if n == 0:                            # no page for its first chunk: not admitted
+                            running.remove(c)
+                            self.cache.free(c.request.rid)    # the matched pages stay in the prefix cache
+                            self.prefix.uncount(len(c.context) - 1, c.cached)
+                            c.cached = 0
+                            queue.insert(0, c)
                             break
+                        c.reused += c.cached
+                    c.admitted = step if c.admitted < 0 else c.admitted
                 chunks.append((c.request.rid, c.context[c.cached:c.cached + n], c.cached))
                 slots.append(self.cache.reserve(c.request.rid, n))
                 c.cached += n
