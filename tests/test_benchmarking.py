@@ -1,10 +1,12 @@
 """Benchmark plumbing: every recorded result says where it came from; every suite can be run."""
 import importlib
+from pathlib import Path
 
 import pytest
 
 from attnkit.bench import recorder as benchmarking
 
+ROOT = Path(__file__).resolve().parent.parent
 RECORDED = sorted(benchmarking.RESULTS.glob("bench_*.csv"))
 
 
@@ -31,7 +33,7 @@ def test_every_suite_names_a_function(name):
 def test_every_suite_is_recorded_or_said_not_to_be():
     """Each suite has its CSV in the package data (an installed course shows it), except those listed
     as not yet recorded; a recorded suite leaves that list."""
-    recorded = {p.stem.removeprefix("bench_") for p in RECORDED}
+    recorded = {p.stem.removeprefix("bench_") for p in RECORDED} - set(benchmarking.SCRIPT_RESULTS)
     assert recorded | set(benchmarking.NOT_YET_RECORDED) == set(benchmarking.SUITES)
     assert not recorded & set(benchmarking.NOT_YET_RECORDED)
 
@@ -74,3 +76,10 @@ def test_the_gpu_scripts_record_through_the_recorder():
         text = (scripts / name).read_text()
         assert "record(" in text and "csv.DictWriter" not in text, name
         assert 'write_results("' not in text, name
+
+
+def test_every_script_result_is_recorded_and_its_script_exists():
+    for name, command in benchmarking.SCRIPT_RESULTS.items():
+        assert (benchmarking.RESULTS / f"bench_{name}.csv").exists(), name
+        script = command.split()[1]
+        assert script == "-m" or (ROOT / script).exists(), command

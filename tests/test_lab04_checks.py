@@ -673,3 +673,14 @@ def test_prediction_may_not_call_the_counter():
     result = lab04.check_prediction(lambda M, N, K: lab04.counted_matmul_loads(M, N, K), seed=0)
     assert not result.passed and "calls" in result.report and "counted_matmul_loads" in result.report, result.report
     assert lab04.counted_matmul_loads(16, 16, 16) == 512                            # restored afterwards
+
+
+def test_loads_are_counted_in_a_child_interpreter_where_triton_compiles(monkeypatch):
+    """On a GPU this process compiles kernels and cannot interpret: the count comes from a child
+    Python with TRITON_INTERPRET=1, and equals the count made here in the interpreter."""
+    from attnkit.labs import lab04
+
+    here = lab04.counted_matmul_loads(17, 33, 40)
+    monkeypatch.setattr(lab04, "_COUNTED", {})
+    monkeypatch.setattr(lab04, "_interpreting", lambda: False)
+    assert lab04.counted_matmul_loads(17, 33, 40) == here == 17 * 40 * 3 + 40 * 33 * 2

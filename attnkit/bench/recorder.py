@@ -35,7 +35,15 @@ SUITES = {
     "decode_profile": "attnkit.bench.decode_profile:run",
 }
 # Suites written but not yet run on a GPU: their lessons say "recorded on a GPU only" until they are.
-NOT_YET_RECORDED: tuple[str, ...] = ("serving_features",)
+NOT_YET_RECORDED: tuple[str, ...] = ()
+# Results written by the GPU scripts (checks, then timings of several designs side by side), kept beside
+# the suites' CSVs: bench_<name>.csv and the command that recorded it (scripts/gpu_session.sh runs all).
+SCRIPT_RESULTS = {
+    "flash_features": "python scripts/gpu_flash_features.py DIR --no-check",
+    "flash_backward": "python scripts/gpu_flash_backward.py DIR",
+    "flash_fp8": "python scripts/gpu_flash_fp8.py DIR",
+    "paged_fp8": "python -m attnkit.bench.paged fp8 DIR --decode-only",
+}
 PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
 

@@ -38,7 +38,12 @@ def _worker(rank, world_size, port, backend, fn, args, results, timeout_s):
         torch.save(fn(rank, world_size, *args), buffer)
         results.put((rank, "ok", buffer.getvalue()))
     except BaseException as exc:  # reported to the parent, which raises it
-        results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        hint = ""
+        if "Autograd-and-Fork" in str(exc):
+            hint = ("\nhint: the parent process ran a backward pass before forking (on a machine with a GPU that "
+                    "starts autograd's device threads, which a forked process cannot use): run every backward "
+                    "inside run_group, or the parent's after the last run_group call")
+        results.put((rank, "error", f"{type(exc).__name__}: {exc}{hint}\n{traceback.format_exc()}"))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
