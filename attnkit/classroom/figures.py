@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"
-DIAGRAM_MODULES = ("attnkit.bench.iomodel", "attnkit.bench.flash", "attnkit.bench.flash_ladder")
+DIAGRAM_MODULES = ("attnkit.bench.iomodel", "attnkit.bench.flash", "attnkit.bench.flash_ladder",
+                   "attnkit.bench.gpu_results")
 _REGISTRY: dict[str, object] = {}
 
 

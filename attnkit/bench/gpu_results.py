@@ -1,0 +1,125 @@
+"""Summaries and plots of the GPU scripts' recorded results (``recorder.SCRIPT_RESULTS``), for lessons 5,
+6 and 8 and for ``make figures``: each summary returns the ratios the course's targets name, computed
+from the recorded rows, never typed.
+
+- ``feature_ratios(rows)``: head dims (attnkit / cuDNN forward speed at each D, and that ratio over
+  D = 128's), packed sequences (varlen against the dense kernel on the padded batch, with the ratio of
+  padded to useful work it should reach) and the sliding window (against full causal, with 0.8 · N / (2 ·
+  window) as its target), from ``bench_flash_features.csv``;
+- ``backward_ratios(rows)``: each backward design's speed over cuDNN's, from ``bench_flash_backward.csv``;
+- ``fp8_ratios(rows)``: the FP8 forward over the course's fp16 forward and over cuDNN's fp16, and the
+  matrix-product ceilings, from ``bench_flash_fp8.csv``.
+"""
+from __future__ import annotations
+
+from ..classroom.figures import diagram
+from .recorder import read_results
+
+
+def _speed(rows, impl, **match) -> float:
+    """1 / ms of the one row of ``impl`` that matches (NaN when there is none)."""
+    for r in rows:
+        if r["impl"] == impl and all(str(r[k]) == str(v) for k, v in match.items()):
+            return 1.0 / r["ms"] if r["ms"] == r["ms"] and r["ms"] else float("nan")
+    return float("nan")
+
+
+def feature_ratios(rows) -> dict:
+    head = [r for r in rows if r["suite"] == "head_dim"]
+    dims = sorted({int(r["head_dim"]) for r in head})
+    out = {"head_dim": {}}
+    for causal in ("False", "True"):
+        vs_cudnn = {d: _speed(head, "attnkit", head_dim=float(d), causal=causal, pass_="forward")
+                    / _speed(head, "sdpa_cudnn", head_dim=float(d), causal=causal, pass_="forward") for d in dims}
+        out["head_dim"][causal == "True"] = {d: (r, r / vs_cudnn[128]) for d, r in vs_cudnn.items()}
+    varlen = [r for r in rows if r["suite"] == "varlen" and r["pass_"] == "forward"]
+    if varlen:
+        out["varlen"] = dict(
+            speedup=_speed(varlen, "attnkit_varlen") / _speed(varlen, "attnkit_padded"),
+            target=varlen[0]["padded_pairs"] / varlen[0]["useful_pairs"],
+            vs_cudnn_padded=_speed(varlen, "attnkit_varlen") / _speed(varlen, "sdpa_cudnn_padded"))
+    window = [r for r in rows if r["suite"] == "window"]
+    if window:
+        w, n = window[0]["window"], window[0]["n_q"]
+        out["window"] = {p: _speed(window, f"window_{int(w)}", pass_=p) / _speed(window, "full_causal", pass_=p)
+                         for p in ("forward", "backward")}
+        out["window_target"] = 0.8 * n / (2 * w)
+    return out
+
+
+def backward_ratios(rows) -> dict:
+    """{(impl, head_dim, n, causal): speed / cuDNN's} for the backward suite."""
+    return {(r["impl"], int(r["head_dim"]), int(r["n"]), r["causal"] == "True"): r["vs_cudnn"]
+            for r in rows if r["suite"] == "backward" and r["impl"] not in ("sdpa_cudnn",)}
+
+
+def fp8_ratios(rows) -> dict:
+    out = {}
+    for n in sorted({int(r["n"]) for r in rows if r["impl"] == "fp8"}):
+        for causal in ("False", "True"):
+            fp8 = _speed(rows, "fp8", n=float(n), causal=causal)
+            out[(n, causal == "True")] = dict(
+                vs_fp16=fp8 / _speed(rows, "fp16_attnkit", n=float(n), causal=causal),
+                vs_cudnn_fp16=fp8 / _speed(rows, "fp16_sdpa_cudnn", n=float(n), causal=causal),
+                rel_err=next(r["rel_err"] for r in rows if r["impl"] == "fp8" and r["n"] == n
+                             and r["causal"] == causal),
+                fp16_rel_err=next(r["rel_err"] for r in rows if r["impl"] == "fp16_attnkit" and r["n"] == n
+                                  and r["causal"] == causal))
+    ceilings = {r["impl"]: r["tflops"] for r in rows if r["impl"].startswith(("matmul", "scaled_mm"))}
+    out["ceilings"] = ceilings
+    return out
+
+
+@diagram("flash_features.png")
+def plot_features(rows=None):
+    """Left: attnkit / cuDNN forward speed by head dim. Right: the varlen and window speed-ups against
+    their targets."""
+    import matplotlib.pyplot as plt
+
+    ratios = feature_ratios(rows if rows is not None else read_results("flash_features"))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for i, causal in enumerate((False, True)):
+        dims = list(ratios["head_dim"][causal])
+        left.bar([x + 0.38 * i for x in range(len(dims))], [ratios["head_dim"][causal][d][0] for d in dims], 0.38,
+                 label="causal" if causal else "non-causal")
+    left.set_xticks([x + 0.19 for x in range(len(dims))], [f"D = {d}" for d in dims])
+    left.set_ylabel("attnkit / cuDNN forward speed")
+    left.set_title("head dims (N = 4096, fp16, fixed block sizes)")
+    left.legend()
+    bars = {"varlen fwd": (ratios["varlen"]["speedup"], ratios["varlen"]["target"]),
+            "window fwd": (ratios["window"]["forward"], ratios["window_target"]),
+            "window bwd": (ratios["window"]["backward"], ratios["window_target"])}
+    right.bar(list(bars), [v[0] for v in bars.values()], color="tab:green", label="measured")
+    right.scatter(list(bars), [v[1] for v in bars.values()], color="black", marker="_", s=600, zorder=3,
+                  label="target")
+    right.set_ylabel("speed-up")
+    right.set_title("varlen: over the padded batch; window: over full causal")
+    right.legend()
+    fig.tight_layout()
+    return fig
+
+
+@diagram("flash_backward_designs.png")
+def plot_backward(rows=None):
+    """Each backward design's speed over cuDNN's, by shape."""
+    import matplotlib.pyplot as plt
+
+    ratios = backward_ratios(rows if rows is not None else read_results("flash_backward"))
+    shapes = sorted({k[1:] for k in ratios})
+    impls = [i for i in ("two_kernels", "atomic_dq", "atomic_dq_alt", "sdpa_flash") if any(k[0] == i for k in ratios)]
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    width = 0.8 / len(impls)
+    for j, impl in enumerate(impls):
+        ax.bar([x + j * width for x in range(len(shapes))], [ratios.get((impl, *s), float("nan")) for s in shapes],
+               width, label=impl)
+    ax.axhline(0.9, color="black", lw=0.8, ls="--", label="target 0.9")
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(shapes))],
+                  [f"D{d} N{n // 1024}k{' c' if c else ''}" for d, n, c in shapes], fontsize=8)
+    ax.set_ylabel("backward speed / cuDNN's")
+    ax.set_title("backward designs on the H100 (fp16, fixed block sizes; 'c': causal)")
+    ax.legend(fontsize=8, ncols=5, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["feature_ratios", "backward_ratios", "fp8_ratios", "plot_features", "plot_backward"]
