@@ -54,7 +54,7 @@ headers: setup  ## rewrite titles, badges, objectives, setup cells, questions an
 figures: setup  ## redraw the diagrams in figures/
 	$(PY) -m attnkit.classroom.figures
 
-bench: setup  ## GPU only: measure the kernels, write CSVs to figures/
+bench: setup  ## GPU only: measure the kernels, write CSVs to attnkit/bench/results/
 	$(PY) -m attnkit.bench.recorder
 
 site: setup  ## the course as a static website in site/_build/html, from stored outputs (SITE_ARGS=--no-solutions)
