@@ -91,3 +91,25 @@ def test_device_mode_flags_a_bad_scale():
     with pytest.raises(ValueError, match="k_scale / v_scale <= 0"):
         paged.raise_pending_errors()
     assert FP8 == torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("view", ["strided", "expanded", "offset"])
+def test_scales_may_be_any_view(view):
+    """A scale tensor that is a view (every other element, an expanded scalar, an offset slice) is read
+    through its strides, by paged_decode and by paged_extend."""
+    (q, _, _, table, lens), (k8, v8, ks, vs) = fp8_case(4, [9, 30], hq=4, hkv=2)
+    if view == "strided":
+        ks_view = torch.stack([ks, torch.full_like(ks, 1e9)], 1).reshape(-1)[::2]
+    elif view == "expanded":
+        ks = torch.full_like(ks, float(ks.max()))
+        ks_view = ks[:1].expand(2)
+    else:
+        ks_view = torch.cat([torch.tensor([1e9]), ks])[1:]
+    assert torch.equal(ks_view, ks) and (ks_view.stride() != (1,) or ks_view.storage_offset() > 0)
+    expected = paged_decode_ref(q, k8, v8, table, lens, k_scale=ks, v_scale=vs)
+    args = [t.to(DEVICE) for t in (q, k8, v8, table, lens)]
+    out = paged_decode(*args, k_scale=ks_view.to(DEVICE), v_scale=vs.to(DEVICE))
+    assert rel_error(out.cpu(), expected) <= tolerance(torch.float16, DEVICE)
+    cu = torch.arange(3, dtype=torch.int32, device=DEVICE)
+    extend = paged_extend(*args, cu, k_scale=ks_view.to(DEVICE), v_scale=vs.to(DEVICE))
+    assert rel_error(extend.cpu(), expected) <= tolerance(torch.float16, DEVICE)

@@ -386,7 +386,9 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
     if q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device):   # interpreter, or below sm_80
         q = q.float()
         k_pages, v_pages = (t if t.dtype == FP8 else t.float() for t in (k_pages, v_pages))
-    if not scaled:
+    if scaled:                                       # [Hkv], read as scale_ptr + kv: made contiguous
+        k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
+    else:
         k_scale = v_scale = torch.ones(1, dtype=torch.float32, device=q.device)   # never read
     if config is None:
         config = INTERPRETER_CONFIG if triton_interprets() else GPU_CONFIGS[variant]

@@ -173,6 +173,8 @@ def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     max_q = max_q_len if max_q_len is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     scaled = k_scale is not None
+    if scaled:                                       # [Hkv], read as scale_ptr + kv_head: made contiguous
+        k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
     dummy = torch.ones(1, dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(max(max_q, 1), block_m), batch, hq)
     _extend_kernel[grid](q, k_pages, v_pages, o, block_table, seq_lens, cu_seqlens_q,
