@@ -43,5 +43,5 @@ def test_the_plots_draw():
     import matplotlib
 
     matplotlib.use("Agg")
-    for draw in (gpu_results.plot_features, gpu_results.plot_backward):
+    for draw in (gpu_results.plot_features, gpu_results.plot_backward, gpu_results.plot_serving_features):
         assert draw().axes

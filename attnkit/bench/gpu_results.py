@@ -1,6 +1,6 @@
-"""Summaries and plots of the GPU scripts' recorded results (``recorder.SCRIPT_RESULTS``), for lessons 5,
-6 and 8 and for ``make figures``: each summary returns the ratios the course's targets name, computed
-from the recorded rows, never typed.
+"""Summaries and plots of the GPU scripts' recorded results (``recorder.SCRIPT_RESULTS``) and of the
+serving features suite, for lessons 5, 6 and 9 and for ``make figures``: each summary returns the
+ratios the course's targets name, computed from the recorded rows, never typed.
 
 - ``feature_ratios(rows)``: head dims (attnkit / cuDNN forward speed at each D, and that ratio over
   D = 128's), packed sequences (varlen against the dense kernel on the padded batch, with the ratio of
@@ -122,4 +122,29 @@ def plot_backward(rows=None):
     return fig
 
 
-__all__ = ["feature_ratios", "backward_ratios", "fp8_ratios", "plot_features", "plot_backward"]
+@diagram("serving_features.png")
+def plot_serving_features(rows=None):
+    """Throughput, time to first token and time per output token of each engine configuration, as
+    ratios to the baseline's (bench_serving_features.csv)."""
+    import matplotlib.pyplot as plt
+
+    rows = rows if rows is not None else read_results("serving_features")
+    base = next(r for r in rows if r["config"] == "baseline")
+    configs = [r for r in rows if r["config"] != "baseline"]
+    measures = (("tokens_per_s", "throughput"), ("ttft_mean_ms", "TTFT (mean)"), ("tpot_mean_ms", "TPOT (mean)"))
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    width = 0.8 / len(measures)
+    for j, (field, label) in enumerate(measures):
+        ax.bar([x + j * width for x in range(len(configs))], [r[field] / base[field] for r in configs], width,
+               label=label)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(configs))], [r["config"] for r in configs])
+    ax.set_ylabel("÷ baseline")
+    ax.set_title(f"engine features, 64 requests with a shared prompt ({base['gpu']})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["feature_ratios", "backward_ratios", "fp8_ratios", "plot_features", "plot_backward",
+           "plot_serving_features"]
