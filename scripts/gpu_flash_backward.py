@@ -47,8 +47,8 @@ TOKENS, HEADS = 16384, 16
 CHECK_N = 1008                 # divisible by 16 (as every timed N: the same kernel specialisations), not by 64
 COMPILE_S, CASE_S = 12.0, 4.0  # estimated cost of one new kernel variant, and of timing one case
 DESIGNS = tuple(flash.BACKWARDS)
-# the atomic design's second candidate (the first is LAUNCHERS["bwd_atomic"]'s default)
-ATOMIC_ALTERNATIVE = flash.BlockConfig(64, 128, 8, 2)
+# the atomic design's second candidate, 64x64 (the first is LAUNCHERS["bwd_atomic"]'s default, 64x128)
+ATOMIC_ALTERNATIVE = flash.BlockConfig(64, 64, 8, 2)
 
 START = time.perf_counter()
 

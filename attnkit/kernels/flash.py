@@ -178,12 +178,13 @@ LAUNCHERS = {
                  BlockConfig(32, 64, 4, 3)),
     "bwd_dq": ("_bwd_dq", [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 2)],
                BlockConfig(64, 32, 4, 3)),
-    # the one-pass backward (atomic dQ): a program owns BLOCK_N keys, as in bwd_dkdv, but also holds a
-    # [BLOCK_M, D] fp32 dQ share per query block. The design estimate behind the default, not yet measured
-    # (scripts/gpu_flash_backward.py times it and 64x128): BLOCK_M = 64 keeps all five products on 64-row
-    # wgmma tiles, and 8 warps leave room for dK, dV [BLOCK_N, D] fp32 in the registers at D = 128.
-    "bwd_atomic": ("_bwd_atomic", [(64, 64, 8, 2), (64, 128, 8, 2), (64, 64, 4, 3), (32, 128, 4, 3)],
-                   BlockConfig(64, 64, 8, 2)),
+    # the one-pass backward (_bwd_dkdv with ATOMIC_DQ): a program owns BLOCK_N keys, as in bwd_dkdv, but
+    # also holds a [BLOCK_M, D] fp32 dQ share per query block. BLOCK_M = 64 keeps all five products on
+    # 64-row wgmma tiles, and 8 warps leave room for dK, dV [BLOCK_N, D] fp32 in the registers at D = 128.
+    # Measured on the H100 (docs/flash_notes.md): 64x128 ran 1.7-1.8x faster than 64x64 at D = 128, N = 4k,
+    # hence the default without autotuning.
+    "bwd_atomic": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 64, 8, 2), (64, 64, 4, 3), (32, 128, 4, 3)],
+                   BlockConfig(64, 128, 8, 2)),
 }
 
 
@@ -224,7 +225,7 @@ def _tuned(name: str):
         key = [a for a in ("n_q", "n_k", "HEAD_DIM", "HEAD_DIM_V", "DIM_QK", "DIM_V", "CAUSAL", "BAND", "SOFTCAP",
                            "VARLEN", "DESC", "LONGEST_FIRST") if a in kernel.arg_names]
         options = dict(configs=configs, key=key, prune_configs_by={"early_config_prune": _prune_by_head_dim})
-        if "DQ_ACC" in kernel.arg_names:   # atomic adds: every trial must start from a zeroed dQ buffer
+        if name == "bwd_atomic":   # atomic adds: every trial must start from a zeroed dQ buffer
             options["reset_to_zero"] = ["DQ_ACC"]
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
             options["do_bench"] = _quick_bench
@@ -501,24 +502,26 @@ def _backward_two_kernels(plan: _BackwardLaunch) -> None:
     dq4 = _heads_view(plan.dq, plan.packed)
     inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
     rows = _row_strides(plan.lse, plan.packed)
-    plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *inputs, plan.lse, plan.delta, plan.dk4, plan.dv4,
-                *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4), *rows,
-                n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N")
+    no_dq_acc = plan.dk4                               # DQ_ACC: not touched without ATOMIC_DQ
+    plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *inputs, plan.lse, plan.delta, plan.dk4, plan.dv4, no_dq_acc,
+                *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4), 0, 0, 0, 0, *rows,
+                n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=False)
     plan.launch("bwd_dq", n_q, batch * n_heads, *inputs, plan.lse, plan.delta, dq4,
                 *plan.scalars, *plan.strides(*inputs, dq4), *rows, n_heads, n_heads // n_heads_kv, n_q, n_k)
 
 
 def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
-    """One pass over key blocks (``_bwd_atomic``): dK, dV stored as in ``_bwd_dkdv``, dQ added with fp32
-    atomic adds into a zeroed fp32 buffer of q's shape, then converted to the inputs' dtype (five matrix
-    products per pair of blocks; two extra passes over an fp32 copy of dQ: the zeroing and the conversion)."""
+    """One pass over key blocks (``_bwd_dkdv`` with ATOMIC_DQ): dK, dV stored as in the two-kernel design,
+    dQ added with fp32 atomic adds into a zeroed fp32 buffer of q's shape, then converted to the inputs'
+    dtype (five matrix products per pair of blocks; two extra passes over an fp32 copy of dQ: the zeroing
+    and the conversion)."""
     batch, n_heads, n_heads_kv, n_q, n_k = plan.sizes
     dq_acc = torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)   # q's shape, fp32
     acc4 = _heads_view(dq_acc, plan.packed)
     inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
     plan.launch("bwd_atomic", n_k, batch * n_heads_kv, *inputs, plan.lse, plan.delta, plan.dk4, plan.dv4, acc4,
                 *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4, acc4), *_row_strides(plan.lse, plan.packed),
-                n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N")
+                n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=True)
     plan.dq.copy_(dq_acc)
 
 

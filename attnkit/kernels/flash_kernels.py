@@ -5,7 +5,7 @@ This module holds only ``@triton.jit`` code; ``attnkit.kernels.flash`` checks in
 constexprs and block sizes and launches these.
 
 Conventions shared by every kernel:
-- one program handles one block of rows (queries, or keys in ``_bwd_dkdv`` and ``_bwd_atomic``) of one head;
+- one program handles one block of rows (queries, or keys in ``_bwd_dkdv``) of one head;
 - query head h reads key/value head h // group (grouped-query attention, no K/V copies);
 - causal attention is aligned to the end: query i sees key j when j <= i + SHIFT, SHIFT = Nk - Nq;
   a sliding window generalises it to a band, -left <= j - i - SHIFT <= right (``BAND``; causal is
@@ -330,14 +330,34 @@ def _probs(qk, lse2, qk_scale, cap_scale, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, keys, lo, hi, n_q, n_k, left, right,
-                    qk_scale, cap_scale,
+def _atomic_add_tile(X, tile, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d,
+                     ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, DIM: tl.constexpr):
+    """X[b, h, row:row + ROWS, :DIM] += tile [ROWS, HEAD_DIM] with fp32 atomic adds (X is fp32): many
+    programs add into the same rows. Rows past n_rows (checked with MASKED) and columns past DIM are dropped."""
+    rows = row + tl.arange(0, ROWS)
+    cols = tl.arange(0, HEAD_DIM)
+    ptrs = (X + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h + rows[:, None].to(tl.int64) * stride_n
+            + cols[None, :] * stride_d)
+    if MASKED:
+        tl.atomic_add(ptrs, tile, mask=(rows[:, None] < n_rows) & (cols[None, :] < DIM), sem="relaxed")
+    elif DIM < HEAD_DIM:
+        tl.atomic_add(ptrs, tile, mask=cols[None, :] < DIM, sem="relaxed")
+    else:
+        tl.atomic_add(ptrs, tile, sem="relaxed")
+
+
+@triton.jit
+def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys, lo, hi, n_q, n_k, left, right,
+                    sm_scale, qk_scale, cap_scale,
                     stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
+                    stride_ab, stride_ah, stride_am, stride_ad,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
                     BLOCK_M: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
-                    DOT_PRECISION: tl.constexpr):
+                    DOT_PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     """Accumulate dK, dV of one key block (k [BLOCK_N, D], v [BLOCK_N, Dv]) over query blocks [lo, hi) of
-    query head off_h; LSE, DELTA: this head's rows. Works on transposed scores sT = k qᵀ: [BLOCK_N, BLOCK_M]."""
+    query head off_h; LSE, DELTA: this head's rows. Works on transposed scores sT = k qᵀ: [BLOCK_N, BLOCK_M].
+    Products 1-4 per query block; with ATOMIC_DQ a fifth, the block's share of dQ, sm_scale · dS k
+    [BLOCK_M, D], added atomically into DQ_ACC (fp32; scaled here, so that the caller only converts)."""
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)                         # [BLOCK_M] query indices
         q = _tile(Q, off_b, off_h, start_m, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
@@ -346,35 +366,47 @@ def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, keys, lo, hi,
                    BLOCK_M, HEAD_DIM_V, MASKED, 0, DIM_V)
         lse2, delta = _row_stats(LSE, DELTA, rows, n_q)
         p_t, t_t = _probs(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION), lse2[None, :], qk_scale,
-                          cap_scale, SOFTCAP)
+                          cap_scale, SOFTCAP)                          # 1: S recomputed, [BLOCK_N, BLOCK_M]
         if MASKED:
             p_t = tl.where(tl.trans(_visible(rows, keys, n_q, n_k, left, right, BAND)), p_t, 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)                      # [BLOCK_N, Dv]
-        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)                          # [BLOCK_N, BLOCK_M]
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)                      # 2: [BLOCK_N, Dv]
+        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)                          # 3: [BLOCK_N, BLOCK_M]
         ds_t = p_t * (dp_t - delta[None, :])
         if SOFTCAP:
             ds_t = ds_t * (1.0 - t_t * t_t)
-        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=DOT_PRECISION)
+        ds_t = ds_t.to(q.dtype)
+        dk += tl.dot(ds_t, q, input_precision=DOT_PRECISION)                                   # 4: [BLOCK_N, D]
+        if ATOMIC_DQ:
+            dq = tl.dot(tl.trans(ds_t), k, input_precision=DOT_PRECISION)                      # 5: [BLOCK_M, D]
+            _atomic_add_tile(DQ_ACC, dq * sm_scale, off_b, off_h, start_m, n_q, stride_ab, stride_ah, stride_am,
+                             stride_ad, BLOCK_M, HEAD_DIM, MASKED, DIM_QK)
     return dk, dv
 
 
 @triton.jit
-def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sm_scale, qk_scale, cap_scale, left, right,
+def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_scale, cap_scale, left, right,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_dob, stride_doh, stride_dom, stride_dod,
               stride_dkb, stride_dkh, stride_dkn, stride_dkd,
               stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+              stride_ab, stride_ah, stride_am, stride_ad,
               stride_lb, stride_lh,
               n_heads, n_heads_kv, group, n_q, n_k,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
               HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
-              SOFTCAP: tl.constexpr, VARLEN: tl.constexpr):
+              SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     """dK, dV for one block of BLOCK_N keys of one (batch, KV head), summed over its ``group`` query heads.
 
     grid = (cdiv(Nk, BLOCK_N), B * Hkv). DK [.., D], DV [.., Dv] laid out as K and V by their strides.
+    Without ATOMIC_DQ (the two-kernel design) DQ_ACC is not touched and ``_bwd_dq`` computes dQ. With
+    ATOMIC_DQ this is the whole backward in one pass, five matrix products per (query block, key block)
+    pair, as FlashAttention-2 and -3 do: dQ added atomically into DQ_ACC (fp32 [B, Hq, Nq, D] by its
+    strides, zeroed by the caller, who converts it to the inputs' dtype afterwards). The trade: two
+    products fewer per pair (S and dP are not computed a second time), paid for with BLOCK_M · D fp32
+    atomic adds per pair and an fp32 buffer the size of Q in global memory.
     """
     start_n = tl.program_id(0) * BLOCK_N
     off_b, off_hk = _batch_and_head(n_heads_kv)
@@ -383,6 +415,8 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sm_scale, qk_scale, c
             CU_Q, CU_K, off_b, Q, DO, LSE, DELTA, K, V, stride_qm, stride_dom, stride_kn, stride_vn)
         DK += k0.to(tl.int64) * stride_dkn
         DV += k0.to(tl.int64) * stride_dvn
+        if ATOMIC_DQ:
+            DQ_ACC += q0.to(tl.int64) * stride_am
     keys = start_n + tl.arange(0, BLOCK_N)                             # [BLOCK_N] key indices
     k = _tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd,
               BLOCK_N, HEAD_DIM, True, 0, DIM_QK)
@@ -397,11 +431,12 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sm_scale, qk_scale, c
         off_h = off_hk * group + g
         base = off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh   # this head's LSE, DELTA rows
         for part in tl.static_range(3):
-            dk, dv = _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE + base, DELTA + base, off_b, off_h, keys,
-                                     bounds[part], bounds[part + 1], n_q, n_k, left, right, qk_scale, cap_scale,
-                                     stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom,
-                                     stride_dod, HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_M, part != 1, BAND,
-                                     SOFTCAP, DOT_PRECISION)
+            dk, dv = _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE + base, DELTA + base, DQ_ACC, off_b, off_h, keys,
+                                     bounds[part], bounds[part + 1], n_q, n_k, left, right, sm_scale, qk_scale,
+                                     cap_scale, stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh,
+                                     stride_dom, stride_dod, stride_ab, stride_ah, stride_am, stride_ad,
+                                     HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_M, part != 1, BAND,
+                                     SOFTCAP, DOT_PRECISION, ATOMIC_DQ)
     _store_tile(DK, dk * sm_scale, off_b, off_hk, start_n, n_k, stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                 BLOCK_N, HEAD_DIM, 0, DIM_QK)
     _store_tile(DV, dv, off_b, off_hk, start_n, n_k, stride_dvb, stride_dvh, stride_dvn, stride_dvd,
@@ -471,115 +506,3 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_sca
                            HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_N, part != 1, BAND, SOFTCAP, DOT_PRECISION)
     _store_tile(DQ, dq * sm_scale, off_b, off_h, row0, n_q, stride_dqb, stride_dqh, stride_dqm, stride_dqd,
                 BLOCK_M, HEAD_DIM, 0, DIM_QK)
-
-
-# ------------------------------------------------------------------- backward in one pass: atomic dQ
-@triton.jit
-def _atomic_add_tile(X, tile, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d,
-                     ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, DIM: tl.constexpr):
-    """X[b, h, row:row + ROWS, :DIM] += tile [ROWS, HEAD_DIM] with fp32 atomic adds (X is fp32): many
-    programs add into the same rows. Rows past n_rows (checked with MASKED) and columns past DIM are dropped."""
-    rows = row + tl.arange(0, ROWS)
-    cols = tl.arange(0, HEAD_DIM)
-    ptrs = (X + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h + rows[:, None].to(tl.int64) * stride_n
-            + cols[None, :] * stride_d)
-    if MASKED:
-        tl.atomic_add(ptrs, tile, mask=(rows[:, None] < n_rows) & (cols[None, :] < DIM), sem="relaxed")
-    elif DIM < HEAD_DIM:
-        tl.atomic_add(ptrs, tile, mask=cols[None, :] < DIM, sem="relaxed")
-    else:
-        tl.atomic_add(ptrs, tile, sem="relaxed")
-
-
-@triton.jit
-def _bwd_atomic_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys, lo, hi, n_q, n_k, left, right,
-                      sm_scale, qk_scale, cap_scale,
-                      stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
-                      stride_ab, stride_ah, stride_am, stride_ad,
-                      HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
-                      BLOCK_M: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
-                      DOT_PRECISION: tl.constexpr):
-    """``_bwd_dkdv_inner`` plus a fifth product: for each query block [lo, hi) of head off_h, that block's
-    share of dQ, sm_scale · dS k = sm_scale · (dSᵀ)ᵀ k [BLOCK_M, D], is added atomically into DQ_ACC (fp32;
-    scaled here, in fp32, so that the caller only converts). Works on transposed scores sT = k qᵀ:
-    [BLOCK_N, BLOCK_M]."""
-    for start_m in range(lo, hi, BLOCK_M):
-        rows = start_m + tl.arange(0, BLOCK_M)                         # [BLOCK_M] query indices
-        q = _tile(Q, off_b, off_h, start_m, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
-                  BLOCK_M, HEAD_DIM, MASKED, 0, DIM_QK)                # [BLOCK_M, D]
-        do = _tile(DO, off_b, off_h, start_m, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
-                   BLOCK_M, HEAD_DIM_V, MASKED, 0, DIM_V)              # [BLOCK_M, Dv]
-        lse2, delta = _row_stats(LSE, DELTA, rows, n_q)
-        p_t, t_t = _probs(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION), lse2[None, :], qk_scale,
-                          cap_scale, SOFTCAP)                          # 1: S recomputed, [BLOCK_N, BLOCK_M]
-        if MASKED:
-            p_t = tl.where(tl.trans(_visible(rows, keys, n_q, n_k, left, right, BAND)), p_t, 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)                      # 2: [BLOCK_N, Dv]
-        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)                          # 3: [BLOCK_N, BLOCK_M]
-        ds_t = p_t * (dp_t - delta[None, :])
-        if SOFTCAP:
-            ds_t = ds_t * (1.0 - t_t * t_t)
-        ds_t = ds_t.to(q.dtype)
-        dk += tl.dot(ds_t, q, input_precision=DOT_PRECISION)                                   # 4: [BLOCK_N, D]
-        dq = tl.dot(tl.trans(ds_t), k, input_precision=DOT_PRECISION)                          # 5: [BLOCK_M, D]
-        _atomic_add_tile(DQ_ACC, dq * sm_scale, off_b, off_h, start_m, n_q, stride_ab, stride_ah, stride_am, stride_ad,
-                         BLOCK_M, HEAD_DIM, MASKED, DIM_QK)
-    return dk, dv
-
-
-@triton.jit
-def _bwd_atomic(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_scale, cap_scale, left, right,
-                stride_qb, stride_qh, stride_qm, stride_qd,
-                stride_kb, stride_kh, stride_kn, stride_kd,
-                stride_vb, stride_vh, stride_vn, stride_vd,
-                stride_dob, stride_doh, stride_dom, stride_dod,
-                stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-                stride_ab, stride_ah, stride_am, stride_ad,
-                stride_lb, stride_lh,
-                n_heads, n_heads_kv, group, n_q, n_k,
-                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
-                SOFTCAP: tl.constexpr, VARLEN: tl.constexpr):
-    """The whole backward of one block of BLOCK_N keys of one (batch, KV head) in one pass, five matrix
-    products per (query block, key block) pair, as FlashAttention-2 and -3 do: dK and dV summed over
-    the ``group`` query heads and stored, dQ added atomically into DQ_ACC (fp32 [B, Hq, Nq, D] by its
-    strides, zeroed by the caller, who converts it to the inputs' dtype afterwards).
-
-    grid = (cdiv(Nk, BLOCK_N), B * Hkv). The trade against ``_bwd_dkdv`` + ``_bwd_dq``: two products
-    fewer per pair (S and dP are not computed a second time), paid for with BLOCK_M · D fp32 atomic
-    adds per pair and an fp32 buffer the size of Q in global memory.
-    """
-    start_n = tl.program_id(0) * BLOCK_N
-    off_b, off_hk = _batch_and_head(n_heads_kv)
-    if VARLEN:
-        q0, n_q, k0, n_k, Q, DO, LSE, DELTA, K, V = _backward_sequence(
-            CU_Q, CU_K, off_b, Q, DO, LSE, DELTA, K, V, stride_qm, stride_dom, stride_kn, stride_vn)
-        DK += k0.to(tl.int64) * stride_dkn
-        DV += k0.to(tl.int64) * stride_dvn
-        DQ_ACC += q0.to(tl.int64) * stride_am
-    keys = start_n + tl.arange(0, BLOCK_N)                             # [BLOCK_N] key indices
-    k = _tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd,
-              BLOCK_N, HEAD_DIM, True, 0, DIM_QK)
-    v = _tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
-              BLOCK_N, HEAD_DIM_V, True, 0, DIM_V)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM_V], dtype=tl.float32)
-
-    # The queries that see these keys: the band seen from the keys' side (masked, whole, masked blocks).
-    bounds = _key_range(start_n, tl.where(start_n < n_k, n_q, 0), n_q - n_k, right, left, BLOCK_N, BLOCK_M)
-    for g in range(group):
-        off_h = off_hk * group + g
-        base = off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh   # this head's LSE, DELTA rows
-        for part in tl.static_range(3):
-            dk, dv = _bwd_atomic_inner(dk, dv, k, v, Q, DO, LSE + base, DELTA + base, DQ_ACC, off_b, off_h, keys,
-                                       bounds[part], bounds[part + 1], n_q, n_k, left, right, sm_scale, qk_scale,
-                                       cap_scale, stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh,
-                                       stride_dom, stride_dod, stride_ab, stride_ah, stride_am, stride_ad,
-                                       HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_M, part != 1, BAND, SOFTCAP,
-                                       DOT_PRECISION)
-    _store_tile(DK, dk * sm_scale, off_b, off_hk, start_n, n_k, stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                BLOCK_N, HEAD_DIM, 0, DIM_QK)
-    _store_tile(DV, dv, off_b, off_hk, start_n, n_k, stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-                BLOCK_N, HEAD_DIM_V, 0, DIM_V)
