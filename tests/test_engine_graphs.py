@@ -5,6 +5,7 @@ import random
 
 import pytest
 import torch
+from host_syncs import HostSyncs
 
 from attnkit.kernels import paged
 from attnkit.serving.engine import (
@@ -29,23 +30,6 @@ def one_thread_and_no_pending_checks():
     yield
     torch.set_num_threads(saved)
     paged.raise_pending_errors()
-
-
-class _HostSyncs:
-    """Counts the calls that read a tensor's contents back to the host (a synchronisation on a GPU)."""
-
-    NAMES = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
-
-    def __init__(self, monkeypatch):
-        self.calls = []
-        for name in self.NAMES:
-            original = getattr(torch.Tensor, name)
-
-            def counted(t, *args, _name=name, _original=original, **kwargs):
-                self.calls.append(_name)
-                return _original(t, *args, **kwargs)
-
-            monkeypatch.setattr(torch.Tensor, name, counted)
 
 
 # ------------------------------------------------------------------------------------- set-up
@@ -174,7 +158,7 @@ def test_bad_decode_inputs_are_named():
 def test_a_decode_step_reads_nothing_back_to_the_host(monkeypatch, backend):
     engine, tokens, positions, table, slots = engine_with_sequences(
         3, backend=kernel_backend() if backend == "kernels" else torch_backend())
-    syncs = _HostSyncs(monkeypatch)
+    syncs = HostSyncs(monkeypatch)
     logits = engine.decode(tokens, positions, table, slots)
     calls = list(syncs.calls)
     monkeypatch.undo()
@@ -186,7 +170,7 @@ def test_the_counter_sees_a_read_back(monkeypatch):
     """The reference RoPE checks its positions on the host: the counter sees it (it can fail)."""
     model = tiny_model()
     x = model.embed(torch.tensor([[1], [2]]))
-    syncs = _HostSyncs(monkeypatch)
+    syncs = HostSyncs(monkeypatch)
     model.blocks[0].project_qkv(x, torch.tensor([[3], [4]]))
     calls = list(syncs.calls)
     monkeypatch.undo()

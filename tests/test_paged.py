@@ -12,6 +12,7 @@ import types
 
 import pytest
 import torch
+from host_syncs import HostSyncs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -270,28 +271,13 @@ def test_public_name():
 
 
 # ------------------------------------------------------------------------- checks without a host sync
-class _HostSyncs:
-    """Counts the calls that read a tensor's contents back to the host (a synchronisation on a GPU)."""
-
-    NAMES = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
-
-    def __init__(self, monkeypatch):
-        self.calls = []
-        for name in self.NAMES:
-            original = getattr(torch.Tensor, name)
-
-            def counted(t, *args, _name=name, _original=original, **kwargs):
-                self.calls.append(_name)
-                return _original(t, *args, **kwargs)
-
-            monkeypatch.setattr(torch.Tensor, name, counted)
 
 
 def test_device_checks_read_nothing_back_and_report_later(monkeypatch):
     gen = torch.Generator().manual_seed(11)
     good = make_case(gen, [9, 30])
     bad_lens = (*good[:4], torch.tensor([9, 10 ** 4], dtype=torch.int32, device=DEVICE))
-    syncs = _HostSyncs(monkeypatch)
+    syncs = HostSyncs(monkeypatch)
     paged.check_paged_inputs(*good, check_values="device")
     paged.check_paged_inputs(*bad_lens, check_values="device")
     assert syncs.calls == [], f"the device check read {syncs.calls} back to the host"

@@ -86,6 +86,8 @@ ensure_triton_backend()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from .flash_kernels import _tile  # noqa: E402
+
 SUPPORTED_HEAD_DIMS = (64, 128)
 OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INPUT_DTYPES = validation.FLOAT_DTYPES
@@ -104,18 +106,9 @@ def _load_tile(X, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d,
                ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, DESC: tl.constexpr,
                EMULATE: tl.constexpr):
     """Rows [row, row + ROWS) of head h of batch b: a [ROWS, HEAD_DIM] e4m3 tile (fp16 with EMULATE);
-    rows past n_rows are zeros (under a mask with MASKED, by the descriptor's bounds with DESC)."""
-    if DESC:
-        tile = X.load([b, h, row, 0]).reshape(ROWS, HEAD_DIM)
-    else:
-        rows = row + tl.arange(0, ROWS)
-        cols = tl.arange(0, HEAD_DIM)
-        ptrs = (X + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h + rows[:, None].to(tl.int64) * stride_n
-                + cols[None, :] * stride_d)
-        if MASKED:
-            tile = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
-        else:
-            tile = tl.load(ptrs)
+    rows past n_rows are zeros (under a mask with MASKED, by the descriptor's bounds with DESC). The
+    fp16 kernels' loader, ``flash_kernels._tile``, at the full head dim."""
+    tile = _tile(X, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d, ROWS, HEAD_DIM, MASKED, DESC, HEAD_DIM)
     if EMULATE:
         tile = tile.to(tl.float16)                                      # exact: e4m3 ⊂ fp16
     return tile
