@@ -138,8 +138,8 @@ LESSONS = (
                        "an FP8 cache"),
            prerequisites="lessons 3, 5 and 7",
            questions=("Which token slot of the cache holds token t of a sequence, given its page table and page size?",
-                      "When two sequences share a prefix page and one appends, what does copy-on-write do?",
-                      "Where does contiguous allocation waste memory that pages do not?",
+                      "When two sequences share a prefix page and one appends, what does copy-on-write do, and "
+                      "where does contiguous allocation waste memory that pages do not?",
                       "Why does split-KV help decode with a small batch, and what merges the splits?",
                       "Why is a read-only stream, not a copy, the ceiling of a decode kernel?",
                       "Which keys does new token i of a chunk of q_len tokens see, and what does an FP8 "
