@@ -348,3 +348,24 @@ def test_a_request_without_room_for_its_first_chunk_is_not_admitted():
         ran |= set(s.prefill) | set(s.decode)
     assert sum(c.reused for c in result.completions.values()) == engine.prefix.hit_tokens
     assert compare_with_no_cache(model, result).all_equal
+
+
+def test_the_timeline_spans_the_scheduler_steps_and_marks_preemptions():
+    """After an idle clock jump the steps are not 0..len-1: the x axis follows the step numbers, and
+    every preemption of the run is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from attnkit.serving.engine import Engine, Request, plot_timeline, torch_backend
+    from attnkit.serving.tinymodel import load_model
+
+    model = load_model()
+    requests = [Request(0, "the kernel", max_new_tokens=4), Request(1, "a page", max_new_tokens=4, arrival=50)]
+    result = Engine(model, num_pages=8, page_size=8, max_batch=2, backend=torch_backend()).run(requests)
+    assert result.steps[-1].step >= 50 > len(result.steps)
+    ax = plot_timeline(result)
+    assert ax.get_xlim()[1] >= result.steps[-1].step
+    preempting = [Request(i, "the scheduler admits a new request", max_new_tokens=20) for i in range(4)]
+    busy = Engine(model, num_pages=10, page_size=8, max_batch=4, backend=torch_backend()).run(preempting)
+    crosses = [line for line in plot_timeline(busy).lines if line.get_marker() == "x" and len(line.get_xdata())]
+    assert len(crosses) == sum(len(s.preempted) for s in busy.steps) > 0

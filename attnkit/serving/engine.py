@@ -757,7 +757,9 @@ TIMELINE_COLORS = {"waiting": "#d9d9d9", "prefill": "#e6862e", "decode": "#3b75a
 
 
 def plot_timeline(result: ServeResult, ax=None):
-    """One row per request, one column per scheduler step: waiting (grey), prefill (orange), decode (blue)."""
+    """One row per request, one column per scheduler step: waiting (grey), prefill or a prefill chunk
+    (orange), decode (blue); a red cross where a request was preempted (its pages freed, its context
+    recomputed later). Steps are the scheduler's own numbers: an idle clock jump leaves a gap."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -767,17 +769,20 @@ def plot_timeline(result: ServeResult, ax=None):
         for kind in ("waiting", "prefill", "decode"):
             for rid in getattr(s, kind):
                 ax.broken_barh([(s.step - 0.5, 1.0)], (rid - 0.4, 0.8), color=TIMELINE_COLORS[kind])
+        for rid in s.preempted:
+            ax.plot(s.step, rid, marker="x", color="red", markersize=8, ls="")
     for c in result.completions.values():
         ax.plot(c.finished + 0.5, c.request.rid, marker="|", color="black", markersize=12)
     ax.set_xlabel("scheduler step")
     ax.set_ylabel("request id")
     ax.set_yticks(sorted(result.completions))
-    ax.set_xlim(-1, len(result.steps))
+    steps = [s.step for s in result.steps] or [0]
+    ax.set_xlim(min(steps) - 1, max(steps) + 1)
     ax.set_ylim(max(result.completions) + 0.6, -1.6)       # request 0 on top, a free row for the legend
     handles = [Patch(color=c, label=k) for k, c in TIMELINE_COLORS.items()]
-    ax.legend(handles=handles + [plt.Line2D([], [], color="black", marker="|", ls="", markersize=12,
-                                            label="finished, pages freed")],
-              loc="upper right", fontsize=8, ncol=4)
+    handles += [plt.Line2D([], [], color="black", marker="|", ls="", markersize=12, label="finished, pages freed"),
+                plt.Line2D([], [], color="red", marker="x", ls="", label="preempted")]
+    ax.legend(handles=handles, loc="upper right", fontsize=8, ncol=5)
     return ax
 
 
