@@ -64,6 +64,9 @@ WRONG_SLOTS = {
                                                torch.arange(1, n + 1) % ps),
     "one token short": lambda row, n, ps: (row.long()[torch.arange(n - 1) // ps], torch.arange(n - 1) % ps),
     "table index by offset": lambda row, n, ps: (row.long()[torch.arange(n) % ps], torch.arange(n) % ps),
+    "float pages and offsets": lambda row, n, ps: (row.float()[torch.arange(n) // ps], (torch.arange(n) % ps).float()),
+    "page and offset by bit masks (page sizes of 2ᵏ only)": lambda row, n, ps: (
+        row.long()[torch.arange(n) >> int(math.log2(ps))], torch.arange(n) & (ps - 1)),
 }
 RIGHT_SLOTS = {"vectorised": slots_right, "loops with divmod": slots_loops, "repeat_interleave": slots_repeat}
 
@@ -205,13 +208,26 @@ class PoolForgetsLength(PoolRight):
         return slots
 
 
+class PoolKeepsFreedTable(PoolRight):
+    def free_sequence(self, seq):                    # returns the pages but keeps the table that names them
+        self.free.extend(self.tables[seq])
+
+
+class PoolClassTables(PoolRight):
+    tables: dict = {}                                # one dict for every pool: shared by the class
+
+    def __init__(self, num_pages, page_size):
+        self.page_size, self.free, self.lengths = page_size, list(range(num_pages)), {}
+
+
 WRONG_POOLS = {PoolPartialOnFailure: "raised an error but changed the pool first", PoolLeaks: "leak",
                PoolPageEveryToken: "pages; expected ceil(", PoolSwapped: "but its page table puts it at",
                PoolNeverRunsOut: "expected a RuntimeError (or MemoryError) and no change",
                PoolRefusesExactFit: "so it must succeed, but it raised RuntimeError",
                PoolCountsFailedTokens: "so it must succeed, but it raised RuntimeError",
                PoolFloorPlusOne: "pages; expected ceil(", PoolIgnoresPartialPage: "pages; expected ceil(",
-               PoolForgetsLength: "slot"}
+               PoolForgetsLength: "slot", PoolKeepsFreedTable: "pool.tables still gives it pages",
+               PoolClassTables: "pool.tables still gives it pages"}
 RIGHT_POOLS = {"LIFO free list": PoolRight, "FIFO free list, a token at a time": PoolFifo}
 
 
@@ -324,6 +340,10 @@ WRONG_DECODE = {
     "sequence 0's page table for all": [(PAGE, PAGE.replace("b * stride_btb + ", ""))],
     "no softmax scale": [(S_DOT, "s = tl.dot(q, tl.trans(k))")],
     "no score mask (loads masked only)": [(S_MASK, "s = s")],
+    "o allocated in float32": [("o = torch.empty_like(q)", "o = torch.empty_like(q, dtype=torch.float32)")],
+    "sequence 0's length for all": [(SEQ_LEN, "seq_len = tl.load(lens_ptr)")],
+    "scale 1/D, not 1/sqrt(D)": [("1.0 / math.sqrt(head_dim)", "1.0 / head_dim")],
+    "blocks up to seq_len - 1": [("range(0, seq_len, BLOCK_N)", "range(0, seq_len - 1, BLOCK_N)")],
 }
 RIGHT_DECODE = {
     "the solution": [],
@@ -438,6 +458,12 @@ WRONG_MERGE = {
         torch.softmax(m, 1)[:, :, None] * z / l[:, :, None].clamp_min(1e-30)).sum(1),
     "rescaled to the minimum": lambda m, l, z: (
         lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m.amin(1, keepdim=True))),
+    "numerator not rescaled": lambda m, l, z: z.sum(1) / (torch.exp(m - m.amax(1, keepdim=True)) * l).sum(
+        1, keepdim=True),
+    "exp(m) without a maximum": lambda m, l, z: (
+        lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m)),
+    "the first split's maximum": lambda m, l, z: (
+        lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m[:, :1])),
     "max without keepdim": lambda m, l, z: (
         lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m.amax(1))),
 }

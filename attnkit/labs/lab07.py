@@ -5,11 +5,12 @@
     rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode)                      exercise 3 (Triton)
     check_lab(cache_bytes=..., rope=..., rope_append=..., seed=None)
 
-Each check runs fixed adversarial cases first (every size distinct, a cache larger than 2³² bytes,
-positions in the thousands, decoding where a row off by one still lies inside the cache), then cases
-drawn from ``seed`` (fresh ones when None), and compares with the float64 references of
-``attnkit.kernels.rope_append`` and ``attnkit.reference.rope``. Exercise 3 runs the student's kernel on
-the course's device (Triton's interpreter on a CPU). No answer may call the course's own implementations.
+Each check runs fixed adversarial cases first (every size distinct, a size not exact in float32, a cache
+larger than 2³² bytes, positions in the thousands, decoding where a row off by one still lies inside the
+cache), then cases drawn from ``seed`` (fresh ones when None), and compares with the float64 references
+of ``attnkit.kernels.rope_append`` and ``attnkit.reference.rope``; the rotated q must come back in q's
+dtype. Exercise 3 runs the student's kernel on the course's device (Triton's interpreter on a CPU). No
+answer may call the course's own implementations.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ..classroom.checking import (
+    FAILED,
     NOT_IMPLEMENTED,
     CheckResult,
     Exercise,
@@ -75,8 +77,8 @@ def _exact(got, want) -> bool:
 def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> CheckResult:
     """``cache_bytes(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch) -> int``."""
     fixed = [case(*args, label=label) for args, label in (
-        ((3, 5, 7, 11, 2, 13), "every size a different prime: 3 layers, 5 KV heads, head_dim 7, 11 tokens, "
-                               "2-byte elements, batch 13"),
+        ((3, 5, 7, 100003, 2, 13), "every size a different prime: 3 layers, 5 KV heads, head_dim 7, 100003 "
+                                   "tokens, 2-byte elements, batch 13 (not exact in float32)"),
         ((80, 8, 128, 131072, 2, 64), "80 layers, 8 KV heads, head_dim 128, 131072 tokens, batch 64 "
                                       "(more than 2³² bytes)"),
         ((1, 1, 1, 1, 1, 1), "one of everything"),
@@ -201,6 +203,16 @@ def _check_rope_append(rope_append: Callable, *, seed: int | None = None) -> Che
             if part == 1:
                 return _with_row_shift_diagnosis(result, cases, results, tol)
             return result
+    for index, c in enumerate(cases):
+        q_rot, q = results[index][0], c.args[0]
+        if getattr(q_rot, "dtype", None) != q.dtype:
+            got = str(getattr(q_rot, "dtype", type(q_rot).__name__)).replace("torch.", "")
+            return CheckResult("rope_append (rotated q)", FAILED,
+                               f"❌ rope_append (rotated q): case {index + 1} of {len(cases)}, {c.label}: the "
+                               f"values are right, but the rotated q is {got}; expected "
+                               f"{str(q.dtype).replace('torch.', '')}, the dtype of q.\n"
+                               f"   hint: return q's dtype (q_out = torch.empty_like(q), or .to(q.dtype) after "
+                               f"computing in float64): the attention kernel that reads q_rot expects it.")
     return CheckResult("rope_append", result.status,
                        f"✅ rope_append: rotated q and the K and V caches match the float64 reference on "
                        f"{fixed_and_random(n_fixed, len(cases) - n_fixed)}.")

@@ -12,9 +12,11 @@ edges (k·16 and k·16 ± 1 tokens for the kernel's 16-token blocks), every sequ
 cases spans three blocks or more, and the slots past each sequence's end hold stale values from an
 earlier sequence (as in a real cache), so reading them changes the answer. One fixed case of the kernel
 and one of the merge have score gaps of hundreds: without a per-row running maximum, rescaled at every
-block, exp overflows or underflows. While the student's function runs, the course's own paged kernels,
-merge and references raise (see ``attnkit.labs.lab05.course_code_forbidden``), and so do PyTorch's
-matrix products, softmax and exp while the student's decode function runs.
+block, exp overflows or underflows. Slots must be integer tensors, a freed sequence keeps no pages in
+the pool's page tables, and the kernel's output comes back in q's dtype. While the student's function
+runs, the course's own paged kernels, merge and references raise (see
+``attnkit.labs.lab05.course_code_forbidden``), and so do PyTorch's matrix products, softmax and exp while
+the student's decode function runs.
 """
 from __future__ import annotations
 
@@ -93,8 +95,12 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
         got = token_slots(row, seq_len, page_size)
         if got is None:
             return None
-        pages, offsets = got
-        return torch.stack([torch.as_tensor(pages).long(), torch.as_tensor(offsets).long()])
+        pages, offsets = (torch.as_tensor(x) for x in got)
+        if pages.is_floating_point() or offsets.is_floating_point():
+            raise TypeError(f"pages and offsets must be integer tensors (they index the page pool), got "
+                            f"{str(pages.dtype).replace('torch.', '')} and "
+                            f"{str(offsets.dtype).replace('torch.', '')}")
+        return torch.stack([pages.long(), offsets.long()])
 
     def same(got, exp):
         return tuple(got.shape) == tuple(exp.shape) and bool(torch.equal(got, exp))
@@ -129,6 +135,11 @@ def _pool_state(pool, model: dict, page_size: int, num_pages: int) -> None:
                 raise _Fail(f"slot {tuple(slot)} holds token {pos} of sequence {seq} and token "
                             f"{seen[slot][1]} of sequence {seen[slot][0]}")
             seen[slot] = (seq, pos)
+    for seq, table in pool.tables.items():
+        if seq not in model and len(table):
+            raise _Fail(f"sequence {seq} was freed (or never added to this pool), but pool.tables still gives it "
+                        f"pages {list(table)} (remove its table when you free it; keep page tables per pool, "
+                        "set in __init__, not shared by the class)")
     in_tables = [p for seq in model for p in pool.tables[seq]]
     if len(set(in_tables)) != len(in_tables):
         raise _Fail("a page appears in two page tables (or twice in one)")
@@ -372,9 +383,26 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
             label = f"seq_lens={lens}, Hq={hq}, Hkv={hkv}, D={d}, page_size={page}"
             cases.append(case(*args, label=f"{label} ({note})" if note else label))
     tol = tolerance("float16", device)
-    return guarded_check("paged decode kernel", unwrapped(paged_decode), paged_decode_ref, cases, tol=tol,
-                         hint=f"{HINT_DECODE} (passes at a relative error ≤ {tol:.0e}, the float16 bound)",
-                         fixed=len(DECODE_FIXED), kernel=True)
+    hint = f"{HINT_DECODE} (passes at a relative error ≤ {tol:.0e}, the float16 bound)"
+    student_fn, dtypes = unwrapped(paged_decode), []
+
+    def student(*args):
+        out = student_fn(*args)
+        dtypes.append(getattr(out, "dtype", None))
+        return out
+
+    result = guarded_check("paged decode kernel", student, paged_decode_ref, cases, tol=tol, hint=hint,
+                           fixed=len(DECODE_FIXED), kernel=True)
+    if not result.passed:
+        return result
+    for index, (c, dtype) in enumerate(zip(cases, dtypes), start=1):
+        if dtype != c.args[0].dtype:
+            got = str(dtype).replace("torch.", "")
+            return CheckResult("paged decode kernel", FAILED,
+                               f"❌ paged decode kernel: case {index} of {len(cases)}, {c.label}: the values are "
+                               f"right, but o is {got}; expected float16, the dtype of q (allocate o with "
+                               f"torch.empty_like(q): the next layer reads it in q's dtype).\n   hint: {hint}")
+    return result
 
 
 # ---------------------------------------------------------------------------- exercise 4: merge

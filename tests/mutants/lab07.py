@@ -50,6 +50,8 @@ BYTES_WRONG = {
     "sizes held as np.int32 (wraps past 2³¹)": lambda L, H, D, T, e, B: int(math.prod(
         [np.int32(2), *(np.int32(x) for x in (L, H, D, T, e, B))])),
     "one token too many": lambda L, H, D, T, e, B: bytes_formula(L, H, D, T + 1, e, B),
+    "sizes held as np.float32 (exact only up to 2²⁴)": lambda L, H, D, T, e, B: float(math.prod(
+        [np.float32(2), *(np.float32(x) for x in (L, H, D, T, e, B))])),
     "counts query heads": bytes_with_query_heads,
     "head_dim twice (K and V per dim)": lambda L, H, D, T, e, B: 2 * L * H * 2 * D * T * e * B,
     "calls the course's kv_cache_bytes": lambda L, H, D, T, e, B: __import__(
@@ -150,6 +152,12 @@ ROPE_WRONG = {
         x, p, m, pairs=(lambda D: (torch.arange(D // 2), torch.arange(D - 1, D // 2 - 1, -1))) if m == "half"
         else None),
     "only the first of each pair turns": lambda x, p, m: _rope_with(x, p, m, second_turns=False),
+    "inverse frequencies in float32": lambda x, p, m: _rope_with(x, p, m, angles=lambda p, d: p.double()[:, None] * (
+        torch.tensor(10000.0) ** (-2 * torch.arange(d // 2) / d)).float().double()),
+    "exponent (2j+1)/D": lambda x, p, m: _rope_with(x, p, m, angles=lambda p, d: _angles(
+        p, d, exponent=lambda j, d: -(2 * j + 1) / d)),
+    "the last position for every row": lambda x, p, m: _rope_with(x, p, m, angles=lambda p, d: _angles(
+        p[-1:].expand_as(p), d)),
     "calls the course's apply_rope": lambda x, p, m: __import__(
         "attnkit.reference.rope", fromlist=["x"]).apply_rope(x, p, mode=m),
 }
@@ -211,6 +219,29 @@ def append_scatter(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
     return rotate(q)
 
 
+def append_q_float64(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+    """Right values, wrong dtype: the rotated q comes back in float64, not q's float32."""
+    S = q.shape[1]
+    append_torch(q, k, v, k_cache, v_cache, seqlens_k, mode)
+    return _rotate(q.double(), (seqlens_k.long() + 1 - S)[:, None] + torch.arange(S)[None, :], mode)
+
+
+def append_last_token_only(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+    """Decoding's rule for a chunk: only the last new token reaches the caches."""
+    q_rot = append_torch(q, k, v, k_cache.clone(), v_cache.clone(), seqlens_k, mode)
+    append_torch(q[:, -1:], k[:, -1:], v[:, -1:], k_cache, v_cache, seqlens_k, mode)
+    return q_rot
+
+
+def append_one_row_past(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+    """Also copies the last new row into the row after it (a loop that runs one row too far)."""
+    q_rot = append_torch(q, k, v, k_cache, v_cache, seqlens_k, mode)
+    for b, last in enumerate(seqlens_k.tolist()):
+        if last + 1 < k_cache.shape[2]:
+            k_cache[b, :, last + 1], v_cache[b, :, last + 1] = k_cache[b, :, last], v_cache[b, :, last]
+    return q_rot
+
+
 APPEND_RIGHT = {"PyTorch loops": append_torch, "index_put and complex numbers": append_scatter}
 
 APPEND_WRONG = {
@@ -227,6 +258,11 @@ APPEND_WRONG = {
     "V not written": lambda *a: append_torch(*a, write_v=False),
     "V rotated too": lambda *a: append_torch(*a, rotate_v=True),
     "KV heads written in reverse order": lambda *a: append_torch(*a, k_head=lambda h: torch.arange(h - 1, -1, -1)),
+    "q_rot returned in float64": append_q_float64,
+    "sequence 0's seqlens_k for every sequence": lambda q, k, v, kc, vc, sk, mode="half": append_torch(
+        q, k, v, kc, vc, sk[:1].expand_as(sk).clone(), mode),
+    "only the last new token written": append_last_token_only,
+    "one row past the end written too": append_one_row_past,
     "calls the course's rope_append_torch": lambda q, k, v, kc, vc, sk, mode="half": __import__(
         "attnkit.kernels.rope_append", fromlist=["x"]).rope_append_torch(q, k, v, kc, vc, seqlens_k=sk, mode=mode)[0],
 }
