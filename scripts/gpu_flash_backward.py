@@ -39,6 +39,7 @@ os.environ["ATTNKIT_AUTOTUNE"] = "0"          # fixed block configurations: one 
 
 import torch  # noqa: E402
 
+from attnkit.bench.flash import implementation  # noqa: E402
 from attnkit.bench.recorder import time_ms, write_results  # noqa: E402
 from attnkit.kernels import flash  # noqa: E402
 
@@ -216,21 +217,10 @@ def check_forward_order(head_dim, *, device=None, n=None, heads=None) -> list[st
 
 
 # ------------------------------------------------------------------------------------------ timing
-def sdpa_backend(name):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backend = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION}[name]
-
-    def attend(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return attend
-
-
 def sdpa_backward(name, tensors, causal):
     q, k, v, do = tensors
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    out = sdpa_backend(name)(*leaves, causal)
+    out = implementation(name)(*leaves, causal)
     return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
 
 
@@ -350,7 +340,7 @@ def forward_order_case(session: Session, n: int, head_dim: int = 128):
         status = session.check(("forward_order", head_dim), lambda: check_forward_order(head_dim))
         rows = []
         with torch.no_grad():
-            ms, why = timed(lambda: lambda: sdpa_backend("sdpa_cudnn")(q, k, v, True))
+            ms, why = timed(lambda: lambda: implementation("sdpa_cudnn")(q, k, v, True))
             rows.append(row("forward_order", "sdpa_cudnn", "forward", n, head_dim, True, ms, batch=batch, reason=why))
             for order, rung in order_rungs().items():
                 ms, why = timed(lambda r=rung: lambda: flash._forward_rung(q, k, v, True, scale, r))

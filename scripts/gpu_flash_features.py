@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.bench.flash import implementation
 from attnkit.bench.recorder import time_ms, write_results
 from attnkit.kernels import flash
 from attnkit.tolerances import rel_error, tolerance
@@ -138,17 +139,6 @@ def check_all(only: int | None = None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------- benchmarks
-def _sdpa(backend):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    pinned = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION}[backend]
-
-    def attend(q, k, v, causal):
-        with sdpa_kernel(pinned):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return attend
-
-
 def _time(fn, tensors, backward):
     """(forward or backward time in ms, reason it did not run or '')."""
     try:
@@ -187,7 +177,7 @@ def bench_head_dims(dtypes=("float16",), passes=("forward",)):
                 tensors = [torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3)]
                 pairs = b * (causal_pairs(n, n) if causal else n * n)
                 impls = {"attnkit": lambda q, k, v, c=causal: flash.flash_attention(q, k, v, causal=c),
-                         "sdpa_cudnn": _sdpa("sdpa_cudnn"), "sdpa_flash": _sdpa("sdpa_flash")}
+                         "sdpa_cudnn": implementation("sdpa_cudnn"), "sdpa_flash": implementation("sdpa_flash")}
                 for impl, fn in impls.items():
                     for pass_ in passes:
                         if impl == "attnkit":
@@ -218,8 +208,8 @@ def bench_varlen(passes=("forward",)):
     impls = {"attnkit_varlen": (lambda q, k, v: flash.flash_attention_varlen(q, k, v, cu, cu, longest, longest,
                                                                            causal=True), packed),
              "attnkit_padded": (lambda q, k, v: flash.flash_attention(q, k, v, causal=True), padded),
-             "sdpa_cudnn_padded": (lambda q, k, v: _sdpa("sdpa_cudnn")(q, k, v, True), padded),
-             "sdpa_flash_padded": (lambda q, k, v: _sdpa("sdpa_flash")(q, k, v, True), padded)}
+             "sdpa_cudnn_padded": (lambda q, k, v: implementation("sdpa_cudnn")(q, k, v, True), padded),
+             "sdpa_flash_padded": (lambda q, k, v: implementation("sdpa_flash")(q, k, v, True), padded)}
     for impl, (fn, tensors) in impls.items():
         for pass_ in passes:
             ms, why = _time(fn, tensors, pass_ == "backward")

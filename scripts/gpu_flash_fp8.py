@@ -36,6 +36,7 @@ os.environ["ATTNKIT_AUTOTUNE"] = "0"      # each autotuned variant would compile
 import torch  # noqa: E402
 
 import attnkit  # noqa: E402
+from attnkit.bench.flash import implementation  # noqa: E402
 from attnkit.bench.recorder import time_ms, write_results  # noqa: E402
 from attnkit.kernels import flash_fp8  # noqa: E402
 
@@ -88,13 +89,6 @@ def errors(o, ref) -> tuple[float, float]:
     return float(diff.abs().max()), float(diff.norm() / ref.norm())
 
 
-def _sdpa_cudnn(q, k, v, causal):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
 def measure(impl, fn, flops, ref, device, **fields) -> dict:
     """One row: run fn once (compiles), check it against ref, time it; an exception is recorded."""
     row = dict(impl=impl, ms=float("nan"), tflops=float("nan"), max_err=float("nan"), rel_err=float("nan"),
@@ -135,7 +129,8 @@ def attention_rows(n: int, causal: bool, device, heads: int, head_dim: int, toke
     with torch.no_grad():
         rows.append(measure("fp16_attnkit", lambda: attnkit.flash_attention(q, k, v, causal=causal), flops, ref,
                             device, tiles="", **fields))
-        rows.append(measure("fp16_sdpa_cudnn", lambda: _sdpa_cudnn(q, k, v, causal), flops, ref, device, tiles="",
+        cudnn = implementation("sdpa_cudnn")
+        rows.append(measure("fp16_sdpa_cudnn", lambda: cudnn(q, k, v, causal), flops, ref, device, tiles="",
                             **fields))
     return rows
 

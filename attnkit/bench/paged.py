@@ -42,6 +42,7 @@ import time
 import torch
 
 from .recorder import time_ms
+from .streams import graph_ms  # median of CUDA-graph replays (no host launch overhead)
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = {"batch": (64, 4096), "long": (1, 32768)}     # name -> (B, context)
@@ -54,13 +55,6 @@ FP8_ACCURACY_SHAPE = (4, 4096)                          # (B, context) of the fl
 def kv_bytes(batch: int, context: int, n_kv: int = HKV, head_dim: int = HEAD_DIM, itemsize: int = 2) -> int:
     """K and V bytes a decode step must read: the byte floor."""
     return 2 * batch * context * n_kv * head_dim * itemsize
-
-
-def graph_ms(fn) -> float:
-    """Median time of fn() in ms, replayed from a CUDA graph (no host launch overhead)."""
-    from .streams import graph_ms as replayed_ms
-
-    return replayed_ms(fn)
 
 
 def ceiling_rows(ceils: dict) -> list[dict]:
