@@ -21,7 +21,36 @@ step() {   # step SECONDS LOGFILE command...
     log "exit $? after step: $* (log $logfile)"
 }
 
-if [ "$phase" = warm ]; then
+if [ "$phase" = tune-warm ]; then   # the block-configuration sweep compiled in parallel, nbval beside it
+    warm=/tmp/warm; mkdir -p $warm; parts=10
+    for part in $(seq 0 $((parts - 1))); do
+        step 500 $warm/sweep_$part.log python scripts/gpu_flash_sweep.py $warm/sweep --compile-only --part $part/$parts &
+    done
+    if [ -d .whl ]; then
+        python3 -m pip install -q --no-index --find-links .whl --target /tmp/site nbval ipywidgets nbclient \
+            && step 500 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:$PWD python -m pytest -p no:cacheprovider -q -n 6 \
+               --dist loadfile --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+               notebooks solutions &
+    fi
+    ncu --version | tail -n 1
+    wait
+    cat $warm/sweep_*.log > "$out/sweep_compile.log"
+    echo "candidates passed: $(grep -c " pass$" "$out/sweep_compile.log")"; grep -v " pass$" "$out/sweep_compile.log" | head -30
+    tail -n 25 "$out/nbval_gpu.log" 2>/dev/null
+elif [ "$phase" = tune-time ]; then   # the sweep timed alone, then Triton's kernel metadata and ncu profiles
+    logs=/tmp/timed; prof=/tmp/prof; mkdir -p $logs $prof
+    step 330 $logs/1_sweep.log python scripts/gpu_flash_sweep.py "$out"
+    winners=$out/sweep_winners.json; [ -f "$winners" ] || winners=""
+    step 60 $logs/2_meta.log python scripts/gpu_flash_profile.py --triton-meta "$out/triton_kernels.csv" $winners
+    for case in $(python -c "import sys; sys.path.insert(0, 'scripts'); import gpu_flash_profile as p; print(*p.CASES)"); do
+        step 60 $logs/3_ncu_$case.log ncu --profile-from-start off --set full --clock-control none -f -o $prof/$case \
+            python scripts/gpu_flash_profile.py $case $winners
+        ncu --import $prof/$case.ncu-rep --csv --page raw > $prof/$case.csv 2>>$logs/3_ncu_$case.log
+    done
+    python scripts/merge_ncu_csv.py "$prof" "$out/ncu_raw.csv"
+    for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session.log"
+    tail -n 30 $logs/1_sweep.log; tail -n 3 $logs/3_ncu_*.log
+elif [ "$phase" = warm ]; then
     warm=/tmp/warm; mkdir -p $warm
     for case in 0 1 2 3 4 5; do
         step 300 $warm/check_$case.log python scripts/gpu_flash_features.py $warm --check-only --case $case &
