@@ -251,11 +251,11 @@ def config_name(config: flash.BlockConfig) -> str:
     return f"{config.block_m}x{config.block_n} w{config.num_warps} s{config.num_stages}"
 
 
-def design_config(design: str, config=None) -> str:
+def design_config(design: str, head_dim: int, config=None) -> str:
     """The block configurations a timed design runs with (ATTNKIT_AUTOTUNE=0: the launchers' defaults)."""
     if design == "atomic_dq":
-        return config_name(config or flash.LAUNCHERS["bwd_atomic"][2])
-    return " + ".join(f"{name} {config_name(flash.LAUNCHERS[name][2])}" for name in ("bwd_dkdv", "bwd_dq"))
+        return config_name(config or flash.default_config("bwd_atomic", head_dim))
+    return " + ".join(f"{name} {config_name(flash.default_config(name, head_dim))}" for name in ("bwd_dkdv", "bwd_dq"))
 
 
 class Session:
@@ -298,7 +298,7 @@ class Session:
 def backward_case(session: Session, head_dim: int, n: int, causal: bool, alternative: bool = False):
     label = f"backward D={head_dim} N={n} causal={causal}" + (" (atomic_dq alternative config)" if alternative else "")
     designs = [("atomic_dq", ATOMIC_ALTERNATIVE)] if alternative else [(d, None) for d in DESIGNS]
-    keys = [("preprocess", head_dim)] + [(d, head_dim, causal, design_config(d, c)) for d, c in designs]
+    keys = [("preprocess", head_dim)] + [(d, head_dim, causal, design_config(d, head_dim, c)) for d, c in designs]
     if not session.affordable(keys, label):
         return
     batch = TOKENS // n
@@ -310,12 +310,12 @@ def backward_case(session: Session, head_dim: int, n: int, causal: bool, alterna
             ms, why = timed(lambda i=impl: sdpa_backward(i, tensors, causal))
             rows.append(row("backward", impl, "backward", n, head_dim, causal, ms, batch=batch, reason=why))
         for design, config in designs:
-            status = session.check((design, head_dim, causal, design_config(design, config)),
+            status = session.check((design, head_dim, causal, design_config(design, head_dim, config)),
                                    lambda d=design, c=config: check_backward(d, head_dim, causal, config=c))
             ms, why = timed(lambda d=design, c=config: attnkit_backward(d, tensors, o, lse, causal, c))
             impl = design + ("_alt" if alternative else "")
             rows.append(row("backward", impl, "backward", n, head_dim, causal, ms, batch=batch,
-                             config=design_config(design, config),
+                             config=design_config(design, head_dim, config),
                              check=status, reason=why))
         session.rows += with_cudnn_ratio(rows)
         for r in rows:
@@ -345,7 +345,7 @@ def forward_order_case(session: Session, n: int, head_dim: int = 128):
             for order, rung in order_rungs().items():
                 ms, why = timed(lambda r=rung: lambda: flash._forward_rung(q, k, v, True, scale, r))
                 rows.append(row("forward_order", f"attnkit_{order}", "forward", n, head_dim, True, ms, batch=batch,
-                                config=f"{flash.BEST}, fwd_desc {config_name(flash.LAUNCHERS['fwd_desc'][2])}",
+                                config=f"{flash.BEST}, fwd_desc {config_name(flash.default_config('fwd_desc', head_dim))}",
                                 check=status, reason=why))
         session.rows += with_cudnn_ratio(rows)
         for r in rows:

@@ -1,19 +1,18 @@
 """Profile one FlashAttention case on the H100 under Nsight Compute (issue 17, target 5): where the course's
 backward and short causal forward lose to cuDNN (stall reasons, occupancy, registers, tensor-pipe use).
 
-    ncu --profile-from-start off --set full -o REPORT python scripts/gpu_flash_profile.py CASE [WINNERS]
-    python scripts/gpu_flash_profile.py --triton-meta OUT.csv [WINNERS]   # registers, spills, shared memory
+    ncu --profile-from-start off --set full -o REPORT python scripts/gpu_flash_profile.py CASE
+    python scripts/gpu_flash_profile.py --triton-meta OUT.csv   # registers, spills, shared memory
 
 CASE is one of ``CASES``. Everything is compiled and run once before the profiled window
-(cudaProfilerStart/Stop), so ncu sees one call: the kernels of one backward or one forward. WINNERS: the
-JSON scripts/gpu_flash_sweep.py writes (launcher -> [BLOCK_M, BLOCK_N, warps, stages]); without it each
-launcher runs its default configuration. fp16, 16 heads, B·N = 16k tokens. ``--triton-meta`` runs every
-attnkit case (no profiler) and writes what Triton reports of each compiled kernel.
+(cudaProfilerStart/Stop), so ncu sees one call: the kernels of one backward or one forward, each launcher
+with its default configuration unless the case names one. fp16, 16 heads, B·N = 16k tokens.
+``--triton-meta`` runs every attnkit case (no profiler) and writes what Triton reports of each compiled
+kernel.
 """
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import sys
@@ -25,27 +24,26 @@ import torch  # noqa: E402
 
 from attnkit.kernels import flash, flash_kernels  # noqa: E402
 
-# name: (pass, implementation, head_dim, n, causal)
+BC = flash.BlockConfig
+# name: (pass, implementation, head_dim, n, causal, tiles by descriptors, block configuration or None:
+# the launcher's default)
 CASES = {
-    "bwd_two_kernels": ("backward", "two_kernels", 128, 4096, True),
-    "bwd_atomic_dq": ("backward", "atomic_dq", 128, 4096, True),
-    "bwd_cudnn": ("backward", "sdpa_cudnn", 128, 4096, True),
-    "fwd_causal_1k": ("forward", "attnkit", 128, 1024, True),
-    "fwd_causal_1k_cudnn": ("forward", "sdpa_cudnn", 128, 1024, True),
-    "fwd_4k": ("forward", "attnkit", 128, 4096, False),
-    "fwd_4k_cudnn": ("forward", "sdpa_cudnn", 128, 4096, False),
+    "bwd_two_kernels": ("backward", "two_kernels", 128, 4096, True, False, None),
+    "bwd_two_kernels_desc": ("backward", "two_kernels", 128, 4096, True, True, None),
+    "bwd_atomic_dq": ("backward", "atomic_dq", 128, 4096, True, False, None),
+    "bwd_atomic_dq_desc": ("backward", "atomic_dq", 128, 4096, True, True, None),
+    "bwd_cudnn": ("backward", "sdpa_cudnn", 128, 4096, True, False, None),
+    "fwd_causal_1k": ("forward", "attnkit", 128, 1024, True, True, None),
+    "fwd_causal_1k_128x64": ("forward", "attnkit", 128, 1024, True, True, BC(128, 64, 4, 3)),   # the old default
+    "fwd_causal_1k_cudnn": ("forward", "sdpa_cudnn", 128, 1024, True, False, None),
+    "fwd_4k": ("forward", "attnkit", 128, 4096, False, True, BC(128, 128, 8, 3)),
+    "fwd_4k_cudnn": ("forward", "sdpa_cudnn", 128, 4096, False, False, None),
 }
 
 
-def load_winners(path) -> dict:
-    if not path:
-        return {}
-    return {name: flash.BlockConfig(*values) for name, values in json.loads(open(path).read()).items()}
-
-
-def case_call(name: str, winners: dict):
+def case_call(name: str):
     """A function running case ``name`` once (its inputs built, nothing run yet)."""
-    pass_, impl, head_dim, n, causal = CASES[name]
+    pass_, impl, head_dim, n, causal, desc, config = CASES[name]
     tensors = fb.random_inputs(fb.TOKENS // n, fb.HEADS, n, head_dim)
     q, k, v, do = tensors
     if pass_ == "forward":
@@ -53,18 +51,18 @@ def case_call(name: str, winners: dict):
             attend = fb.implementation("sdpa_cudnn")
             return lambda: attend(q, k, v, causal)
         rung = flash.VARIANTS[flash.BEST]
-        return lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(head_dim), rung, winners.get("fwd_desc"))
+        return lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(head_dim), rung, config)
     if impl == "sdpa_cudnn":
         return fb.sdpa_backward(impl, tensors, causal)
     o, lse = fb.forward_for_backward(q, k, v, causal)
     launchers = ("bwd_atomic",) if impl == "atomic_dq" else ("bwd_dkdv", "bwd_dq")
-    configs = {launcher: winners.get(launcher, flash.LAUNCHERS[launcher][2]) for launcher in launchers}
+    configs = {launcher: config or flash.default_config(launcher, head_dim) for launcher in launchers}
     return lambda: flash._backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(head_dim), design=impl,
-                                   configs=configs)
+                                   configs=configs, desc=desc)
 
 
-def profile(name: str, winners: dict) -> None:
-    call = case_call(name, winners)
+def profile(name: str) -> None:
+    call = case_call(name)
     with torch.no_grad() if CASES[name][0] == "forward" else torch.enable_grad():
         call()                                   # compile (or load from the cache) and warm up
         torch.cuda.synchronize()
@@ -88,11 +86,11 @@ def constants(kernel) -> dict:
             if isinstance(key, tuple) and len(key) == 1 and key[0] < len(names)}
 
 
-def triton_meta(out_path: str, winners: dict) -> None:
+def triton_meta(out_path: str) -> None:
     for name, (pass_, impl, *_rest) in CASES.items():
         if impl != "sdpa_cudnn":
             with torch.no_grad() if pass_ == "forward" else torch.enable_grad():
-                case_call(name, winners)()
+                case_call(name)()
     torch.cuda.synchronize()
     rows = []
     for fn_name in ("_attn_fwd", "_bwd_dkdv", "_bwd_dq", "_bwd_preprocess"):
@@ -100,7 +98,8 @@ def triton_meta(out_path: str, winners: dict) -> None:
             meta, const = kernel.metadata, constants(kernel)
             rows.append(dict(kernel=fn_name, block_m=const.get("BLOCK_M"), block_n=const.get("BLOCK_N"),
                              head_dim=const.get("HEAD_DIM"), causal=const.get("CAUSAL"),
-                             atomic_dq=const.get("ATOMIC_DQ"), num_warps=getattr(meta, "num_warps", None),
+                             atomic_dq=const.get("ATOMIC_DQ"), desc=const.get("DESC"),
+                             num_warps=getattr(meta, "num_warps", None),
                              num_stages=getattr(meta, "num_stages", None), shared_bytes=getattr(meta, "shared", None),
                              registers=getattr(kernel, "n_regs", None), spills=getattr(kernel, "n_spills", None)))
     with open(out_path, "w", newline="") as f:
@@ -116,9 +115,9 @@ def main(argv) -> int:
         print(__doc__)
         return 2
     if argv[0] == "--triton-meta":
-        triton_meta(argv[1], load_winners(argv[2] if len(argv) > 2 else None))
+        triton_meta(argv[1])
     else:
-        profile(argv[0], load_winners(argv[1] if len(argv) > 1 else None))
+        profile(argv[0])
     return 0
 
 

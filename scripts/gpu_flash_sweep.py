@@ -14,13 +14,16 @@ is recorded with its reason.
 Sweeps (fp16, B·N = 16k tokens, 16 heads):
 - backward, D in {64, 128}, causal and not, N = 4096: each candidate of ``bwd_dkdv`` (with ``bwd_dq`` at
   its default) and of ``bwd_dq`` (with ``bwd_dkdv`` at its default) timed as the whole two-kernel
-  backward; each candidate of ``bwd_atomic`` as the whole one-pass backward. Then each design with its
-  winners at N = 1k, 4k and 16k beside SDPA's cuDNN and flash backends (suite "backward_tuned").
-- forward (the "best" rung, launcher ``fwd_desc``), D = 128: causal at N = 1k and 2k, non-causal at 4k
-  and 16k, every candidate at every N, beside cuDNN.
-Rows go to OUTDIR/bench_flash_sweep.csv (columns: suite, launcher, config, n, head_dim, causal, ms,
-tflops, vs_cudnn, vs_default (the launcher's default configuration's time / this time), check, reason)
-and the winners to OUTDIR/sweep_winners.json (read by scripts/gpu_flash_profile.py).
+  backward; each candidate of ``bwd_atomic`` as the whole one-pass backward. Tiles by pointers (every
+  candidate of ``CANDIDATES``) and by host-built tensor descriptors (``desc``: the launcher's autotuning
+  candidates). Then each design, with and without descriptors, with its winners at N = 1k, 4k and 16k
+  beside SDPA's cuDNN and flash backends (suite "backward_tuned").
+- forward, D in {64, 128}: the "best" rung (launcher ``fwd_desc``) and, at D = 128, the "autotuned" rung
+  (pointer loads, launcher ``fwd``), causal at N = 1k and 2k, non-causal at 4k and 16k, every candidate
+  at every N, beside cuDNN.
+Rows go to OUTDIR/bench_flash_sweep.csv (columns: suite, launcher, desc, config, n, head_dim, causal, ms,
+tflops, vs_cudnn, vs_default (the first candidate's time / this time; the first is the launcher's old
+default), check, reason) and the winners to OUTDIR/sweep_winners.json.
 """
 from __future__ import annotations
 
@@ -53,37 +56,40 @@ CANDIDATES = {
     "fwd_desc": [BC(128, 64, 4, 3), BC(128, 64, 8, 3), BC(128, 128, 8, 3), BC(128, 64, 8, 4), BC(64, 64, 4, 3),
                  BC(128, 128, 8, 2), BC(128, 64, 4, 4), BC(64, 128, 4, 3), BC(128, 32, 4, 4), BC(64, 64, 4, 4)],
 }
+CANDIDATES["fwd"] = CANDIDATES["fwd_desc"]
+FORWARD_RUNG = {"fwd_desc": flash.BEST, "fwd": "autotuned"}      # the rung each forward launcher serves
 BACKWARD_CASES = [(128, True), (128, False), (64, True), (64, False)]        # (head_dim, causal)
 BACKWARD_N, BACKWARD_TUNED_N = 4096, (1024, 4096, 16384)
 FORWARD_CASES = {True: (1024, 2048), False: (4096, 16384)}                   # causal -> the N timed
-FORWARD_D = 128
+FORWARD_SWEEPS = [("fwd_desc", 128), ("fwd_desc", 64), ("fwd", 128)]           # (launcher, head dim)
 DESIGN_OF = {"bwd_dkdv": "two_kernels", "bwd_dq": "two_kernels", "bwd_atomic": "atomic_dq"}
 PARTNER = {"bwd_dkdv": "bwd_dq", "bwd_dq": "bwd_dkdv"}     # the other kernel of the two-kernel design
 
 
-def default(launcher: str) -> flash.BlockConfig:
-    return flash.LAUNCHERS[launcher][2]
+def candidates(launcher: str, desc: bool) -> list:
+    """Pointer tiles: every configuration of CANDIDATES; descriptor tiles: the launcher's autotuning ones."""
+    return [BC(*c) for c in flash.LAUNCHERS[launcher][1]] if desc else CANDIDATES[launcher]
 
 
-def backward_configs(launcher: str, config: flash.BlockConfig) -> dict:
-    """Every launcher of the design fixed: ``config`` for ``launcher``, the defaults for its partner."""
+def backward_configs(launcher: str, config: flash.BlockConfig, head_dim: int) -> dict:
+    """Every launcher of the design fixed: ``config`` for ``launcher``, the default for its partner."""
     configs = {launcher: config}
     if launcher in PARTNER:
-        configs[PARTNER[launcher]] = default(PARTNER[launcher])
+        configs[PARTNER[launcher]] = flash.default_config(PARTNER[launcher], head_dim)
     return configs
 
 
-def run_backward(tensors, o, lse, causal, design, configs):
+def run_backward(tensors, o, lse, causal, design, configs, desc):
     q, k, v, do = tensors
     scale = 1 / math.sqrt(q.shape[-1])
-    return lambda: flash._backward(do, q, k, v, o, lse, causal, scale, design=design, configs=configs)
+    return lambda: flash._backward(do, q, k, v, o, lse, causal, scale, design=design, configs=configs, desc=desc)
 
 
-def check_backward(design, configs, head_dim, causal) -> str:
+def check_backward(design, configs, head_dim, causal, desc) -> str:
     q, k, v, do = fb.random_inputs(1, fb.HEADS, fb.CHECK_N, head_dim, seed=head_dim + causal)
     o, lse = fb.forward_for_backward(q, k, v, causal)
     with fb.poisoned_buffers():
-        got = run_backward((q, k, v, do), o, lse, causal, design, configs)()
+        got = run_backward((q, k, v, do), o, lse, causal, design, configs, desc)()
     exact = fb.reference_grads(q, k, v, do, causal, torch.float32)
     plain = fb.reference_grads(q, k, v, do, causal, q.dtype)
     failures = [f"not finite: {n}" for n, g in zip(("dq", "dk", "dv"), got) if not torch.isfinite(g).all()]
@@ -91,19 +97,19 @@ def check_backward(design, configs, head_dim, causal) -> str:
     return "pass" if not failures else "FAIL: " + "; ".join(failures)
 
 
-def run_forward(q, k, v, causal, config):
-    rung = flash.VARIANTS[flash.BEST]
+def run_forward(q, k, v, causal, config, launcher="fwd_desc"):
+    rung = flash.VARIANTS[FORWARD_RUNG[launcher]]
     return lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(q.shape[-1]), rung, config)
 
 
-def check_forward(causal, config) -> str:
+def check_forward(causal, config, launcher, head_dim) -> str:
     """Batch 1 and 2: Triton compiles an integer argument equal to 1 (the forward's batch) as a constant,
     so both kernel variants the timings use (N = 16k runs one sequence) are checked and compiled."""
     failures = []
     for batch in (1, 2):
-        q, k, v, _ = fb.random_inputs(batch, fb.HEADS, fb.CHECK_N, FORWARD_D, seed=3 + causal)
+        q, k, v, _ = fb.random_inputs(batch, fb.HEADS, fb.CHECK_N, head_dim, seed=3 + causal)
         with fb.poisoned_buffers():
-            o, _ = run_forward(q, k, v, causal, config)()
+            o, _ = run_forward(q, k, v, causal, config, launcher)()
         exact, plain = (fb.attention_plain(q.to(dt), k.to(dt), v.to(dt), causal).float()
                         for dt in (torch.float32, q.dtype))
         failures += [] if torch.isfinite(o).all() else [f"not finite: o (batch {batch})"]
@@ -120,23 +126,27 @@ def guarded(fn) -> str:
 
 # ------------------------------------------------------------------------------------------ the work
 def work_items():
-    """Every (kind, launcher, head_dim, causal, config) to compile, check and time, in a fixed order."""
-    items = [("backward", launcher, d, causal, c) for d, causal in BACKWARD_CASES
-             for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for c in CANDIDATES[launcher]]
-    items += [("forward", "fwd_desc", FORWARD_D, causal, c) for causal in FORWARD_CASES for c in CANDIDATES["fwd_desc"]]
+    """Every (kind, launcher, desc, head_dim, causal, config) to compile, check and time, in a fixed order."""
+    items = [("backward", launcher, desc, d, causal, c) for d, causal in BACKWARD_CASES
+             for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for desc in (False, True)
+             for c in candidates(launcher, desc)]
+    items += [("forward", launcher, launcher == "fwd_desc", d, causal, c) for launcher, d in FORWARD_SWEEPS
+              for causal in FORWARD_CASES for c in CANDIDATES[launcher]]
     return items
 
 
 def check_item(item) -> str:
-    kind, launcher, head_dim, causal, config = item
+    kind, launcher, desc, head_dim, causal, config = item
     if kind == "forward":
-        return guarded(lambda: check_forward(causal, config))
-    return guarded(lambda: check_backward(DESIGN_OF[launcher], backward_configs(launcher, config), head_dim, causal))
+        return guarded(lambda: check_forward(causal, config, launcher, head_dim))
+    return guarded(lambda: check_backward(DESIGN_OF[launcher], backward_configs(launcher, config, head_dim),
+                                          head_dim, causal, desc))
 
 
-def row(suite, launcher, config, n, head_dim, causal, ms, *, backward, check="", reason=""):
+def row(suite, launcher, config, n, head_dim, causal, ms, *, backward, desc=False, check="", reason=""):
     batch = fb.TOKENS // n
-    return dict(suite=suite, launcher=launcher, config=config if isinstance(config, str) else fb.config_name(config),
+    return dict(suite=suite, launcher=launcher, desc=desc,
+                config=config if isinstance(config, str) else fb.config_name(config),
                 n=n, head_dim=head_dim, causal=causal, ms=ms,
                 tflops=fb.tflops(ms, batch, fb.HEADS, head_dim, n, causal, backward),
                 vs_cudnn=float("nan"), vs_default=float("nan"), check=check, reason=reason)
@@ -164,25 +174,26 @@ def sweep_backward(checks, rows, head_dim, causal):
     cudnn_ms, _ = fb.timed(lambda: fb.sdpa_backward("sdpa_cudnn", tensors, causal))
     case_rows = []
     for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic"):
-        launcher_rows = []
-        for config in CANDIDATES[launcher]:
-            status = checks[("backward", launcher, head_dim, causal, config)]
-            ms, why = (float("nan"), "") if status != "pass" else fb.timed(
-                lambda c=config: run_backward(tensors, o, lse, causal, DESIGN_OF[launcher],
-                                              backward_configs(launcher, c)))
-            launcher_rows.append(row("sweep_backward", launcher, config, n, head_dim, causal, ms, backward=True,
-                                     check=status, reason=why))
-        default_ms = launcher_rows[0]["ms"]   # the first candidate of each list is today's default
-        case_rows += ratios(launcher_rows, cudnn_ms, default_ms)
+        for desc in (False, True):
+            launcher_rows = []
+            for config in candidates(launcher, desc):
+                status = checks[("backward", launcher, desc, head_dim, causal, config)]
+                ms, why = (float("nan"), "") if status != "pass" else fb.timed(
+                    lambda c=config, d=desc: run_backward(tensors, o, lse, causal, DESIGN_OF[launcher],
+                                                          backward_configs(launcher, c, head_dim), d))
+                launcher_rows.append(row("sweep_backward", launcher, config, n, head_dim, causal, ms, backward=True,
+                                         desc=desc, check=status, reason=why))
+            case_rows += ratios(launcher_rows, cudnn_ms, launcher_rows[0]["ms"])
     rows += case_rows
     fb.log(f"backward D={head_dim} causal={causal} N={n}: cuDNN {cudnn_ms:.3f} ms; best " + ", ".join(
-        f"{launcher} {b['config']} {b['ms']:.3f} ms ({b['vs_default']:.2f}x default)"
-        for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic")
-        if (b := best(case_rows, launcher=launcher)) is not None))
+        f"{launcher}{' desc' if desc else ''} {b['config']} {b['ms']:.3f} ms ({b['vs_cudnn']:.2f}x cuDNN)"
+        for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for desc in (False, True)
+        if (b := best(case_rows, launcher=launcher, desc=desc)) is not None))
 
 
 def tuned_backward(rows, winners, head_dim, causal):
-    """Each design with its winning configurations at every N, beside SDPA's cuDNN and flash backends."""
+    """Each design, tiles by pointers and by descriptors, with its winning configurations at every N,
+    beside SDPA's cuDNN and flash backends."""
     for n in BACKWARD_TUNED_N:
         tensors = fb.random_inputs(fb.TOKENS // n, fb.HEADS, n, head_dim)
         o, lse = fb.forward_for_backward(*tensors[:3], causal)
@@ -191,45 +202,55 @@ def tuned_backward(rows, winners, head_dim, causal):
             ms, why = fb.timed(lambda i=impl: fb.sdpa_backward(i, tensors, causal))
             case.append(row("backward_tuned", impl, "", n, head_dim, causal, ms, backward=True, reason=why))
         for design, launchers in (("two_kernels", ("bwd_dkdv", "bwd_dq")), ("atomic_dq", ("bwd_atomic",))):
-            configs = {name: winners[name] for name in launchers}
-            ms, why = fb.timed(lambda d=design, c=configs: run_backward(tensors, o, lse, causal, d, c))
-            label = " + ".join(f"{name} {fb.config_name(c)}" for name, c in configs.items())
-            case.append(row("backward_tuned", design, label, n, head_dim, causal, ms, backward=True,
-                            check="pass", reason=why))
+            for desc in (False, True):
+                configs = {name: winners[winner_key(name, head_dim, desc)] for name in launchers}
+                ms, why = fb.timed(lambda d=design, c=configs, t=desc: run_backward(tensors, o, lse, causal, d, c, t))
+                label = " + ".join(f"{name} {fb.config_name(c)}" for name, c in configs.items())
+                case.append(row("backward_tuned", design, label, n, head_dim, causal, ms, backward=True, desc=desc,
+                                check="pass", reason=why))
         rows += ratios(case, case[0]["ms"])
         fb.log(f"tuned backward D={head_dim} causal={causal} N={n}: " + ", ".join(
-            f"{r['launcher']} {r['vs_cudnn']:.2f}x" for r in case))
+            f"{r['launcher']}{' desc' if r['desc'] else ''} {r['vs_cudnn']:.2f}x" for r in case))
 
 
-def sweep_forward(checks, rows, causal):
+def sweep_forward(checks, rows, launcher, head_dim, causal):
+    desc = launcher == "fwd_desc"
     for n in FORWARD_CASES[causal]:
-        q, k, v, _ = fb.random_inputs(fb.TOKENS // n, fb.HEADS, n, FORWARD_D)
+        q, k, v, _ = fb.random_inputs(fb.TOKENS // n, fb.HEADS, n, head_dim)
         with torch.no_grad():
             cudnn_ms, _ = fb.timed(lambda: lambda: fb.implementation("sdpa_cudnn")(q, k, v, causal))
-            case = [row("sweep_forward", "sdpa_cudnn", "", n, FORWARD_D, causal, cudnn_ms, backward=False)]
-            for config in CANDIDATES["fwd_desc"]:
-                status = checks[("forward", "fwd_desc", FORWARD_D, causal, config)]
+            case = [row("sweep_forward", "sdpa_cudnn", "", n, head_dim, causal, cudnn_ms, backward=False)]
+            for config in CANDIDATES[launcher]:
+                status = checks[("forward", launcher, desc, head_dim, causal, config)]
                 ms, why = (float("nan"), "") if status != "pass" else fb.timed(
-                    lambda c=config: run_forward(q, k, v, causal, c))
-                case.append(row("sweep_forward", "fwd_desc", config, n, FORWARD_D, causal, ms, backward=False,
+                    lambda c=config: run_forward(q, k, v, causal, c, launcher))
+                case.append(row("sweep_forward", launcher, config, n, head_dim, causal, ms, backward=False, desc=desc,
                                 check=status, reason=why))
-        rows += ratios(case, cudnn_ms, case[1]["ms"])
-        b = best(case, launcher="fwd_desc")
+        rows += ratios(case[1:], cudnn_ms, case[1]["ms"]) + ratios(case[:1], cudnn_ms)
+        b = best(case, launcher=launcher)
         if b:
-            fb.log(f"forward causal={causal} N={n}: cuDNN {cudnn_ms:.3f} ms; best {b['config']} {b['ms']:.3f} ms, "
-                   f"{b['vs_cudnn']:.2f}x cuDNN, {b['vs_default']:.2f}x default")
+            fb.log(f"forward {launcher} D={head_dim} causal={causal} N={n}: cuDNN {cudnn_ms:.3f} ms; best "
+                   f"{b['config']} {b['ms']:.3f} ms, {b['vs_cudnn']:.2f}x cuDNN, {b['vs_default']:.2f}x the first")
 
 
-def geometric_winner(rows, launcher) -> flash.BlockConfig:
-    """The candidate with the smallest geometric mean time over the sweep's cases where it passed everywhere."""
-    cases = {(r["n"], r["head_dim"], r["causal"]) for r in rows if r["launcher"] == launcher}
+def winner_key(launcher, head_dim, desc) -> str:
+    """sweep_winners.json's key: e.g. bwd_dkdv_desc_d128 (backward launchers, descriptor tiles), fwd_d128."""
+    return f"{launcher}{'_desc' if desc and launcher.startswith('bwd') else ''}_d{head_dim}"
+
+
+def geometric_winner(rows, launcher, head_dim, desc) -> flash.BlockConfig:
+    """The candidate with the smallest geometric mean time over the sweep's cases at this head dim where it
+    passed everywhere (the launcher's default when none did)."""
+    mine = [r for r in rows if r["launcher"] == launcher and r["head_dim"] == head_dim and r["desc"] == desc
+            and r["suite"].startswith("sweep")]
+    cases = {(r["n"], r["causal"]) for r in mine}
     scores = {}
-    for config in CANDIDATES[launcher]:
-        mine = [r for r in rows if r["launcher"] == launcher and r["config"] == fb.config_name(config)
-                and r["suite"].startswith("sweep") and r["check"] == "pass" and r["ms"] == r["ms"]]
-        if len(mine) == len(cases):
-            scores[config] = math.exp(sum(math.log(r["ms"]) for r in mine) / len(mine))
-    return min(scores, key=scores.get) if scores else default(launcher)
+    for config in candidates(launcher, desc) if launcher.startswith("bwd") else CANDIDATES[launcher]:
+        timed = [r for r in mine
+                 if r["config"] == fb.config_name(config) and r["check"] == "pass" and r["ms"] == r["ms"]]
+        if timed and len(timed) == len(cases):
+            scores[config] = math.exp(sum(math.log(r["ms"]) for r in timed) / len(timed))
+    return min(scores, key=scores.get) if scores else flash.default_config(launcher, head_dim)
 
 
 def main(argv) -> int:
@@ -243,23 +264,28 @@ def main(argv) -> int:
     if "--compile-only" in argv:
         part, parts = (int(x) for x in (argv[argv.index("--part") + 1] if "--part" in argv else "0/1").split("/"))
         for item in items[part::parts]:
-            fb.log(item[:4], fb.config_name(item[4]), check_item(item))
+            fb.log(item[:5], fb.config_name(item[5]), check_item(item))
         return 0
     checks = {item: check_item(item) for item in items}
     failed = {k: v for k, v in checks.items() if v != "pass"}
     fb.log(f"{len(checks) - len(failed)} of {len(checks)} candidates passed their checks")
     for item, status in failed.items():
-        fb.log("  ", item[:4], fb.config_name(item[4]), status)
+        fb.log("  ", item[:5], fb.config_name(item[5]), status)
     rows: list[dict] = []
     for head_dim, causal in BACKWARD_CASES:
         sweep_backward(checks, rows, head_dim, causal)
         write_results("flash_sweep", rows, out)
-    for causal in FORWARD_CASES:
-        sweep_forward(checks, rows, causal)
+    for launcher, head_dim in FORWARD_SWEEPS:
+        for causal in FORWARD_CASES:
+            sweep_forward(checks, rows, launcher, head_dim, causal)
         write_results("flash_sweep", rows, out)
-    winners = {launcher: geometric_winner(rows, launcher) for launcher in CANDIDATES}
+    winners = {winner_key(launcher, d, desc): geometric_winner(rows, launcher, d, desc)
+               for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for d in (64, 128) for desc in (False, True)}
+    for launcher, d in FORWARD_SWEEPS:
+        desc = launcher == "fwd_desc"
+        winners[winner_key(launcher, d, desc)] = geometric_winner(rows, launcher, d, desc)
     (out / "sweep_winners.json").write_text(json.dumps(
-        {name: [c.block_m, c.block_n, c.num_warps, c.num_stages] for name, c in winners.items()}))
+        {name: [c.block_m, c.block_n, c.num_warps, c.num_stages] for name, c in winners.items()}, indent=1))
     fb.log("winners (geometric mean over the sweep's cases):",
            {name: fb.config_name(c) for name, c in winners.items()})
     for head_dim, causal in BACKWARD_CASES:

@@ -40,11 +40,10 @@ if [ "$phase" = tune-warm ]; then   # the block-configuration sweep compiled in 
 elif [ "$phase" = tune-time ]; then   # the sweep timed alone, then Triton's kernel metadata and ncu profiles
     logs=/tmp/timed; prof=/tmp/prof; mkdir -p $logs $prof
     step 330 $logs/1_sweep.log python scripts/gpu_flash_sweep.py "$out"
-    winners=$out/sweep_winners.json; [ -f "$winners" ] || winners=""
-    step 60 $logs/2_meta.log python scripts/gpu_flash_profile.py --triton-meta "$out/triton_kernels.csv" $winners
+    step 60 $logs/2_meta.log python scripts/gpu_flash_profile.py --triton-meta "$out/triton_kernels.csv"
     for case in $(python -c "import sys; sys.path.insert(0, 'scripts'); import gpu_flash_profile as p; print(*p.CASES)"); do
         step 60 $logs/3_ncu_$case.log ncu --profile-from-start off --set full --clock-control none -f -o $prof/$case \
-            python scripts/gpu_flash_profile.py $case $winners
+            python scripts/gpu_flash_profile.py $case
         ncu --import $prof/$case.ncu-rep --csv --page raw > $prof/$case.csv 2>>$logs/3_ncu_$case.log
     done
     python scripts/merge_ncu_csv.py "$prof" "$out/ncu_raw.csv"

@@ -256,31 +256,55 @@ types = dict(LSE="*fp32", DELTA="*fp32", DQ_ACC="*fp32", CU_Q="*i32", CU_K="*i32
              cap_scale="fp32", sm_scale="fp32")
 plain = dict(HEAD_DIM=128, HEAD_DIM_V=128, DIM_QK=128, DIM_V=128, BAND=False, SOFTCAP=False, VARLEN=False)
 every_feature = dict(HEAD_DIM=128, HEAD_DIM_V=64, DIM_QK=80, DIM_V=48, BAND=True, SOFTCAP=True, VARLEN=True)
-for dims, atomic in ((plain, True), (every_feature, True), (plain, False)):
-    constexprs = dict(BLOCK_M=64, BLOCK_N=64, CAUSAL=True, DOT_PRECISION="tf32", ATOMIC_DQ=atomic, **dims)
-    fn = kernels._bwd_dkdv
-    signature = {name: "constexpr" if name in constexprs else types.get(name, "*fp16" if name[0].isupper() else "i32")
-                 for name in fn.arg_names}
+BLOCK_M, BLOCK_N = 64, 64
+rows = dict(Q=BLOCK_M, DO=BLOCK_M, DQ=BLOCK_M, K=BLOCK_N, V=BLOCK_N, DK=BLOCK_N, DV=BLOCK_N)
+
+
+def compile_sm90(fn, constexprs, desc):
+    """PTX of ``fn`` for sm_90; with ``desc`` the tiled tensors are host-built descriptors (DESC = 2)."""
+    constexprs = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=True, DOT_PRECISION="tf32", DESC=2 if desc else 0,
+                      **constexprs)
+    signature = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif desc and name in rows:
+            signature[name] = f"tensordesc<fp16[1,1,{rows[name]},{constexprs['HEAD_DIM']}]>"
+        else:
+            signature[name] = types.get(name, "*fp16" if name[0].isupper() else "i32")
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(fn.arg_names.index(n),): v for n, v in constexprs.items()})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8, num_stages=2))
-    has_atomics = re.search(r"\b(red|atom)\.global", compiled.asm["ptx"]) is not None  # not cp.async.ca.shared.global
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8, num_stages=2)).asm["ptx"]
+
+
+for dims, atomic in ((plain, True), (every_feature, True), (plain, False)):
+    ptx = compile_sm90(kernels._bwd_dkdv, dict(ATOMIC_DQ=atomic, **dims), desc=False)
+    has_atomics = re.search(r"\b(red|atom)\.global", ptx) is not None  # not cp.async.ca.shared.global
     assert has_atomics == atomic, f"ATOMIC_DQ={atomic}, atomic adds in the PTX: {has_atomics}"
-    print("compiled", fn.__name__)
+    print("compiled _bwd_dkdv")
+# the descriptor backward: its tiles move by TMA (bulk tensor copies), dQ still by atomic adds
+for fn, extra in ((kernels._bwd_dkdv, dict(ATOMIC_DQ=True)), (kernels._bwd_dkdv, dict(ATOMIC_DQ=False)),
+                  (kernels._bwd_dq, {})):
+    ptx = compile_sm90(fn, dict(extra, **plain), desc=True)
+    assert "cp.async.bulk.tensor" in ptx, f"{fn.__name__} {extra}: no TMA copy in the PTX"
+    has_atomics = re.search(r"\b(red|atom)\.global", ptx) is not None
+    assert has_atomics == bool(extra.get("ATOMIC_DQ")), f"{fn.__name__} {extra}: atomic adds {has_atomics}"
+    print("compiled", fn.__name__, "with descriptors")
 '''
 
 
 @pytest.mark.slow
 def test_atomic_kernel_compiles_for_an_h100():
     """The interpreter is lenient: the one-pass kernel (``_bwd_dkdv`` with ATOMIC_DQ), plain and with every
-    feature on, must also compile to PTX for sm_90 with its atomic adds, and without ATOMIC_DQ have none."""
+    feature on, must also compile to PTX for sm_90 with its atomic adds, and without ATOMIC_DQ have none;
+    with host-built descriptors (DESC = 2) both backward kernels must move their tiles by TMA copies."""
     import subprocess
     import sys
 
     pytest.importorskip("triton.backends.nvidia")
     result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 3
+    assert result.stdout.count("compiled") == 6
 
 
 def test_autotuner_zeroes_the_dq_buffer_between_trials():
@@ -288,3 +312,68 @@ def test_autotuner_zeroes_the_dq_buffer_between_trials():
     dQ unless it zeroes DQ_ACC before each trial (and before the real launch)."""
     assert "DQ_ACC" in flash._tuned("bwd_atomic").reset_to_zero
     assert not flash._tuned("bwd_dkdv").reset_to_zero
+
+
+# ------------------------------------------------------------------------------ tiles by descriptors
+def _interpreted_descriptors() -> bool:
+    import triton.language as tl
+
+    from attnkit.device import triton_interprets
+
+    return triton_interprets() and hasattr(tl, "make_tensor_descriptor")
+
+
+@pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")
+@pytest.mark.parametrize("design", list(BACKWARDS))
+@pytest.mark.parametrize("shape", [(1, 4, 2, 35, 27, 32, True), (2, 2, 1, 21, 45, 16, True),
+                                   (1, 2, 2, 40, 19, 16, False)], ids=str)
+def test_descriptor_backward_in_the_interpreter(monkeypatch, design, shape):
+    """DESC = 2 (the GPU's TMA tiles) in the interpreter: descriptor loads pad ragged ends with zeros and
+    descriptor stores clip them, so dq, dk, dv match float64 at lengths that are not multiples of a tile."""
+    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    launched = []
+    real_launch = flash._launch
+    monkeypatch.setattr(flash, "_launch", lambda *a, **kw: launched.append(kw["DESC"]) or real_launch(*a, **kw))
+    b, hq, hkv, nq, nk, d, causal = shape
+    q, k, v, do = random_case(hash(shape) % 2**31, b, hq, hkv, nq, nk, d)
+    o, lse = flash.flash_attention_forward(q, k, v, causal=causal)
+    launched.clear()
+    got = flash._backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(d), design=design, desc=True)
+    assert launched and set(launched) == {flash._kernels.HOST_DESCRIPTORS}
+    for name, g, r in zip(("dq", "dk", "dv"), got, reference_grads(q, k, v, do, causal=causal)):
+        assert_close(g, r, torch.float32, DEVICE, f"{name} ({design}, descriptors)")
+
+
+def test_descriptors_only_where_the_backward_can_take_them(monkeypatch):
+    """Packed sequences, a padded head dim, Dv != D and strides TMA cannot take fall back to pointers."""
+    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    q, k, v, do = random_case(5, 1, 2, 1, 32, 32, 32)
+    dq = torch.empty_like(q)
+    host, pointers = flash._kernels.HOST_DESCRIPTORS, flash._kernels.POINTERS
+    assert flash._backward_descriptors(True, False, q, k, v, do, dq, k, v) == host
+    assert flash._backward_descriptors(None, False, q, k, v, do, dq, k, v) == (
+        host if flash.BACKWARD_DESCRIPTORS else pointers)
+    assert flash._backward_descriptors(False, False, q, k, v, do, dq, k, v) == pointers
+    assert flash._backward_descriptors(True, True, q, k, v, do, dq, k, v) == pointers             # packed
+    q40, k40, v40 = (t[..., :20] for t in (q, k, v))                                           # D = 20: padded
+    assert flash._backward_descriptors(True, False, q40, k40, v40, do, dq, k, v) == pointers
+    v16 = v[..., :16].contiguous()                                                             # Dv != D
+    assert flash._backward_descriptors(True, False, q, k, v16, do, dq, k, v16) == pointers
+    odd = torch.randn(1, 2, 32, 33)[..., :32]               # rows 33 elements apart: not 16-byte multiples
+    assert flash._backward_descriptors(True, False, odd, k, v, do, dq, k, v) == pointers
+    monkeypatch.setattr(flash, "descriptors_supported", lambda device: False)
+    assert flash._backward_descriptors(True, False, q, k, v, do, dq, k, v) == pointers
+
+
+def test_default_configs_by_head_dim():
+    """Without autotuning each launcher has one configuration per head-dim class, and D = 256 halves it."""
+    for name, (_, candidates, by_head_dim) in flash.LAUNCHERS.items():
+        assert set(by_head_dim) == {64, 128}, name
+        assert flash.default_config(name, 32) == flash.default_config(name, 64) == by_head_dim[64]
+        assert flash.default_config(name, 128) == by_head_dim[128]
+        big = flash.default_config(name, 256)
+        assert big.block_m <= 64 and big.block_n <= 32 and (big.num_warps, big.num_stages) == (4, 2)
+        assert candidates and all(len(c) == 4 for c in candidates)
+    # the sweep's winners at D = 128 (docs/flash_notes.md)
+    assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(64, 64, 4, 3)
+    assert flash.default_config("bwd_dkdv", 128) == flash.BlockConfig(64, 128, 8, 2)

@@ -163,29 +163,42 @@ class BlockConfig:
 
 
 INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes span several tiles
-# Candidate configurations (BLOCK_M, BLOCK_N, num_warps, num_stages) for the autotuner on CUDA. Few on
-# purpose: each one is compiled per head dim, dtype and causal flag. In the backward, dK/dV programs
-# own BLOCK_N keys and loop over BLOCK_M queries; dQ programs own BLOCK_M queries. The descriptor
-# forward (sm_90+) takes a wider space, BLOCK_N = 128 included: the four fastest of eight measured at
-# D = 128 (docs/flash_notes.md).
-# launcher: (kernel, candidate configurations, the configuration used when ATTNKIT_AUTOTUNE=0)
+# Candidate configurations (BLOCK_M, BLOCK_N, num_warps, num_stages) for the autotuner on CUDA, and the
+# configuration each launcher uses without autotuning (ATTNKIT_AUTOTUNE=0), by head dim (the tile's
+# padded D: up to 64, up to 128; D = 256 halves the tiles). Few candidates on purpose: each one is
+# compiled per head dim, dtype and causal flag. In the backward, dK/dV programs own BLOCK_N keys and
+# loop over BLOCK_M queries; dQ programs own BLOCK_M queries.
+# The descriptor forward and the three backward launchers hold the four fastest of a sweep of 10-12
+# configurations per kernel on the H100 (scripts/gpu_flash_sweep.py, bench_flash_sweep.csv,
+# docs/flash_notes.md); their defaults are the sweep's winners: for the forward at D = 128, 64x64 with
+# 4 warps (141 registers a thread, no spills) instead of 128x64 with 4 warps (255 registers and 32
+# spilled: 1.37-1.65x slower); for dK/dV at D = 128, 64x128 with 8 warps (1.08-1.12x the old 32x64).
+# The one-pass backward (_bwd_dkdv with ATOMIC_DQ) also holds a [BLOCK_M, D] fp32 dQ share per query
+# block: BLOCK_M = 64 keeps all five products on 64-row wgmma tiles.
+# launcher: (kernel, candidate configurations, {padded head dim: the configuration without autotuning})
 LAUNCHERS = {
     "fwd": ("_attn_fwd", [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)],
-            BlockConfig(128, 64, 4, 3)),
+            {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 64, 4, 3)}),
     "fwd_desc": ("_attn_fwd", [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)],
-                 BlockConfig(128, 64, 4, 3)),
-    "bwd_dkdv": ("_bwd_dkdv", [(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2)],
-                 BlockConfig(32, 64, 4, 3)),
-    "bwd_dq": ("_bwd_dq", [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 2)],
-               BlockConfig(64, 32, 4, 3)),
-    # the one-pass backward (_bwd_dkdv with ATOMIC_DQ): a program owns BLOCK_N keys, as in bwd_dkdv, but
-    # also holds a [BLOCK_M, D] fp32 dQ share per query block. BLOCK_M = 64 keeps all five products on
-    # 64-row wgmma tiles, and 8 warps leave room for dK, dV [BLOCK_N, D] fp32 in the registers at D = 128.
-    # Measured on the H100 (docs/flash_notes.md): 64x128 ran 1.7-1.8x faster than 64x64 at D = 128, N = 4k,
-    # hence the default without autotuning.
-    "bwd_atomic": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 64, 8, 2), (64, 64, 4, 3), (32, 128, 4, 3)],
-                   BlockConfig(64, 128, 8, 2)),
+                 {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(64, 64, 4, 3)}),
+    "bwd_dkdv": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 128, 4, 3)],
+                 {64: BlockConfig(32, 128, 4, 3), 128: BlockConfig(64, 128, 8, 2)}),
+    "bwd_dq": ("_bwd_dq", [(64, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)],
+               {64: BlockConfig(64, 32, 4, 3), 128: BlockConfig(64, 32, 4, 3)}),
+    "bwd_atomic": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)],
+                   {64: BlockConfig(64, 128, 8, 2), 128: BlockConfig(64, 128, 8, 2)}),
 }
+
+
+def default_config(name: str, head_dim: int) -> BlockConfig:
+    """The configuration launcher ``name`` uses without autotuning at this padded head dim (the larger
+    of q's and v's): its entry for D <= 64 or D <= 128; at D = 256 that of 128 with tiles of at most
+    64 x 32, 4 warps and 2 stages (twice the shared memory per row)."""
+    by_head_dim = LAUNCHERS[name][2]
+    config = by_head_dim[64] if head_dim <= 64 else by_head_dim[128]
+    if head_dim >= 256:
+        config = BlockConfig(min(config.block_m, 64), min(config.block_n, 32), 4, 2)
+    return config
 
 
 def _fixed_forward_config(head_dim: int) -> BlockConfig:
@@ -233,13 +246,20 @@ def _tuned(name: str):
     return _TUNED[name]
 
 
+# each kernel argument a host-built descriptor may stand for: (its rows' block size, its head dim)
+_DESCRIPTOR_BLOCKS = {"Q": ("BLOCK_M", "HEAD_DIM"), "O": ("BLOCK_M", "HEAD_DIM_V"), "DO": ("BLOCK_M", "HEAD_DIM_V"),
+                      "DQ": ("BLOCK_M", "HEAD_DIM"), "K": ("BLOCK_N", "HEAD_DIM"), "V": ("BLOCK_N", "HEAD_DIM_V"),
+                      "DK": ("BLOCK_N", "HEAD_DIM"), "DV": ("BLOCK_N", "HEAD_DIM_V")}
+
+
 def _set_block_shapes(nargs) -> None:
     """Host-built descriptors carry their block shape: set it for the launch's BLOCK_M and BLOCK_N
     (the autotuner's pre-hook, and before a launch with one fixed configuration)."""
     if nargs.get("DESC") != _kernels.HOST_DESCRIPTORS:
         return
-    for name, rows in (("Q", "BLOCK_M"), ("O", "BLOCK_M"), ("K", "BLOCK_N"), ("V", "BLOCK_N")):
-        nargs[name].block_shape = [1, 1, nargs[rows], nargs["HEAD_DIM"]]
+    for name, (rows, dim) in _DESCRIPTOR_BLOCKS.items():
+        if hasattr(nargs.get(name), "block_shape"):
+            nargs[name].block_shape = [1, 1, nargs[rows], nargs[dim]]
 
 
 def _quick_bench(kernel_call, quantiles):
@@ -255,13 +275,11 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | N
     when ``tuned``, else with ``fixed`` (default: the launcher's own), one small one in the interpreter."""
     import triton
 
-    kernel_name, _, default = LAUNCHERS[name]
-    kernel = getattr(_kernels, kernel_name)
+    kernel = getattr(_kernels, LAUNCHERS[name][0])
     if triton_interprets():
         fixed, tuned = INTERPRETER_CONFIG, False
     elif fixed is None:
-        head_dim = max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0))  # D = 256: halve the tiles
-        fixed = default if head_dim < 256 else BlockConfig(min(default.block_m, 64), min(default.block_n, 32), 4, 2)
+        fixed = default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
     if tuned and autotune_enabled():
         grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
         launcher, meta = _tuned(name), {}
@@ -489,6 +507,14 @@ class _BackwardLaunch:
     def strides(self, *tensors) -> tuple:
         return tuple(st for t in tensors for st in _strides(t, self.packed))
 
+    def tiles(self, *tensors) -> tuple:
+        """The arguments for tensors the kernels move in tiles: host-built descriptors with DESC = 2."""
+        if self.constexprs["DESC"] != _kernels.HOST_DESCRIPTORS:
+            return tensors
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]]) for t in tensors)
+
     def launch(self, name: str, grid_rows: int, grid_heads: int, *args, **options) -> None:
         fixed = self.configs.get(name)
         _launch(name, self.device, fixed is None, fixed, grid_rows, grid_heads, *args, **options, **self.constexprs)
@@ -503,10 +529,11 @@ def _backward_two_kernels(plan: _BackwardLaunch) -> None:
     inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
     rows = _row_strides(plan.lse, plan.packed)
     no_dq_acc = plan.dk4                               # DQ_ACC: not touched without ATOMIC_DQ
-    plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *inputs, plan.lse, plan.delta, plan.dk4, plan.dv4, no_dq_acc,
+    plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *plan.tiles(*inputs), plan.lse, plan.delta,
+                *plan.tiles(plan.dk4, plan.dv4), no_dq_acc,
                 *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4), 0, 0, 0, 0, *rows,
                 n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=False)
-    plan.launch("bwd_dq", n_q, batch * n_heads, *inputs, plan.lse, plan.delta, dq4,
+    plan.launch("bwd_dq", n_q, batch * n_heads, *plan.tiles(*inputs), plan.lse, plan.delta, *plan.tiles(dq4),
                 *plan.scalars, *plan.strides(*inputs, dq4), *rows, n_heads, n_heads // n_heads_kv, n_q, n_k)
 
 
@@ -519,7 +546,8 @@ def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
     dq_acc = torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)   # q's shape, fp32
     acc4 = _heads_view(dq_acc, plan.packed)
     inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
-    plan.launch("bwd_atomic", n_k, batch * n_heads_kv, *inputs, plan.lse, plan.delta, plan.dk4, plan.dv4, acc4,
+    plan.launch("bwd_atomic", n_k, batch * n_heads_kv, *plan.tiles(*inputs), plan.lse, plan.delta,
+                *plan.tiles(plan.dk4, plan.dv4), acc4,
                 *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4, acc4), *_row_strides(plan.lse, plan.packed),
                 n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=True)
     plan.dq.copy_(dq_acc)
@@ -543,6 +571,10 @@ BACKWARDS = {
 }
 # The default until the H100 measures a winner (scripts/gpu_flash_backward.py).
 DEFAULT_BACKWARD = "two_kernels"
+# Whether the backward moves its tiles through host-built tensor descriptors (TMA) where it can (sm_90+,
+# unpacked inputs, a power-of-two head dim shared by q and v, TMA-compatible strides); ``desc=`` of
+# ``_backward`` overrides it. Off until the H100 measures it faster (scripts/gpu_flash_sweep.py).
+BACKWARD_DESCRIPTORS = False
 BACKWARD_ENV = "ATTNKIT_FLASH_BACKWARD"
 
 
@@ -558,10 +590,22 @@ def check_backward(backward) -> str:
     return backward
 
 
+def _backward_descriptors(desc, packed: bool, *tensors) -> int:
+    """DESC for the backward kernels: HOST_DESCRIPTORS where asked (``desc``, None: BACKWARD_DESCRIPTORS)
+    and possible for these [B, H, N, D] views (q, k, v, do, dq, dk, dv), else POINTERS."""
+    wanted = BACKWARD_DESCRIPTORS if desc is None else desc
+    q, v = tensors[0], tensors[2]
+    plain = not packed and q.shape[-1] == v.shape[-1] == _padded(q.shape[-1])
+    if wanted and plain and descriptors_supported(q.device) and _tma_compatible(*tensors):
+        return _kernels.HOST_DESCRIPTORS
+    return _kernels.POINTERS
+
+
 def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1), softcap=None, varlen=None,
-              design: str = DEFAULT_BACKWARD, configs: dict | None = None):
+              design: str = DEFAULT_BACKWARD, configs: dict | None = None, desc: bool | None = None):
     """dq, dk, dv in the inputs' dtypes and shapes, by the backward ``design`` (a key of BACKWARDS).
-    Inputs already checked. ``configs``: launcher name -> BlockConfig, fixed instead of autotuned."""
+    Inputs already checked. ``configs``: launcher name -> BlockConfig, fixed instead of autotuned.
+    ``desc``: tiles through tensor descriptors where possible (None: BACKWARD_DESCRIPTORS)."""
     import triton
 
     where, out_dtype = q.device, q.dtype
@@ -587,11 +631,12 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1
             n_heads, n_q, BLOCK_M=block_m, **dims)
     left, right, band = _band(causal, window)
     qk_scale, cap_scale = _logit_scales(sm_scale, softcap, True)
+    desc = _backward_descriptors(desc, packed, q4, k4, v4, do4, _heads_view(dq, packed), dk4, dv4)
     plan = _BackwardLaunch(
         device, q4, k4, v4, do4, dq, dk4, dv4, lse, delta, packed, (batch, n_heads, n_heads_kv, n_q, n_k),
         (cu_q, cu_k, sm_scale, qk_scale, cap_scale, left, right),
         dict(HEAD_DIM=_padded(head_dim), CAUSAL=causal, DOT_PRECISION=_dot_precision(q.dtype), DIM_QK=head_dim,
-             BAND=band, SOFTCAP=softcap is not None, **dims), dict(configs or {}))
+             BAND=band, SOFTCAP=softcap is not None, DESC=desc, **dims), dict(configs or {}))
     BACKWARDS[design].run(plan)
     return tuple(t.to(where, out_dtype) for t in (dq, dk, dv))
 
@@ -704,5 +749,6 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward", "flash_attention_backward",
            "check_inputs", "check_window", "check_softcap", "check_cu_seqlens",
            "LADDER", "VARIANTS", "BEST", "Rung", "host_descriptor_choice", "descriptors_supported",
-           "BACKWARDS", "DEFAULT_BACKWARD", "BackwardDesign", "check_backward", "right_bounded",
+           "BACKWARDS", "DEFAULT_BACKWARD", "BACKWARD_DESCRIPTORS", "default_config", "BackwardDesign",
+           "check_backward", "right_bounded",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

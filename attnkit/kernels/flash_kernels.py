@@ -23,11 +23,11 @@ Conventions shared by every kernel:
   exponentials) and "tf32" otherwise (ignored for fp16/bf16 operands);
 - loops are split into blocks that need no masks (full blocks, fully visible) and the few that do
   (the diagonal of the causal mask and the ragged last block); ``SPLIT=False`` masks every block;
-- ``DESC`` says how the forward's tiles move: 0 by pointers with explicit strides (any strided
-  [B, H, N, D] view), 1 through tensor descriptors each program builds, 2 through descriptors the host
-  built once per launch (both lowered to the TMA copy engine on sm_90+; rows past the end of a head
-  load as zeros and are not stored). Both descriptor kinds span the whole [B, H, N, D] tensor and move
-  [1, 1, rows, D] blocks, so one tile loader serves them.
+- ``DESC`` says how tiles move (the forward takes all three, the backward 0 and 2): 0 by pointers with
+  explicit strides (any strided [B, H, N, D] view), 1 through tensor descriptors each program builds,
+  2 through descriptors the host built once per launch (both lowered to the TMA copy engine on sm_90+;
+  rows past the end of a head load as zeros and are not stored). Both descriptor kinds span the whole
+  [B, H, N, D] tensor and move [1, 1, rows, D] blocks, so one tile loader serves them.
 """
 from __future__ import annotations
 
@@ -353,7 +353,7 @@ def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys,
                     stride_ab, stride_ah, stride_am, stride_ad,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
                     BLOCK_M: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
-                    DOT_PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+                    DOT_PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, DESC: tl.constexpr):
     """Accumulate dK, dV of one key block (k [BLOCK_N, D], v [BLOCK_N, Dv]) over query blocks [lo, hi) of
     query head off_h; LSE, DELTA: this head's rows. Works on transposed scores sT = k qᵀ: [BLOCK_N, BLOCK_M].
     Products 1-4 per query block; with ATOMIC_DQ a fifth, the block's share of dQ, sm_scale · dS k
@@ -361,9 +361,9 @@ def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys,
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)                         # [BLOCK_M] query indices
         q = _tile(Q, off_b, off_h, start_m, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
-                  BLOCK_M, HEAD_DIM, MASKED, 0, DIM_QK)
+                  BLOCK_M, HEAD_DIM, MASKED, DESC, DIM_QK)
         do = _tile(DO, off_b, off_h, start_m, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
-                   BLOCK_M, HEAD_DIM_V, MASKED, 0, DIM_V)
+                   BLOCK_M, HEAD_DIM_V, MASKED, DESC, DIM_V)
         lse2, delta = _row_stats(LSE, DELTA, rows, n_q)
         p_t, t_t = _probs(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION), lse2[None, :], qk_scale,
                           cap_scale, SOFTCAP)                          # 1: S recomputed, [BLOCK_N, BLOCK_M]
@@ -397,7 +397,7 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
               HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
-              SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+              SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, ATOMIC_DQ: tl.constexpr, DESC: tl.constexpr):
     """dK, dV for one block of BLOCK_N keys of one (batch, KV head), summed over its ``group`` query heads.
 
     grid = (cdiv(Nk, BLOCK_N), B * Hkv). DK [.., D], DV [.., Dv] laid out as K and V by their strides.
@@ -406,7 +406,8 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_
     pair, as FlashAttention-2 and -3 do: dQ added atomically into DQ_ACC (fp32 [B, Hq, Nq, D] by its
     strides, zeroed by the caller, who converts it to the inputs' dtype afterwards). The trade: two
     products fewer per pair (S and dP are not computed a second time), paid for with BLOCK_M · D fp32
-    atomic adds per pair and an fp32 buffer the size of Q in global memory.
+    atomic adds per pair and an fp32 buffer the size of Q in global memory. DESC (0 or 2): Q, K, V, DO,
+    DK, DV as pointers, or as host-built tensor descriptors (TMA; never with VARLEN; DQ_ACC stays a pointer).
     """
     start_n = tl.program_id(0) * BLOCK_N
     off_b, off_hk = _batch_and_head(n_heads_kv)
@@ -419,9 +420,9 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_
             DQ_ACC += q0.to(tl.int64) * stride_am
     keys = start_n + tl.arange(0, BLOCK_N)                             # [BLOCK_N] key indices
     k = _tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd,
-              BLOCK_N, HEAD_DIM, True, 0, DIM_QK)
+              BLOCK_N, HEAD_DIM, True, DESC, DIM_QK)
     v = _tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
-              BLOCK_N, HEAD_DIM_V, True, 0, DIM_V)
+              BLOCK_N, HEAD_DIM_V, True, DESC, DIM_V)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_V], dtype=tl.float32)
 
@@ -436,11 +437,11 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_
                                      cap_scale, stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh,
                                      stride_dom, stride_dod, stride_ab, stride_ah, stride_am, stride_ad,
                                      HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_M, part != 1, BAND,
-                                     SOFTCAP, DOT_PRECISION, ATOMIC_DQ)
+                                     SOFTCAP, DOT_PRECISION, ATOMIC_DQ, DESC)
     _store_tile(DK, dk * sm_scale, off_b, off_hk, start_n, n_k, stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                BLOCK_N, HEAD_DIM, 0, DIM_QK)
+                BLOCK_N, HEAD_DIM, DESC, DIM_QK)
     _store_tile(DV, dv, off_b, off_hk, start_n, n_k, stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-                BLOCK_N, HEAD_DIM_V, 0, DIM_V)
+                BLOCK_N, HEAD_DIM_V, DESC, DIM_V)
 
 
 @triton.jit
@@ -449,13 +450,13 @@ def _bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, rows, lo, hi, n_q
                   stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
                   HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
                   BLOCK_N: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
-                  DOT_PRECISION: tl.constexpr):
+                  DOT_PRECISION: tl.constexpr, DESC: tl.constexpr):
     """Accumulate dQ of one query block over key blocks [lo, hi). dq, q: [BLOCK_M, D]; do: [BLOCK_M, Dv]."""
     for start_n in range(lo, hi, BLOCK_N):
         k = _tile(K, off_b, off_hk, start_n, n_k, stride_kb, stride_kh, stride_kn, stride_kd,
-                  BLOCK_N, HEAD_DIM, MASKED, 0, DIM_QK)
+                  BLOCK_N, HEAD_DIM, MASKED, DESC, DIM_QK)
         v = _tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
-                  BLOCK_N, HEAD_DIM_V, MASKED, 0, DIM_V)
+                  BLOCK_N, HEAD_DIM_V, MASKED, DESC, DIM_V)
         p, t = _probs(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION), lse2[:, None], qk_scale,
                       cap_scale, SOFTCAP)
         if MASKED:
@@ -480,9 +481,9 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_sca
             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
             HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
-            SOFTCAP: tl.constexpr, VARLEN: tl.constexpr):
+            SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, DESC: tl.constexpr):
     """dQ for one block of BLOCK_M queries of one (batch, head). grid = (cdiv(Nq, BLOCK_M), B * Hq);
-    DQ laid out as Q by its strides."""
+    DQ laid out as Q by its strides. DESC as in ``_bwd_dkdv``."""
     start_m = tl.program_id(0)
     off_b, off_h = _batch_and_head(n_heads)
     if VARLEN:
@@ -492,9 +493,9 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_sca
     row0 = start_m * BLOCK_M
     rows = row0 + tl.arange(0, BLOCK_M)
     q = _tile(Q, off_b, off_h, row0, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
-              BLOCK_M, HEAD_DIM, True, 0, DIM_QK)
+              BLOCK_M, HEAD_DIM, True, DESC, DIM_QK)
     do = _tile(DO, off_b, off_h, row0, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
-               BLOCK_M, HEAD_DIM_V, True, 0, DIM_V)
+               BLOCK_M, HEAD_DIM_V, True, DESC, DIM_V)
     base = off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
     lse2, delta = _row_stats(LSE + base, DELTA + base, rows, n_q)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -503,6 +504,7 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_sca
         dq = _bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_h // group, rows, bounds[part],
                            bounds[part + 1], n_q, n_k, left, right, qk_scale, cap_scale,
                            stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
-                           HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_N, part != 1, BAND, SOFTCAP, DOT_PRECISION)
+                           HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_N, part != 1, BAND, SOFTCAP, DOT_PRECISION,
+                           DESC)
     _store_tile(DQ, dq * sm_scale, off_b, off_h, row0, n_q, stride_dqb, stride_dqh, stride_dqm, stride_dqd,
-                BLOCK_M, HEAD_DIM, 0, DIM_QK)
+                BLOCK_M, HEAD_DIM, DESC, DIM_QK)
