@@ -344,9 +344,9 @@ def forward_order_case(session: Session, n: int, head_dim: int = 128):
             rows.append(row("forward_order", "sdpa_cudnn", "forward", n, head_dim, True, ms, batch=batch, reason=why))
             for order, rung in order_rungs().items():
                 ms, why = timed(lambda r=rung: lambda: flash._forward_rung(q, k, v, True, scale, r))
+                config = config_name(flash.default_config("fwd_desc", head_dim))
                 rows.append(row("forward_order", f"attnkit_{order}", "forward", n, head_dim, True, ms, batch=batch,
-                                config=f"{flash.BEST}, fwd_desc {config_name(flash.default_config('fwd_desc', head_dim))}",
-                                check=status, reason=why))
+                                config=f"{flash.BEST}, fwd_desc {config}", check=status, reason=why))
         session.rows += with_cudnn_ratio(rows)
         for r in rows:
             log(f"{r['impl']:>22} {r['ms']:.3f} ms {r['tflops']:.0f} TFLOP/s {r['vs_cudnn']:.2f}x cuDNN {r['reason']}")

@@ -7,6 +7,10 @@
 #   bash scripts/gpu_session.sh time OUTDIR   # the benchmarks one after another, alone on the GPU,
 #                                             # their kernels loaded from the cache: the recorded CSVs
 #
+# The same pairs for the kernel work of issue 17: tune-warm / tune-time (the block-configuration sweep,
+# then Nsight Compute profiles), and record-warm, then record-kernels and record-suites (the flash
+# features, backward designs and FP8 at fixed configurations, then the autotuned ladder and SDPA suite).
+#
 # Both phases must run on the same machine (the cache lives in ~/.triton). Each step has a time limit;
 # a step that fails or runs out of time is logged and the others go on.
 set -u
@@ -49,6 +53,40 @@ elif [ "$phase" = tune-time ]; then   # the sweep timed alone, then Triton's ker
     python scripts/merge_ncu_csv.py "$prof" "$out/ncu_raw.csv"
     for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session.log"
     tail -n 30 $logs/1_sweep.log; tail -n 3 $logs/3_ncu_*.log
+elif [ "$phase" = record-warm ]; then   # every recorded kernel compiled in parallel (autotuned suites included)
+    warm=/tmp/warm; mkdir -p $warm
+    for part in $(seq 0 9); do
+        step 540 $warm/flash_$part.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py flash $part/10 &
+    done
+    for n in 1024 16384; do
+        step 540 $warm/ladder_$n.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py ladder $n &
+    done
+    for case in 0 1 2 3 4 5; do
+        step 400 $warm/check_$case.log python scripts/gpu_flash_features.py $warm --check-only --case $case &
+    done
+    step 400 $warm/features.log python scripts/gpu_flash_features.py $warm/features --no-check &
+    step 400 "$out/backward_warm.log" python scripts/gpu_flash_backward.py $warm/backward --budget 400 &
+    step 400 $warm/fp8.log python scripts/gpu_flash_fp8.py $warm/fp8 &
+    step 540 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 3 \
+        tests/test_flash_backward_designs.py tests/test_flash_features.py &
+    wait
+    cat $warm/check_*.log > "$out/checks.log"
+    tail -n 4 $warm/*.log > "$out/warm_tails.log"
+    grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -20
+    tail -n 2 $warm/flash_*.log $warm/ladder_*.log; tail -n 5 "$out/pytest_gpu.log"
+elif [ "$phase" = record-kernels ]; then   # timings at fixed configurations: features, backward designs, FP8
+    logs=/tmp/timed; mkdir -p $logs
+    step 110 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
+    step 150 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
+    step 70 $logs/3_fp8.log python scripts/gpu_flash_fp8.py "$out"
+    for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session_kernels.log"
+    tail -n 12 $logs/*.log
+elif [ "$phase" = record-suites ]; then   # the autotuned suites: the ladder, then attnkit against SDPA
+    logs=/tmp/timed_suites; mkdir -p $logs
+    step 160 $logs/1_ladder.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash_ladder
+    step 400 $logs/2_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
+    for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session_suites.log"
+    tail -n 12 $logs/*.log
 elif [ "$phase" = warm ]; then
     warm=/tmp/warm; mkdir -p $warm
     for case in 0 1 2 3 4 5; do

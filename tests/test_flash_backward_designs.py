@@ -350,19 +350,21 @@ def test_descriptors_only_where_the_backward_can_take_them(monkeypatch):
     q, k, v, do = random_case(5, 1, 2, 1, 32, 32, 32)
     dq = torch.empty_like(q)
     host, pointers = flash._kernels.HOST_DESCRIPTORS, flash._kernels.POINTERS
-    assert flash._backward_descriptors(True, False, q, k, v, do, dq, k, v) == host
-    assert flash._backward_descriptors(None, False, q, k, v, do, dq, k, v) == (
-        host if flash.BACKWARD_DESCRIPTORS else pointers)
-    assert flash._backward_descriptors(False, False, q, k, v, do, dq, k, v) == pointers
-    assert flash._backward_descriptors(True, True, q, k, v, do, dq, k, v) == pointers             # packed
-    q40, k40, v40 = (t[..., :20] for t in (q, k, v))                                           # D = 20: padded
-    assert flash._backward_descriptors(True, False, q40, k40, v40, do, dq, k, v) == pointers
-    v16 = v[..., :16].contiguous()                                                             # Dv != D
-    assert flash._backward_descriptors(True, False, q, k, v16, do, dq, k, v16) == pointers
+    choose = flash._backward_descriptors
+    tensors = (q, k, v, do, dq, k, v)
+    assert choose(True, "atomic_dq", False, *tensors) == host
+    assert choose(None, "two_kernels", False, *tensors) == host          # each design's own choice
+    assert choose(None, "atomic_dq", False, *tensors) == pointers
+    assert choose(False, "two_kernels", False, *tensors) == pointers
+    assert choose(True, "two_kernels", True, *tensors) == pointers             # packed
+    q20, k20, v20 = (t[..., :20] for t in (q, k, v))                          # D = 20: padded
+    assert choose(True, "two_kernels", False, q20, k20, v20, do, dq, k, v) == pointers
+    v16 = v[..., :16].contiguous()                                             # Dv != D
+    assert choose(True, "two_kernels", False, q, k, v16, do, dq, k, v16) == pointers
     odd = torch.randn(1, 2, 32, 33)[..., :32]               # rows 33 elements apart: not 16-byte multiples
-    assert flash._backward_descriptors(True, False, odd, k, v, do, dq, k, v) == pointers
+    assert choose(True, "two_kernels", False, odd, k, v, do, dq, k, v) == pointers
     monkeypatch.setattr(flash, "descriptors_supported", lambda device: False)
-    assert flash._backward_descriptors(True, False, q, k, v, do, dq, k, v) == pointers
+    assert choose(True, "two_kernels", False, *tensors) == pointers
 
 
 def test_default_configs_by_head_dim():
@@ -374,6 +376,6 @@ def test_default_configs_by_head_dim():
         big = flash.default_config(name, 256)
         assert big.block_m <= 64 and big.block_n <= 32 and (big.num_warps, big.num_stages) == (4, 2)
         assert candidates and all(len(c) == 4 for c in candidates)
-    # the sweep's winners at D = 128 (docs/flash_notes.md)
-    assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(64, 64, 4, 3)
+    # the H100 sweep's winners at D = 128 (docs/flash_notes.md)
+    assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(128, 128, 8, 3)
     assert flash.default_config("bwd_dkdv", 128) == flash.BlockConfig(64, 128, 8, 2)

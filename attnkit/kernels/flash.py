@@ -170,21 +170,22 @@ INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes 
 # loop over BLOCK_M queries; dQ programs own BLOCK_M queries.
 # The descriptor forward and the three backward launchers hold the four fastest of a sweep of 10-12
 # configurations per kernel on the H100 (scripts/gpu_flash_sweep.py, bench_flash_sweep.csv,
-# docs/flash_notes.md); their defaults are the sweep's winners: for the forward at D = 128, 64x64 with
-# 4 warps (141 registers a thread, no spills) instead of 128x64 with 4 warps (255 registers and 32
-# spilled: 1.37-1.65x slower); for dK/dV at D = 128, 64x128 with 8 warps (1.08-1.12x the old 32x64).
+# docs/flash_notes.md); the defaults are the sweep's winners (smallest geometric-mean time over its
+# cases; the backward's for the tiles its design uses). The forward's old default at D = 128, 128x64
+# with 4 warps, was the slowest candidate: 255 registers a thread and 32 spilled, 1.5x the winners' time.
+# The pointer forward at D = 64 was not swept.
 # The one-pass backward (_bwd_dkdv with ATOMIC_DQ) also holds a [BLOCK_M, D] fp32 dQ share per query
 # block: BLOCK_M = 64 keeps all five products on 64-row wgmma tiles.
 # launcher: (kernel, candidate configurations, {padded head dim: the configuration without autotuning})
 LAUNCHERS = {
     "fwd": ("_attn_fwd", [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)],
-            {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 64, 4, 3)}),
+            {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 128, 8, 3)}),
     "fwd_desc": ("_attn_fwd", [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)],
-                 {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(64, 64, 4, 3)}),
+                 {64: BlockConfig(128, 64, 8, 3), 128: BlockConfig(128, 128, 8, 3)}),
     "bwd_dkdv": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 128, 4, 3)],
-                 {64: BlockConfig(32, 128, 4, 3), 128: BlockConfig(64, 128, 8, 2)}),
+                 {64: BlockConfig(64, 128, 4, 3), 128: BlockConfig(64, 128, 8, 2)}),
     "bwd_dq": ("_bwd_dq", [(64, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)],
-               {64: BlockConfig(64, 32, 4, 3), 128: BlockConfig(64, 32, 4, 3)}),
+               {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 64, 8, 3)}),
     "bwd_atomic": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)],
                    {64: BlockConfig(64, 128, 8, 2), 128: BlockConfig(64, 128, 8, 2)}),
 }
@@ -560,21 +561,23 @@ class BackwardDesign:
     products: int
     summary: str
     run: object          # run(plan: _BackwardLaunch) -> None, after the shared DELTA pre-pass
+    descriptors: bool    # tiles through host-built tensor descriptors (TMA) where the inputs allow
 
 
 # The backward designs, selected by ``backward=`` (or the environment variable ATTNKIT_FLASH_BACKWARD).
 BACKWARDS = {
     "two_kernels": BackwardDesign(7, "dK/dV kernel over key blocks, then a dQ kernel over query blocks; "
-                                     "no atomics, S and dP computed twice", _backward_two_kernels),
+                                     "no atomics, S and dP computed twice", _backward_two_kernels, True),
     "atomic_dq": BackwardDesign(5, "one kernel over key blocks: dK, dV stored, dQ accumulated with fp32 "
-                                   "atomic adds, then converted (FlashAttention-2/3)", _backward_atomic_dq),
+                                   "atomic adds, then converted (FlashAttention-2/3)", _backward_atomic_dq, False),
 }
 # The default until the H100 measures a winner (scripts/gpu_flash_backward.py).
 DEFAULT_BACKWARD = "two_kernels"
-# Whether the backward moves its tiles through host-built tensor descriptors (TMA) where it can (sm_90+,
-# unpacked inputs, a power-of-two head dim shared by q and v, TMA-compatible strides); ``desc=`` of
-# ``_backward`` overrides it. Off until the H100 measures it faster (scripts/gpu_flash_sweep.py).
-BACKWARD_DESCRIPTORS = False
+# Each design's ``descriptors``: whether its tiles move through host-built tensor descriptors (TMA) where
+# they can (sm_90+, unpacked inputs, a power-of-two head dim shared by q and v, TMA-compatible strides);
+# ``desc=`` of ``_backward`` overrides it. Measured on the H100 (scripts/gpu_flash_sweep.py,
+# docs/flash_notes.md): 0.99-1.13x the pointer tiles for the two-kernel design, but 0.91-0.94x for the
+# one-pass design at D = 128, whose dK/dV kernel then spills 100 registers instead of 38.
 BACKWARD_ENV = "ATTNKIT_FLASH_BACKWARD"
 
 
@@ -590,10 +593,10 @@ def check_backward(backward) -> str:
     return backward
 
 
-def _backward_descriptors(desc, packed: bool, *tensors) -> int:
-    """DESC for the backward kernels: HOST_DESCRIPTORS where asked (``desc``, None: BACKWARD_DESCRIPTORS)
-    and possible for these [B, H, N, D] views (q, k, v, do, dq, dk, dv), else POINTERS."""
-    wanted = BACKWARD_DESCRIPTORS if desc is None else desc
+def _backward_descriptors(desc, design: str, packed: bool, *tensors) -> int:
+    """DESC for the backward kernels: HOST_DESCRIPTORS where asked (``desc``; None: the design's own
+    choice) and possible for these [B, H, N, D] views (q, k, v, do, dq, dk, dv), else POINTERS."""
+    wanted = BACKWARDS[design].descriptors if desc is None else desc
     q, v = tensors[0], tensors[2]
     plain = not packed and q.shape[-1] == v.shape[-1] == _padded(q.shape[-1])
     if wanted and plain and descriptors_supported(q.device) and _tma_compatible(*tensors):
@@ -605,7 +608,7 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1
               design: str = DEFAULT_BACKWARD, configs: dict | None = None, desc: bool | None = None):
     """dq, dk, dv in the inputs' dtypes and shapes, by the backward ``design`` (a key of BACKWARDS).
     Inputs already checked. ``configs``: launcher name -> BlockConfig, fixed instead of autotuned.
-    ``desc``: tiles through tensor descriptors where possible (None: BACKWARD_DESCRIPTORS)."""
+    ``desc``: tiles through tensor descriptors where possible (None: the design's ``descriptors``)."""
     import triton
 
     where, out_dtype = q.device, q.dtype
@@ -631,7 +634,7 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1
             n_heads, n_q, BLOCK_M=block_m, **dims)
     left, right, band = _band(causal, window)
     qk_scale, cap_scale = _logit_scales(sm_scale, softcap, True)
-    desc = _backward_descriptors(desc, packed, q4, k4, v4, do4, _heads_view(dq, packed), dk4, dv4)
+    desc = _backward_descriptors(desc, design, packed, q4, k4, v4, do4, _heads_view(dq, packed), dk4, dv4)
     plan = _BackwardLaunch(
         device, q4, k4, v4, do4, dq, dk4, dv4, lse, delta, packed, (batch, n_heads, n_heads_kv, n_q, n_k),
         (cu_q, cu_k, sm_scale, qk_scale, cap_scale, left, right),
@@ -749,6 +752,6 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward", "flash_attention_backward",
            "check_inputs", "check_window", "check_softcap", "check_cu_seqlens",
            "LADDER", "VARIANTS", "BEST", "Rung", "host_descriptor_choice", "descriptors_supported",
-           "BACKWARDS", "DEFAULT_BACKWARD", "BACKWARD_DESCRIPTORS", "default_config", "BackwardDesign",
+           "BACKWARDS", "DEFAULT_BACKWARD", "default_config", "BackwardDesign",
            "check_backward", "right_bounded",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]
