@@ -379,3 +379,37 @@ def test_default_configs_by_head_dim():
     # the H100 sweep's winners at D = 128 (docs/flash_notes.md)
     assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(128, 128, 8, 3)
     assert flash.default_config("bwd_dkdv", 128) == flash.BlockConfig(64, 128, 8, 2)
+
+
+def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
+    """fp32 tiles take twice fp16's shared memory: where a launcher's default does not fit, the launch
+    drops to two stages, then to smaller tiles, and remembers what fitted; a configuration the caller
+    fixed is not changed behind its back."""
+    from triton.runtime.errors import OutOfResources
+
+    launched = []
+
+    class TooBigKernel:                              # stands in for _attn_fwd: only 64 x 64 tiles fit
+        arg_names = ["Q"]
+
+        def __getitem__(self, grid):
+            def run(*args, **meta):
+                launched.append((meta["BLOCK_M"], meta["BLOCK_N"], meta["num_stages"]))
+                if meta["BLOCK_M"] * meta["BLOCK_N"] > 64 * 64:
+                    raise OutOfResources(300_000, 232_448, "shared memory")
+            return run
+
+    monkeypatch.setattr(flash._kernels, "_attn_fwd", TooBigKernel())
+    monkeypatch.setattr(flash, "triton_interprets", lambda: False)
+    monkeypatch.setattr(flash, "launch_options", lambda **options: options)   # a CPU Triton drops them
+    monkeypatch.setattr(flash, "_FITTING", {})
+    launch = lambda fixed=None: flash._launch("fwd_desc", torch.device("cpu"), False, fixed, 100, 2,  # noqa: E731
+                                              torch.zeros(1), HEAD_DIM=128, HEAD_DIM_V=128)
+    assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(128, 128, 8, 3)
+    launch()
+    assert launched == [(128, 128, 3), (128, 128, 2), (64, 64, 2)]
+    launched.clear()
+    launch()                                         # remembered: straight to the tiles that fitted
+    assert launched == [(64, 64, 2)]
+    with pytest.raises(OutOfResources):
+        launch(flash.BlockConfig(128, 64, 4, 3))

@@ -270,27 +270,55 @@ def _quick_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
 
 
+def _smaller_configs(config: BlockConfig):
+    """``config``, then what a default falls back to where it needs more shared memory than the GPU has
+    (fp32 tiles take twice fp16's): two pipeline stages, then smaller tiles with 4 warps."""
+    yield config
+    if config.num_stages > 2:
+        yield replace(config, num_stages=2)
+    for block_m, block_n in ((64, 64), (64, 32), (32, 32)):
+        if block_m * block_n < config.block_m * config.block_n:
+            yield BlockConfig(block_m, block_n, 4, 2)
+
+
+_FITTING = {}   # (launcher, default config, dtype, constexprs) -> the first of _smaller_configs that launched
+
+
 def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | None, grid_rows: int,
             grid_heads: int, *args, rows_block: str = "BLOCK_M", **constexprs) -> None:
     """Launch ``LAUNCHERS[name]`` on a grid (cdiv(grid_rows, <rows_block>), grid_heads): autotuned
-    when ``tuned``, else with ``fixed`` (default: the launcher's own), one small one in the interpreter."""
+    when ``tuned``, else with ``fixed``, one small one in the interpreter. Without ``fixed``, the
+    launcher's default for the head dim, or the first of its ``_smaller_configs`` that fits in shared
+    memory (remembered); a ``fixed`` that does not fit raises Triton's OutOfResources."""
     import triton
+    from triton.runtime.errors import OutOfResources
 
     kernel = getattr(_kernels, LAUNCHERS[name][0])
+    choices = None
     if triton_interprets():
         fixed, tuned = INTERPRETER_CONFIG, False
     elif fixed is None:
         fixed = default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
+        key = (name, fixed, getattr(args[0], "base", args[0]).dtype, tuple(sorted(constexprs.items())))
+        choices = [_FITTING[key]] if key in _FITTING else list(_smaller_configs(fixed))
     if tuned and autotune_enabled():
         grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
-        launcher, meta = _tuned(name), {}
-    else:
-        meta = fixed.meta()
-        grid = (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)
-        launcher = kernel
+        with torch.device(device):
+            _tuned(name)[grid](*args, **constexprs)
+        return
+    for config in choices or [fixed]:
+        meta = config.meta()
         _set_block_shapes(dict(zip(kernel.arg_names, args), **constexprs, **meta))
-    with torch.device(device):
-        launcher[grid](*args, **constexprs, **meta)
+        try:
+            with torch.device(device):
+                kernel[(triton.cdiv(grid_rows, meta[rows_block]), grid_heads)](*args, **constexprs, **meta)
+        except OutOfResources:
+            if not choices or config == choices[-1]:
+                raise
+            continue
+        if choices:
+            _FITTING[key] = config
+        return
 
 
 # ------------------------------------------------------------------------------------------ forward
