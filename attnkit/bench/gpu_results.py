@@ -8,9 +8,15 @@ ratios the course's targets name, computed from the recorded rows, never typed.
   window) as its target), from ``bench_flash_features.csv``;
 - ``backward_ratios(rows)``: each backward design's speed over cuDNN's, from ``bench_flash_backward.csv``;
 - ``fp8_ratios(rows)``: the FP8 forward over the course's fp16 forward and over cuDNN's fp16, and the
-  matrix-product ceilings, from ``bench_flash_fp8.csv``.
+  matrix-product ceilings, from ``bench_flash_fp8.csv``;
+- ``sweep_summary(rows)``: each kernel's block configurations ranked by their geometric-mean time over
+  the sweep's cases, relative to the launcher's old default, from ``bench_flash_sweep.csv``;
+- ``profile_table(rows)``: the Nsight Compute numbers per profiled kernel (``bench_flash_profile.csv``),
+  and ``profile_totals(rows)``: each profiled call's summed kernel time.
 """
 from __future__ import annotations
+
+import math
 
 from ..classroom.figures import diagram
 from .recorder import read_results
@@ -68,6 +74,72 @@ def fp8_ratios(rows) -> dict:
     ceilings = {r["impl"]: r["tflops"] for r in rows if r["impl"].startswith(("matmul", "scaled_mm"))}
     out["ceilings"] = ceilings
     return out
+
+
+def sweep_summary(rows, head_dim: int = 128) -> dict:
+    """{(launcher, desc): [(config, speed relative to the first candidate, cases)]}, fastest first: the
+    geometric mean over the sweep's cases (N, causal) at ``head_dim`` of first-candidate time / time.
+    A configuration that failed or did not fit in any case is left out."""
+    sweep = [r for r in rows if str(r["suite"]).startswith("sweep") and r["launcher"] != "sdpa_cudnn"
+             and int(r["head_dim"]) == head_dim]
+    out = {}
+    for key in sorted({(r["launcher"], str(r["desc"]) == "True") for r in sweep}):
+        mine = [r for r in sweep if (r["launcher"], str(r["desc"]) == "True") == key]
+        cases = sorted({(r["n"], r["causal"]) for r in mine})
+        first = {(r["n"], r["causal"]): r["ms"] for r in mine if r["config"] == mine[0]["config"]}
+        ranked = []
+        for config in dict.fromkeys(r["config"] for r in mine):
+            timed = {(r["n"], r["causal"]): r["ms"] for r in mine
+                     if r["config"] == config and r["check"] == "pass" and r["ms"] == r["ms"]}
+            if len(timed) == len(cases):
+                logs = [math.log(first[c] / timed[c]) for c in cases]
+                ranked.append((config, math.exp(sum(logs) / len(logs)), len(cases)))
+        out[key] = sorted(ranked, key=lambda item: -item[1])
+    return out
+
+
+PROFILE_COLUMNS = ("duration_us", "registers", "threads_per_block", "grid", "warps_active_pct", "tensor_active_pct",
+                   "issue_active_pct", "spill_instructions", "atomic_instructions", "stall_barrier",
+                   "stall_long_scoreboard", "stall_lg_throttle")
+
+
+def profile_table(rows) -> list[dict]:
+    """The main kernel of each profiled call (the longest one) with the columns the lessons discuss."""
+    out = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        main = max((r for r in rows if r["case"] == case), key=lambda r: r["duration_us"])
+        out.append({"case": case, "kernel": main["kernel"], **{c: main[c] for c in PROFILE_COLUMNS}})
+    return out
+
+
+def profile_totals(rows) -> dict:
+    """{case: summed kernel time in µs of the profiled call} (every kernel it launched)."""
+    totals = {}
+    for r in rows:
+        totals[r["case"]] = totals.get(r["case"], 0.0) + r["duration_us"]
+    return totals
+
+
+@diagram("flash_sweep.png")
+def plot_sweep(rows=None):
+    """Each kernel's block configurations at D = 128, speed relative to the launcher's old default."""
+    import matplotlib.pyplot as plt
+
+    summary = sweep_summary(rows if rows is not None else read_results("flash_sweep"))
+    panels = [k for k in (("fwd_desc", True), ("fwd", False), ("bwd_dkdv", False), ("bwd_dq", False),
+                          ("bwd_atomic", False)) if k in summary]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.8), sharex=True)
+    for ax, key in zip(axes, panels):
+        ranked = summary[key][::-1]
+        ax.barh([c for c, _, _ in ranked], [v for _, v, _ in ranked],
+                color=["tab:green" if v >= 1 else "tab:red" for _, v, _ in ranked])
+        ax.axvline(1.0, color="black", lw=0.8)
+        ax.set_title(key[0] + (" (TMA)" if key[1] else ""), fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[len(panels) // 2].set_xlabel("speed / the old default's (geometric mean over N and causal)")
+    fig.suptitle("block configurations on the H100, D = 128, fp16", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 @diagram("flash_features.png")

@@ -43,6 +43,8 @@ SCRIPT_RESULTS = {
     "flash_backward": "python scripts/gpu_flash_backward.py DIR",
     "flash_fp8": "python scripts/gpu_flash_fp8.py DIR",
     "paged_fp8": "python -m attnkit.bench.paged fp8 DIR --decode-only",
+    "flash_sweep": "python scripts/gpu_flash_sweep.py DIR",
+    "flash_profile": "bash scripts/gpu_session.sh tune-time DIR (ncu, then scripts/summarize_ncu.py)",
 }
 PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
