@@ -289,7 +289,8 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | N
     """Launch ``LAUNCHERS[name]`` on a grid (cdiv(grid_rows, <rows_block>), grid_heads): autotuned
     when ``tuned``, else with ``fixed``, one small one in the interpreter. Without ``fixed``, the
     launcher's default for the head dim, or the first of its ``_smaller_configs`` that fits in shared
-    memory (remembered); a ``fixed`` that does not fit raises Triton's OutOfResources."""
+    memory (remembered; fp32 starts at 64 x 64 tiles); a ``fixed`` that does not fit raises Triton's
+    OutOfResources."""
     import triton
     from triton.runtime.errors import OutOfResources
 
@@ -299,8 +300,11 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | N
         fixed, tuned = INTERPRETER_CONFIG, False
     elif fixed is None:
         fixed = default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
-        key = (name, fixed, getattr(args[0], "base", args[0]).dtype, tuple(sorted(constexprs.items())))
+        dtype = getattr(args[0], "base", args[0]).dtype
+        key = (name, fixed, dtype, tuple(sorted(constexprs.items())))
         choices = [_FITTING[key]] if key in _FITTING else list(_smaller_configs(fixed))
+        if dtype.itemsize >= 4:   # fp32 tiles: start at 64 x 64 (compiling larger ones only to fail is slow)
+            choices = [c for c in choices if c.block_m * c.block_n <= 64 * 64] or choices[-1:]
     if tuned and autotune_enabled():
         grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
         with torch.device(device):
@@ -604,8 +608,9 @@ DEFAULT_BACKWARD = "two_kernels"
 # Each design's ``descriptors``: whether its tiles move through host-built tensor descriptors (TMA) where
 # they can (sm_90+, unpacked inputs, a power-of-two head dim shared by q and v, TMA-compatible strides);
 # ``desc=`` of ``_backward`` overrides it. Measured on the H100 (scripts/gpu_flash_sweep.py,
-# docs/flash_notes.md): 0.99-1.13x the pointer tiles for the two-kernel design, but 0.91-0.94x for the
-# one-pass design at D = 128, whose dK/dV kernel then spills 100 registers instead of 38.
+# docs/flash_notes.md), speed over the pointer tiles: two kernels 1.00-1.13x (0.79x at D = 64, N = 1024,
+# causal); one pass 0.90-0.97x at D = 128, whose dK/dV kernel then spills 100 registers instead of 38
+# (0.99-1.15x at D = 64).
 BACKWARD_ENV = "ATTNKIT_FLASH_BACKWARD"
 
 
