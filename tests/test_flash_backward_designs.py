@@ -404,7 +404,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     monkeypatch.setattr(flash, "launch_options", lambda **options: options)   # a CPU Triton drops them
     monkeypatch.setattr(flash, "_FITTING", {})
     launch = lambda fixed=None: flash._launch("fwd_desc", torch.device("cpu"), False, fixed, 100, 2,  # noqa: E731
-                                              torch.zeros(1), HEAD_DIM=128, HEAD_DIM_V=128)
+                                              torch.zeros(1, dtype=torch.float16), HEAD_DIM=128, HEAD_DIM_V=128)
     assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(128, 128, 8, 3)
     launch()
     assert launched == [(128, 128, 3), (128, 128, 2), (64, 64, 2)]
@@ -413,3 +413,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     assert launched == [(64, 64, 2)]
     with pytest.raises(OutOfResources):
         launch(flash.BlockConfig(128, 64, 4, 3))
+    launched.clear()
+    flash._launch("fwd_desc", torch.device("cpu"), False, None, 100, 2, torch.zeros(1, dtype=torch.float32),
+                  HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
+    assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
