@@ -25,6 +25,21 @@ step() {   # step SECONDS LOGFILE command...
     log "exit $? after step: $* (log $logfile)"
 }
 
+warm_kernel_scripts() {   # warm_kernel_scripts SECONDS DIR: the features' checks and timings, the backward
+    local limit=$1 dir=$2   # designs and FP8, each in the background (the caller waits)
+    for case in 0 1 2 3 4 5; do
+        step "$limit" $dir/check_$case.log python scripts/gpu_flash_features.py $dir --check-only --case $case &
+    done
+    step "$limit" $dir/features.log python scripts/gpu_flash_features.py $dir/features --no-check &
+    step "$limit" "$out/backward_warm.log" python scripts/gpu_flash_backward.py $dir/backward --budget 400 &
+    step "$limit" $dir/fp8.log python scripts/gpu_flash_fp8.py $dir/fp8 &
+}
+
+collect() {   # collect LOGDIR OUTFILE: every log of a timing phase in one file ($OUT holds few files)
+    for f in $1/*.log; do echo "===== $f"; cat "$f"; done > "$2"
+    tail -n 12 $1/*.log
+}
+
 if [ "$phase" = tune-warm ]; then   # the block-configuration sweep compiled in parallel, nbval beside it
     warm=/tmp/warm; mkdir -p $warm; parts=10
     for part in $(seq 0 $((parts - 1))); do
@@ -51,22 +66,17 @@ elif [ "$phase" = tune-time ]; then   # the sweep timed alone, then Triton's ker
         ncu --import $prof/$case.ncu-rep --csv --page raw > $prof/$case.csv 2>>$logs/3_ncu_$case.log
     done
     python scripts/merge_ncu_csv.py "$prof" "$out/ncu_raw.csv"
-    for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session.log"
+    collect $logs "$out/session.log" >/dev/null
     tail -n 30 $logs/1_sweep.log; tail -n 3 $logs/3_ncu_*.log
 elif [ "$phase" = record-warm ]; then   # every recorded kernel compiled in parallel (autotuned suites included)
     warm=/tmp/warm; mkdir -p $warm
-    for part in $(seq 0 9); do
-        step 540 $warm/flash_$part.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py flash $part/10 &
+    for part in $(seq 0 5); do   # 10 parts beside the rest ran out of GPU memory in 4 of them
+        step 540 $warm/flash_$part.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py flash $part/6 &
     done
     for n in 1024 16384; do
         step 540 $warm/ladder_$n.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py ladder $n &
     done
-    for case in 0 1 2 3 4 5; do
-        step 400 $warm/check_$case.log python scripts/gpu_flash_features.py $warm --check-only --case $case &
-    done
-    step 400 $warm/features.log python scripts/gpu_flash_features.py $warm/features --no-check &
-    step 400 "$out/backward_warm.log" python scripts/gpu_flash_backward.py $warm/backward --budget 400 &
-    step 400 $warm/fp8.log python scripts/gpu_flash_fp8.py $warm/fp8 &
+    warm_kernel_scripts 400 $warm
     step 540 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 3 \
         tests/test_flash_backward_designs.py tests/test_flash_features.py &
     wait
@@ -79,22 +89,15 @@ elif [ "$phase" = record-kernels ]; then   # timings at fixed configurations: fe
     step 110 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
     step 150 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
     step 70 $logs/3_fp8.log python scripts/gpu_flash_fp8.py "$out"
-    for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session_kernels.log"
-    tail -n 12 $logs/*.log
+    collect $logs "$out/session_kernels.log"
 elif [ "$phase" = record-suites ]; then   # the autotuned suites: the ladder, then attnkit against SDPA
     logs=/tmp/timed_suites; mkdir -p $logs
     step 160 $logs/1_ladder.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash_ladder
     step 400 $logs/2_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
-    for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session_suites.log"
-    tail -n 12 $logs/*.log
+    collect $logs "$out/session_suites.log"
 elif [ "$phase" = warm ]; then
     warm=/tmp/warm; mkdir -p $warm
-    for case in 0 1 2 3 4 5; do
-        step 300 $warm/check_$case.log python scripts/gpu_flash_features.py $warm --check-only --case $case &
-    done
-    step 300 $warm/features.log python scripts/gpu_flash_features.py $warm/features --no-check &
-    step 300 "$out/backward_warm.log" python scripts/gpu_flash_backward.py $warm/backward --budget 400 &
-    step 300 $warm/fp8.log python scripts/gpu_flash_fp8.py $warm/fp8 &
+    warm_kernel_scripts 300 $warm
     step 300 $warm/paged_fp8.log python -m attnkit.bench.paged fp8 $warm/paged --decode-only &
     step 300 $warm/serving.log python -m attnkit.bench.recorder --out $warm/serving serving_features &
     step 300 $warm/profile.log python -m attnkit.bench.recorder --out $warm/profile decode_profile &
@@ -118,6 +121,5 @@ else
     step 40 $logs/4_paged_fp8.log python -m attnkit.bench.paged fp8 "$out" --decode-only
     step 120 $logs/5_serving.log python -m attnkit.bench.recorder --out "$out" serving_features
     step 40 $logs/6_profile.log python -m attnkit.bench.recorder --out "$out" decode_profile
-    for f in $logs/*.log; do echo "===== $f"; cat "$f"; done > "$out/session.log"   # one file: $OUT holds few
-    tail -n 12 $logs/*.log
+    collect $logs "$out/session.log"
 fi
