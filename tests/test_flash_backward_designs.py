@@ -325,6 +325,21 @@ def _interpreted_descriptors() -> bool:
 
 @pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")
 @pytest.mark.parametrize("design", list(BACKWARDS))
+@pytest.mark.parametrize("options", [dict(window=(7, -1), softcap=3.0), dict(window=(5, 4))], ids=str)
+def test_descriptor_backward_with_windows_and_softcap(monkeypatch, design, options):
+    """The descriptor tiles under the band bounds and softcap's 1 - tanh² (GQA, ragged lengths)."""
+    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    causal = options.get("window", (0, 0))[1] == -1
+    q, k, v, do = random_case(11, 1, 4, 2, 29, 37, 16)
+    o, lse = flash.flash_attention_forward(q, k, v, causal=causal, **options)
+    got = flash._backward(do, q, k, v, o, lse, causal, 0.25, design=design, desc=True,
+                          window=options["window"], softcap=options.get("softcap"))
+    for name, g, r in zip(("dq", "dk", "dv"), got, reference_grads(q, k, v, do, causal=causal, **options)):
+        assert_close(g, r, torch.float32, DEVICE, f"{name} ({design}, descriptors, {options})")
+
+
+@pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")
+@pytest.mark.parametrize("design", list(BACKWARDS))
 @pytest.mark.parametrize("shape", [(1, 4, 2, 35, 27, 32, True), (2, 2, 1, 21, 45, 16, True),
                                    (1, 2, 2, 40, 19, 16, False)], ids=str)
 def test_descriptor_backward_in_the_interpreter(monkeypatch, design, shape):
