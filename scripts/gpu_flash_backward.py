@@ -163,12 +163,14 @@ def forward_for_backward(q, k, v, causal):
     return flash.flash_attention_forward(q, k, v, causal=causal)
 
 
-def attnkit_backward(design, tensors, o, lse, causal, config=None):
-    """A function running the backward ``design`` (a key of flash.BACKWARDS) with fixed configs."""
+def attnkit_backward(design, tensors, o, lse, causal, config=None, *, configs=None, desc=None):
+    """A function running the backward ``design`` (a key of flash.BACKWARDS) with fixed configs: ``config``
+    for the one-pass kernel, or ``configs`` (launcher name -> BlockConfig); ``desc`` as flash._backward's."""
     q, k, v, do = tensors
-    configs = {"bwd_atomic": config} if config is not None else None
+    if config is not None:
+        configs = {"bwd_atomic": config}
     scale = 1 / math.sqrt(q.shape[-1])
-    return lambda: flash._backward(do, q, k, v, o, lse, causal, scale, design=design, configs=configs)
+    return lambda: flash._backward(do, q, k, v, o, lse, causal, scale, design=design, configs=configs, desc=desc)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -183,12 +185,13 @@ class poisoned_buffers:
         flash._new_buffer = self.saved
 
 
-def check_backward(design, head_dim, causal, *, config=None, device=None, n=None, heads=None) -> list[str]:
+def check_backward(design, head_dim, causal, *, config=None, configs=None, desc=None, device=None, n=None,
+                   heads=None) -> list[str]:
     """Failures (empty: passed) of ``design``'s dq, dk, dv on one [1, heads, n, head_dim] fp16 case."""
     q, k, v, do = random_inputs(1, heads or HEADS, n or CHECK_N, head_dim, device=device, seed=head_dim + causal)
     o, lse = forward_for_backward(q, k, v, causal)
     with poisoned_buffers():
-        got = attnkit_backward(design, (q, k, v, do), o, lse, causal, config)()
+        got = attnkit_backward(design, (q, k, v, do), o, lse, causal, config, configs=configs, desc=desc)()
     exact = reference_grads(q, k, v, do, causal, torch.float32)
     plain = reference_grads(q, k, v, do, causal, q.dtype)
     failures = [f"not finite: {name}" for name, g in zip("dq dk dv".split(), got) if not torch.isfinite(g).all()]

@@ -80,20 +80,11 @@ def backward_configs(launcher: str, config: flash.BlockConfig, head_dim: int) ->
 
 
 def run_backward(tensors, o, lse, causal, design, configs, desc):
-    q, k, v, do = tensors
-    scale = 1 / math.sqrt(q.shape[-1])
-    return lambda: flash._backward(do, q, k, v, o, lse, causal, scale, design=design, configs=configs, desc=desc)
+    return fb.attnkit_backward(design, tensors, o, lse, causal, configs=configs, desc=desc)
 
 
 def check_backward(design, configs, head_dim, causal, desc) -> str:
-    q, k, v, do = fb.random_inputs(1, fb.HEADS, fb.CHECK_N, head_dim, seed=head_dim + causal)
-    o, lse = fb.forward_for_backward(q, k, v, causal)
-    with fb.poisoned_buffers():
-        got = run_backward((q, k, v, do), o, lse, causal, design, configs, desc)()
-    exact = fb.reference_grads(q, k, v, do, causal, torch.float32)
-    plain = fb.reference_grads(q, k, v, do, causal, q.dtype)
-    failures = [f"not finite: {n}" for n, g in zip(("dq", "dk", "dv"), got) if not torch.isfinite(g).all()]
-    failures += fb.within_criterion(got, exact[1:], plain[1:], ("dq", "dk", "dv"))
+    failures = fb.check_backward(design, head_dim, causal, configs=configs, desc=desc)
     return "pass" if not failures else "FAIL: " + "; ".join(failures)
 
 

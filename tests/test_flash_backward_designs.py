@@ -432,3 +432,20 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     flash._launch("fwd_desc", torch.device("cpu"), False, None, 100, 2, torch.zeros(1, dtype=torch.float32),
                   HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
     assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
+
+
+@pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")
+@pytest.mark.parametrize("design", list(BACKWARDS))
+def test_descriptor_backward_on_strided_and_expanded_views(monkeypatch, design):
+    """Descriptors span views by their strides: q, k, v, dO as transposes of [B, N, H, D] buffers, and K/V
+    heads expanded from one (stride 0), against float64."""
+    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    b, hq, n, d = 1, 4, 27, 16
+    gen = torch.Generator().manual_seed(21)
+    q, do = (torch.randn(b, n, hq, d, generator=gen).to(DEVICE).transpose(1, 2) for _ in range(2))
+    k, v = (torch.randn(b, n, 1, d, generator=gen).to(DEVICE).transpose(1, 2).expand(b, 2, n, d) for _ in range(2))
+    assert not q.is_contiguous() and k.stride(1) == 0
+    o, lse = flash.flash_attention_forward(q, k, v, causal=True)
+    got = flash._backward(do, q, k, v, o, lse, True, 1 / math.sqrt(d), design=design, desc=True)
+    for name, g, r in zip(("dq", "dk", "dv"), got, reference_grads(q, k, v, do, causal=True)):
+        assert_close(g, r, torch.float32, DEVICE, f"{name} ({design}, descriptors over views)")

@@ -355,6 +355,14 @@ def descriptors_supported(device: torch.device) -> bool:
     return not triton_interprets() and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def _host_descriptors(*tensors) -> tuple:
+    """Host-built tensor descriptors over whole [B, H, N, D] views; their block shape is set per launch
+    (``_set_block_shapes``)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]]) for t in tensors)
+
+
 def _tma_compatible(*tensors) -> bool:
     """TMA needs a contiguous last dimension, 16-byte aligned bases and 16-byte multiples as strides."""
     for t in tensors:
@@ -476,9 +484,7 @@ def _forward_rung(q, k, v, causal: bool, sm_scale: float, rung: Rung, config: Bl
     rung = effective_rung(rung, causal, q4, k4, v4, o4, plain=plain)
     tensors = (q4, k4, v4, o4)
     if rung.desc == _kernels.HOST_DESCRIPTORS:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        tensors = [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, head_dim]) for t in tensors]
+        tensors = _host_descriptors(*tensors)
     elif rung.desc == _kernels.DEVICE_DESCRIPTORS:
         _ensure_allocator()
     left, right, band = _band(causal, window)
@@ -542,11 +548,7 @@ class _BackwardLaunch:
 
     def tiles(self, *tensors) -> tuple:
         """The arguments for tensors the kernels move in tiles: host-built descriptors with DESC = 2."""
-        if self.constexprs["DESC"] != _kernels.HOST_DESCRIPTORS:
-            return tensors
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]]) for t in tensors)
+        return _host_descriptors(*tensors) if self.constexprs["DESC"] == _kernels.HOST_DESCRIPTORS else tensors
 
     def launch(self, name: str, grid_rows: int, grid_heads: int, *args, **options) -> None:
         fixed = self.configs.get(name)
