@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Which change slowed the backward down between the recordings of 2026-11-22 and 2026-11-23
 # (docs/flash_notes.md, "Open: the backward is slower than on 2026-11-22"): the same benchmark, the
-# suite attnkit.bench.flash at D = 128, fp16, N = 1024 and 4096, causal and not, autotuned, run with the
+# suite attnkit.bench.flash at D = 128 (BISECT_HEAD_DIMS=64,128 for both), fp16, the backward design(s)
+# of BISECT_DESIGNS (default two_kernels), N = 1024 and 4096, causal and not, autotuned, run with the
 # attnkit package of each commit beside SDPA's cuDNN backend.
 #
 #   bash scripts/bisect_backward.sh prepare [COMMIT ...]   # here: each commit's attnkit/ into .bisect/<commit>
@@ -37,14 +38,19 @@ measure() {   # measure COMMIT_DIR: one CSV row per (N, causal, pass) on stdout,
 import sys
 from attnkit.bench import flash
 
-only = lambda s: s[0] == "mha" and s[5] == 128 and s[7] == "float16" and s[4] in (1024, 4096)  # noqa: E731
-rows = flash.run(impls=("attnkit", "sdpa_cudnn"), only=only)
-ms = {(r["impl"], r["N"], r["causal"], r["pass"]): r["ms"] for r in rows}
-for (impl, n, causal, pass_), t in sorted(ms.items()):
-    if impl == "attnkit":
-        cudnn = ms[("sdpa_cudnn", n, causal, pass_)]
-        ratio = cudnn / t if t and cudnn else float("nan")
-        print(f"{sys.argv[1]},{n},{causal},{pass_},{t},{cudnn},{ratio}")
+import os
+
+dims = [int(d) for d in os.environ.get("BISECT_HEAD_DIMS", "128").split(",")]
+only = lambda s: s[0] == "mha" and s[5] in dims and s[7] == "float16" and s[4] in (1024, 4096)  # noqa: E731
+for design in os.environ.get("BISECT_DESIGNS", "two_kernels").split(","):
+    os.environ["ATTNKIT_FLASH_BACKWARD"] = design      # a commit before the designs ignores it
+    rows = flash.run(impls=("attnkit", "sdpa_cudnn"), only=only)
+    ms = {(r["impl"], r["D"], r["N"], r["causal"], r["pass"]): r["ms"] for r in rows}
+    for (impl, d, n, causal, pass_), t in sorted(ms.items()):
+        if impl == "attnkit":
+            cudnn = ms[("sdpa_cudnn", d, n, causal, pass_)]
+            ratio = cudnn / t if t and cudnn else float("nan")
+            print(f"{sys.argv[1]},{design},{d},{n},{causal},{pass_},{t},{cudnn},{ratio}", flush=True)
 EOF
     )
 }
@@ -52,7 +58,7 @@ for dir in .bisect/*/; do   # compile (and autotune, results thrown away) side b
     (measure "${dir%/}" > /tmp/bisect/warm_$(basename "$dir").log 2>&1) &
 done
 wait
-echo "commit,n,causal,pass,attnkit_ms,cudnn_ms,vs_cudnn" > "$out/bench_flash_bisect.csv"
+echo "commit,design,head_dim,n,causal,pass,attnkit_ms,cudnn_ms,vs_cudnn" > "$out/bench_flash_bisect.csv"
 for dir in .bisect/*/; do   # timed alone, one commit after another
     measure "${dir%/}" >> "$out/bench_flash_bisect.csv" 2> /tmp/bisect/time_$(basename "$dir").log \
         || tail -n 5 /tmp/bisect/time_$(basename "$dir").log

@@ -4,6 +4,7 @@ and pipeline depths each kernel should launch with, measured, instead of the few
 
     python scripts/gpu_flash_sweep.py OUTDIR --compile-only [--part I/N]   # compile (and check) share I of N
     python scripts/gpu_flash_sweep.py OUTDIR                               # check, time, pick winners
+    ... --backward-only                                                   # the backward's sweeps alone
 
 The compile-only runs fill Triton's on-disk cache in parallel (run N of them at once); the timing run,
 alone on the GPU, then loads every kernel from the cache. Each candidate is checked before it is timed
@@ -116,14 +117,20 @@ def guarded(fn) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the work
-def work_items():
+def work_items(backward_only: bool = False):
     """Every (kind, launcher, desc, head_dim, causal, config) to compile, check and time, in a fixed order."""
     items = [("backward", launcher, desc, d, causal, c) for d, causal in BACKWARD_CASES
              for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for desc in (False, True)
              for c in candidates(launcher, desc)]
-    items += [("forward", launcher, launcher == "fwd_desc", d, causal, c) for launcher, d in FORWARD_SWEEPS
-              for causal in FORWARD_CASES for c in CANDIDATES[launcher]]
+    items += [("forward", launcher, launcher == "fwd_desc", d, causal, c)
+              for launcher, d in forward_sweeps(backward_only) for causal in FORWARD_CASES
+              for c in CANDIDATES[launcher]]
     return items
+
+
+def forward_sweeps(backward_only: bool):
+    """(launcher, head dim) of the forward sweeps: none with --backward-only."""
+    return [] if backward_only else FORWARD_SWEEPS
 
 
 def check_item(item) -> str:
@@ -250,7 +257,8 @@ def main(argv) -> int:
         return 2
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
-    items = work_items()
+    backward_only = "--backward-only" in argv
+    items = work_items(backward_only)
     fb.check_sdpa_lse()
     if "--compile-only" in argv:
         part, parts = (int(x) for x in (argv[argv.index("--part") + 1] if "--part" in argv else "0/1").split("/"))
@@ -266,13 +274,13 @@ def main(argv) -> int:
     for head_dim, causal in BACKWARD_CASES:
         sweep_backward(checks, rows, head_dim, causal)
         write_results("flash_sweep", rows, out)
-    for launcher, head_dim in FORWARD_SWEEPS:
+    for launcher, head_dim in forward_sweeps(backward_only):
         for causal in FORWARD_CASES:
             sweep_forward(checks, rows, launcher, head_dim, causal)
         write_results("flash_sweep", rows, out)
     winners = {winner_key(launcher, d, desc): geometric_winner(rows, launcher, d, desc)
                for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for d in (64, 128) for desc in (False, True)}
-    for launcher, d in FORWARD_SWEEPS:
+    for launcher, d in forward_sweeps(backward_only):
         desc = launcher == "fwd_desc"
         winners[winner_key(launcher, d, desc)] = geometric_winner(rows, launcher, d, desc)
     (out / "sweep_winners.json").write_text(json.dumps(

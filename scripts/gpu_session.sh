@@ -7,6 +7,7 @@
 #   bash scripts/gpu_session.sh time OUTDIR   # the benchmarks one after another, alone on the GPU,
 #                                             # their kernels loaded from the cache: the recorded CSVs
 #
+# tune-backward: the backward's part of that sweep, compiled and timed in one call.
 # The same pairs for the kernel work of issue 17: tune-warm / tune-time (the block-configuration sweep,
 # then Nsight Compute profiles), and record-warm, then record-kernels and record-suites (the flash
 # features, backward designs and FP8 at fixed configurations, then the autotuned ladder and SDPA suite).
@@ -56,6 +57,16 @@ if [ "$phase" = tune-warm ]; then   # the block-configuration sweep compiled in 
     cat $warm/sweep_*.log > "$out/sweep_compile.log"
     echo "candidates passed: $(grep -c " pass$" "$out/sweep_compile.log")"; grep -v " pass$" "$out/sweep_compile.log" | head -30
     tail -n 25 "$out/nbval_gpu.log" 2>/dev/null
+elif [ "$phase" = tune-backward ]; then   # the backward's sweep alone: compiled in parallel, then timed alone
+    warm=/tmp/warm; logs=/tmp/timed; mkdir -p $warm $logs; parts=12
+    for part in $(seq 0 $((parts - 1))); do
+        step 280 $warm/sweep_$part.log python scripts/gpu_flash_sweep.py $warm/sweep --compile-only --backward-only \
+            --part $part/$parts &
+    done
+    wait
+    step 300 $logs/1_sweep.log python scripts/gpu_flash_sweep.py "$out" --backward-only
+    collect $logs "$out/session.log" >/dev/null
+    tail -n 30 $logs/1_sweep.log
 elif [ "$phase" = tune-time ]; then   # the sweep timed alone, then Triton's kernel metadata and ncu profiles
     logs=/tmp/timed; prof=/tmp/prof; mkdir -p $logs $prof
     step 330 $logs/1_sweep.log python scripts/gpu_flash_sweep.py "$out"

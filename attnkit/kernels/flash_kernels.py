@@ -22,7 +22,8 @@ Conventions shared by every kernel:
 - ``DOT_PRECISION`` is "ieee" for fp32 inputs (tf32 products would put ~1e-3 of error into the
   exponentials) and "tf32" otherwise (ignored for fp16/bf16 operands);
 - loops are split into blocks that need no masks (full blocks, fully visible) and the few that do
-  (the diagonal of the causal mask and the ragged last block); ``SPLIT=False`` masks every block;
+  (the diagonal of the causal mask and the ragged last block); ``SPLIT=False`` masks every block.
+  ``_bwd_dkdv`` makes the same split with a branch inside one loop (``_bwd_dkdv_inner`` says why);
 - ``DESC`` says how tiles move (the forward takes all three, the backward 0 and 2): 0 by pointers with
   explicit strides (any strided [B, H, N, D] view), 1 through tensor descriptors each program builds,
   2 through descriptors the host built once per launch (both lowered to the TMA copy engine on sm_90+;
@@ -347,27 +348,34 @@ def _atomic_add_tile(X, tile, b, h, row, n_rows, stride_b, stride_h, stride_n, s
 
 
 @triton.jit
-def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys, lo, hi, n_q, n_k, left, right,
+def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys, bounds, n_q, n_k, left, right,
                     sm_scale, qk_scale, cap_scale,
                     stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
                     stride_ab, stride_ah, stride_am, stride_ad,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
-                    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BAND: tl.constexpr, SOFTCAP: tl.constexpr,
                     DOT_PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, DESC: tl.constexpr):
-    """Accumulate dK, dV of one key block (k [BLOCK_N, D], v [BLOCK_N, Dv]) over query blocks [lo, hi) of
-    query head off_h; LSE, DELTA: this head's rows. Works on transposed scores sT = k qᵀ: [BLOCK_N, BLOCK_M].
-    Products 1-4 per query block; with ATOMIC_DQ a fifth, the block's share of dQ, sm_scale · dS k
-    [BLOCK_M, D], added atomically into DQ_ACC (fp32; scaled here, so that the caller only converts)."""
+    """Accumulate dK, dV of one key block (k [BLOCK_N, D], v [BLOCK_N, Dv]) over the query blocks of
+    query head off_h that see it; LSE, DELTA: this head's rows. Works on transposed scores sT = k qᵀ:
+    [BLOCK_N, BLOCK_M]. Products 1-4 per query block; with ATOMIC_DQ a fifth, the block's share of dQ,
+    sm_scale · dS k [BLOCK_M, D], added atomically into DQ_ACC (fp32; scaled here, so that the caller only
+    converts).
+
+    ``bounds`` = (lo, a, b, hi) from ``_key_range``: one loop over [lo, hi), masking only the blocks
+    outside [a, b). Not three loops as in the forward and ``_bwd_dq``: with dK and dV (two accumulators
+    of BLOCK_N x D) carried from one loop into the next, ptxas serialises every warpgroup matrix product
+    of the kernel (its C7515 "wgmma ... serialized" note), which cost a quarter of the kernel's speed."""
+    lo, a, b, hi = bounds
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)                         # [BLOCK_M] query indices
         q = _tile(Q, off_b, off_h, start_m, n_q, stride_qb, stride_qh, stride_qm, stride_qd,
-                  BLOCK_M, HEAD_DIM, MASKED, DESC, DIM_QK)
+                  BLOCK_M, HEAD_DIM, True, DESC, DIM_QK)
         do = _tile(DO, off_b, off_h, start_m, n_q, stride_dob, stride_doh, stride_dom, stride_dod,
-                   BLOCK_M, HEAD_DIM_V, MASKED, DESC, DIM_V)
+                   BLOCK_M, HEAD_DIM_V, True, DESC, DIM_V)
         lse2, delta = _row_stats(LSE, DELTA, rows, n_q)
         p_t, t_t = _probs(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION), lse2[None, :], qk_scale,
                           cap_scale, SOFTCAP)                          # 1: S recomputed, [BLOCK_N, BLOCK_M]
-        if MASKED:
+        if (start_m < a) | (start_m >= b):                              # a block on the band's edge
             p_t = tl.where(tl.trans(_visible(rows, keys, n_q, n_k, left, right, BAND)), p_t, 0.0)
         dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)                      # 2: [BLOCK_N, Dv]
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)                          # 3: [BLOCK_N, BLOCK_M]
@@ -379,7 +387,7 @@ def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys,
         if ATOMIC_DQ:
             dq = tl.dot(tl.trans(ds_t), k, input_precision=DOT_PRECISION)                      # 5: [BLOCK_M, D]
             _atomic_add_tile(DQ_ACC, dq * sm_scale, off_b, off_h, start_m, n_q, stride_ab, stride_ah, stride_am,
-                             stride_ad, BLOCK_M, HEAD_DIM, MASKED, DIM_QK)
+                             stride_ad, BLOCK_M, HEAD_DIM, True, DIM_QK)
     return dk, dv
 
 
@@ -431,13 +439,12 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_
     for g in range(group):
         off_h = off_hk * group + g
         base = off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh   # this head's LSE, DELTA rows
-        for part in tl.static_range(3):
-            dk, dv = _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE + base, DELTA + base, DQ_ACC, off_b, off_h, keys,
-                                     bounds[part], bounds[part + 1], n_q, n_k, left, right, sm_scale, qk_scale,
-                                     cap_scale, stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh,
-                                     stride_dom, stride_dod, stride_ab, stride_ah, stride_am, stride_ad,
-                                     HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_M, part != 1, BAND,
-                                     SOFTCAP, DOT_PRECISION, ATOMIC_DQ, DESC)
+        dk, dv = _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE + base, DELTA + base, DQ_ACC, off_b, off_h, keys,
+                                 bounds, n_q, n_k, left, right, sm_scale, qk_scale, cap_scale,
+                                 stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh,
+                                 stride_dom, stride_dod, stride_ab, stride_ah, stride_am, stride_ad,
+                                 HEAD_DIM, HEAD_DIM_V, DIM_QK, DIM_V, BLOCK_M, BAND,
+                                 SOFTCAP, DOT_PRECISION, ATOMIC_DQ, DESC)
     _store_tile(DK, dk * sm_scale, off_b, off_hk, start_n, n_k, stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                 BLOCK_N, HEAD_DIM, DESC, DIM_QK)
     _store_tile(DV, dv, off_b, off_hk, start_n, n_k, stride_dvb, stride_dvh, stride_dvn, stride_dvd,
