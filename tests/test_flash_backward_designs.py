@@ -307,6 +307,28 @@ def test_atomic_kernel_compiles_for_an_h100():
     assert result.stdout.count("compiled") == 6
 
 
+@pytest.mark.slow
+def test_backward_defaults_keep_their_matrix_products_pipelined_on_an_h100():
+    """Every backward launcher's default configuration, D = 64 and 128, causal and not, compiled for sm_90a:
+    ptxas must not serialise its warpgroup matrix products (note C7515; three query loops in the dK/dV
+    kernel did, at a quarter of its speed) and may spill at most 32 bytes a thread."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    result = subprocess.run([sys.executable, "-m", "attnkit.bench.compiled", "bwd_dkdv", "bwd_dq", "bwd_atomic"],
+                            capture_output=True, text=True, timeout=600, env=env)
+    lines = [line for line in result.stdout.splitlines() if "registers" in line]
+    assert len(lines) == 12, result.stdout + result.stderr[-3000:]
+    for line in lines:
+        assert "wgmma pipelined" in line, line
+        assert int(re.search(r"(\d+) B spilled", line).group(1)) <= 32, line
+    assert result.returncode == 0, result.stdout
+
+
 def test_autotuner_zeroes_the_dq_buffer_between_trials():
     """The autotuner runs each candidate several times on the same buffers: atomic adds would pile up in
     dQ unless it zeroes DQ_ACC before each trial (and before the real launch)."""

@@ -173,7 +173,10 @@ INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes 
 # docs/flash_notes.md); the defaults are the sweep's winners (smallest geometric-mean time over its
 # cases; the backward's for the tiles its design uses). The forward's old default at D = 128, 128x64
 # with 4 warps, was the slowest candidate: 255 registers a thread and 32 spilled, 1.5x the winners' time.
-# The pointer forward at D = 64 was not swept.
+# The pointer forward at D = 64 was not swept. The backward's were swept again on 2026-11-24, after its
+# dK/dV kernel became one loop (ptxas had serialised its matrix products; flash_kernels._bwd_dkdv_inner):
+# at D = 64 the old dK/dV default, 64x128 with 4 warps, then spilled 1.2 KB a thread and ran at a quarter
+# of the winner's speed.
 # The one-pass backward (_bwd_dkdv with ATOMIC_DQ) also holds a [BLOCK_M, D] fp32 dQ share per query
 # block: BLOCK_M = 64 keeps all five products on 64-row wgmma tiles.
 # launcher: (kernel, candidate configurations, {padded head dim: the configuration without autotuning})
@@ -182,12 +185,12 @@ LAUNCHERS = {
             {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 128, 8, 3)}),
     "fwd_desc": ("_attn_fwd", [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)],
                  {64: BlockConfig(128, 64, 8, 3), 128: BlockConfig(128, 128, 8, 3)}),
-    "bwd_dkdv": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 128, 4, 3)],
-                 {64: BlockConfig(64, 128, 4, 3), 128: BlockConfig(64, 128, 8, 2)}),
+    "bwd_dkdv": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)],
+                 {64: BlockConfig(32, 128, 4, 3), 128: BlockConfig(64, 128, 8, 3)}),
     "bwd_dq": ("_bwd_dq", [(64, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)],
                {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 64, 8, 3)}),
     "bwd_atomic": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)],
-                   {64: BlockConfig(64, 128, 8, 2), 128: BlockConfig(64, 128, 8, 2)}),
+                   {64: BlockConfig(64, 128, 8, 3), 128: BlockConfig(64, 128, 8, 3)}),
 }
 
 

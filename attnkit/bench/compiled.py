@@ -1,0 +1,152 @@
+"""What ptxas makes of the course's FlashAttention kernels for the H100 (sm_90a), on any machine.
+
+A kernel is compiled by Triton for a Hopper target without a GPU, its PTX assembled by the ptxas that
+ships with Triton, and ptxas's report read: registers a thread, bytes spilled to local memory, and
+whether ptxas serialised the warpgroup matrix products (wgmma). That last one is ptxas's note C7515,
+"wgmma.mma_async instructions are serialized due to ...": every matrix product of the kernel then waits
+for the one before it, and the tensor cores idle while the next tile's operands are prepared. It
+printed no warning at the default verbosity, and cost the course's dK/dV kernel a quarter of its speed.
+
+    python -m attnkit.bench.compiled                         # every launcher's defaults, D = 64 and 128
+    python -m attnkit.bench.compiled bwd_dkdv bwd_atomic     # some launchers
+
+The launch is specialised as on the GPU for contiguous fp16 [B, H, N, D] tensors: the head dim's strides
+are 1, the others and the pointers multiples of 16, one query head per K/V head. Run it where Triton
+compiles (not under TRITON_INTERPRET=1: the command sets TRITON_INTERPRET=0 for itself); the register
+counts belong to the installed Triton and its ptxas, which the report names.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+FP32_ARGUMENTS = {"LSE", "DELTA", "DQ_ACC", "qk_scale", "cap_scale", "sm_scale"}
+SERIALISED_NOTE = "C7515"
+# rows of a [1, 1, rows, D] descriptor block, by argument (DESC = 2)
+DESCRIPTOR_ROWS = {"Q": "BLOCK_M", "O": "BLOCK_M", "DO": "BLOCK_M", "DQ": "BLOCK_M",
+                   "K": "BLOCK_N", "V": "BLOCK_N", "DK": "BLOCK_N", "DV": "BLOCK_N"}
+
+
+@dataclass(frozen=True)
+class PtxasReport:
+    registers: int
+    spill_bytes: int          # bytes stored to local memory per thread (ptxas's "spill stores")
+    wgmma_serialised: bool    # ptxas's note C7515
+
+    def line(self) -> str:
+        serial = "wgmma SERIALISED" if self.wgmma_serialised else "wgmma pipelined"
+        return f"{self.registers:3d} registers, {self.spill_bytes:5d} B spilled, {serial}"
+
+
+def _ptxas_path() -> str:
+    from triton.backends.nvidia import compiler
+
+    try:
+        return compiler.get_ptxas(90).path      # newer Triton: one ptxas per architecture
+    except TypeError:
+        return compiler.get_ptxas().path
+
+
+def ptxas_report(ptx: str) -> PtxasReport:
+    """Assemble ``ptx`` for sm_90a with Triton's ptxas and read its verbose report."""
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "kernel.ptx")
+        with open(source, "w") as f:
+            f.write(ptx)
+        done = subprocess.run([_ptxas_path(), "-arch=sm_90a", "-v", source, "-o", os.path.join(folder, "k.cubin")],
+                              capture_output=True, text=True, check=True)
+    text = done.stdout + done.stderr
+    return PtxasReport(registers=int(re.search(r"Used (\d+) registers", text).group(1)),
+                       spill_bytes=int(re.search(r"(\d+) bytes spill stores", text).group(1)),
+                       wgmma_serialised=SERIALISED_NOTE in text)
+
+
+def compile_ptx(fn, constexprs: dict, num_warps: int, num_stages: int, descriptors: bool = False) -> str:
+    """PTX of the flash kernel ``fn`` for sm_90 with these constexprs, typed by the kernels' naming
+    convention (upper-case arguments are fp16 tensors, FP32_ARGUMENTS fp32, CU_* int32 offsets, lower-case
+    ones int32 scalars) and specialised as a launch on contiguous tensors; ``descriptors``: the tiled
+    tensors are host-built descriptors (DESC = 2)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    ones = {name for name in fn.arg_names if name == "group" or (name.startswith("stride_") and name.endswith("d"))}
+    constexprs = dict(constexprs, **{name: 1 for name in ones})
+    signature = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif descriptors and name in DESCRIPTOR_ROWS:
+            head_dim = constexprs["HEAD_DIM_V" if name in ("V", "O", "DO", "DV") else "HEAD_DIM"]
+            signature[name] = f"tensordesc<fp16[1,1,{constexprs[DESCRIPTOR_ROWS[name]]},{head_dim}]>"
+        elif name in FP32_ARGUMENTS:
+            signature[name] = "*fp32" if name.isupper() else "fp32"
+        elif name.startswith("CU_"):
+            signature[name] = "*i32"
+        else:
+            signature[name] = "*fp16" if name[0].isupper() else "i32"
+    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+               if signature[name] in ("i32", "*fp16", "*fp32")}
+    source = ASTSource(fn=fn, signature=signature, attrs=aligned,
+                       constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()})
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
+def launcher_constexprs(name: str, head_dim: int, causal: bool, config) -> tuple[object, dict, bool]:
+    """(kernel, constexprs, descriptors) of launcher ``name`` as the course launches it on the H100 for
+    fp16 inputs at this head dim: the forward as its rung ("fwd": "autotuned", "fwd_desc": "best"), the
+    two-kernel backward with host descriptors, the one-pass backward with pointers."""
+    from ..kernels import flash, flash_kernels
+
+    kernel = getattr(flash_kernels, flash.LAUNCHERS[name][0])
+    dims = dict(HEAD_DIM=head_dim, HEAD_DIM_V=head_dim, DIM_QK=head_dim, DIM_V=head_dim, BAND=causal,
+                SOFTCAP=False, VARLEN=False, CAUSAL=causal, DOT_PRECISION="tf32",
+                BLOCK_M=config.block_m, BLOCK_N=config.block_n)
+    if name.startswith("fwd"):
+        rung = flash.VARIANTS[flash.BEST if name == "fwd_desc" else "autotuned"]
+        desc = flash_kernels.HOST_DESCRIPTORS if name == "fwd_desc" else flash_kernels.POINTERS
+        dims.update(USE_EXP2=rung.use_exp2, SPLIT=rung.split, DESC=desc, LONGEST_FIRST=causal and rung.longest_first)
+        return kernel, dims, bool(desc)
+    descriptors = name != "bwd_atomic" and flash.BACKWARDS["two_kernels"].descriptors
+    dims["DESC"] = flash_kernels.HOST_DESCRIPTORS if descriptors else flash_kernels.POINTERS
+    if name != "bwd_dq":
+        dims["ATOMIC_DQ"] = name == "bwd_atomic"
+    return kernel, dims, descriptors
+
+
+def report(name: str, head_dim: int, causal: bool, config=None) -> PtxasReport:
+    """ptxas's report on launcher ``name`` at its default configuration (or ``config``)."""
+    from ..kernels import flash
+
+    config = config or flash.default_config(name, head_dim)
+    kernel, constexprs, descriptors = launcher_constexprs(name, head_dim, causal, config)
+    return ptxas_report(compile_ptx(kernel, constexprs, config.num_warps, config.num_stages, descriptors))
+
+
+def main(argv: list[str]) -> int:
+    os.environ["TRITON_INTERPRET"] = "0"
+    import triton
+
+    from ..kernels import flash
+
+    names = argv or list(flash.LAUNCHERS)
+    print(f"Triton {triton.__version__}, ptxas {os.path.basename(_ptxas_path())}, sm_90a, fp16")
+    serialised = 0
+    for name in names:
+        for head_dim in (64, 128):
+            for causal in (False, True):
+                config = flash.default_config(name, head_dim)
+                result = report(name, head_dim, causal, config)
+                serialised += result.wgmma_serialised
+                print(f"{name:10} D={head_dim:3d} causal={causal!s:5} {config.block_m}x{config.block_n} "
+                      f"w{config.num_warps} s{config.num_stages}: {result.line()}", flush=True)
+    return 1 if serialised else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
