@@ -7,10 +7,11 @@
 #   bash scripts/gpu_session.sh time OUTDIR   # the benchmarks one after another, alone on the GPU,
 #                                             # their kernels loaded from the cache: the recorded CSVs
 #
-# tune-backward: the backward's part of that sweep, compiled and timed in one call.
 # The same pairs for the kernel work of issue 17: tune-warm / tune-time (the block-configuration sweep,
 # then Nsight Compute profiles), and record-warm, then record-kernels and record-suites (the flash
 # features, backward designs and FP8 at fixed configurations, then the autotuned ladder and SDPA suite).
+# After a change to the backward alone: tune-backward (its sweep, compiled and timed in one call), then
+# record-backward-warm, record-backward and record-backward-profile.
 #
 # Both phases must run on the same machine (the cache lives in ~/.triton). Each step has a time limit;
 # a step that fails or runs out of time is logged and the others go on.
@@ -95,6 +96,34 @@ elif [ "$phase" = record-warm ]; then   # every recorded kernel compiled in para
     tail -n 4 $warm/*.log > "$out/warm_tails.log"
     grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -20
     tail -n 2 $warm/flash_*.log $warm/ladder_*.log; tail -n 5 "$out/pytest_gpu.log"
+elif [ "$phase" = record-backward-warm ]; then   # after a change to the backward: what records it, compiled
+    warm=/tmp/warm; mkdir -p $warm                 # in parallel, and the GPU tests of the backward and features
+    for part in $(seq 0 5); do
+        step 500 $warm/flash_$part.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py flash $part/6 &
+    done
+    warm_kernel_scripts 400 $warm
+    step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 3 \
+        tests/test_flash_backward_designs.py tests/test_flash_features.py &
+    step 300 "$out/compiled.log" python -m attnkit.bench.compiled &
+    wait
+    cat $warm/check_*.log > "$out/checks.log"
+    grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -20
+    tail -n 2 $warm/flash_*.log; tail -n 5 "$out/pytest_gpu.log"; cat "$out/compiled.log"
+elif [ "$phase" = record-backward ]; then   # then, alone: the SDPA suite (autotuned) and the backward designs
+    logs=/tmp/timed; mkdir -p $logs
+    step 400 $logs/1_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
+    step 150 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
+    collect $logs "$out/session_backward.log"
+elif [ "$phase" = record-backward-profile ]; then   # the features' timings and the backward's profiles
+    logs=/tmp/timed_more prof=/tmp/prof; mkdir -p $logs $prof
+    step 110 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
+    for case in bwd_two_kernels bwd_two_kernels_desc bwd_atomic_dq bwd_cudnn; do
+        step 60 $logs/2_ncu_$case.log ncu --profile-from-start off --set full --clock-control none -f -o $prof/$case \
+            python scripts/gpu_flash_profile.py $case
+        ncu --import $prof/$case.ncu-rep --csv --page raw > $prof/$case.csv 2>>$logs/2_ncu_$case.log
+    done
+    python scripts/merge_ncu_csv.py "$prof" "$out/ncu_raw_backward.csv"
+    collect $logs "$out/session_profile.log"
 elif [ "$phase" = record-kernels ]; then   # timings at fixed configurations: features, backward designs, FP8
     logs=/tmp/timed; mkdir -p $logs
     step 110 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
