@@ -114,15 +114,16 @@ elif [ "$phase" = record-backward ]; then   # then, alone: the SDPA suite (autot
     step 400 $logs/1_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
     step 150 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
     collect $logs "$out/session_backward.log"
-elif [ "$phase" = record-backward-profile ]; then   # the features' timings and the backward's profiles
-    logs=/tmp/timed_more prof=/tmp/prof; mkdir -p $logs $prof
-    step 110 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
+elif [ "$phase" = record-backward-profile ]; then   # the backward's profiles and the features' timings
+    logs=/tmp/timed_more prof=/tmp/prof; mkdir -p $logs $prof   # (and the host's share of short calls)
+    step 200 $logs/1_overhead.log python scripts/gpu_flash_overhead.py "$out" --no-fp32-check
     for case in bwd_two_kernels bwd_two_kernels_desc bwd_atomic_dq bwd_cudnn; do
         step 60 $logs/2_ncu_$case.log ncu --profile-from-start off --set full --clock-control none -f -o $prof/$case \
             python scripts/gpu_flash_profile.py $case
         ncu --import $prof/$case.ncu-rep --csv --page raw > $prof/$case.csv 2>>$logs/2_ncu_$case.log
     done
     python scripts/merge_ncu_csv.py "$prof" "$out/ncu_raw_backward.csv"
+    step 120 $logs/3_features.log python scripts/gpu_flash_features.py "$out" --no-check
     collect $logs "$out/session_profile.log"
 elif [ "$phase" = record-kernels ]; then   # timings at fixed configurations: features, backward designs, FP8
     logs=/tmp/timed; mkdir -p $logs

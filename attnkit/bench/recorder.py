@@ -44,7 +44,9 @@ SCRIPT_RESULTS = {
     "flash_fp8": "python scripts/gpu_flash_fp8.py DIR",
     "paged_fp8": "python -m attnkit.bench.paged fp8 DIR --decode-only",
     "flash_sweep": "python scripts/gpu_flash_sweep.py DIR",
-    "flash_profile": "bash scripts/gpu_session.sh tune-time DIR (ncu, then scripts/summarize_ncu.py)",
+    "flash_profile": "bash scripts/gpu_session.sh tune-time DIR (ncu, then scripts/summarize_ncu.py); the backward's "
+                     "rows: record-backward-profile",
+    "flash_overhead": "python scripts/gpu_flash_overhead.py DIR",
 }
 PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
