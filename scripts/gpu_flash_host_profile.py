@@ -15,27 +15,16 @@ import io
 import math
 import os
 import pstats
-import time
 
 os.environ["ATTNKIT_AUTOTUNE"] = "0"
 
 import gpu_flash_backward as fb  # noqa: E402  (scripts/ is sys.path[0])
 import torch  # noqa: E402
+from gpu_flash_overhead import host_us  # noqa: E402  (it leaves ATTNKIT_AUTOTUNE as set above)
 
 from attnkit.kernels import flash  # noqa: E402
 
 CALLS = 200
-
-
-def host_us(fn, calls: int = CALLS) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    issued = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return issued / calls * 1e6
 
 
 def profiled(fn, calls: int = CALLS) -> str:
@@ -64,7 +53,7 @@ def main() -> None:
                                                                              design="atomic_dq"),
         }
         for name, fn in calls.items():
-            plain = host_us(fn)
+            plain = host_us(fn, CALLS)
             print(f"\n===== D={head_dim} N={n} causal {name}: host {plain:.0f} us/call", flush=True)
             print(profiled(fn))
 
