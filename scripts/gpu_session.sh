@@ -37,6 +37,11 @@ warm_kernel_scripts() {   # warm_kernel_scripts SECONDS DIR: the features' check
     step "$limit" $dir/fp8.log python scripts/gpu_flash_fp8.py $dir/fp8 &
 }
 
+failures() {   # failures LOG: the tests a verbose pytest log names as failed (a run cut off by its limit
+    grep -hE "(FAILED|ERROR) " "$1" | sort -u | head -n 20   # still names them), then its last line
+    tail -n 1 "$1"
+}
+
 collect() {   # collect LOGDIR OUTFILE: every log of a timing phase in one file ($OUT holds few files)
     for f in $1/*.log; do echo "===== $f"; cat "$f"; done > "$2"
     tail -n 12 $1/*.log
@@ -49,7 +54,7 @@ if [ "$phase" = tune-warm ]; then   # the block-configuration sweep compiled in 
     done
     if [ -d .whl ]; then
         python3 -m pip install -q --no-index --find-links .whl --target /tmp/site nbval ipywidgets nbclient \
-            && step 500 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:$PWD python -m pytest -p no:cacheprovider -q -n 6 \
+            && step 500 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:$PWD python -m pytest -p no:cacheprovider -v -n 6 \
                --dist loadfile --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
                notebooks solutions &
     fi
@@ -89,26 +94,26 @@ elif [ "$phase" = record-warm ]; then   # every recorded kernel compiled in para
         step 540 $warm/ladder_$n.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py ladder $n &
     done
     warm_kernel_scripts 400 $warm
-    step 540 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 3 \
+    step 540 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 3 \
         tests/test_flash_backward_designs.py tests/test_flash_features.py &
     wait
     cat $warm/check_*.log > "$out/checks.log"
     tail -n 4 $warm/*.log > "$out/warm_tails.log"
     grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -20
-    tail -n 2 $warm/flash_*.log $warm/ladder_*.log; tail -n 5 "$out/pytest_gpu.log"
+    tail -n 2 $warm/flash_*.log $warm/ladder_*.log; failures "$out/pytest_gpu.log"
 elif [ "$phase" = record-backward-warm ]; then   # after a change to the backward: what records it, compiled
     warm=/tmp/warm; mkdir -p $warm                 # in parallel, and the GPU tests of the backward and features
     for part in $(seq 0 5); do
         step 500 $warm/flash_$part.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py flash $part/6 &
     done
     warm_kernel_scripts 400 $warm
-    step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 3 \
+    step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 3 \
         tests/test_flash_backward_designs.py tests/test_flash_features.py &
     step 300 "$out/compiled.log" python -m attnkit.bench.compiled &
     wait
     cat $warm/check_*.log > "$out/checks.log"
     grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -20
-    tail -n 2 $warm/flash_*.log; tail -n 5 "$out/pytest_gpu.log"; cat "$out/compiled.log"
+    tail -n 2 $warm/flash_*.log; failures "$out/pytest_gpu.log"; cat "$out/compiled.log"
 elif [ "$phase" = record-backward ]; then   # then, alone: the SDPA suite (autotuned) and the backward designs
     logs=/tmp/timed; mkdir -p $logs
     step 400 $logs/1_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
@@ -142,18 +147,18 @@ elif [ "$phase" = warm ]; then
     step 300 $warm/paged_fp8.log python -m attnkit.bench.paged fp8 $warm/paged --decode-only &
     step 300 $warm/serving.log python -m attnkit.bench.recorder --out $warm/serving serving_features &
     step 300 $warm/profile.log python -m attnkit.bench.recorder --out $warm/profile decode_profile &
-    step 300 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -q -n 4 \
+    step 300 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 4 \
         tests/test_engine_graphs.py tests/test_paged_fp8.py tests/test_paged_window.py tests/test_strides.py &
     if [ -d .whl ]; then   # the lessons under nbval (wheels from ../shared/tools/device-wheels, carried)
         python3 -m pip install -q --no-index --find-links .whl --target /tmp/site nbval ipywidgets nbclient \
-            && step 300 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:. python -m pytest -p no:cacheprovider -q -n 4 \
+            && step 300 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:. python -m pytest -p no:cacheprovider -v -n 4 \
                --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks solutions &
     fi
     wait
     cat $warm/check_*.log > "$out/checks.log"
     tail -n 5 $warm/*.log > "$out/warm_tails.log"
     grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -40
-    tail -n 3 "$out/pytest_gpu.log"; tail -n 15 "$out/nbval_gpu.log" 2>/dev/null
+    failures "$out/pytest_gpu.log"; failures "$out/nbval_gpu.log" 2>/dev/null
 else
     logs=/tmp/timed; mkdir -p $logs
     step 100 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check
