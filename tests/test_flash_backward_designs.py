@@ -311,7 +311,9 @@ def test_atomic_kernel_compiles_for_an_h100():
 def test_backward_defaults_keep_their_matrix_products_pipelined_on_an_h100():
     """Every backward launcher's default configuration, D = 64 and 128, causal and not, compiled for sm_90a:
     ptxas must not serialise its warpgroup matrix products (note C7515; three query loops in the dK/dV
-    kernel did, at a quarter of its speed) and may spill at most 32 bytes a thread."""
+    kernel did, at a quarter of its speed) and may spill at most 32 bytes a thread. The verdict belongs
+    to the installed Triton's ptxas: Triton 3.6's serialised the three-loop kernel, 3.9's does not, so on
+    a GPU machine ``gpu_session.sh record-backward-warm`` runs the same report with the Triton there."""
     import os
     import re
     import subprocess
