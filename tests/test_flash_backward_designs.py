@@ -246,35 +246,18 @@ def test_default_rung_runs_longest_first():
 COMPILE_FOR_SM90 = r'''
 import os
 import re
-os.environ.pop("TRITON_INTERPRET", None)
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+os.environ["TRITON_INTERPRET"] = "0"   # compile for a GPU target, even on a CPU
 import attnkit.kernels.flash_kernels as kernels
+from attnkit.bench.compiled import compile_ptx
 
-types = dict(LSE="*fp32", DELTA="*fp32", DQ_ACC="*fp32", CU_Q="*i32", CU_K="*i32", qk_scale="fp32",
-             cap_scale="fp32", sm_scale="fp32")
 plain = dict(HEAD_DIM=128, HEAD_DIM_V=128, DIM_QK=128, DIM_V=128, BAND=False, SOFTCAP=False, VARLEN=False)
 every_feature = dict(HEAD_DIM=128, HEAD_DIM_V=64, DIM_QK=80, DIM_V=48, BAND=True, SOFTCAP=True, VARLEN=True)
-BLOCK_M, BLOCK_N = 64, 64
-rows = dict(Q=BLOCK_M, DO=BLOCK_M, DQ=BLOCK_M, K=BLOCK_N, V=BLOCK_N, DK=BLOCK_N, DV=BLOCK_N)
 
 
 def compile_sm90(fn, constexprs, desc):
     """PTX of ``fn`` for sm_90; with ``desc`` the tiled tensors are host-built descriptors (DESC = 2)."""
-    constexprs = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=True, DOT_PRECISION="tf32", DESC=2 if desc else 0,
-                      **constexprs)
-    signature = {}
-    for name in fn.arg_names:
-        if name in constexprs:
-            signature[name] = "constexpr"
-        elif desc and name in rows:
-            signature[name] = f"tensordesc<fp16[1,1,{rows[name]},{constexprs['HEAD_DIM']}]>"
-        else:
-            signature[name] = types.get(name, "*fp16" if name[0].isupper() else "i32")
-    source = ASTSource(fn=fn, signature=signature,
-                       constexprs={(fn.arg_names.index(n),): v for n, v in constexprs.items()})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8, num_stages=2)).asm["ptx"]
+    constexprs = dict(BLOCK_M=64, BLOCK_N=64, CAUSAL=True, DOT_PRECISION="tf32", DESC=2 if desc else 0, **constexprs)
+    return compile_ptx(fn, constexprs, num_warps=8, num_stages=2, descriptors=desc)
 
 
 for dims, atomic in ((plain, True), (every_feature, True), (plain, False)):

@@ -353,23 +353,16 @@ def test_bad_packed_input_raises_value_error(message, args):
 # --------------------------------------------------------------------------- compiled for a GPU
 COMPILE_FOR_SM90 = r'''
 import os
-os.environ.pop("TRITON_INTERPRET", None)
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+os.environ["TRITON_INTERPRET"] = "0"   # compile for a GPU target, even on a CPU
 import attnkit.kernels.flash_kernels as kernels
+from attnkit.bench.compiled import compile_ptx
 
-types = dict(LSE="*fp32", DELTA="*fp32", CU_Q="*i32", CU_K="*i32", qk_scale="fp32", cap_scale="fp32", sm_scale="fp32")
 constexprs = dict(HEAD_DIM=128, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, USE_EXP2=True, SPLIT=True, DESC=0,
                   DOT_PRECISION="tf32", HEAD_DIM_V=64, DIM_QK=80, DIM_V=48, BAND=True, SOFTCAP=True, VARLEN=True,
                   LONGEST_FIRST=True, ATOMIC_DQ=True)
 for fn in (kernels._attn_fwd, kernels._bwd_dkdv, kernels._bwd_dq, kernels._bwd_preprocess):
     mine = {name: value for name, value in constexprs.items() if name in fn.arg_names}
-    signature = {name: "constexpr" if name in mine else types.get(name, "*fp16" if name[0].isupper() else "i32")
-                 for name in fn.arg_names}
-    source = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in mine.items()})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2))
-    assert ".entry" in compiled.asm["ptx"], fn.__name__
+    assert ".entry" in compile_ptx(fn, mine, num_warps=4, num_stages=2), fn.__name__
     print("compiled", fn.__name__)
 '''
 

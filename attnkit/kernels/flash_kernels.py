@@ -332,19 +332,14 @@ def _probs(qk, lse2, qk_scale, cap_scale, SOFTCAP: tl.constexpr):
 
 @triton.jit
 def _atomic_add_tile(X, tile, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d,
-                     ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, DIM: tl.constexpr):
+                     ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM: tl.constexpr):
     """X[b, h, row:row + ROWS, :DIM] += tile [ROWS, HEAD_DIM] with fp32 atomic adds (X is fp32): many
-    programs add into the same rows. Rows past n_rows (checked with MASKED) and columns past DIM are dropped."""
+    programs add into the same rows. Rows past n_rows and columns past DIM are dropped."""
     rows = row + tl.arange(0, ROWS)
     cols = tl.arange(0, HEAD_DIM)
     ptrs = (X + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h + rows[:, None].to(tl.int64) * stride_n
             + cols[None, :] * stride_d)
-    if MASKED:
-        tl.atomic_add(ptrs, tile, mask=(rows[:, None] < n_rows) & (cols[None, :] < DIM), sem="relaxed")
-    elif DIM < HEAD_DIM:
-        tl.atomic_add(ptrs, tile, mask=cols[None, :] < DIM, sem="relaxed")
-    else:
-        tl.atomic_add(ptrs, tile, sem="relaxed")
+    tl.atomic_add(ptrs, tile, mask=(rows[:, None] < n_rows) & (cols[None, :] < DIM), sem="relaxed")
 
 
 @triton.jit
@@ -387,7 +382,7 @@ def _bwd_dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, DQ_ACC, off_b, off_h, keys,
         if ATOMIC_DQ:
             dq = tl.dot(tl.trans(ds_t), k, input_precision=DOT_PRECISION)                      # 5: [BLOCK_M, D]
             _atomic_add_tile(DQ_ACC, dq * sm_scale, off_b, off_h, start_m, n_q, stride_ab, stride_ah, stride_am,
-                             stride_ad, BLOCK_M, HEAD_DIM, True, DIM_QK)
+                             stride_ad, BLOCK_M, HEAD_DIM, DIM_QK)
     return dk, dv
 
 
