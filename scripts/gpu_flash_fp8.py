@@ -4,6 +4,7 @@ to OUTDIR/bench_flash_fp8.csv.
 
     python scripts/gpu_flash_fp8.py OUTDIR            # on the H100: 70-95 s, 5 kernel compilations
     python scripts/gpu_flash_fp8.py OUTDIR --smoke    # tiny sizes; on a CPU in Triton's interpreter
+    python scripts/gpu_flash_fp8.py OUTDIR --sweep    # the descriptor kernel's configurations
 
 Cases: D = 128, H = 16, B · N = 16k tokens, N = 4096 and 16384, causal and not, fp16 N(0, 1) inputs.
 - fp8: ``quantize_for_attention`` once (its time is its own row, fp8_quantize), then
@@ -21,6 +22,11 @@ The CSV is rewritten after every case, so a run cut short keeps what it measured
 TFLOP/s count 4 · D per visible (query, key) pair. Printed at the end: fp8 / fp16 speed (target
 >= 1.4 at N >= 4k) and fp8 / cuDNN.
 Rows: impl, n, causal, ms, tflops, max_err, rel_err, batch, heads, head_dim, tiles, note.
+
+--sweep: the descriptor kernel at each of ``SWEEP_CONFIGS`` (those ptxas compiles for sm_90a without
+spilling or serialising its matrix products, Triton 3.6; the default first) on the same four cases, each
+checked as above, beside the fp16 kernel; rows (impl fp8, note the configuration) go to
+OUTDIR/bench_flash_fp8_sweep.csv, and the configuration with the smallest geometric-mean time is printed.
 """
 from __future__ import annotations
 
@@ -44,6 +50,9 @@ FULL = dict(heads=16, head_dim=128, tokens=16384, lengths=(4096, 16384), matmul=
 SMOKE = dict(heads=2, head_dim=64, tokens=140, lengths=(40, 70), matmul=64)
 REF_HEADS = 2                              # the float32 reference covers heads 0 and 1 of batch 0
 TARGET = 1.4                               # fp8 / fp16 forward speed at N >= 4k
+Fp8Config = flash_fp8.Fp8Config
+SWEEP_CONFIGS = [flash_fp8.GPU_CONFIG, Fp8Config(128, 128, 8, 4), Fp8Config(128, 256, 8, 2),
+                 Fp8Config(64, 128, 4, 3), Fp8Config(64, 128, 4, 4), Fp8Config(128, 64, 8, 3)]
 START = time.perf_counter()
 
 
@@ -171,6 +180,47 @@ def variant_rows(n: int, device, heads: int, head_dim: int, tokens: int) -> list
                     device, n=n, causal=False, batch=batch, heads=heads, head_dim=head_dim, tiles=tiles)]
 
 
+def config_name(config) -> str:
+    return f"{config.block_m}x{config.block_n} w{config.num_warps} s{config.num_stages}"
+
+
+def sweep_rows(n: int, causal: bool, device, heads: int, head_dim: int, tokens: int) -> list[dict]:
+    """The descriptor fp8 kernel at each of SWEEP_CONFIGS, then the fp16 kernel, on one case."""
+    batch = max(1, tokens // n)
+    gen = torch.Generator(device=device).manual_seed(n + causal)       # attention_rows' inputs
+    q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, generator=gen, dtype=torch.float16)
+               for _ in range(3))
+    ref = reference_fp32(q, k, v, causal)
+    flops = flash_fp8.attention_flops(batch, heads, n, n, head_dim, causal)
+    fields = dict(n=n, causal=causal, batch=batch, heads=heads, head_dim=head_dim)
+    quantised = flash_fp8.quantize_for_attention(q, k, v)
+    sm_scale = 1.0 / math.sqrt(head_dim)
+    rows = []
+    for config in SWEEP_CONFIGS:
+        fn = lambda c=config: flash_fp8._forward(*quantised, causal, sm_scale, torch.float16, config=c)  # noqa: E731
+        rows.append(measure("fp8", fn, flops, ref, device, tiles="descriptors", config=config_name(config), **fields))
+    with torch.no_grad():
+        rows.append(measure("fp16_attnkit", lambda: attnkit.flash_attention(q, k, v, causal=causal), flops, ref,
+                            device, tiles="", config="", **fields))
+    return rows
+
+
+def sweep_winner(rows) -> None:
+    """Each configuration's fp8 / fp16 speed per case, then the one with the smallest geometric-mean
+    time over the cases (among those that ran in every case)."""
+    fp16 = {(r["n"], r["causal"]): r["ms"] for r in rows if r["impl"] == "fp16_attnkit"}
+    scores = {}
+    for config in map(config_name, SWEEP_CONFIGS):
+        timed_rows = [r for r in rows if r["impl"] == "fp8" and r["config"] == config and r["ms"] == r["ms"]]
+        for r in timed_rows:
+            log(f"{config}: N={r['n']} causal={r['causal']} fp8 / fp16 {fp16[(r['n'], r['causal'])] / r['ms']:.2f}x, "
+                f"max_err {r['max_err']:.2e}")
+        if timed_rows and len(timed_rows) == len(fp16):
+            scores[config] = math.exp(sum(math.log(r["ms"]) for r in timed_rows) / len(timed_rows))
+    if scores:
+        log("fastest (geometric mean):", min(scores, key=scores.get))
+
+
 def summary(rows) -> None:
     """fp8 / fp16 and fp8 / cuDNN speed (ratios of times) per case, and the ceilings' ratio."""
     def ms(impl, n, causal):
@@ -208,6 +258,14 @@ def main(argv=None) -> int:
         log(f"{torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}, "
             f"fp8 configs: descriptors {flash_fp8.GPU_CONFIG}, pointers {flash_fp8.POINTER_CONFIG}")
     heads, head_dim, tokens = sizes["heads"], sizes["head_dim"], sizes["tokens"]
+    if "--sweep" in argv[1:]:
+        rows = []
+        for n in sizes["lengths"]:
+            for causal in (False, True):
+                rows += sweep_rows(n, causal, device, heads, head_dim, tokens)
+                write_results("flash_fp8_sweep", rows, outdir)
+        sweep_winner(rows)
+        return 0
     steps = [(f"N={n} causal={causal}", lambda n=n, c=causal: attention_rows(n, c, device, heads, head_dim, tokens))
              for n in sizes["lengths"] for causal in (False, True)]
     steps.append(("matmul ceilings", lambda: matmul_rows(sizes["matmul"], device)))

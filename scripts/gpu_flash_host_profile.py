@@ -5,8 +5,11 @@ autotuning), issued 200 times without synchronising, under cProfile.
     python scripts/gpu_flash_host_profile.py > host_profile.txt
 
 Prints, per call: the host's microseconds with and without the profiler, then the 25 functions with the
-most time of their own. When the host's time per call exceeds the kernels' (scripts/gpu_flash_overhead.py
-measures both), back-to-back calls wait on Python, not on the GPU.
+most time of their own; then the layers of one call timed apart (``layers``): the whole call, the
+launches replayed through ``flash._launch`` with the arguments the call passed, the same launches
+straight into Triton (``kernel[grid](...)``, the configuration given), and the pieces the wrapper adds
+(tensor descriptors, output buffers, the device context). When the host's time per call exceeds the
+kernels' (scripts/gpu_flash_overhead.py measures both), back-to-back calls wait on Python, not on the GPU.
 """
 from __future__ import annotations
 
@@ -39,6 +42,67 @@ def profiled(fn, calls: int = CALLS) -> str:
     return text.getvalue()
 
 
+def _timed_us(fn, calls: int = CALLS) -> float:
+    """Host microseconds per call of ``fn`` (issued without synchronising, then drained)."""
+    return host_us(fn, calls)
+
+
+def captured_launches(fn) -> list:
+    """The (args, kwargs) of every ``flash._launch`` that one call of ``fn`` makes."""
+    real, calls = flash._launch, []
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    flash._launch = spy
+    try:
+        fn()
+    finally:
+        flash._launch = real
+    torch.cuda.synchronize()
+    return calls
+
+
+def direct_launch(args, kwargs):
+    """The launch ``flash._launch(*args, **kwargs)`` makes, straight into Triton's JIT: the launcher's
+    kernel, the configuration it would take, the grid computed once."""
+    import triton
+
+    name, device, tuned, fixed, grid_rows, grid_heads, *kernel_args = args
+    constexprs = dict(kwargs)
+    rows_block = constexprs.pop("rows_block", "BLOCK_M")
+    kernel = getattr(flash._kernels, flash.LAUNCHERS[name][0])
+    config = fixed or flash.default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
+    meta = config.meta()
+    flash._set_block_shapes(dict(zip(kernel.arg_names, kernel_args), **constexprs, **meta))
+    grid = (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)
+    return lambda: kernel[grid](*kernel_args, **constexprs, **meta)
+
+
+def _enter_and_leave(device) -> None:
+    with torch.device(device):
+        pass
+
+
+def layers(fn, tensors) -> None:
+    """One call's host time, layer by layer (microseconds per call)."""
+    launches = captured_launches(fn)
+    direct = [direct_launch(a, k) for a, k in launches]
+    device = tensors[0].device
+    parts = {
+        "whole call": fn,
+        f"{len(launches)} launches through flash._launch": lambda: [flash._launch(*a, **k) for a, k in launches],
+        f"{len(launches)} launches straight into Triton": lambda: [d() for d in direct],
+        "4 host tensor descriptors": lambda: flash._host_descriptors(*tensors[:4]),
+        "2 output buffers (torch.empty)": lambda: [torch.empty_like(tensors[0]) for _ in range(2)],
+        "with torch.device(device)": lambda: _enter_and_leave(device),
+        "descriptors_supported": lambda: flash.descriptors_supported(device),
+    }
+    for label, part in parts.items():
+        print(f"  {label:45s} {_timed_us(part):8.1f} us", flush=True)
+
+
 def main() -> None:
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for head_dim in (64, 128):
@@ -56,6 +120,7 @@ def main() -> None:
             plain = host_us(fn, CALLS)
             print(f"\n===== D={head_dim} N={n} causal {name}: host {plain:.0f} us/call", flush=True)
             print(profiled(fn))
+            layers(fn, (q, k, v, do))
 
 
 if __name__ == "__main__":

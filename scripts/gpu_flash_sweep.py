@@ -5,6 +5,7 @@ and pipeline depths each kernel should launch with, measured, instead of the few
     python scripts/gpu_flash_sweep.py OUTDIR --compile-only [--part I/N]   # compile (and check) share I of N
     python scripts/gpu_flash_sweep.py OUTDIR                               # check, time, pick winners
     ... --backward-only                                                   # the backward's sweeps alone
+    ... --head-dim-256                                                    # D = 256 alone (below)
 
 The compile-only runs fill Triton's on-disk cache in parallel (run N of them at once); the timing run,
 alone on the GPU, then loads every kernel from the cache. Each candidate is checked before it is timed
@@ -22,6 +23,10 @@ Sweeps (fp16, B·N = 16k tokens, 16 heads):
 - forward, D in {64, 128}: the "best" rung (launcher ``fwd_desc``) and, at D = 128, the "autotuned" rung
   (pointer loads, launcher ``fwd``), causal at N = 1k and 2k, non-causal at 4k and 16k, every candidate
   at every N, beside cuDNN.
+With --head-dim-256: the same sweeps at D = 256 alone (backward, and the forward's "autotuned" rung, the
+launcher D = 256 uses), over ``CANDIDATES_D256`` for pointer and descriptor tiles alike: the configurations
+that ptxas compiles for sm_90a without serialising the matrix products and with at most 24 bytes spilled
+(``python -m attnkit.bench.compiled``, Triton 3.6), the halved default first.
 Rows go to OUTDIR/bench_flash_sweep.csv (columns: suite, launcher, desc, config, n, head_dim, causal, ms,
 tflops, vs_cudnn, vs_default (the first candidate's time / this time; the first is the launcher's old
 default), check, reason) and the winners to OUTDIR/sweep_winners.json.
@@ -58,6 +63,12 @@ CANDIDATES = {
                  BC(128, 128, 8, 2), BC(128, 64, 4, 4), BC(64, 128, 4, 3), BC(128, 32, 4, 4), BC(64, 64, 4, 4)],
 }
 CANDIDATES["fwd"] = CANDIDATES["fwd_desc"]
+CANDIDATES_D256 = {
+    "bwd_dkdv": [BC(64, 32, 4, 2), BC(64, 32, 8, 2), BC(32, 32, 4, 2), BC(32, 32, 4, 3), BC(16, 32, 4, 2)],
+    "bwd_dq": [BC(64, 32, 4, 2), BC(64, 32, 8, 2), BC(64, 64, 8, 2), BC(16, 32, 4, 2)],
+    "bwd_atomic": [BC(64, 32, 4, 2), BC(64, 32, 8, 2), BC(32, 32, 4, 2), BC(16, 32, 4, 2)],
+    "fwd": [BC(64, 32, 4, 2), BC(64, 32, 8, 2), BC(64, 64, 8, 2), BC(64, 64, 4, 2), BC(128, 64, 8, 2)],
+}
 FORWARD_RUNG = {"fwd_desc": flash.BEST, "fwd": "autotuned"}      # the rung each forward launcher serves
 BACKWARD_CASES = [(128, True), (128, False), (64, True), (64, False)]        # (head_dim, causal)
 BACKWARD_N, BACKWARD_TUNED_N = 4096, (1024, 4096, 16384)
@@ -67,8 +78,11 @@ DESIGN_OF = {"bwd_dkdv": "two_kernels", "bwd_dq": "two_kernels", "bwd_atomic": "
 PARTNER = {"bwd_dkdv": "bwd_dq", "bwd_dq": "bwd_dkdv"}     # the other kernel of the two-kernel design
 
 
-def candidates(launcher: str, desc: bool) -> list:
-    """Pointer tiles: every configuration of CANDIDATES; descriptor tiles: the launcher's autotuning ones."""
+def candidates(launcher: str, desc: bool, head_dim: int = 128) -> list:
+    """Pointer tiles: every configuration of CANDIDATES; descriptor tiles: the launcher's autotuning ones;
+    at D = 256 both CANDIDATES_D256."""
+    if head_dim == 256:
+        return CANDIDATES_D256[launcher]
     return [BC(*c) for c in flash.LAUNCHERS[launcher][1]] if desc else CANDIDATES[launcher]
 
 
@@ -121,16 +135,24 @@ def work_items(backward_only: bool = False):
     """Every (kind, launcher, desc, head_dim, causal, config) to compile, check and time, in a fixed order."""
     items = [("backward", launcher, desc, d, causal, c) for d, causal in BACKWARD_CASES
              for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for desc in (False, True)
-             for c in candidates(launcher, desc)]
+             for c in candidates(launcher, desc, d)]
     items += [("forward", launcher, launcher == "fwd_desc", d, causal, c)
               for launcher, d in forward_sweeps(backward_only) for causal in FORWARD_CASES
-              for c in CANDIDATES[launcher]]
+              for c in forward_candidates(launcher, d)]
     return items
 
 
 def forward_sweeps(backward_only: bool):
     """(launcher, head dim) of the forward sweeps: none with --backward-only."""
     return [] if backward_only else FORWARD_SWEEPS
+
+
+def forward_candidates(launcher: str, head_dim: int) -> list:
+    return CANDIDATES_D256[launcher] if head_dim == 256 else CANDIDATES[launcher]
+
+
+def head_dims() -> list[int]:
+    return sorted({d for d, _ in BACKWARD_CASES})
 
 
 def check_item(item) -> str:
@@ -174,7 +196,7 @@ def sweep_backward(checks, rows, head_dim, causal):
     for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic"):
         for desc in (False, True):
             launcher_rows = []
-            for config in candidates(launcher, desc):
+            for config in candidates(launcher, desc, head_dim):
                 status = checks[("backward", launcher, desc, head_dim, causal, config)]
                 ms, why = (float("nan"), "") if status != "pass" else fb.timed(
                     lambda c=config, d=desc: run_backward(tensors, o, lse, causal, DESIGN_OF[launcher],
@@ -218,7 +240,7 @@ def sweep_forward(checks, rows, launcher, head_dim, causal):
         with torch.no_grad():
             cudnn_ms, _ = fb.timed(lambda: lambda: fb.implementation("sdpa_cudnn")(q, k, v, causal))
             case = [row("sweep_forward", "sdpa_cudnn", "", n, head_dim, causal, cudnn_ms, backward=False)]
-            for config in CANDIDATES[launcher]:
+            for config in forward_candidates(launcher, head_dim):
                 status = checks[("forward", launcher, desc, head_dim, causal, config)]
                 ms, why = (float("nan"), "") if status != "pass" else fb.timed(
                     lambda c=config: run_forward(q, k, v, causal, c, launcher))
@@ -243,7 +265,8 @@ def geometric_winner(rows, launcher, head_dim, desc) -> flash.BlockConfig:
             and r["suite"].startswith("sweep")]
     cases = {(r["n"], r["causal"]) for r in mine}
     scores = {}
-    for config in candidates(launcher, desc) if launcher.startswith("bwd") else CANDIDATES[launcher]:
+    for config in (candidates(launcher, desc, head_dim) if launcher.startswith("bwd")
+                   else forward_candidates(launcher, head_dim)):
         timed = [r for r in mine
                  if r["config"] == fb.config_name(config) and r["check"] == "pass" and r["ms"] == r["ms"]]
         if timed and len(timed) == len(cases):
@@ -258,6 +281,9 @@ def main(argv) -> int:
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     backward_only = "--backward-only" in argv
+    if "--head-dim-256" in argv:
+        global BACKWARD_CASES, FORWARD_SWEEPS
+        BACKWARD_CASES, FORWARD_SWEEPS = [(256, True), (256, False)], [("fwd", 256)]
     items = work_items(backward_only)
     fb.check_sdpa_lse()
     if "--compile-only" in argv:
@@ -279,7 +305,7 @@ def main(argv) -> int:
             sweep_forward(checks, rows, launcher, head_dim, causal)
         write_results("flash_sweep", rows, out)
     winners = {winner_key(launcher, d, desc): geometric_winner(rows, launcher, d, desc)
-               for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for d in (64, 128) for desc in (False, True)}
+               for launcher in ("bwd_dkdv", "bwd_dq", "bwd_atomic") for d in head_dims() for desc in (False, True)}
     for launcher, d in forward_sweeps(backward_only):
         desc = launcher == "fwd_desc"
         winners[winner_key(launcher, d, desc)] = geometric_winner(rows, launcher, d, desc)

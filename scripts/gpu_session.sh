@@ -13,6 +13,9 @@
 # After a change to the backward alone: tune-backward (its sweep, compiled and timed in one call), then
 # record-backward-warm, record-backward and record-backward-profile.
 #
+# To decide what to change next: explore (the host's share of a short call, layer by layer; the D = 256
+# sweep; the FP8 forward's configurations), each compiled in parallel first, then timed alone.
+#
 # Both phases must run on the same machine (the cache lives in ~/.triton). Each step has a time limit;
 # a step that fails or runs out of time is logged and the others go on.
 set -u
@@ -73,6 +76,21 @@ elif [ "$phase" = tune-backward ]; then   # the backward's sweep alone: compiled
     step 300 $logs/1_sweep.log python scripts/gpu_flash_sweep.py "$out" --backward-only
     collect $logs "$out/session.log" >/dev/null
     tail -n 30 $logs/1_sweep.log
+elif [ "$phase" = explore ]; then   # host profile, D = 256 sweep, FP8 sweep: compiled together, timed alone
+    warm=/tmp/warm; logs=/tmp/timed; mkdir -p $warm $logs; parts=10
+    for part in $(seq 0 $((parts - 1))); do
+        step 220 $warm/sweep_$part.log python scripts/gpu_flash_sweep.py $warm/sweep --compile-only --head-dim-256 \
+            --part $part/$parts &
+    done
+    step 220 $warm/host.log python scripts/gpu_flash_host_profile.py &
+    step 220 $warm/fp8.log python scripts/gpu_flash_fp8.py $warm/fp8 --sweep &
+    wait
+    grep -h "ERROR\|FAIL" $warm/sweep_*.log | head -20
+    step 60 $logs/1_host.log python scripts/gpu_flash_host_profile.py
+    step 100 $logs/2_fp8_sweep.log python scripts/gpu_flash_fp8.py "$out" --sweep
+    step 190 $logs/3_sweep_d256.log python scripts/gpu_flash_sweep.py "$out" --head-dim-256
+    collect $logs "$out/session.log" >/dev/null
+    grep -h "us$\|=====" $logs/1_host.log; tail -n 40 $logs/2_fp8_sweep.log; grep -v "^\[.*(('" $logs/3_sweep_d256.log | tail -n 30
 elif [ "$phase" = tune-time ]; then   # the sweep timed alone, then Triton's kernel metadata and ncu profiles
     logs=/tmp/timed; prof=/tmp/prof; mkdir -p $logs $prof
     step 330 $logs/1_sweep.log python scripts/gpu_flash_sweep.py "$out"
