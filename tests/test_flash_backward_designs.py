@@ -385,23 +385,43 @@ def test_descriptors_only_where_the_backward_can_take_them(monkeypatch):
     assert choose(True, "two_kernels", False, q, k, v16, do, dq, k, v16) == pointers
     odd = torch.randn(1, 2, 32, 33)[..., :32]               # rows 33 elements apart: not 16-byte multiples
     assert choose(True, "two_kernels", False, odd, k, v, do, dq, k, v) == pointers
+    wide = [torch.randn(1, 2, 32, 256) for _ in range(7)]                      # D = 256: the design's choice
+    assert choose(None, "two_kernels", False, *wide) == pointers               # is pointers (measured faster)
+    assert choose(True, "two_kernels", False, *wide) == host                   # unless asked
     monkeypatch.setattr(flash, "descriptors_supported", lambda device: False)
     assert choose(True, "two_kernels", False, *tensors) == pointers
 
 
 def test_default_configs_by_head_dim():
-    """Without autotuning each launcher has one configuration per head-dim class, and D = 256 halves it."""
+    """Without autotuning each launcher has one configuration per head-dim class: D <= 64, <= 128, 256."""
     for name, (_, candidates, by_head_dim) in flash.LAUNCHERS.items():
-        assert set(by_head_dim) == {64, 128}, name
+        assert set(by_head_dim) == {64, 128, 256}, name
         assert flash.default_config(name, 32) == flash.default_config(name, 64) == by_head_dim[64]
         assert flash.default_config(name, 128) == by_head_dim[128]
-        big = flash.default_config(name, 256)
-        assert big.block_m <= 64 and big.block_n <= 32 and (big.num_warps, big.num_stages) == (4, 2)
+        assert flash.default_config(name, 256) == by_head_dim[256]
+        big = by_head_dim[256]      # twice the shared memory per row: two stages at most
+        assert big.block_m * big.block_n <= 128 * 64 and big.num_stages == 2
         assert candidates and all(len(c) == 4 for c in candidates)
     # the H100 sweeps' winners (docs/flash_notes.md; the backward's after its dK/dV kernel became one loop)
     assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(128, 128, 8, 3)
     assert flash.default_config("bwd_dkdv", 128) == flash.BlockConfig(64, 128, 8, 3)
     assert flash.default_config("bwd_dkdv", 64) == flash.BlockConfig(32, 128, 4, 3)
+    assert flash.default_config("fwd", 256) == flash.BlockConfig(128, 64, 8, 2)        # the D = 256 sweep
+    assert flash.default_config("bwd_atomic", 256) == flash.BlockConfig(32, 32, 4, 2)
+
+
+def test_the_autotuner_tries_the_d256_default_alone():
+    """At D = 256 the candidates for 64 and 128 need more shared memory than the GPU has: the autotuner's
+    pruning keeps the launcher's D = 256 default, and leaves smaller head dims' candidates alone."""
+    triton = pytest.importorskip("triton")
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+               for m, n, w, s in flash.LAUNCHERS["fwd"][1]]
+    assert flash._prune_by_head_dim("fwd", configs, {"HEAD_DIM": 128}, HEAD_DIM_V=128) == configs
+    for name in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_atomic"):
+        (kept,) = flash._prune_by_head_dim(name, configs, {"HEAD_DIM": 256}, HEAD_DIM_V=256)
+        want = flash.default_config(name, 256)
+        assert (kept.kwargs["BLOCK_M"], kept.kwargs["BLOCK_N"], kept.num_warps, kept.num_stages) == (
+            want.block_m, want.block_n, want.num_warps, want.num_stages)
 
 
 def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
@@ -425,7 +445,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     monkeypatch.setattr(flash._kernels, "_attn_fwd", TooBigKernel())
     monkeypatch.setattr(flash, "triton_interprets", lambda: False)
     monkeypatch.setattr(flash, "launch_options", lambda **options: options)   # a CPU Triton drops them
-    monkeypatch.setattr(flash, "_FITTING", {})
+    monkeypatch.setattr(flash, "_PLANS", {})
     launch = lambda fixed=None: flash._launch("fwd_desc", torch.device("cpu"), False, fixed, 100, 2,  # noqa: E731
                                               torch.zeros(1, dtype=torch.float16), HEAD_DIM=128, HEAD_DIM_V=128)
     assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(128, 128, 8, 3)
@@ -440,6 +460,49 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     flash._launch("fwd_desc", torch.device("cpu"), False, None, 100, 2, torch.zeros(1, dtype=torch.float32),
                   HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
     assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
+
+
+def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
+    """The first call of a kind decides the configuration (here the autotuner's choice); later calls of
+    that kind skip the autotuner and go straight to the kernel with it, the descriptors' block shapes set
+    for it; a call with another size decides again."""
+    triton = pytest.importorskip("triton")
+    events = []
+
+    class Kernel:                                    # stands in for _attn_fwd
+        arg_names = ["Q", "n_q"]
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: events.append(("kernel", grid, meta["BLOCK_M"], meta["num_warps"]))
+
+    class Autotuner:
+        def __getitem__(self, grid):
+            def run(*args, **constexprs):
+                self.best_config = triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2)
+                events.append(("autotuned", grid(self.best_config.kwargs)))
+            return run
+
+    class Descriptor:                                # as triton.tools.tensor_descriptor.TensorDescriptor
+        base = torch.zeros(1, dtype=torch.float16)
+        block_shape = None
+
+    monkeypatch.setattr(flash._kernels, "_attn_fwd", Kernel())
+    monkeypatch.setattr(flash, "_tuned", lambda name: Autotuner())
+    monkeypatch.setattr(flash, "triton_interprets", lambda: False)
+    monkeypatch.setattr(flash, "_PLANS", {})
+    monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
+    host = flash._kernels.HOST_DESCRIPTORS
+
+    def launch(n_q, desc):
+        flash._launch("fwd_desc", torch.device("cpu"), True, None, n_q, 3, desc, n_q, HEAD_DIM=128, DESC=host)
+
+    launch(1000, Descriptor())
+    assert events == [("autotuned", (16, 3))]
+    desc = Descriptor()
+    launch(1000, desc)
+    assert events[1:] == [("kernel", (16, 3), 64, 4)] and desc.block_shape == [1, 1, 64, 128]
+    launch(2000, Descriptor())                       # another size: the autotuner decides again
+    assert events[2:] == [("autotuned", (32, 3))] and len(flash._PLANS) == 2
 
 
 @pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")

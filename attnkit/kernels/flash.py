@@ -38,6 +38,7 @@ cannot compile bf16 below sm_80, so there bf16 is computed in fp32 and rounded.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import numbers
@@ -165,9 +166,10 @@ class BlockConfig:
 INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes span several tiles
 # Candidate configurations (BLOCK_M, BLOCK_N, num_warps, num_stages) for the autotuner on CUDA, and the
 # configuration each launcher uses without autotuning (ATTNKIT_AUTOTUNE=0), by head dim (the tile's
-# padded D: up to 64, up to 128; D = 256 halves the tiles). Few candidates on purpose: each one is
-# compiled per head dim, dtype and causal flag. In the backward, dK/dV programs own BLOCK_N keys and
-# loop over BLOCK_M queries; dQ programs own BLOCK_M queries.
+# padded D: up to 64, up to 128, 256). Few candidates on purpose: each one is compiled per head dim,
+# dtype and causal flag; at D = 256 the autotuner tries the D = 256 default alone (twice the shared
+# memory per row leaves few configurations that fit). In the backward, dK/dV programs own BLOCK_N keys
+# and loop over BLOCK_M queries; dQ programs own BLOCK_M queries.
 # The descriptor forward and the three backward launchers hold the four fastest of a sweep of 10-12
 # configurations per kernel on the H100 (scripts/gpu_flash_sweep.py, bench_flash_sweep.csv,
 # docs/flash_notes.md); the defaults are the sweep's winners (smallest geometric-mean time over its
@@ -177,32 +179,35 @@ INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes 
 # dK/dV kernel became one loop (ptxas had serialised its matrix products; flash_kernels._bwd_dkdv_inner):
 # at D = 64 the old dK/dV default, 64x128 with 4 warps, then spilled 1.2 KB a thread and ran at a quarter
 # of the winner's speed.
+# D = 256 (swept 2026-11-26 among the configurations ptxas compiles without serialising the products,
+# ``gpu_flash_sweep.py --head-dim-256``): the forward's 128x64 with 8 warps runs 1.14-1.37x the old
+# halved default (64x32, 4 warps); the one pass's 32x32 runs 1.7-1.8x it; the two-kernel design keeps
+# 64x32 with 4 warps, fastest although its dK/dV kernel spills about 1 KB a thread.
 # The one-pass backward (_bwd_dkdv with ATOMIC_DQ) also holds a [BLOCK_M, D] fp32 dQ share per query
 # block: BLOCK_M = 64 keeps all five products on 64-row wgmma tiles.
 # launcher: (kernel, candidate configurations, {padded head dim: the configuration without autotuning})
 LAUNCHERS = {
     "fwd": ("_attn_fwd", [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)],
-            {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 128, 8, 3)}),
+            {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 128, 8, 3), 256: BlockConfig(128, 64, 8, 2)}),
     "fwd_desc": ("_attn_fwd", [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)],
-                 {64: BlockConfig(128, 64, 8, 3), 128: BlockConfig(128, 128, 8, 3)}),
+                 {64: BlockConfig(128, 64, 8, 3), 128: BlockConfig(128, 128, 8, 3),
+                  256: BlockConfig(128, 64, 8, 2)}),
     "bwd_dkdv": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)],
-                 {64: BlockConfig(32, 128, 4, 3), 128: BlockConfig(64, 128, 8, 3)}),
+                 {64: BlockConfig(32, 128, 4, 3), 128: BlockConfig(64, 128, 8, 3),
+                  256: BlockConfig(64, 32, 4, 2)}),
     "bwd_dq": ("_bwd_dq", [(64, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)],
-               {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 64, 8, 3)}),
+               {64: BlockConfig(128, 64, 4, 3), 128: BlockConfig(128, 64, 8, 3), 256: BlockConfig(64, 32, 4, 2)}),
     "bwd_atomic": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)],
-                   {64: BlockConfig(64, 128, 8, 3), 128: BlockConfig(64, 128, 8, 3)}),
+                   {64: BlockConfig(64, 128, 8, 3), 128: BlockConfig(64, 128, 8, 3),
+                    256: BlockConfig(32, 32, 4, 2)}),
 }
 
 
 def default_config(name: str, head_dim: int) -> BlockConfig:
     """The configuration launcher ``name`` uses without autotuning at this padded head dim (the larger
-    of q's and v's): its entry for D <= 64 or D <= 128; at D = 256 that of 128 with tiles of at most
-    64 x 32, 4 warps and 2 stages (twice the shared memory per row)."""
+    of q's and v's): its entry for D <= 64, D <= 128 or D = 256."""
     by_head_dim = LAUNCHERS[name][2]
-    config = by_head_dim[64] if head_dim <= 64 else by_head_dim[128]
-    if head_dim >= 256:
-        config = BlockConfig(min(config.block_m, 64), min(config.block_n, 32), 4, 2)
-    return config
+    return by_head_dim[64] if head_dim <= 64 else by_head_dim[128] if head_dim <= 128 else by_head_dim[256]
 
 
 def _fixed_forward_config(head_dim: int) -> BlockConfig:
@@ -215,16 +220,16 @@ def autotune_enabled() -> bool:
     return os.environ.get("ATTNKIT_AUTOTUNE", "1") != "0"
 
 
-def _prune_by_head_dim(configs, named_args, **kwargs):
-    """D = 256 tiles need twice the shared memory: keep small tiles and two stages there."""
+def _prune_by_head_dim(name: str, configs, named_args, **kwargs):
+    """At D = 256 (twice the shared memory per row) launcher ``name`` tries its D = 256 default alone."""
     import triton
 
-    head_dim = max(kwargs.get(name, named_args.get(name)) or 0 for name in ("HEAD_DIM", "HEAD_DIM_V"))
+    head_dim = max(kwargs.get(arg, named_args.get(arg)) or 0 for arg in ("HEAD_DIM", "HEAD_DIM_V"))
     if head_dim < 256:
         return configs
-    small = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64] or configs[-1:]
-    return [triton.Config({"BLOCK_M": c.kwargs["BLOCK_M"], "BLOCK_N": min(c.kwargs["BLOCK_N"], 32)},
-                          num_warps=4, num_stages=2, pre_hook=c.pre_hook) for c in small[:1]]
+    config = default_config(name, head_dim)
+    return [triton.Config({"BLOCK_M": config.block_m, "BLOCK_N": config.block_n}, num_warps=config.num_warps,
+                          num_stages=config.num_stages, pre_hook=configs[0].pre_hook)]
 
 
 _TUNED = {}
@@ -241,7 +246,8 @@ def _tuned(name: str):
                    for m, n, w, s in shapes]
         key = [a for a in ("n_q", "n_k", "HEAD_DIM", "HEAD_DIM_V", "DIM_QK", "DIM_V", "CAUSAL", "BAND", "SOFTCAP",
                            "VARLEN", "DESC", "LONGEST_FIRST") if a in kernel.arg_names]
-        options = dict(configs=configs, key=key, prune_configs_by={"early_config_prune": _prune_by_head_dim})
+        prune = functools.partial(_prune_by_head_dim, name)
+        options = dict(configs=configs, key=key, prune_configs_by={"early_config_prune": prune})
         if name == "bwd_atomic":   # atomic adds: every trial must start from a zeroed dQ buffer
             options["reset_to_zero"] = ["DQ_ACC"]
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
@@ -284,7 +290,45 @@ def _smaller_configs(config: BlockConfig):
             yield BlockConfig(block_m, block_n, 4, 2)
 
 
-_FITTING = {}   # (launcher, default config, dtype, constexprs) -> the first of _smaller_configs that launched
+@dataclass(frozen=True)
+class _LaunchPlan:
+    """How a launcher runs for one kind of call (``_plan_key``): what ``_launch`` decided on the first
+    call of that kind, so that later calls only fill in the tensors."""
+
+    kernel: object            # the @triton.jit kernel (never the autotuner: its choice is in meta)
+    meta: dict                # BLOCK_M, BLOCK_N and the compiler options (num_warps, num_stages, ...)
+    rows: int                 # rows per program: the grid is (cdiv(grid_rows, rows), grid_heads)
+    descriptor_blocks: tuple  # (argument index, block shape) of each host-built descriptor
+
+
+_PLANS = {}   # _plan_key(...) -> _LaunchPlan
+
+
+def _plan_key(name, tuned, fixed, rows_block, args, constexprs) -> tuple:
+    """What decides a launch's plan: the launcher, how its configuration is chosen, the tiled inputs'
+    dtype, every argument's integer value (sizes and strides: the autotuner's key is among them), dtype
+    or type (None, float; float values are left out: no choice depends on them), the constexprs."""
+    kinds = tuple(a if type(a) is int else getattr(a, "dtype", None) or type(a) for a in args)
+    return name, tuned, fixed, rows_block, getattr(args[0], "base", args[0]).dtype, kinds, tuple(constexprs.items())
+
+
+def _descriptor_blocks(kernel, args, constexprs, meta) -> tuple:
+    """(index, [1, 1, rows, D]) for each argument that is a host-built descriptor (DESC = 2)."""
+    if constexprs.get("DESC") != _kernels.HOST_DESCRIPTORS:
+        return ()
+    sizes = {**constexprs, **meta}
+    return tuple((i, [1, 1, sizes[_DESCRIPTOR_BLOCKS[arg][0]], sizes[_DESCRIPTOR_BLOCKS[arg][1]]])
+                 for i, arg in enumerate(kernel.arg_names[:len(args)])
+                 if arg in _DESCRIPTOR_BLOCKS and hasattr(args[i], "block_shape"))
+
+
+def _run(plan: _LaunchPlan, device, grid_rows: int, grid_heads: int, args, constexprs) -> None:
+    import triton
+
+    for index, block in plan.descriptor_blocks:
+        args[index].block_shape = block
+    with torch.device(device):
+        plan.kernel[(triton.cdiv(grid_rows, plan.rows), grid_heads)](*args, **constexprs, **plan.meta)
 
 
 def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | None, grid_rows: int,
@@ -292,40 +336,50 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | N
     """Launch ``LAUNCHERS[name]`` on a grid (cdiv(grid_rows, <rows_block>), grid_heads): autotuned
     when ``tuned``, else with ``fixed``, one small one in the interpreter. Without ``fixed``, the
     launcher's default for the head dim, or the first of its ``_smaller_configs`` that fits in shared
-    memory (remembered; fp32 starts at 64 x 64 tiles); a ``fixed`` that does not fit raises Triton's
-    OutOfResources."""
+    memory (fp32 starts at 64 x 64 tiles); a ``fixed`` that does not fit raises Triton's OutOfResources.
+    The first call of each kind (``_plan_key``) decides, autotuning included; later calls of that kind
+    reuse its plan and go straight to the kernel (the host's time per call is part of a short call's)."""
+    tuned = tuned and autotune_enabled() and not triton_interprets()
+    key = _plan_key(name, tuned, fixed, rows_block, args, constexprs)
+    plan = _PLANS.get(key)
+    if plan is None:
+        _PLANS[key] = _first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_block, constexprs)
+    else:
+        _run(plan, device, grid_rows, grid_heads, args, constexprs)
+
+
+def _first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_block, constexprs) -> _LaunchPlan:
+    """Launch as ``_launch`` says, choosing the configuration; returns the plan that launched."""
     import triton
     from triton.runtime.errors import OutOfResources
 
     kernel = getattr(_kernels, LAUNCHERS[name][0])
-    choices = None
-    if triton_interprets():
-        fixed, tuned = INTERPRETER_CONFIG, False
-    elif fixed is None:
-        fixed = default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
-        dtype = getattr(args[0], "base", args[0]).dtype
-        key = (name, fixed, dtype, tuple(sorted(constexprs.items())))
-        choices = [_FITTING[key]] if key in _FITTING else list(_smaller_configs(fixed))
-        if dtype.itemsize >= 4:   # fp32 tiles: start at 64 x 64 (compiling larger ones only to fail is slow)
-            choices = [c for c in choices if c.block_m * c.block_n <= 64 * 64] or choices[-1:]
-    if tuned and autotune_enabled():
+    if tuned:
         grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
+        autotuner = _tuned(name)
         with torch.device(device):
-            _tuned(name)[grid](*args, **constexprs)
-        return
-    for config in choices or [fixed]:
+            autotuner[grid](*args, **constexprs)
+        meta = {k: v for k, v in autotuner.best_config.all_kwargs().items() if k not in constexprs}
+        return _LaunchPlan(kernel, meta, meta[rows_block], _descriptor_blocks(kernel, args, constexprs, meta))
+    if triton_interprets():
+        choices = [INTERPRETER_CONFIG]
+    elif fixed is not None:
+        choices = [fixed]
+    else:
+        choices = list(_smaller_configs(default_config(name, max(constexprs["HEAD_DIM"],
+                                                                   constexprs.get("HEAD_DIM_V", 0)))))
+        if getattr(args[0], "base", args[0]).dtype.itemsize >= 4:   # fp32 tiles: start at 64 x 64 (compiling
+            choices = [c for c in choices if c.block_m * c.block_n <= 64 * 64] or choices[-1:]   # larger is slow)
+    for config in choices:
         meta = config.meta()
-        _set_block_shapes(dict(zip(kernel.arg_names, args), **constexprs, **meta))
+        plan = _LaunchPlan(kernel, meta, meta[rows_block], _descriptor_blocks(kernel, args, constexprs, meta))
         try:
-            with torch.device(device):
-                kernel[(triton.cdiv(grid_rows, meta[rows_block]), grid_heads)](*args, **constexprs, **meta)
+            _run(plan, device, grid_rows, grid_heads, args, constexprs)
         except OutOfResources:
-            if not choices or config == choices[-1]:
+            if config == choices[-1]:
                 raise
             continue
-        if choices:
-            _FITTING[key] = config
-        return
+        return plan
 
 
 # ------------------------------------------------------------------------------------------ forward
@@ -360,7 +414,7 @@ def descriptors_supported(device: torch.device) -> bool:
 
 def _host_descriptors(*tensors) -> tuple:
     """Host-built tensor descriptors over whole [B, H, N, D] views; their block shape is set per launch
-    (``_set_block_shapes``)."""
+    (``_run``, and ``_set_block_shapes`` for the autotuner's trials)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]]) for t in tensors)
@@ -565,13 +619,14 @@ def _backward_two_kernels(plan: _BackwardLaunch) -> None:
     batch, n_heads, n_heads_kv, n_q, n_k = plan.sizes
     dq4 = _heads_view(plan.dq, plan.packed)
     inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
+    tiles = plan.tiles(*inputs)          # one set of descriptors serves both launches (each sets its blocks)
     rows = _row_strides(plan.lse, plan.packed)
     no_dq_acc = plan.dk4                               # DQ_ACC: not touched without ATOMIC_DQ
-    plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *plan.tiles(*inputs), plan.lse, plan.delta,
+    plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *tiles, plan.lse, plan.delta,
                 *plan.tiles(plan.dk4, plan.dv4), no_dq_acc,
                 *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4), 0, 0, 0, 0, *rows,
                 n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=False)
-    plan.launch("bwd_dq", n_q, batch * n_heads, *plan.tiles(*inputs), plan.lse, plan.delta, *plan.tiles(dq4),
+    plan.launch("bwd_dq", n_q, batch * n_heads, *tiles, plan.lse, plan.delta, *plan.tiles(dq4),
                 *plan.scalars, *plan.strides(*inputs, dq4), *rows, n_heads, n_heads // n_heads_kv, n_q, n_k)
 
 
@@ -633,9 +688,10 @@ def check_backward(backward) -> str:
 
 def _backward_descriptors(desc, design: str, packed: bool, *tensors) -> int:
     """DESC for the backward kernels: HOST_DESCRIPTORS where asked (``desc``; None: the design's own
-    choice) and possible for these [B, H, N, D] views (q, k, v, do, dq, dk, dv), else POINTERS."""
-    wanted = BACKWARDS[design].descriptors if desc is None else desc
+    choice, at D <= 128: at D = 256 pointer tiles were faster in 5 of 6 cases on the H100) and possible
+    for these [B, H, N, D] views (q, k, v, do, dq, dk, dv), else POINTERS."""
     q, v = tensors[0], tensors[2]
+    wanted = BACKWARDS[design].descriptors and q.shape[-1] <= 128 if desc is None else desc
     plain = not packed and q.shape[-1] == v.shape[-1] == _padded(q.shape[-1])
     if wanted and plain and descriptors_supported(q.device) and _tma_compatible(*tensors):
         return _kernels.HOST_DESCRIPTORS
