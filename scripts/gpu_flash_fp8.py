@@ -258,7 +258,7 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False                  # a true float32 reference
         log(f"{torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}, "
-            f"fp8 configs: descriptors {flash_fp8.GPU_CONFIG}, pointers {flash_fp8.POINTER_CONFIG}")
+            f"fp8 configs: descriptors {flash_fp8.GPU_CONFIGS} (by causal), pointers {flash_fp8.POINTER_CONFIG}")
     heads, head_dim, tokens = sizes["heads"], sizes["head_dim"], sizes["tokens"]
     if "--sweep" in argv[1:]:
         rows = []

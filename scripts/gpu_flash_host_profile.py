@@ -75,14 +75,25 @@ def direct_launch(args, kwargs):
     kernel = getattr(flash._kernels, flash.LAUNCHERS[name][0])
     config = fixed or flash.default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
     meta = config.meta()
-    flash._set_block_shapes(dict(zip(kernel.arg_names, kernel_args), **constexprs, **meta))
     grid = (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)
-    return lambda: kernel[grid](*kernel_args, **constexprs, **meta)
+
+    def launch():   # descriptors may serve several launches: their block shapes are set at each
+        flash._set_block_shapes(dict(zip(kernel.arg_names, kernel_args), **constexprs, **meta))
+        kernel[grid](*kernel_args, **constexprs, **meta)
+    return launch
 
 
 def _enter_and_leave(device) -> None:
     with torch.device(device):
         pass
+
+
+def _inside_device(device, launches) -> None:
+    """The launches inside ``with torch.device``: every tensor method Triton calls then goes through
+    PyTorch's function-mode dispatch (what flash._launch did before ``attnkit.device.on_device``)."""
+    with torch.device(device):
+        for launch in launches:
+            launch()
 
 
 def layers(fn, tensors) -> None:
@@ -97,6 +108,7 @@ def layers(fn, tensors) -> None:
         "4 host tensor descriptors": lambda: flash._host_descriptors(*tensors[:4]),
         "2 output buffers (torch.empty)": lambda: [torch.empty_like(tensors[0]) for _ in range(2)],
         "with torch.device(device)": lambda: _enter_and_leave(device),
+        f"{len(launches)} launches straight into Triton in torch.device": lambda: _inside_device(device, direct),
         "descriptors_supported": lambda: flash.descriptors_supported(device),
     }
     for label, part in parts.items():

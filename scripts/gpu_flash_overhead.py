@@ -7,7 +7,8 @@ implementation (the ladder's untuned "split" rung, the autotuned "autotuned" and
 rungs, SDPA's cuDNN and flash backends):
 - eager_ms: triton.testing.do_bench, calls issued back to back (what the ladder records);
 - graph_ms: the same call replayed from a CUDA graph (no host work between kernels);
-- host_us: the host's time to issue one call (50 calls without synchronising, divided by 50).
+- host_us: the host's time to issue one call (50 calls without synchronising, divided by 50; the median
+  of 7 such rounds).
 When host_us exceeds graph_ms, back-to-back calls are bound by the host and eager_ms measures Python,
 not the kernel. Rows go to OUTDIR/bench_flash_overhead.csv. First, a check that fp32 inputs at D = 128
 run with every launcher's default configuration (they fall back to smaller tiles where shared memory
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,15 +36,19 @@ CASES = [(1024, True), (1024, False), (4096, True)]      # (n, causal)
 IMPLS = ("split", "autotuned", "host_descriptors", "sdpa_cudnn", "sdpa_flash")
 
 
-def host_us(fn, calls: int = 50) -> float:
+def host_us(fn, calls: int = 50, repeats: int = 7) -> float:
+    """The median over ``repeats`` rounds of the host's time per call, issuing ``calls`` calls without
+    synchronising (then draining the GPU between rounds: the queue never fills)."""
     fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    issued = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return issued / calls * 1e6
+    rounds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(rounds)
 
 
 def call(impl, q, k, v, causal):

@@ -126,6 +126,22 @@ def test_one_rule_for_where_kernels_run(monkeypatch):
     assert device.launch_options(num_warps=4) == {"num_warps": 4}
 
 
+def test_launches_make_a_tensors_gpu_current_and_change_nothing_else(monkeypatch):
+    """Triton launches on the current CUDA device: on_device switches to the tensors' GPU where it is
+    another one, and is a no-op for the CPU (the interpreter) and for the current GPU."""
+    import contextlib
+
+    import torch
+
+    from attnkit import device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for where in (torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda")):
+        assert isinstance(device.on_device(where), contextlib.nullcontext), where
+    other = device.on_device(torch.device("cuda", 1))
+    assert isinstance(other, torch.cuda.device) and other.idx == 1
+
+
 def test_the_interpreter_is_not_switched_on_after_triton_is_imported(monkeypatch):
     """A late ensure_triton_backend (a GPU machine whose CUDA looks absent for a moment) must not set
     TRITON_INTERPRET: kernels decorated afterwards would not match Triton's own compiled library."""

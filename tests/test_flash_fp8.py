@@ -341,7 +341,8 @@ from attnkit.kernels import flash_fp8
 
 fn = flash_fp8._attn_fwd_fp8
 D = 128
-variants = ((flash_fp8.HOST_DESCRIPTORS, flash_fp8.GPU_CONFIG), (flash_fp8.POINTERS, flash_fp8.POINTER_CONFIG))
+variants = [(flash_fp8.HOST_DESCRIPTORS, c) for c in flash_fp8.GPU_CONFIGS.values()]
+variants.append((flash_fp8.POINTERS, flash_fp8.POINTER_CONFIG))
 for desc, config in variants:
     m, n = config.block_m, config.block_n
     if desc:
@@ -376,7 +377,7 @@ def test_kernel_compiles_to_fp8_tensor_core_products_for_an_h100():
     result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line.split() for line in result.stdout.splitlines() if line.startswith("compiled")]
-    assert len(lines) == 2, result.stdout
+    assert len(lines) == len(flash_fp8.GPU_CONFIGS) + 1, result.stdout
     for _, desc, fp8_products, tma in lines:
         assert int(fp8_products) > 0, f"DESC={desc}: no fp8 wgmma in the PTX"
         assert (int(tma) > 0) == (desc == "2"), f"DESC={desc}: {tma} TMA copies"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import ensure_triton_backend, launch_options, to_kernel_device
+from ..device import ensure_triton_backend, launch_options, on_device, to_kernel_device
 from ..kernels import rope_append
 from ..serving import kv_cache
 from ..serving.model_configs import model
@@ -169,7 +169,7 @@ def key_scores(k_cache, q, *, block_s=64, num_warps=4):
     where = k_cache.device
     k_cache, q = to_kernel_device(k_cache, q)
     out = torch.empty(batch, hkv, rows, dtype=torch.float32, device=k_cache.device)
-    with torch.device(k_cache.device):
+    with on_device(k_cache.device):
         _key_scores_kernel[(triton.cdiv(rows, block_s), batch * hkv)](
             k_cache, q, out, rows, d, hkv, *k_cache.stride(), *q.stride(), *out.stride(),
             BLOCK_S=block_s, BLOCK_D=triton.next_power_of_2(d), **launch_options(num_warps=num_warps))

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .. import validation
-from ..device import bf16_computed_in_fp32, launch_options, to_kernel_device, triton_interprets
+from ..device import bf16_computed_in_fp32, launch_options, on_device, to_kernel_device, triton_interprets
 from . import flash_kernels as _kernels
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256
@@ -327,7 +327,7 @@ def _run(plan: _LaunchPlan, device, grid_rows: int, grid_heads: int, args, const
 
     for index, block in plan.descriptor_blocks:
         args[index].block_shape = block
-    with torch.device(device):
+    with on_device(device):
         plan.kernel[(triton.cdiv(grid_rows, plan.rows), grid_heads)](*args, **constexprs, **plan.meta)
 
 
@@ -357,7 +357,7 @@ def _first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_
     if tuned:
         grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
         autotuner = _tuned(name)
-        with torch.device(device):
+        with on_device(device):
             autotuner[grid](*args, **constexprs)
         meta = {k: v for k, v in autotuner.best_config.all_kwargs().items() if k not in constexprs}
         return _LaunchPlan(kernel, meta, meta[rows_block], _descriptor_blocks(kernel, args, constexprs, meta))
@@ -722,7 +722,7 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1
         batch, n_q, n_k = cu_q.numel() - 1, varlen[2], varlen[3]
     block_m = 16 if triton_interprets() else 64
     dims = dict(HEAD_DIM_V=_padded(head_dim_v), DIM_V=head_dim_v, VARLEN=packed)
-    with torch.device(device):
+    with on_device(device):
         _kernels._bwd_preprocess[(triton.cdiv(n_q, block_m), batch * n_heads)](
             o4, do4, delta, cu_q, *_strides(o4, packed), *_strides(do4, packed), *_row_strides(lse, packed),
             n_heads, n_q, BLOCK_M=block_m, **dims)

@@ -78,7 +78,14 @@ from dataclasses import dataclass
 import torch
 
 from .. import validation
-from ..device import bf16_computed_in_fp32, ensure_triton_backend, launch_options, to_kernel_device, triton_interprets
+from ..device import (
+    bf16_computed_in_fp32,
+    ensure_triton_backend,
+    launch_options,
+    on_device,
+    to_kernel_device,
+    triton_interprets,
+)
 from .paged_extend import FP8, FP8_MAX, fp8_scales, quantize_fp8
 
 ensure_triton_backend()
@@ -324,11 +331,15 @@ class Fp8Config:
     num_stages: int
 
 
-# fp8 tiles take half the shared memory of fp16 ones: 128 x 128 tiles, with 8 warps so that the
-# fp32 scores and accumulator (128 x 128 each) fit in registers. One configuration, no autotuning.
-# Compiled for sm_90 (Triton 3.6, ptxas -v): 169-177 registers a thread and no spills with
-# descriptors; pointer loads need more registers (255 and spills at 128 x 128), hence 128 x 64 there.
-GPU_CONFIG = Fp8Config(128, 128, 8, 3)
+# The descriptor kernel's configuration, by causal flag: 64 x 128 tiles with 4 warps, the fastest of 11
+# configurations on the H100 (scripts/gpu_flash_fp8.py --sweep, bench_flash_fp8_sweep.csv; D = 128,
+# N = 4k and 16k): with 2 pipeline stages the non-causal kernel needs 72 KiB of shared memory (three
+# programs per SM) and ran 1.51-1.60x the fp16 kernel's speed; causal ran fastest with 3 stages (104
+# KiB, two programs per SM; 1.43-1.45x). The old 128 x 128 tiles with 8 warps (one program per SM) ran
+# 1.16-1.29x; 64 x 128 with 4 stages needs 136 KiB, one program per SM: 0.91-1.03x. Compiled for sm_90
+# (Triton 3.6, ptxas -v): 167-175 registers a thread, no spills. Pointer loads need more registers (255
+# and spills at 128 x 128), hence 128 x 64 with 8 warps there (not swept).
+GPU_CONFIGS = {False: Fp8Config(64, 128, 4, 2), True: Fp8Config(64, 128, 4, 3)}
 POINTER_CONFIG = Fp8Config(128, 64, 8, 3)
 INTERPRETER_CONFIG = Fp8Config(16, 16, 1, 1)        # small tiles: ragged sizes span several tiles
 
@@ -359,7 +370,7 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
              desc: bool | None = None, config: Fp8Config | None = None, promote: bool = True) -> torch.Tensor:
     """The launch (inputs already checked). ``desc``: None chooses (descriptors where usable); True
     asks for descriptors where usable; False forces pointer loads. ``config``: the launch configuration
-    on a GPU (default GPU_CONFIG with descriptors, POINTER_CONFIG without; the interpreter always takes
+    on a GPU (default GPU_CONFIGS[causal] with descriptors, POINTER_CONFIG without; the interpreter always takes
     INTERPRETER_CONFIG). ``promote``: step 4 of the module
     docstring; False passes the accumulator into the product instead (fewer registers, sums over all
     key tiles in the tensor cores' reduced precision), for measuring the trade-off."""
@@ -377,7 +388,7 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
     if emulate:
         config = INTERPRETER_CONFIG
     elif config is None:
-        config = GPU_CONFIG if use_desc else POINTER_CONFIG
+        config = GPU_CONFIGS[causal] if use_desc else POINTER_CONFIG
     if use_desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -389,7 +400,7 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
     else:
         tensors = (q8, k8, v8, o)
     grid = (triton.cdiv(n_q, config.block_m), batch * heads)
-    with torch.device(q8.device):
+    with on_device(q8.device):
         _attn_fwd_fp8[grid](*tensors, q_scale, k_scale, v_scale, sm_scale * LOG2E, *strides,
                             heads, heads // k8.shape[1], n_q, n_k,
                             HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
@@ -428,5 +439,5 @@ def _causal_pairs(n_q: int, n_k: int) -> int:
 
 
 __all__ = ["flash_attention_fp8", "quantize_for_attention", "dequantize", "check_fp8_inputs", "attention_flops",
-           "SUPPORTED_HEAD_DIMS", "REL_TOL_DEQUANTISED", "REL_TOL_QUANTISED", "FP8", "FP8_MAX", "GPU_CONFIG",
+           "SUPPORTED_HEAD_DIMS", "REL_TOL_DEQUANTISED", "REL_TOL_QUANTISED", "FP8", "FP8_MAX", "GPU_CONFIGS",
            "POINTER_CONFIG"]

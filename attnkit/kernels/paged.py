@@ -53,7 +53,14 @@ from dataclasses import dataclass
 import torch
 
 from .. import validation
-from ..device import bf16_computed_in_fp32, ensure_triton_backend, launch_options, to_kernel_device, triton_interprets
+from ..device import (
+    bf16_computed_in_fp32,
+    ensure_triton_backend,
+    launch_options,
+    on_device,
+    to_kernel_device,
+    triton_interprets,
+)
 
 ensure_triton_backend()
 
@@ -418,7 +425,7 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
             *o_strides, *ml_strides]
     meta = dict(HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=split,
                 **launch_options(num_warps=config.num_warps, num_stages=config.num_stages))
-    with torch.device(q.device):
+    with on_device(q.device):
         grouped = variant == "grouped"
         _paged_kernel[(n_kv if grouped else n_heads, batch, num_splits)](
             *args, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)) if grouped else 1, GROUPED=grouped,

@@ -50,6 +50,7 @@ from ..device import (
     bf16_computed_in_fp32,
     ensure_triton_backend,
     launch_options,
+    on_device,
     to_kernel_device,
     triton_interprets,
 )
@@ -501,7 +502,7 @@ def _launch(q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin, seql
     pos_strides = (position_ids.stride(0), position_ids.stride(1)) if position_ids is not None else (0, 0)
     quant = k_scale is not None
     scales = (k_scale, v_scale, k_scale.stride(0), v_scale.stride(0)) if quant else (cos, cos, 0, 0)
-    with torch.device(q.device):
+    with on_device(q.device):
         _rope_append_kernel[grid](
             q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin,
             dummy, pos, *scales,

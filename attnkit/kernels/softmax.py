@@ -17,7 +17,7 @@ are converted to fp32 before the kernel and back after it.
 from __future__ import annotations
 
 from .. import validation
-from ..device import bf16_computed_in_fp32, ensure_triton_backend, launch_options, to_kernel_device
+from ..device import bf16_computed_in_fp32, ensure_triton_backend, launch_options, on_device, to_kernel_device
 
 ensure_triton_backend()
 
@@ -73,7 +73,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     if rows.shape[0] > 0:
         block = triton.next_power_of_2(n_cols)
         warps = 4 if block <= 2048 else (8 if block <= 4096 else 16)  # more threads for longer rows
-        with torch.device(rows.device):
+        with on_device(rows.device):
             softmax_kernel[(rows.shape[0],)](out, rows, rows.stride(0), out.stride(0), n_cols,
                                              BLOCK=block, **launch_options(num_warps=warps))
     return out.to(x.device, x.dtype).reshape(x.shape)
