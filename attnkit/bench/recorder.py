@@ -42,8 +42,9 @@ SCRIPT_RESULTS = {
     "flash_features": "python scripts/gpu_flash_features.py DIR --no-check",
     "flash_backward": "python scripts/gpu_flash_backward.py DIR",
     "flash_fp8": "python scripts/gpu_flash_fp8.py DIR",
+    "flash_fp8_sweep": "python scripts/gpu_flash_fp8.py DIR --sweep",
     "paged_fp8": "python -m attnkit.bench.paged fp8 DIR --decode-only",
-    "flash_sweep": "python scripts/gpu_flash_sweep.py DIR",
+    "flash_sweep": "python scripts/gpu_flash_sweep.py DIR (D = 256: --head-dim-256)",
     "flash_profile": "bash scripts/gpu_session.sh tune-time DIR (ncu, then scripts/summarize_ncu.py); the backward's "
                      "rows: record-backward-profile",
     "flash_overhead": "python scripts/gpu_flash_overhead.py DIR",
