@@ -503,6 +503,9 @@ def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
     assert events[1:] == [("kernel", (16, 3), 64, 4)] and desc.block_shape == [1, 1, 64, 128]
     launch(2000, Descriptor())                       # another size: the autotuner decides again
     assert events[2:] == [("autotuned", (32, 3))] and len(flash._PLANS) == 2
+    monkeypatch.setattr(flash, "MAX_PLANS", 2)
+    launch(3000, Descriptor())                       # past MAX_PLANS the plans start over
+    assert events[3:] == [("autotuned", (47, 3))] and len(flash._PLANS) == 1
 
 
 @pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")

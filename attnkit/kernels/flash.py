@@ -302,6 +302,7 @@ class _LaunchPlan:
 
 
 _PLANS = {}   # _plan_key(...) -> _LaunchPlan
+MAX_PLANS = 4096   # kinds of call remembered (a server sees many lengths); beyond, the plans start over
 
 
 def _plan_key(name, tuned, fixed, rows_block, args, constexprs) -> tuple:
@@ -343,6 +344,8 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | N
     key = _plan_key(name, tuned, fixed, rows_block, args, constexprs)
     plan = _PLANS.get(key)
     if plan is None:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
         _PLANS[key] = _first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_block, constexprs)
     else:
         _run(plan, device, grid_rows, grid_heads, args, constexprs)
@@ -401,9 +404,10 @@ def _compute_dtype_inputs(*tensors):
     return tensors
 
 
+@functools.lru_cache(maxsize=None)
 def descriptors_supported(device: torch.device) -> bool:
     """Tensor-descriptor (TMA) kernels run here: a compiled CUDA device of capability >= 9.0 and a
-    Triton that has ``tl.make_tensor_descriptor`` (3.4 and newer)."""
+    Triton that has ``tl.make_tensor_descriptor`` (3.4 and newer). Asked once per device."""
     import triton
     import triton.language as tl
 
