@@ -292,10 +292,12 @@ def test_atomic_kernel_compiles_for_an_h100():
 
 @pytest.mark.slow
 def test_backward_defaults_keep_their_matrix_products_pipelined_on_an_h100():
-    """Every backward launcher's default configuration, D = 64 and 128, causal and not, compiled for sm_90a:
-    ptxas must not serialise its warpgroup matrix products (note C7515; three query loops in the dK/dV
-    kernel did, at a quarter of its speed) and may spill at most 32 bytes a thread. The verdict belongs
-    to the installed Triton's ptxas: Triton 3.6's serialised the three-loop kernel, 3.9's does not, so on
+    """Every backward launcher's default configuration, D = 64, 128 and 256, causal and not, compiled for
+    sm_90a: ptxas must not serialise its warpgroup matrix products (note C7515; three query loops in the
+    dK/dV kernel did, at a quarter of its speed) and at D <= 128 may spill at most 32 bytes a thread (at
+    D = 256, where 64x32 tiles with 4 warps were the fastest measured, Triton 3.6 spills 24-64 bytes).
+    The verdict belongs to the installed Triton's ptxas: Triton 3.6's serialised the three-loop kernel,
+    3.9's does not, so on
     a GPU machine ``gpu_session.sh record-backward-warm`` runs the same report with the Triton there."""
     import os
     import re
@@ -307,10 +309,11 @@ def test_backward_defaults_keep_their_matrix_products_pipelined_on_an_h100():
     result = subprocess.run([sys.executable, "-m", "attnkit.bench.compiled", "bwd_dkdv", "bwd_dq", "bwd_atomic"],
                             capture_output=True, text=True, timeout=600, env=env)
     lines = [line for line in result.stdout.splitlines() if "registers" in line]
-    assert len(lines) == 12, result.stdout + result.stderr[-3000:]
+    assert len(lines) == 18, result.stdout + result.stderr[-3000:]
     for line in lines:
         assert "wgmma pipelined" in line, line
-        assert int(re.search(r"(\d+) B spilled", line).group(1)) <= 32, line
+        if "D=256" not in line:
+            assert int(re.search(r"(\d+) B spilled", line).group(1)) <= 32, line
     assert result.returncode == 0, result.stdout
 
 

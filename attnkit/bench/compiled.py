@@ -7,7 +7,7 @@ whether ptxas serialised the warpgroup matrix products (wgmma). That last one is
 for the one before it, and the tensor cores idle while the next tile's operands are prepared. It
 printed no warning at the default verbosity, and cost the course's dK/dV kernel a quarter of its speed.
 
-    python -m attnkit.bench.compiled                         # every launcher's defaults, D = 64 and 128
+    python -m attnkit.bench.compiled                         # every launcher's defaults, D = 64, 128, 256
     python -m attnkit.bench.compiled bwd_dkdv bwd_atomic     # some launchers
 
 The launch is specialised as on the GPU for contiguous fp16 [B, H, N, D] tensors: the head dim's strides
@@ -100,7 +100,7 @@ def compile_ptx(fn, constexprs: dict, num_warps: int, num_stages: int, descripto
 def launcher_constexprs(name: str, head_dim: int, causal: bool, config) -> tuple[object, dict, bool]:
     """(kernel, constexprs, descriptors) of launcher ``name`` as the course launches it on the H100 for
     fp16 inputs at this head dim: the forward as its rung ("fwd": "autotuned", "fwd_desc": "best"), the
-    two-kernel backward with host descriptors, the one-pass backward with pointers."""
+    two-kernel backward with host descriptors (pointers at D = 256), the one-pass backward with pointers."""
     from ..kernels import flash, flash_kernels
 
     kernel = getattr(flash_kernels, flash.LAUNCHERS[name][0])
@@ -112,7 +112,7 @@ def launcher_constexprs(name: str, head_dim: int, causal: bool, config) -> tuple
         desc = flash_kernels.HOST_DESCRIPTORS if name == "fwd_desc" else flash_kernels.POINTERS
         dims.update(USE_EXP2=rung.use_exp2, SPLIT=rung.split, DESC=desc, LONGEST_FIRST=causal and rung.longest_first)
         return kernel, dims, bool(desc)
-    descriptors = name != "bwd_atomic" and flash.BACKWARDS["two_kernels"].descriptors
+    descriptors = name != "bwd_atomic" and flash.BACKWARDS["two_kernels"].descriptors and head_dim <= 128
     dims["DESC"] = flash_kernels.HOST_DESCRIPTORS if descriptors else flash_kernels.POINTERS
     if name != "bwd_dq":
         dims["ATOMIC_DQ"] = name == "bwd_atomic"
@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
     print(f"Triton {triton.__version__}, ptxas {os.path.basename(_ptxas_path())}, sm_90a, fp16")
     serialised = 0
     for name in names:
-        for head_dim in (64, 128):
+        for head_dim in (64, 128, 256):
             for causal in (False, True):
                 config = flash.default_config(name, head_dim)
                 result = report(name, head_dim, causal, config)
