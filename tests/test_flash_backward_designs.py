@@ -465,6 +465,34 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
 
 
+@pytest.mark.parametrize("design", list(BACKWARDS))
+def test_interleaved_shapes_reuse_their_own_plans(design):
+    """Two kinds of call interleaved (A, B, A, B): each later call takes its own kind's plan, so its
+    forward and gradients equal the first call's bit for bit (but the one-pass dQ on a GPU, whose
+    atomic adds land in any order), and both match float64 (ragged sizes, a GQA group, causal and not)."""
+    cases = {"A": ((11, 1, 4, 2, 37, 45, 16), dict(causal=True)),
+             "B": ((12, 2, 2, 1, 20, 20, 32), dict(causal=False))}
+    first = {}
+    for _ in range(2):
+        for name, (shape, options) in cases.items():
+            q, k, v, do = random_case(*shape)
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = flash_attention(*leaves, backward=design, **options)
+            got = (out.detach(), *torch.autograd.grad(out, leaves, do))
+            if name not in first:
+                first[name] = got
+                reference = (attention_float64(*(t.cpu().double() for t in (q, k, v)), **options),
+                             *reference_grads(q, k, v, do, **options))
+                for label, g, r in zip(("o", "dq", "dk", "dv"), got, reference):
+                    assert_close(g, r, g.dtype, DEVICE, f"{name} {label}")
+            else:
+                for label, g, f in zip(("o", "dq", "dk", "dv"), got, first[name]):
+                    if design == "atomic_dq" and label == "dq" and DEVICE == "cuda":   # atomic adds land in
+                        assert_close(g, f, g.dtype, DEVICE, f"{name} dq")          # any order on a GPU
+                    else:
+                        assert torch.equal(g, f), f"{name} {label}: a later call differs from the first"
+
+
 def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
     """The first call of a kind decides the configuration (here the autotuner's choice); later calls of
     that kind skip the autotuner and go straight to the kernel with it, the descriptors' block shapes set
