@@ -464,6 +464,20 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
                   HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
     assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
 
+    class TooBigAutotuner:                           # its one candidate does not fit (fp32 at D = 256)
+        def __getitem__(self, grid):
+            def run(*args, **constexprs):
+                launched.append("autotuned")
+                raise OutOfResources(300_000, 232_448, "shared memory")
+            return run
+
+    monkeypatch.setattr(flash, "_tuned", lambda name: TooBigAutotuner())
+    monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
+    launched.clear()
+    flash._launch("fwd_desc", torch.device("cpu"), True, None, 100, 2, torch.zeros(1, dtype=torch.float32),
+                  HEAD_DIM=256, HEAD_DIM_V=256, DOT_PRECISION="ieee")
+    assert launched == ["autotuned", (64, 64, 2)]    # then the fallback, as without autotuning
+
 
 @pytest.mark.parametrize("design", list(BACKWARDS))
 def test_interleaved_shapes_reuse_their_own_plans(design):

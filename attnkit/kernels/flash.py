@@ -353,7 +353,9 @@ def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | N
 
 
 def _first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_block, constexprs) -> _LaunchPlan:
-    """Launch as ``_launch`` says, choosing the configuration; returns the plan that launched."""
+    """Launch as ``_launch`` says, choosing the configuration; returns the plan that launched. Where the
+    autotuner's candidates all need more shared memory than the GPU has, the default and its fallbacks
+    decide, as without autotuning."""
     import triton
     from triton.runtime.errors import OutOfResources
 
@@ -361,10 +363,14 @@ def _first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_
     if tuned:
         grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
         autotuner = _tuned(name)
-        with on_device(device):
-            autotuner[grid](*args, **constexprs)
-        meta = {k: v for k, v in autotuner.best_config.all_kwargs().items() if k not in constexprs}
-        return _LaunchPlan(kernel, meta, meta[rows_block], _descriptor_blocks(kernel, args, constexprs, meta))
+        try:
+            with on_device(device):
+                autotuner[grid](*args, **constexprs)
+        except OutOfResources:   # no candidate fits in shared memory (fp32 at D = 256): as without autotuning
+            pass
+        else:
+            meta = {k: v for k, v in autotuner.best_config.all_kwargs().items() if k not in constexprs}
+            return _LaunchPlan(kernel, meta, meta[rows_block], _descriptor_blocks(kernel, args, constexprs, meta))
     if triton_interprets():
         choices = [INTERPRETER_CONFIG]
     elif fixed is not None:
