@@ -181,7 +181,7 @@ INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes 
 # of the winner's speed.
 # D = 256 (swept 2026-11-26 among the configurations ptxas compiles without serialising the products,
 # ``gpu_flash_sweep.py --head-dim-256``): the forward's 128x64 with 8 warps runs 1.14-1.37x the old
-# halved default (64x32, 4 warps); the one pass's 32x32 runs 1.7-1.8x it; the two-kernel design keeps
+# halved default (64x32, 4 warps); the one pass's 32x32 runs 1.73-1.75x it; the two-kernel design keeps
 # 64x32 with 4 warps and pointer tiles (its dK/dV kernel spills about 1 KB a thread with descriptors,
 # 24-64 bytes with pointers, dQ too; the backward takes descriptors at D <= 128 only).
 # The one-pass backward (_bwd_dkdv with ATOMIC_DQ) also holds a [BLOCK_M, D] fp32 dQ share per query
