@@ -97,6 +97,39 @@ def compile_ptx(fn, constexprs: dict, num_warps: int, num_stages: int, descripto
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
 
 
+def gluon_descriptor_type(rows: int, head_dim: int) -> str:
+    """The signature Triton gives a host-built Gluon descriptor moving fp16 [rows, head_dim] blocks."""
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    base = torch.empty(4096, head_dim, dtype=torch.float16)
+    layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.float16)
+    return mangle_type(TensorDescriptor(base, list(base.shape), list(base.stride()), [rows, head_dim], layout))
+
+
+def compile_gluon_ptx(fn, constexprs: dict, descriptor_rows: dict, num_warps: int,
+                      any_size=("n_heads", "group", "n_q", "n_k")) -> str:
+    """PTX of the Gluon kernel ``fn`` for sm_90a: arguments named in ``descriptor_rows`` are descriptors
+    of [rows, HEAD_DIM] fp16 blocks, O fp16 and LSE fp32 pointers, qk_scale fp32, the rest int32 (those in
+    ``any_size`` not assumed to be multiples of 16)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    signature = {name: gluon_descriptor_type(rows, constexprs["HEAD_DIM"]) for name, rows in descriptor_rows.items()}
+    signature.update(O="*fp16", LSE="*fp32", qk_scale="fp32")
+    for name in fn.arg_names:
+        signature.setdefault(name, "constexpr" if name in constexprs else "i32")
+    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+               if signature[name] in ("i32", "*fp16", "*fp32") and name not in any_size}
+    source = GluonASTSource(fn, signature, attrs=aligned,
+                            constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    options = dict(num_warps=num_warps, num_stages=1)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
 def launcher_constexprs(name: str, head_dim: int, causal: bool, config) -> tuple[object, dict, bool]:
     """(kernel, constexprs, descriptors) of launcher ``name`` as the course launches it on the H100 for
     fp16 inputs at this head dim: the forward as its rung ("fwd": "autotuned", "fwd_desc": "best"), the

@@ -14,44 +14,20 @@ import sys
 
 os.environ["TRITON_INTERPRET"] = "0"   # compile for a GPU target, even on a CPU
 
-import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.experimental.gluon import language as gl  # noqa: E402
-from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
-from triton.runtime.jit import mangle_type  # noqa: E402
 
-from attnkit.bench.compiled import ptxas_report  # noqa: E402
+from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel  # noqa: E402
 
-INTEGERS = ("n_heads", "group", "n_q", "n_k")   # not specialised: any size
-
-
-def _descriptor_type(rows: int, head_dim: int) -> str:
-    """The signature string Triton gives a host descriptor of fp16 [rows, head_dim] blocks."""
-    base = torch.empty(4096, head_dim, dtype=torch.float16)
-    layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.float16)
-    return mangle_type(TensorDescriptor(base, list(base.shape), list(base.stride()), [rows, head_dim], layout))
-
 
 def compile_ptx(block_m: int, block_n: int, head_dim: int, causal: bool, stages: int, warps: int,
                 overlap: bool) -> str:
-    fn = kernel._attn_fwd_hopper
     constexprs = dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
                       OVERLAP=overlap, num_warps=warps)
-    signature = {"q_desc": _descriptor_type(block_m, head_dim), "k_desc": _descriptor_type(block_n, head_dim),
-                 "v_desc": _descriptor_type(block_n, head_dim), "O": "*fp16", "LSE": "*fp32", "qk_scale": "fp32"}
-    for name in fn.arg_names:
-        signature.setdefault(name, "constexpr" if name in constexprs else "i32")
-    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
-               if signature[name] in ("i32", "*fp16", "*fp32") and name not in INTEGERS}
-    source = GluonASTSource(fn, signature, attrs=aligned,
-                            constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=1))
-    return compiled.asm["ptx"]
+    return compile_gluon_ptx(kernel._attn_fwd_hopper, constexprs,
+                             dict(q_desc=block_m, k_desc=block_n, v_desc=block_n), warps)
 
 
 def main() -> int:

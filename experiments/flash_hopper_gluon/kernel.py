@@ -23,11 +23,9 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-# Triton 3.6 names the TMA load async_copy_global_to_shared; later versions async_load
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-LN2 = gl.constexpr(0.6931471805599453)
+from attnkit.kernels.flash_hopper import LN2, _descriptor, _tma_load
 
 
 @gluon.jit
@@ -168,17 +166,6 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale,
     gl.store(o_ptrs, o.to(O.dtype.element_ty), mask=gl.expand_dims(o_rows < n_q, 1))
     lse = (m_i + gl.log2(l_i)) * LN2
     gl.store(LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh + rows, lse, mask=rows < n_q)
-
-
-def _descriptor(t2d, rows: int):
-    """A TMA descriptor over a [rows_total, D] view moving [rows, D] blocks."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    import torch
-
-    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[t2d.dtype]
-    layout = gl.NVMMASharedLayout.get_default_for([rows, t2d.shape[1]], dtype)
-    return TensorDescriptor(t2d, list(t2d.shape), list(t2d.stride()), [rows, t2d.shape[1]], layout)
 
 
 def launch(q, k, v, causal: bool, sm_scale: float, block_m: int = 128, block_n: int = 128, stages: int = 2,

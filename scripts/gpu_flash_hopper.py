@@ -1,25 +1,28 @@
-"""The Gluon forward (kernel.py here) on the H100: float64 checks, then its configurations timed beside
-the course's Triton forward ("best", autotuned) and cuDNN, side by side in one process.
+"""The warp-specialised Gluon forward (attnkit.kernels.flash_hopper) on the H100: float64 checks, then
+its configurations timed beside the course's Triton forward ("best", autotuned) and cuDNN, side by side
+in one process; writes bench_flash_hopper.csv. "hopper" is the public function (its default
+configuration); "ws:HxNxS" a configuration of it; "MxNxSxW[x0]" the one-partition Gluon kernel of
+experiments/flash_hopper_gluon (x0: without the overlap).
 
-    PYTHONPATH=. python experiments/flash_hopper_gluon/bench.py [--out DIR] [--quick] [--configs ...]
+    python scripts/gpu_flash_hopper.py [--out DIR] [--quick] [--configs hopper,ws:64x128x3,...]
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import math
 import os
 import sys
+from pathlib import Path
 
 import torch
 
-from attnkit.bench.recorder import provenance, time_ms
+from attnkit.bench.recorder import time_ms, write_results
 from attnkit.bench.flash import attention_flops, tflops, _sdpa
-from attnkit.kernels import flash
+from attnkit.kernels import flash, flash_hopper
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kernel as flash_hopper  # noqa: E402
+EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
+                          "flash_hopper_gluon")
 
 
 def reference(q, k, v, causal, sm_scale):
@@ -34,26 +37,44 @@ def reference(q, k, v, causal, sm_scale):
     return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
 
 
+def kernel_config(text: str):
+    """(name, run) of a configuration: "MxNxSxW" (x0 at the end: without the overlap) for the one-partition
+    kernel, "ws:HxNxS" for the warp-specialised one (H rows per compute group). run(q, k, v, causal, scale)."""
+    if text == "hopper":
+        return "hopper", lambda q, k, v, causal, scale: flash_hopper.flash_attention_hopper(
+            q, k, v, causal=causal, sm_scale=scale)
+    if text.startswith("ws:"):
+        half_m, block_n, stages = (int(x) for x in text[3:].split("x"))
+        return (f"ws{half_m}x{block_n}s{stages}",
+                lambda q, k, v, causal, scale: flash_hopper._launch(q, k, v, causal, scale, half_m, block_n, stages))
+    sys.path.insert(0, EXPERIMENT)
+    import kernel as one_partition
+
+    bm, bn, stages, warps, overlap = (int(x) for x in (text + "x1").split("x")[:5])
+    return (f"g{bm}x{bn}s{stages}w{warps}" + ("" if overlap else "_no_overlap"),
+            lambda q, k, v, causal, scale: one_partition.launch(q, k, v, causal, scale, bm, bn, stages, warps, overlap))
+
+
 def checks(configs):
     failures = 0
     cases = [(1, 2, 2, 1000, 1000, 128, False), (1, 2, 2, 1000, 1000, 128, True), (2, 4, 2, 777, 777, 64, True),
              (1, 4, 1, 300, 1000, 128, True), (1, 2, 2, 129, 4097, 64, False), (1, 2, 2, 64, 64, 128, True),
              (1, 3, 3, 1, 333, 128, True), (2, 8, 2, 512, 512, 128, False)]
-    for (b, hq, hk, nq, nk, d, causal), dtype, (bm, bn, stages, warps, overlap) in itertools.product(
+    for (b, hq, hk, nq, nk, d, causal), dtype, (name, run) in itertools.product(
             cases, (torch.float16, torch.bfloat16), configs):
         g = torch.Generator(device="cuda").manual_seed(nq * 7 + nk)
         q = torch.randn(b, hq, nq, d, device="cuda", dtype=dtype, generator=g)
         k = torch.randn(b, hk, nk, d, device="cuda", dtype=dtype, generator=g)
         v = torch.randn(b, hk, nk, d, device="cuda", dtype=dtype, generator=g)
         scale = 1 / math.sqrt(d)
-        o, lse = flash_hopper.launch(q, k, v, causal, scale, bm, bn, stages, warps, overlap)
+        o, lse = run(q, k, v, causal, scale)
         ro, rlse = reference(q, k, v, causal, scale)
         err = ((o.double() - ro).norm() / ro.norm()).item()
         lse_err = (lse.double() - rlse).abs().max().item()
         bound = 1e-2 if dtype == torch.bfloat16 else 2e-3
         ok = err < bound and lse_err < 1e-3
         failures += not ok
-        print(f"check {b},{hq},{hk},{nq},{nk},{d},causal={causal} {dtype} {bm}x{bn} s{stages} w{warps} overlap={overlap}: "
+        print(f"check {b},{hq},{hk},{nq},{nk},{d},causal={causal} {dtype} {name}: "
               f"rel {err:.2e} lse {lse_err:.1e} {'ok' if ok else 'FAIL'}", flush=True)
     return failures
 
@@ -71,34 +92,32 @@ def bench(configs, quick, out):
         flops = attention_flops(batch, heads, n, n, d, causal)
         times = {"cudnn": time_ms(lambda: cudnn(q, k, v, causal)),
                  "triton_best": time_ms(lambda: flash.flash_attention_forward(q, k, v, causal=causal))}
-        for bm, bn, stages, warps, overlap in configs:
+        for name, run in configs:
             try:
-                times[f"g{bm}x{bn}s{stages}w{warps}" + ("" if overlap else "_no_overlap")] = time_ms(
-                    lambda: flash_hopper.launch(q, k, v, causal, scale, bm, bn, stages, warps, overlap))
+                times[name] = time_ms(lambda: run(q, k, v, causal, scale))
             except Exception as e:  # a configuration that does not fit: say so
-                print(f"  gluon {bm}x{bn} s{stages} w{warps}: {type(e).__name__}: {str(e)[:200]}")
+                print(f"  {name}: {type(e).__name__}: {str(e)[:200]}")
         line = " ".join(f"{name} {tflops(flops, ms):.0f} ({times['cudnn'] / ms:.2f})" for name, ms in times.items())
         print(f"D={d} N={n} causal={causal}: {line}", flush=True)
         for name, ms in times.items():
             rows.append(dict(impl=name, B=batch, H=heads, N=n, D=d, causal=causal, ms=ms,
-                             tflops=tflops(flops, ms), vs_cudnn=times["cudnn"] / ms, **provenance()))
-    with open(os.path.join(out, "bench_flash_hopper.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+                             tflops=tflops(flops, ms), vs_cudnn=times["cudnn"] / ms))
+    write_results("flash_hopper", rows, Path(out))
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=".")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--configs", default="128x128x2x8,64x64x3x4",
-                        help="BLOCK_MxBLOCK_NxSTAGESxWARPS[x0 without the overlap],...")
+    parser.add_argument("--configs", default="hopper",
+                        help="BLOCK_MxBLOCK_NxSTAGESxWARPS[x0 without the overlap] or ws:HALF_MxBLOCK_NxSTAGES,...")
     parser.add_argument("--check-configs", type=int, default=1, help="how many of --configs to check")
+    parser.add_argument("--check-only", action="store_true")
     args = parser.parse_args()
-    configs = [tuple(int(x) for x in (c + "x1").split("x")[:5]) for c in args.configs.split(",")]
+    configs = [kernel_config(c) for c in args.configs.split(",")]
     failures = checks(configs[:args.check_configs])
-    bench(configs, args.quick, args.out)
+    if not args.check_only:
+        bench(configs, args.quick, args.out)
     return 1 if failures else 0
 
 

@@ -1,0 +1,276 @@
+"""The FlashAttention forward for the H100 laid out as FlashAttention-3 is, written in Gluon (Triton's
+lower-level language, where a program says which warps do what and when a matrix product is waited for).
+
+Why not Triton: in the Triton kernel every warp both issues the copies and computes, and each key block
+runs S = Q Kᵀ, waits for it (``wgmma.wait_group 0``), computes the softmax, then issues O += P V, so the
+tensor cores idle during the exponentials; the compiler would not keep a product in flight across them.
+
+The layout here (Shah et al. 2024, FlashAttention-3, §3.1–3.2), per query block of 2 · HALF_M rows:
+
+    producer warp        Q halves, then K_j, V_j by TMA into rings of STAGES slots, each slot refilled as
+                         soon as both compute groups have released it (an "empty" barrier of count 2)
+    compute group 0, 1   (4 warps each, HALF_M rows each) for block j: issue S_j = Q K_jᵀ, issue
+                         O += P_{j-1} V_{j-1}, wait for S_j alone (``wgmma.wait_group 1``), release K_j,
+                         softmax while O's product runs, wait, release V_{j-1}, rescale O
+
+The two compute groups share nothing but the K/V slots and synchronise only through those barriers, so
+one group's exponentials run beside the other's products. Measured on the H100 in
+``bench_flash_hopper.csv`` (lesson 5 and docs/flash_notes.md read it).
+
+Scope (``flash_attention_hopper`` checks it): an sm_90 GPU with Triton's Gluon (Triton 3.6 and later),
+fp16/bf16, head dim 64 or 128 for q, k and v, contiguous [B, H, N, D] tensors, grouped-query heads,
+causal aligned to the end with Nq <= Nk; no window, softcap or packed sequences; forward only (its
+(o, lse) feed the course's backward unchanged). Gluon has no interpreter: on a CPU the kernel is only
+compiled for sm_90a (tests/test_flash_hopper.py reads its PTX).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+from . import flash
+from .. import validation
+from ..device import on_device
+
+# Triton 3.6 names the TMA load async_copy_global_to_shared; later versions async_load
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+LN2 = gl.constexpr(0.6931471805599453)
+
+HEAD_DIMS = (64, 128)
+DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+# (HALF_M, BLOCK_N, STAGES) by head dim: the fastest of the measured configurations (bench_flash_hopper.csv)
+CONFIG = {64: (64, 128, 2), 128: (64, 128, 2)}
+COMPUTE_REGISTERS = 232          # per thread of the second compute group (the producer warp keeps 24)
+
+
+@gluon.jit
+def _masked_by(s, last_key, start_n, n_k, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """s [M, BLOCK_N] with -inf where key start_n + c is past n_k or past its row's last_key [M]."""
+    cols = gl.expand_dims(start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
+    return gl.where((cols < n_k) & (cols <= gl.expand_dims(last_key, 1)), s, float("-inf"))
+
+
+@gluon.jit
+def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty,
+               q_row, kv_row0, n_blocks):
+    """The producer warp: both query halves, then every key/value block into the rings, each slot as
+    soon as both compute warp groups have released it (its empty barrier counts two arrivals).
+    (Partitions receive their arguments as values: the sizes are read from the buffers' shapes.)"""
+    HALF_M: gl.constexpr = q_smem.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    for half in gl.static_range(2):
+        mbarrier.expect(q_bars.index(half), q_desc.block_type.nbytes)
+        _tma_load(q_desc, [q_row + half * HALF_M, 0], q_bars.index(half), q_smem.index(half))
+    for j in range(n_blocks):
+        slot = j % STAGES
+        free_phase = ((j // STAGES) & 1) ^ 1          # a fresh barrier counts as already released
+        row = kv_row0 + j * BLOCK_N
+        mbarrier.wait(k_empty.index(slot), free_phase)
+        mbarrier.expect(k_full.index(slot), k_desc.block_type.nbytes)
+        _tma_load(k_desc, [row, 0], k_full.index(slot), k_smem.index(slot))
+        mbarrier.wait(v_empty.index(slot), free_phase)
+        mbarrier.expect(v_full.index(slot), v_desc.block_type.nbytes)
+        _tma_load(v_desc, [row, 0], v_full.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty,
+                O, LSE, qk_scale, off_b, off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om,
+                stride_lb, stride_lh, causal):
+    """One compute warp group (4 warps): rows [row0 + half · HALF_M, + HALF_M) of the query block, the
+    overlapped loop described at the top of this module. ``causal`` is a
+    runtime flag here (a partition's arguments arrive as values)."""
+    HALF_M: gl.constexpr = q_smem.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    shift = n_k - n_q
+    first = row0 + half * HALF_M
+    first_masked = gl.where(causal, gl.minimum(n_k // BLOCK_N, (first + shift + 1) // BLOCK_N), n_k // BLOCK_N)
+    rows = first + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
+    last_key = gl.where(causal, rows + shift, n_k)          # the last key each row sees (or beyond all)
+    zeros_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+    acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
+    q = q_smem.index(half)
+
+    mbarrier.wait(q_bars.index(half), 0)
+    mbarrier.wait(k_full.index(0), 0)
+    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zeros_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s, ))
+    mbarrier.arrive(k_empty.index(0), count=1)
+    if first_masked == 0:
+        s = _masked_by(s, last_key, 0, n_k, BLOCK_N, s_layout)
+    m_i = gl.max(s, 1) * qk_scale
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+    l_i = gl.sum(p, 1)
+    p_prev = gl.convert_layout(p.to(q.dtype), p_layout)
+
+    for j in range(1, n_blocks):
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_full.index(slot), (j // STAGES) & 1)
+        s = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zeros_s, use_acc=False, is_async=True)
+        mbarrier.wait(v_full.index(prev), ((j - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=(s, ))                    # S_j is ready; O += P V still runs
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        if j >= first_masked:
+            s = _masked_by(s, last_key, j * BLOCK_N, n_k, BLOCK_N, s_layout)
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        acc, p_prev = warpgroup_mma_wait(0, deps=(acc, p_prev))
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p_prev = gl.convert_layout(p.to(q.dtype), p_layout)
+
+    last = (n_blocks - 1) % STAGES
+    mbarrier.wait(v_full.index(last), ((n_blocks - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p_prev, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    mbarrier.arrive(v_empty.index(last), count=1)
+
+    o = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+    o_rows = first + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, o_layout))
+    o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    o_ptrs = (O + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
+              + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1) + gl.expand_dims(o_cols, 0))
+    gl.store(o_ptrs, o.to(O.dtype.element_ty), mask=gl.expand_dims(o_rows < n_q, 1))
+    lse = (m_i + gl.log2(l_i)) * LN2
+    gl.store(LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh + rows, lse, mask=rows < n_q)
+
+
+@gluon.jit
+def _ws_compute_0(q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale, off_b,
+                  off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om, stride_lb, stride_lh, causal):
+    _ws_compute(0, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale, off_b,
+                off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om, stride_lb, stride_lh, causal)
+
+
+@gluon.jit
+def _ws_compute_1(q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale, off_b,
+                  off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om, stride_lb, stride_lh, causal):
+    _ws_compute(1, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale, off_b,
+                off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om, stride_lb, stride_lh, causal)
+
+
+@gluon.jit
+def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
+                        stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                        n_heads, group, n_q, n_k,
+                        HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                        CAUSAL: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr):
+    """O = softmax(Q Kᵀ · scale) V for 2 · HALF_M queries of one (batch, head); grid (cdiv(Nq, 2 · HALF_M),
+    B · H), 4 warps (the first compute group; the second group and the producer warp are the worker
+    partitions). q_desc: [B·H·Nq, D] in [HALF_M, D] blocks; k_desc, v_desc: [B·Hkv·Nk, D] in [BLOCK_N, D]
+    blocks. qk_scale = softmax scale · log2(e). Rows of Q past its head's end read the next head's rows
+    and are never stored; keys past Nk are masked, so the next head's rows they read weigh 0. LSE: fp32
+    natural log-sum-exp per row. Causal programs run longest (last query block) first."""
+    start_m = gl.program_id(0)
+    if CAUSAL:
+        start_m = gl.num_programs(0) - 1 - start_m
+    off_bh = gl.program_id(1)
+    off_b = off_bh // n_heads
+    off_h = off_bh % n_heads
+    kv_row0 = (off_b * (n_heads // group) + off_h // group) * n_k
+    row0 = start_m * 2 * HALF_M
+    hi = n_k
+    if CAUSAL:
+        hi = gl.minimum(n_k, row0 + 2 * HALF_M + n_k - n_q)
+    n_blocks = gl.cdiv(hi, BLOCK_N)
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_bars.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_full.index(i), count=1)
+        mbarrier.init(v_full.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)       # one arrival from each compute group
+        mbarrier.init(v_empty.index(i), count=2)
+
+    compute_args = (q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale, off_b,
+                    off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                    CAUSAL)
+    gl.warp_specialize([
+        (_ws_compute_0, compute_args),
+        (_ws_compute_1, compute_args),
+        (_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty,
+                      off_bh * n_q + row0, kv_row0, n_blocks)),
+    ], [4, 1], [COMPUTE_REGS, 24])
+
+
+def _descriptor(t2d: torch.Tensor, rows: int):
+    """A TMA descriptor over a [rows_total, D] view moving [rows, D] blocks."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    layout = gl.NVMMASharedLayout.get_default_for([rows, t2d.shape[1]], DTYPES[t2d.dtype])
+    return TensorDescriptor(t2d, list(t2d.shape), list(t2d.stride()), [rows, t2d.shape[1]], layout)
+
+
+def unsupported(q, k, v, causal: bool) -> str | None:
+    """Why this kernel cannot run these (already valid) inputs, naming the argument and the rule, or None."""
+    if q.dtype not in DTYPES:
+        return f"q: dtype {q.dtype} is not supported by the warp-specialised forward; use float16 or bfloat16"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.shape[-1] not in HEAD_DIMS:
+            return f"{name}: head dim {t.shape[-1]} is not supported by the warp-specialised forward; use 64 or 128"
+        if not t.is_contiguous():
+            return f"{name}: the warp-specialised forward needs a contiguous [B, H, N, D] tensor"
+    if v.shape[-1] != q.shape[-1]:
+        return f"v: head dim {v.shape[-1]} differs from q's {q.shape[-1]}; the warp-specialised forward needs them equal"
+    if causal and q.shape[2] > k.shape[2]:
+        return f"q, k: causal attention here needs Nq <= Nk, got Nq = {q.shape[2]}, Nk = {k.shape[2]}"
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return f"q: the warp-specialised forward runs on an sm_90 GPU (H100, H200), got device {q.device}"
+    return None
+
+
+def flash_attention_hopper(q, k, v, *, causal: bool = False, sm_scale: float | None = None):
+    """(o, lse) of the warp-specialised forward: o [B, Hq, Nq, D] in q's dtype, lse [B, Hq, Nq] fp32 (natural
+    log), as ``flash.flash_attention_forward`` returns them. ValueError outside the module's scope."""
+    flash.check_inputs(q, k, v)
+    causal = validation.flag("causal", causal)
+    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
+    reason = unsupported(q, k, v, causal)
+    if reason:
+        raise ValueError(reason)
+    return _launch(q, k, v, causal, sm_scale, *CONFIG[q.shape[-1]])
+
+
+def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int):
+    """(o, lse) of checked inputs with this configuration (2 · half_m query rows a program)."""
+    batch, n_heads, n_q, head_dim = q.shape
+    n_k = k.shape[2]
+    o = torch.empty_like(q)
+    lse = torch.empty((batch, n_heads, n_q), device=q.device, dtype=torch.float32)
+    q_desc = _descriptor(q.view(-1, head_dim), half_m)
+    k_desc = _descriptor(k.view(-1, head_dim), block_n)
+    v_desc = _descriptor(v.view(-1, head_dim), block_n)
+    grid = (triton.cdiv(n_q, 2 * half_m), batch * n_heads)
+    with on_device(q.device):
+        _attn_fwd_ws[grid](q_desc, k_desc, v_desc, o, lse, sm_scale / math.log(2),
+                           o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
+                           n_heads, n_heads // k.shape[1], n_q, n_k,
+                           HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
+                           COMPUTE_REGS=COMPUTE_REGISTERS, num_warps=4)
+    return o, lse

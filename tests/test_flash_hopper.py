@@ -1,0 +1,122 @@
+"""The warp-specialised Gluon forward (attnkit.kernels.flash_hopper): its scope refused with clear errors on
+any machine; its PTX for the H100 read on a CPU (warp-specialised, overlapped, warp groups independent);
+on an sm_90 GPU, its outputs and log-sum-exps against float64 on fresh random inputs."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+
+from attnkit.kernels import flash_hopper  # noqa: E402
+from attnkit.reference.attention import attention_ref  # noqa: E402
+from attnkit.tolerances import assert_close  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _qkv(b=1, hq=2, hkv=2, n_q=70, n_k=70, d=64, dtype=torch.float16, device="cpu", seed=0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return tuple(torch.randn(b, h, n, d, dtype=dtype, device=device, generator=gen)
+                 for h, n in ((hq, n_q), (hkv, n_k), (hkv, n_k)))
+
+
+# ------------------------------------------------------------------------------------ scope, any machine
+@pytest.mark.parametrize("change, causal, words", [
+    (dict(dtype=torch.float32), False, "q: dtype torch.float32"),
+    (dict(d=96), False, "head dim 96"),
+    (dict(n_q=80, n_k=40), True, "Nq <= Nk"),
+    ({}, False, "sm_90 GPU"),                     # valid inputs, but on the CPU
+])
+def test_inputs_outside_the_scope_are_refused(change, causal, words):
+    q, k, v = _qkv(**change)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+
+
+def test_views_and_mixed_head_dims_are_refused():
+    q, k, v = _qkv(d=128)
+    with pytest.raises(ValueError, match="k: the warp-specialised forward needs a contiguous"):
+        flash_hopper.flash_attention_hopper(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
+    with pytest.raises(ValueError, match="v: head dim 64 differs from q's 128"):
+        flash_hopper.flash_attention_hopper(q, k, v[..., :64].contiguous())
+
+
+def test_bad_arguments_are_named():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="q: expected 4 dimensions"):
+        flash_hopper.flash_attention_hopper(q[0], k, v)
+    with pytest.raises(ValueError, match="causal"):
+        flash_hopper.flash_attention_hopper(q, k, v, causal="yes")
+    with pytest.raises(ValueError, match="sm_scale"):
+        flash_hopper.flash_attention_hopper(q, k, v, sm_scale=-1.0)
+
+
+# -------------------------------------------------------------------------------- compiled for an H100
+PTX_FOR_SM90 = r'''
+import os, re
+os.environ["TRITON_INTERPRET"] = "0"
+from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report
+from attnkit.kernels import flash_hopper as fh
+for d, causal in ((128, True), (64, False)):
+    half_m, block_n, stages = fh.CONFIG[d]
+    ptx = compile_gluon_ptx(fh._attn_fwd_ws, dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=d, CAUSAL=causal,
+                            STAGES=stages, COMPUTE_REGS=fh.COMPUTE_REGISTERS),
+                            dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4)
+    report = ptxas_report(ptx)
+    print("spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
+          "waits_for_one", ptx.count("wgmma.wait_group.sync.aligned 1;"),
+          "all_warp_barriers", len(re.findall(r"bar\.sync\s+\d+\s*;", ptx)),
+          "group_barriers", len(re.findall(r"bar\.sync\s+\d+,\s*128;", ptx)),
+          "producer_registers", int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx) is not None),
+          "tma_copies", ptx.count("cp.async.bulk.tensor"))
+'''
+
+
+@pytest.mark.slow
+def test_the_forward_is_warp_specialised_and_overlapped_on_an_h100():
+    """Compiled for sm_90a: the producer warp's registers are cut to 24 (setmaxnreg: warp specialisation
+    happened); each compute group waits for its score product alone (``wgmma.wait_group 1``) at least
+    once; the only barriers are per warp group (128 threads), never all warps; copies go by TMA; no
+    spills, products not serialised by ptxas."""
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", PTX_FOR_SM90], capture_output=True, text=True, timeout=600,
+                            env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert len(lines) == 2, result.stdout
+    for words in lines:
+        found = dict(zip(words[::2], words[1::2]))
+        assert found["spilled"] == "0" and found["serialised"] == "False", found
+        assert int(found["waits_for_one"]) >= 2, found
+        assert found["all_warp_barriers"] == "0" and int(found["group_barriers"]) >= 2, found
+        assert found["producer_registers"] == "1" and int(found["tma_copies"]) >= 3, found
+
+
+# ---------------------------------------------------------------------------------------- on an H100
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("b, hq, hkv, n_q, n_k, d, causal", [
+    (1, 2, 2, 1000, 1000, 128, False), (1, 2, 2, 1000, 1000, 128, True), (2, 4, 2, 777, 777, 64, True),
+    (1, 4, 1, 300, 1000, 128, True), (1, 2, 2, 129, 4097, 64, False), (1, 3, 3, 1, 333, 128, True),
+    (2, 8, 2, 200, 200, 64, False)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matches_float64(b, hq, hkv, n_q, n_k, d, causal, dtype):
+    q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, dtype, "cuda", seed=n_q + 7 * n_k)
+    o, lse = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+    assert_close(o, attention_ref(q, k, v, causal=causal), dtype, "cuda")
+    scores = (q.double() @ k.double().repeat_interleave(hq // hkv, 1).transpose(-1, -2)) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool, device="cuda").tril(n_k - n_q),
+                                    -math.inf)
+    assert (lse.double() - torch.logsumexp(scores, -1)).abs().max().item() < 1e-3
