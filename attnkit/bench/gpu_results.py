@@ -59,6 +59,14 @@ def backward_ratios(rows) -> dict:
             for r in rows if r["suite"] == "backward" and r["impl"] not in ("sdpa_cudnn",)}
 
 
+def hopper_ratios(rows) -> dict:
+    """{(head_dim, n, causal): {impl: cuDNN's time ÷ the impl's}} from bench_flash_hopper.csv."""
+    out = {}
+    for r in rows:
+        out.setdefault((int(r["D"]), int(r["N"]), r["causal"] == "True"), {})[r["impl"]] = r["vs_cudnn"]
+    return out
+
+
 def fp8_ratios(rows) -> dict:
     out = {}
     for n in sorted({int(r["n"]) for r in rows if r["impl"] == "fp8"}):
