@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from attnkit.bench.flash import _sdpa, attention_flops, tflops
 from attnkit.bench.recorder import time_ms, write_results
-from attnkit.bench.flash import attention_flops, tflops, _sdpa
 from attnkit.kernels import flash, flash_hopper
 
 EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",

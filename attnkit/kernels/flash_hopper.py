@@ -33,9 +33,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
-from . import flash
 from .. import validation
 from ..device import on_device
+from . import flash
 
 # Triton 3.6 names the TMA load async_copy_global_to_shared; later versions async_load
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -237,7 +237,8 @@ def unsupported(q, k, v, causal: bool) -> str | None:
         if not t.is_contiguous():
             return f"{name}: the warp-specialised forward needs a contiguous [B, H, N, D] tensor"
     if v.shape[-1] != q.shape[-1]:
-        return f"v: head dim {v.shape[-1]} differs from q's {q.shape[-1]}; the warp-specialised forward needs them equal"
+        return (f"v: head dim {v.shape[-1]} differs from q's {q.shape[-1]}; the warp-specialised forward needs "
+                "them equal")
     if causal and q.shape[2] > k.shape[2]:
         return f"q, k: causal attention here needs Nq <= Nk, got Nq = {q.shape[2]}, Nk = {k.shape[2]}"
     if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
