@@ -9,6 +9,7 @@ printed no warning at the default verbosity, and cost the course's dK/dV kernel 
 
     python -m attnkit.bench.compiled                         # every launcher's defaults, D = 64, 128, 256
     python -m attnkit.bench.compiled bwd_dkdv bwd_atomic     # some launchers
+    python -m attnkit.bench.compiled --waits                 # how the forwards wait for their products
 
 The launch is specialised as on the GPU for contiguous fp16 [B, H, N, D] tensors: the head dim's strides
 are 1, the others and the pointers multiples of 16, one query head per K/V head. Run it where Triton
@@ -161,12 +162,48 @@ def report(name: str, head_dim: int, causal: bool, config=None) -> PtxasReport:
     return ptxas_report(compile_ptx(kernel, constexprs, config.num_warps, config.num_stages, descriptors))
 
 
+WAIT_ALL, WAIT_ALL_BUT_ONE = "wgmma.wait_group.sync.aligned 0;", "wgmma.wait_group.sync.aligned 1;"
+ALL_WARP_BARRIER = re.compile(r"bar\.sync\s+\d+\s*;")         # bar.sync n; without a thread count
+
+
+def forward_waits() -> list[str]:
+    """How the Triton forward ("best", D = 128, its default tiles) and the warp-specialised Gluon forward
+    (D = 128) wait for their warpgroup products and synchronise their warps, read from their PTX for
+    sm_90a: facts that do not depend on the Triton version's exact instruction counts."""
+    from ..kernels import flash
+
+    config = flash.default_config("fwd_desc", 128)
+    kernel, constexprs, descriptors = launcher_constexprs("fwd_desc", 128, False, config)
+    lines = [("Triton forward", compile_ptx(kernel, constexprs, config.num_warps, config.num_stages, descriptors))]
+    try:
+        from ..kernels import flash_hopper as hopper
+    except ImportError as missing:          # a Triton without Gluon's Hopper API
+        return [f"{lines[0][0]}: {_wait_facts(lines[0][1])}", f"warp-specialised forward: needs Gluon ({missing})"]
+    half_m, block_n, stages = hopper.CONFIG[128]
+    ptx = compile_gluon_ptx(hopper._attn_fwd_ws, dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=128, CAUSAL=False,
+                                                      STAGES=stages, COMPUTE_REGS=hopper.COMPUTE_REGISTERS),
+                            dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4)
+    lines.append(("warp-specialised forward", ptx))
+    return [f"{name}: {_wait_facts(ptx)}" for name, ptx in lines]
+
+
+def _wait_facts(ptx: str) -> str:
+    alone = WAIT_ALL_BUT_ONE in ptx
+    return (("waits for the score product alone (wait_group 1)" if alone else
+             "every wait is for all products in flight (wait_group 0 only)")
+            + ("; some barriers stop all warps" if ALL_WARP_BARRIER.search(ptx) else
+               "; no barrier stops all warps (only per warp group)"))
+
+
 def main(argv: list[str]) -> int:
     os.environ["TRITON_INTERPRET"] = "0"
     import triton
 
     from ..kernels import flash
 
+    if argv == ["--waits"]:
+        print("\n".join(forward_waits()))
+        return 0
     names = argv or list(flash.LAUNCHERS)
     print(f"Triton {triton.__version__}, ptxas {os.path.basename(_ptxas_path())}, sm_90a, fp16")
     serialised = 0
