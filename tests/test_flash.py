@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from attnkit.kernels import flash
 from attnkit.kernels.flash import LADDER, VARIANTS, flash_attention, flash_attention_backward, flash_attention_forward
-from attnkit.reference.attention import attention_ref, causal_mask_np
+from attnkit.reference.attention import attention_ref, causal_mask_np, lse_ref
 from attnkit.tolerances import assert_close, rel_error, tolerance
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -42,15 +42,7 @@ def make_inputs(gen, b, hq, hkv, nq, nk, d, dtype, device=DEVICE):
 
 
 def reference_lse(q, k, causal, sm_scale=None):
-    """float64 log Σ_j exp(scale · q_i·k_j) over the keys row i sees; -inf for a row that sees none."""
-    q64, k64 = q.detach().cpu().double(), k.detach().cpu().double()
-    k64 = k64.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    scores = q64 @ k64.transpose(-1, -2) * scale
-    if causal:
-        visible = torch.from_numpy(causal_mask_np(q.shape[2], k.shape[2]))
-        scores = scores.masked_fill(~visible, -math.inf)
-    return torch.logsumexp(scores, dim=-1)
+    return lse_ref(q, k, causal=causal, sm_scale=sm_scale)
 
 
 def reference_grads(q, k, v, do, causal, sm_scale=None):

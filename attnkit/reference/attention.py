@@ -63,3 +63,19 @@ def attention_ref(q, k, v, *, causal: bool = False, sm_scale: float | None = Non
     total = weights.sum(dim=-1, keepdim=True)
     probs = torch.where(total > 0, weights / total.clamp_min(1e-300), torch.zeros_like(weights))
     return probs @ v64
+
+
+def lse_ref(q, k, *, causal: bool = False, sm_scale: float | None = None):
+    """float64 log Σ_j exp(scale · q_i·k_j) over the keys row i sees (-inf for a row that sees none), on the
+    CPU: the log-sum-exp every forward kernel saves for its backward. Shapes and masking as
+    ``attention_ref``; returns [B, Hq, Nq]."""
+    import torch
+
+    q64, k64 = q.detach().to("cpu", torch.float64), k.detach().to("cpu", torch.float64)
+    k64 = k64.repeat_interleave(q64.shape[1] // k64.shape[1], dim=1)
+    scale = 1.0 / math.sqrt(q64.shape[-1]) if sm_scale is None else sm_scale
+    scores = q64 @ k64.transpose(-1, -2) * scale
+    if causal:
+        visible = torch.from_numpy(causal_mask_np(q64.shape[2], k64.shape[2]))
+        scores = scores.masked_fill(~visible, -math.inf)
+    return torch.logsumexp(scores, dim=-1)
