@@ -1,8 +1,9 @@
 """The warp-specialised Gluon forward (attnkit.kernels.flash_hopper) on the H100: float64 checks, then
 its configurations timed beside the course's Triton forward ("best", autotuned) and cuDNN, side by side
 in one process; writes bench_flash_hopper.csv. "hopper" is the public function (its default
-configuration); "ws:HxNxS" a configuration of it; "MxNxSxW[x0]" the one-partition Gluon kernel of
-experiments/flash_hopper_gluon (x0: without the overlap).
+configuration); "ws:HxNxS" a configuration of it; from experiments/flash_hopper_gluon, "MxNxSxW[x0]"
+the one-partition Gluon kernel (x0: without the overlap) and "sched:HxNxS[:flags]" the scheduling
+variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory).
 
     python scripts/gpu_flash_hopper.py [--out DIR] [--quick] [--configs hopper,ws:64x128x3,...]
 """
@@ -38,6 +39,15 @@ def kernel_config(text: str):
         return (f"ws{half_m}x{block_n}s{stages}",
                 lambda q, k, v, causal, scale: flash_hopper._launch(q, k, v, causal, scale, half_m, block_n, stages))
     sys.path.insert(0, EXPERIMENT)
+    if text.startswith("sched:"):
+        import scheduling
+
+        sizes, _, flags = text[6:].partition(":")
+        half_m, block_n, stages = (int(x) for x in sizes.split("x"))
+        options = dict(pingpong="p" in flags, persistent="g" in flags, p_smem="s" in flags)
+        return (f"sched{half_m}x{block_n}s{stages}" + (f"_{flags}" if flags else ""),
+                lambda q, k, v, causal, scale: scheduling._launch(q, k, v, causal, scale, half_m, block_n, stages,
+                                                                  **options))
     import kernel as one_partition
 
     bm, bn, stages, warps, overlap = (int(x) for x in (text + "x1").split("x")[:5])
@@ -99,7 +109,8 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--configs", default="hopper",
-                        help="BLOCK_MxBLOCK_NxSTAGESxWARPS[x0 without the overlap] or ws:HALF_MxBLOCK_NxSTAGES,...")
+                        help="hopper, ws:HALF_MxBLOCK_NxSTAGES, BLOCK_MxBLOCK_NxSTAGESxWARPS[x0 without the "
+                             "overlap] or sched:HALF_MxBLOCK_NxSTAGES[:pgs],...")
     parser.add_argument("--check-configs", type=int, default=1, help="how many of --configs to check")
     parser.add_argument("--check-only", action="store_true")
     args = parser.parse_args()

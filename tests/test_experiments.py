@@ -1,5 +1,6 @@
-"""The experiments outside the package still build: the Gluon forward (experiments/flash_hopper_gluon)
-compiles for sm_90a on a CPU, and its PTX keeps the overlap it was written for."""
+"""The experiments outside the package still build: the Gluon forwards (experiments/flash_hopper_gluon)
+compile for sm_90a on a CPU; the one-partition kernel's PTX keeps the overlap it was written for (its
+SASS does not: README.md), and the scheduling variants compile with every switch."""
 from __future__ import annotations
 
 import os
@@ -39,3 +40,38 @@ def test_gluon_forward_waits_for_the_score_product_alone():
     assert waits_for_one >= 1 and waits_for_all >= 1 and spilled == 0 and serialised == "False", rows
     waits_for_one, waits_for_all, spilled, serialised = rows["False"]
     assert waits_for_one == 0 and waits_for_all >= 1 and spilled == 0 and serialised == "False", rows
+
+
+SCHEDULING_COMPILES = r'''
+import sys
+sys.path.insert(0, "experiments/flash_hopper_gluon")
+import re
+import scheduling
+from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report
+
+for d, causal, pingpong, p_smem in ((64, False, True, True), (64, False, True, False), (128, True, True, False)):
+    ptx = compile_gluon_ptx(scheduling._attn_fwd_ws, dict(HALF_M=64, BLOCK_N=128, HEAD_DIM=d, CAUSAL=causal, STAGES=2,
+                            COMPUTE_REGS=scheduling.COMPUTE_REGISTERS, PINGPONG=pingpong, P_SMEM=p_smem),
+                            dict(q_desc=64, k_desc=128, v_desc=128), 4,
+                            any_size=("n_heads", "group", "n_q", "n_k", "n_tiles"))
+    print(d, causal, ptx.count("mbarrier.try_wait"), ptx.count("stmatrix") + ptx.count("st.shared"),
+          int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx) is not None),
+          ptxas_report(ptx).wgmma_serialised)
+'''
+
+
+@pytest.mark.slow
+def test_scheduling_variants_compile_with_every_switch():
+    """Ping-pong, the persistent loop and P in shared memory compile for sm_90a, warp-specialised
+    (producer at 24 registers), products not serialised; P in shared memory stores to it, and ping-pong
+    adds mbarrier waits (the causal kernel has more: its turns and its extra loop)."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", SCHEDULING_COMPILES], capture_output=True, text=True,
+                            timeout=600, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert [row[:2] for row in rows] == [["64", "False"], ["64", "False"], ["128", "True"]], rows
+    for _, _, waits, _, producer, serialised in rows:
+        assert int(waits) >= 8 and producer == "1" and serialised == "False", rows
+    assert int(rows[0][3]) > int(rows[1][3]), rows       # P written to shared memory: more shared stores

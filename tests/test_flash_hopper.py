@@ -13,6 +13,7 @@ import torch
 
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
+from attnkit.bench.compiled import softmax_beside_product  # noqa: E402
 from attnkit.kernels import flash_hopper  # noqa: E402
 from attnkit.reference.attention import attention_ref, lse_ref  # noqa: E402
 from attnkit.tolerances import assert_close  # noqa: E402
@@ -80,7 +81,7 @@ def test_bad_arguments_are_named():
 PTX_FOR_SM90 = r'''
 import os, re
 os.environ["TRITON_INTERPRET"] = "0"
-from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report
+from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report, sass, softmax_beside_product
 from attnkit.kernels import flash_hopper as fh
 for d, causal in ((128, True), (64, False)):
     half_m, block_n, stages = fh.CONFIG[d]
@@ -88,7 +89,9 @@ for d, causal in ((128, True), (64, False)):
                             STAGES=stages, COMPUTE_REGS=fh.COMPUTE_REGISTERS),
                             dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4)
     report = ptxas_report(ptx)
-    print("spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
+    beside = softmax_beside_product(sass(ptx))
+    print("loops_read", len(beside), "softmax_beside_own_product", sum(beside),
+          "spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
           "waits_for_one", ptx.count("wgmma.wait_group.sync.aligned 1;"),
           "all_warp_barriers", len(re.findall(r"bar\.sync\s+\d+\s*;", ptx)),
           "group_barriers", len(re.findall(r"bar\.sync\s+\d+,\s*128;", ptx)),
@@ -102,7 +105,10 @@ def test_the_forward_is_warp_specialised_and_overlapped_on_an_h100():
     """Compiled for sm_90a: the producer warp's registers are cut to 24 (setmaxnreg: warp specialisation
     happened); each compute group waits for its score product alone (``wgmma.wait_group 1``) at least
     once; the only barriers are per warp group (128 threads), never all warps; copies go by TMA; no
-    spills, products not serialised by ptxas."""
+    spills, products not serialised by ptxas. In the machine code (SASS) the key loops of both groups
+    are found, and in none does an exponential run before the wait for O's product: ptxas hoists that
+    wait above the softmax (what lesson 5 and docs/flash_notes.md say; a new ptxas that keeps the
+    overlap fails this test, and the lesson must then be updated)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
     result = subprocess.run([sys.executable, "-c", PTX_FOR_SM90], capture_output=True, text=True, timeout=600,
                             env=env, cwd=ROOT)
@@ -115,6 +121,25 @@ def test_the_forward_is_warp_specialised_and_overlapped_on_an_h100():
         assert int(found["waits_for_one"]) >= 2, found
         assert found["all_warp_barriers"] == "0" and int(found["group_barriers"]) >= 2, found
         assert found["producer_registers"] == "1" and int(found["tma_copies"]) >= 3, found
+        assert int(found["loops_read"]) >= 2 and found["softmax_beside_own_product"] == "0", found
+
+
+SASS_WAIT_ABOVE_SOFTMAX = """
+        /*3b10*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*3b20*/                   FMNMX R193, R24, R25, !PT ;
+        /*3d70*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*3e50*/                   MUFU.EX2 R152, R152 ;
+"""
+
+
+def test_softmax_beside_product_reads_where_the_waits_fall():
+    """The SASS reader tells a loop whose exponentials run between the two waits from one whose wait for
+    every product comes first, and ignores waits for all products that follow no partial wait."""
+    assert softmax_beside_product(SASS_WAIT_ABOVE_SOFTMAX) == [False]
+    overlapped = SASS_WAIT_ABOVE_SOFTMAX.replace("FMNMX R193, R24, R25, !PT", "MUFU.EX2 R3, R3")
+    assert softmax_beside_product(overlapped) == [True]
+    assert softmax_beside_product(SASS_WAIT_ABOVE_SOFTMAX + overlapped) == [False, True]
+    assert softmax_beside_product("WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\nMUFU.EX2 R1, R1 ;") == []
 
 
 # ---------------------------------------------------------------------------------------- on an H100

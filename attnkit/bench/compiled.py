@@ -9,7 +9,8 @@ printed no warning at the default verbosity, and cost the course's dK/dV kernel 
 
     python -m attnkit.bench.compiled                         # every launcher's defaults, D = 64, 128, 256
     python -m attnkit.bench.compiled bwd_dkdv bwd_atomic     # some launchers
-    python -m attnkit.bench.compiled --waits                 # how the forwards wait for their products
+    python -m attnkit.bench.compiled --waits                 # how the forwards wait for their products,
+                                                             # in the PTX and in the machine code (SASS)
 
 The launch is specialised as on the GPU for contiguous fp16 [B, H, N, D] tensors: the head dim's strides
 are 1, the others and the pointers multiples of 16, one query head per K/V head. Run it where Triton
@@ -64,6 +65,34 @@ def ptxas_report(ptx: str) -> PtxasReport:
     return PtxasReport(registers=int(re.search(r"Used (\d+) registers", text).group(1)),
                        spill_bytes=int(re.search(r"(\d+) bytes spill stores", text).group(1)),
                        wgmma_serialised=SERIALISED_NOTE in text)
+
+
+def sass(ptx: str) -> str:
+    """The machine code (SASS) ptxas makes of ``ptx`` for sm_90a, as cuobjdump prints it."""
+    with tempfile.TemporaryDirectory() as folder:
+        source, cubin = os.path.join(folder, "kernel.ptx"), os.path.join(folder, "k.cubin")
+        with open(source, "w") as f:
+            f.write(ptx)
+        subprocess.run([_ptxas_path(), "-arch=sm_90a", source, "-o", cubin], capture_output=True, check=True)
+        cuobjdump = os.path.join(os.path.dirname(_ptxas_path()), "cuobjdump")
+        return subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+
+
+def softmax_beside_product(machine_code: str) -> list[bool]:
+    """For each wait in ``machine_code`` (SASS) that leaves one warpgroup product in flight
+    (``WARPGROUP.DEPBAR.LE gsb0, 0x1``): whether any exponential (``MUFU.EX2``) runs before the next wait
+    for every product (``... 0x0``), that is, whether the softmax really runs beside O's product."""
+    found, pending = [], None          # pending: None, or whether an exponential came since the wait
+    for line in machine_code.splitlines():
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
+            pending = False
+        elif "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line:
+            if pending is not None:
+                found.append(pending)
+            pending = None
+        elif "MUFU.EX2" in line and pending is False:
+            pending = True
+    return found
 
 
 def compile_ptx(fn, constexprs: dict, num_warps: int, num_stages: int, descriptors: bool = False) -> str:
@@ -189,10 +218,15 @@ def forward_waits() -> list[str]:
 
 def _wait_facts(ptx: str) -> str:
     alone = WAIT_ALL_BUT_ONE in ptx
-    return (("waits for the score product alone (wait_group 1)" if alone else
-             "every wait is for all products in flight (wait_group 0 only)")
-            + ("; some barriers stop all warps" if ALL_WARP_BARRIER.search(ptx) else
-               "; no barrier stops all warps (only per warp group)"))
+    facts = (("PTX waits for the score product alone (wait_group 1)" if alone else
+              "PTX: every wait is for all products in flight (wait_group 0 only)")
+             + ("; some barriers stop all warps" if ALL_WARP_BARRIER.search(ptx) else
+                "; no barrier stops all warps (only per warp group)"))
+    if alone:
+        beside = softmax_beside_product(sass(ptx))
+        facts += (f"; in the SASS, exponentials run beside O's product in {sum(beside)} of {len(beside)} loops"
+                  + (" (ptxas moved the wait for all products above the softmax)" if not any(beside) else ""))
+    return facts
 
 
 def main(argv: list[str]) -> int:
