@@ -202,7 +202,7 @@ def order_rungs():
     """The "best" rung with the longest-first launch order on and off."""
     from dataclasses import replace
 
-    best = flash.VARIANTS[flash.BEST]
+    best = flash.VARIANTS[flash.BEST_TRITON]
     return {"longest_first": replace(best, longest_first=True), "natural_order": replace(best, longest_first=False)}
 
 
@@ -349,7 +349,7 @@ def forward_order_case(session: Session, n: int, head_dim: int = 128):
                 ms, why = timed(lambda r=rung: lambda: flash._forward_rung(q, k, v, True, scale, r))
                 config = config_name(flash.default_config("fwd_desc", head_dim))
                 rows.append(row("forward_order", f"attnkit_{order}", "forward", n, head_dim, True, ms, batch=batch,
-                                config=f"{flash.BEST}, fwd_desc {config}", check=status, reason=why))
+                                config=f"{flash.BEST_TRITON}, fwd_desc {config}", check=status, reason=why))
         session.rows += with_cudnn_ratio(rows)
         for r in rows:
             log(f"{r['impl']:>22} {r['ms']:.3f} ms {r['tflops']:.0f} TFLOP/s {r['vs_cudnn']:.2f}x cuDNN {r['reason']}")

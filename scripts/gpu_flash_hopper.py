@@ -1,5 +1,5 @@
 """The warp-specialised Gluon forward (attnkit.kernels.flash_hopper) on the H100: float64 checks, then
-its configurations timed beside the course's Triton forward ("best", autotuned) and cuDNN, side by side
+its configurations timed beside the course's Triton forward (BEST_TRITON, autotuned) and cuDNN, side by side
 in one process; writes bench_flash_hopper.csv. "hopper" is the public function (its default
 configuration); "ws:HxNxS" a configuration of it; from experiments/flash_hopper_gluon, "MxNxSxW[x0]"
 the one-partition Gluon kernel (x0: without the overlap) and "sched:HxNxS[:flags]" the scheduling
@@ -90,7 +90,8 @@ def bench(configs, quick, out):
         scale = 1 / math.sqrt(d)
         flops = attention_flops(batch, heads, n, n, d, causal)
         times = {"cudnn": time_ms(lambda: cudnn(q, k, v, causal)),
-                 "triton_best": time_ms(lambda: flash.flash_attention_forward(q, k, v, causal=causal))}
+                 "triton_best": time_ms(lambda: flash.flash_attention_forward(q, k, v, causal=causal,
+                                                                              variant=flash.BEST_TRITON))}
         for name, run in configs:
             try:
                 times[name] = time_ms(lambda: run(q, k, v, causal, scale))

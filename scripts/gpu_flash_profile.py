@@ -50,7 +50,7 @@ def case_call(name: str):
         if impl == "sdpa_cudnn":
             attend = fb.implementation("sdpa_cudnn")
             return lambda: attend(q, k, v, causal)
-        rung = flash.VARIANTS[flash.BEST]
+        rung = flash.VARIANTS[flash.BEST_TRITON]
         return lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(head_dim), rung, config)
     if impl == "sdpa_cudnn":
         return fb.sdpa_backward(impl, tensors, causal)

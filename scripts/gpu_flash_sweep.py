@@ -69,7 +69,7 @@ CANDIDATES_D256 = {
     "bwd_atomic": [BC(64, 32, 4, 2), BC(64, 32, 8, 2), BC(32, 32, 4, 2), BC(16, 32, 4, 2)],
     "fwd": [BC(64, 32, 4, 2), BC(64, 32, 8, 2), BC(64, 64, 8, 2), BC(64, 64, 4, 2), BC(128, 64, 8, 2)],
 }
-FORWARD_RUNG = {"fwd_desc": flash.BEST, "fwd": "autotuned"}      # the rung each forward launcher serves
+FORWARD_RUNG = {"fwd_desc": flash.BEST_TRITON, "fwd": "autotuned"}      # the rung each forward launcher serves
 BACKWARD_CASES = [(128, True), (128, False), (64, True), (64, False)]        # (head_dim, causal)
 BACKWARD_N, BACKWARD_TUNED_N = 4096, (1024, 4096, 16384)
 FORWARD_CASES = {True: (1024, 2048), False: (4096, 16384)}                   # causal -> the N timed

@@ -11,7 +11,8 @@
 # then Nsight Compute profiles), and record-warm, then record-kernels and record-suites (the flash
 # features, backward designs and FP8 at fixed configurations, then the autotuned ladder and SDPA suite).
 # After a change to the backward alone: tune-backward (its sweep, compiled and timed in one call), then
-# record-backward-warm, record-backward and record-backward-profile.
+# record-backward-warm, record-backward and record-backward-profile. After a change of the rung "best":
+# record-best-warm, then record-best (the ladder and the SDPA suite).
 #
 # To decide what to change next: explore (the host's share of a short call, layer by layer; the D = 256
 # sweep; the FP8 forward's configurations), each compiled in parallel first, then timed alone.
@@ -148,6 +149,23 @@ elif [ "$phase" = record-backward-profile ]; then   # the backward's profiles an
     python scripts/merge_ncu_csv.py "$prof" "$out/ncu_raw_backward.csv"
     step 120 $logs/3_features.log python scripts/gpu_flash_features.py "$out" --no-check
     collect $logs "$out/session_profile.log"
+elif [ "$phase" = record-best-warm ]; then   # after a change of the rung "best" (the warp-specialised forward):
+    warm=/tmp/warm; mkdir -p $warm             # the suites it records, compiled in parallel, and its GPU tests
+    for part in $(seq 0 5); do
+        step 500 $warm/flash_$part.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py flash $part/6 &
+    done
+    for n in 1024 4096 16384; do
+        step 500 $warm/ladder_$n.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py ladder $n &
+    done
+    step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 3 \
+        tests/test_flash.py tests/test_flash_hopper.py &
+    wait
+    tail -n 2 $warm/flash_*.log $warm/ladder_*.log; failures "$out/pytest_gpu.log"
+elif [ "$phase" = record-best ]; then   # then, alone: the ladder and the SDPA suite (one recording run)
+    logs=/tmp/timed_suites; mkdir -p $logs
+    step 170 $logs/1_ladder.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash_ladder
+    step 400 $logs/2_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
+    collect $logs "$out/session_suites.log"
 elif [ "$phase" = record-kernels ]; then   # timings at fixed configurations: features, backward designs, FP8
     logs=/tmp/timed; mkdir -p $logs
     step 110 $logs/1_features.log python scripts/gpu_flash_features.py "$out" --no-check

@@ -308,9 +308,13 @@ def test_new_rungs_fall_back_where_their_features_are_missing():
     """On the CPU (and below sm_90, or without descriptors) the descriptor rungs run the pointer kernel."""
     q = torch.randn(1, 2, 19, 64)
     assert not flash.descriptors_supported(q.device)
-    for name in ("descriptors", "host_descriptors"):
+    for name in ("descriptors", "host_descriptors", "warp_specialized"):
         assert flash.effective_rung(VARIANTS[name], True, q, q, q, q).desc == 0
-    assert flash.BEST in VARIANTS and list(VARIANTS).index(flash.BEST) >= list(VARIANTS).index("autotuned")
+    long = torch.randn(1, 2, 4096, 128)
+    assert flash._warp_specialized_forward(long, long, long, False, 0.1) is None      # a CPU tensor: Triton
+    for name in (flash.BEST, flash.BEST_TRITON):
+        assert name in VARIANTS and list(VARIANTS).index(name) >= list(VARIANTS).index("autotuned")
+    assert VARIANTS[flash.BEST].warp_specialized and not VARIANTS[flash.BEST_TRITON].warp_specialized
     strided = torch.randn(1, 2, 19, 32)[..., ::2]           # last stride 2: no TMA even on a GPU
     assert not flash._tma_compatible(strided)
 
@@ -325,6 +329,45 @@ def test_descriptor_rungs_on_the_gpu(variant, dtype):
     for causal, (nq, nk) in ((False, (301, 517)), (True, (517, 301)), (True, (300, 1031))):
         check_forward(gen, 2, 8, 2, nq, nk, 128, dtype, causal=causal, variant=variant)
         check_forward(gen, 1, 4, 1, nq, nk, 64, dtype, causal=causal, variant=variant)
+
+
+def test_warp_specialized_rule_keeps_to_the_measured_wins():
+    """The Gluon kernel where it was measured faster than the Triton forward on the H100: D = 128 from 1k
+    (causal from 2k), D = 64 from 16k; never elsewhere (other head dims, shorter sequences)."""
+    choice = flash.warp_specialized_choice
+    assert choice(False, 128, 1024, 1024) and not choice(False, 128, 1023, 4096) and not choice(False, 128, 4096, 1000)
+    assert choice(True, 128, 2048, 2048) and not choice(True, 128, 1024, 1024)
+    assert choice(False, 64, 16384, 16384) and choice(True, 64, 16384, 20000) and not choice(False, 64, 8192, 8192)
+    assert not any(choice(causal, d, 16384, 16384) for d in (16, 32, 96, 256) for causal in (False, True))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("causal, n, d", [(False, 1100, 128), (True, 2048, 128), (True, 16384, 64)])
+def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, causal, n, d):
+    """flash_attention's forward is the Gluon kernel where the rule picks it (counted), its output and the
+    gradients through the Triton backward match float64; a non-contiguous q falls back to Triton."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    from attnkit.kernels import flash_hopper
+
+    launched = []
+    real = flash_hopper._launch
+    monkeypatch.setattr(flash_hopper, "_launch", lambda *args: launched.append(args[3]) or real(*args))
+    gen = torch.Generator().manual_seed(n + d)
+    heads, kv_heads = (4, 2) if n < 16384 else (1, 1)
+    check_forward(gen, 1, heads, kv_heads, n, n, d, torch.float16, causal=causal)
+    assert launched == [causal]
+    q, k, v = (t.requires_grad_() for t in make_inputs(gen, 1, heads, kv_heads, n, n, d, torch.float16))
+    o = flash_attention(q, k, v, causal=causal)
+    assert len(launched) == 2
+    do = torch.randn_like(o)
+    o.backward(do)
+    for name, got, want in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), reference_grads(q, k, v, do, causal)):
+        assert_close(got, want, torch.float16, DEVICE, name)
+    flash_attention_forward(q.detach().transpose(1, 2).contiguous().transpose(1, 2), k.detach(), v.detach(),
+                            causal=causal)
+    assert len(launched) == 2                                  # non-contiguous q: the Triton kernel
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -162,7 +162,7 @@ def compile_gluon_ptx(fn, constexprs: dict, descriptor_rows: dict, num_warps: in
 
 def launcher_constexprs(name: str, head_dim: int, causal: bool, config) -> tuple[object, dict, bool]:
     """(kernel, constexprs, descriptors) of launcher ``name`` as the course launches it on the H100 for
-    fp16 inputs at this head dim: the forward as its rung ("fwd": "autotuned", "fwd_desc": "best"), the
+    fp16 inputs at this head dim: the forward as its rung ("fwd": "autotuned", "fwd_desc": BEST_TRITON), the
     two-kernel backward with host descriptors (pointers at D = 256), the one-pass backward with pointers."""
     from ..kernels import flash, flash_kernels
 
@@ -171,7 +171,7 @@ def launcher_constexprs(name: str, head_dim: int, causal: bool, config) -> tuple
                 SOFTCAP=False, VARLEN=False, CAUSAL=causal, DOT_PRECISION="tf32",
                 BLOCK_M=config.block_m, BLOCK_N=config.block_n)
     if name.startswith("fwd"):
-        rung = flash.VARIANTS[flash.BEST if name == "fwd_desc" else "autotuned"]
+        rung = flash.VARIANTS[flash.BEST_TRITON if name == "fwd_desc" else "autotuned"]
         desc = flash_kernels.HOST_DESCRIPTORS if name == "fwd_desc" else flash_kernels.POINTERS
         dims.update(USE_EXP2=rung.use_exp2, SPLIT=rung.split, DESC=desc, LONGEST_FIRST=causal and rung.longest_first)
         return kernel, dims, bool(desc)
@@ -196,7 +196,7 @@ ALL_WARP_BARRIER = re.compile(r"bar\.sync\s+\d+\s*;")         # bar.sync n; with
 
 
 def forward_waits() -> list[str]:
-    """How the Triton forward ("best", D = 128, its default tiles) and the warp-specialised Gluon forward
+    """How the Triton forward (BEST_TRITON, D = 128, its default tiles) and the warp-specialised Gluon forward
     (D = 128) wait for their warpgroup products and synchronise their warps, read from their PTX for
     sm_90a: facts that do not depend on the Triton version's exact instruction counts."""
     from ..kernels import flash

@@ -66,6 +66,9 @@ LADDER = {
     "descriptors": "tiles copied by the TMA engine through tensor descriptors (sm_90+), wider autotune space",
     "host_descriptors": "the descriptors built once per launch on the host and passed as arguments, "
                         "instead of four per program on the device (D = 64 and 128; host_descriptor_choice)",
+    "warp_specialized": "on sm_90, where warp_specialized_choice picks it, the warp-specialised Gluon forward "
+                        "(attnkit.kernels.flash_hopper: one producer warp, two compute warp groups); "
+                        "host_descriptors elsewhere",
 }
 
 
@@ -80,6 +83,7 @@ class Rung:
     rule: bool = False               # host_descriptor_choice decides per shape whether to use ``desc``
     longest_first: bool = True       # LONGEST_FIRST where the band is bounded on the right (causal):
                                      # the last query blocks, which read the most keys, start first
+    warp_specialized: bool = False   # the Gluon kernel where warp_specialized_choice picks it and it runs
 
 
 VARIANTS = {
@@ -89,13 +93,18 @@ VARIANTS = {
     "autotuned": Rung(),
     "descriptors": Rung(desc=_kernels.DEVICE_DESCRIPTORS),
     "host_descriptors": Rung(desc=_kernels.HOST_DESCRIPTORS, rule=True),
+    "warp_specialized": Rung(desc=_kernels.HOST_DESCRIPTORS, rule=True, warp_specialized=True),
 }
 # The rung that "best" means: the fastest one verified on the H100 (docs/flash_notes.md), whose
 # full benchmark is recorded in attnkit/bench/results/bench_flash.csv. Where a rung's features are
-# missing (CPU interpreter, GPUs below sm_90, Triton without tensor descriptors, strides TMA cannot
-# take) it runs with pointer loads, as "autotuned". Variants measured slower on the H100 are kept,
-# with their measurements, in experiments/flash_variants/ (outside the package).
-BEST = "host_descriptors"
+# missing (CPU interpreter, GPUs below sm_90, Triton without tensor descriptors or Gluon, strides TMA
+# cannot take, windows, softcaps, packed sequences) it runs as the rung below it, down to pointer
+# loads as "autotuned". BEST_TRITON is the fastest rung of the Triton kernel itself (what "best" runs
+# where the Gluon kernel does not; the tools that compile, sweep and profile the Triton kernel use it).
+# Variants measured slower on the H100 are kept, with their measurements, in experiments/ (outside the
+# package).
+BEST = "warp_specialized"
+BEST_TRITON = "host_descriptors"
 
 
 # ------------------------------------------------------------------------------------ input checks
@@ -465,6 +474,31 @@ def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
     return dict(desc=head_dim in (64, 128) and (causal or n_k >= 1024))
 
 
+def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> bool:
+    """Where the warp_specialized rung runs the Gluon kernel (if these inputs are in its scope), from the
+    H100 measurements beside the Triton forward (bench_flash_hopper.csv, docs/flash_notes.md; fp16,
+    N = Nq = Nk): at D = 128 it was faster at every length from 1k but causal 1k (level), at D = 64
+    only at 16k (slower at 1k, level or slower at 4k). Lengths below those measured keep Triton."""
+    shortest = min(n_q, n_k)
+    if head_dim == 128:
+        return shortest >= (2048 if causal else 1024)
+    return head_dim == 64 and shortest >= 16384
+
+
+def _warp_specialized_forward(q, k, v, causal: bool, sm_scale: float):
+    """(o, lse) of the warp-specialised Gluon kernel where its rule picks it and it can run these (plain,
+    CUDA, sm_90, contiguous, fp16/bf16) inputs with a Triton that has Gluon; None otherwise."""
+    if q.device.type != "cuda" or not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2]):
+        return None
+    try:
+        from . import flash_hopper
+    except ImportError:                    # a Triton without Gluon's Hopper API
+        return None
+    if flash_hopper.unsupported(q, k, v, causal):
+        return None
+    return flash_hopper._launch(q, k, v, causal, sm_scale, *flash_hopper.CONFIG[q.shape[-1]])
+
+
 def effective_rung(rung: Rung, causal: bool, *tensors, plain: bool = True) -> Rung:
     """``rung`` for these tensors [B, H, N, D] (q, k, v, o): pointer loads where its rule says so, or
     where this device, Triton or the tensors' strides cannot take descriptors, or where the shapes are
@@ -535,6 +569,10 @@ def _forward_rung(q, k, v, causal: bool, sm_scale: float, rung: Rung, config: Bl
     [total_q, Hq, Dv] and lse [Hq, total_q]."""
     where, out_dtype = q.device, q.dtype
     packed = varlen is not None
+    if rung.warp_specialized and config is None and not packed and tuple(window) == (-1, -1) and softcap is None:
+        result = _warp_specialized_forward(q, k, v, causal, sm_scale)
+        if result is not None:
+            return result
     cu_q, cu_k = varlen[:2] if packed else (None, None)
     q, k, v, cu_q, cu_k = to_kernel_device(q, k, v, cu_q, cu_k)
     q, k, v = _compute_dtype_inputs(q, k, v)
@@ -576,8 +614,9 @@ def flash_attention_forward(q, k, v, *, causal: bool = False, sm_scale: float | 
 
     o: [B, Hq, Nq, Dv] in q's dtype; lse: [B, Hq, Nq] fp32, log Σ_j exp(logit_ij) over the keys row i
     sees (-inf for a row that sees none). ``variant`` picks a rung of ``LADDER``
-    ("best" is ``BEST``, the fastest rung verified on the H100; on a device or Triton without its
-    features it runs with pointer loads, as "autotuned").
+    ("best" is ``BEST``, the fastest rung verified on the H100: the warp-specialised Gluon kernel where
+    ``warp_specialized_choice`` picks it and it runs the inputs, else the Triton kernel's rung below it;
+    on a device or Triton without its features that rung runs with pointer loads, as "autotuned").
     """
     check_inputs(q, k, v)
     causal, sm_scale, window, softcap = _options(q, causal, sm_scale, window, softcap)
@@ -856,7 +895,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward", "flash_attention_backward",
            "check_inputs", "check_window", "check_softcap", "check_cu_seqlens",
-           "LADDER", "VARIANTS", "BEST", "Rung", "host_descriptor_choice", "descriptors_supported",
+           "LADDER", "VARIANTS", "BEST", "BEST_TRITON", "Rung", "host_descriptor_choice", "warp_specialized_choice",
+           "descriptors_supported",
            "BACKWARDS", "DEFAULT_BACKWARD", "default_config", "BackwardDesign",
            "check_backward", "right_bounded",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]
