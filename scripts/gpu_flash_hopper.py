@@ -1,8 +1,9 @@
 """The warp-specialised Gluon forward (attnkit.kernels.flash_hopper) on the H100: float64 checks, then
 its configurations timed beside the course's Triton forward (BEST_TRITON, autotuned) and cuDNN, side by side
 in one process; writes bench_flash_hopper.csv. "hopper" is the public function (its default
-configuration); "ws:HxNxS" a configuration of it; from experiments/flash_hopper_gluon, "MxNxSxW[x0]"
-the one-partition Gluon kernel (x0: without the overlap) and "sched:HxNxS[:flags]" the scheduling
+configuration); "ws:HxNxS[xG]" a configuration of it (G compute warp groups); from
+experiments/flash_hopper_gluon, "MxNxSxW[x0]" the one-partition Gluon kernel (x0: without the overlap)
+and "sched:HxNxS[:flags]" the scheduling
 variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory).
 
     python scripts/gpu_flash_hopper.py [--out DIR] [--quick] [--configs hopper,ws:64x128x3,...]
@@ -30,14 +31,16 @@ EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 def kernel_config(text: str):
     """(name, run) of a configuration: "MxNxSxW" (x0 at the end: without the overlap) for the one-partition
-    kernel, "ws:HxNxS" for the warp-specialised one (H rows per compute group). run(q, k, v, causal, scale)."""
+    kernel, "ws:HxNxS[xG]" for the warp-specialised one (H rows per compute group, G compute groups, 2 if
+    not given). run(q, k, v, causal, scale)."""
     if text == "hopper":
         return "hopper", lambda q, k, v, causal, scale: flash_hopper.flash_attention_hopper(
             q, k, v, causal=causal, sm_scale=scale)
     if text.startswith("ws:"):
-        half_m, block_n, stages = (int(x) for x in text[3:].split("x"))
-        return (f"ws{half_m}x{block_n}s{stages}",
-                lambda q, k, v, causal, scale: flash_hopper._launch(q, k, v, causal, scale, half_m, block_n, stages))
+        half_m, block_n, stages, groups = (int(x) for x in (text[3:] + "x2").split("x")[:4])
+        return (f"ws{half_m}x{block_n}s{stages}" + ("" if groups == 2 else f"g{groups}"),
+                lambda q, k, v, causal, scale: flash_hopper._launch(q, k, v, causal, scale, half_m, block_n, stages,
+                                                                    groups))
     sys.path.insert(0, EXPERIMENT)
     if text.startswith("sched:"):
         import scheduling
@@ -78,11 +81,11 @@ def checks(configs):
     return failures
 
 
-def bench(configs, quick, out):
+def bench(configs, quick, out, head_dims=(128, 64)):
     cudnn = _sdpa("sdpa_cudnn")
     rows = []
-    cases = [(128, n, c) for n in ((1024, 4096, 16384) if quick else (1024, 2048, 4096, 8192, 16384))
-             for c in (False, True)] + [(64, n, c) for n in (1024, 4096, 16384) for c in (False, True)]
+    lengths = {128: (1024, 4096, 16384) if quick else (1024, 2048, 4096, 8192, 16384), 64: (1024, 4096, 8192, 16384)}
+    cases = [(d, n, c) for d in head_dims for n in lengths[d] for c in (False, True)]
     for d, n, causal in cases:
         heads = 2048 // d
         batch = 16384 // n
@@ -114,11 +117,12 @@ def main():
                              "overlap] or sched:HALF_MxBLOCK_NxSTAGES[:pgs],...")
     parser.add_argument("--check-configs", type=int, default=1, help="how many of --configs to check")
     parser.add_argument("--check-only", action="store_true")
+    parser.add_argument("--head-dims", default="128,64", help="head dims to time, of 128 and 64")
     args = parser.parse_args()
     configs = [kernel_config(c) for c in args.configs.split(",")]
     failures = checks(configs[:args.check_configs])
     if not args.check_only:
-        bench(configs, args.quick, args.out)
+        bench(configs, args.quick, args.out, tuple(int(d) for d in args.head_dims.split(",")))
     return 1 if failures else 0
 
 

@@ -84,13 +84,13 @@ os.environ["TRITON_INTERPRET"] = "0"
 from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report, sass, softmax_beside_product
 from attnkit.kernels import flash_hopper as fh
 for d, causal in ((128, True), (64, False)):
-    half_m, block_n, stages = fh.CONFIG[d]
+    half_m, block_n, stages, groups = fh.CONFIG[d, causal]
     ptx = compile_gluon_ptx(fh._attn_fwd_ws, dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=d, CAUSAL=causal,
-                            STAGES=stages, COMPUTE_REGS=fh.COMPUTE_REGISTERS),
+                            STAGES=stages, COMPUTE_REGS=fh.COMPUTE_REGISTERS[groups], GROUPS=groups),
                             dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4)
     report = ptxas_report(ptx)
     beside = softmax_beside_product(sass(ptx))
-    print("loops_read", len(beside), "softmax_beside_own_product", sum(beside),
+    print("groups", groups, "loops_read", len(beside), "softmax_beside_own_product", sum(beside),
           "spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
           "waits_for_one", ptx.count("wgmma.wait_group.sync.aligned 1;"),
           "all_warp_barriers", len(re.findall(r"bar\.sync\s+\d+\s*;", ptx)),
@@ -105,7 +105,8 @@ def test_the_forward_is_warp_specialised_and_overlapped_on_an_h100():
     """Compiled for sm_90a: the producer warp's registers are cut to 24 (setmaxnreg: warp specialisation
     happened); each compute group waits for its score product alone (``wgmma.wait_group 1``) at least
     once; the only barriers are per warp group (128 threads), never all warps; copies go by TMA; no
-    spills, products not serialised by ptxas. In the machine code (SASS) the key loops of both groups
+    spills with two groups (with three, at D = 64, at most 32 bytes: their 160 registers a thread are
+    tight), products not serialised by ptxas. In the machine code (SASS) the key loops of every group
     are found, and in none does an exponential run before the wait for O's product: ptxas hoists that
     wait above the softmax (what lesson 5 and docs/flash_notes.md say; a new ptxas that keeps the
     overlap fails this test, and the lesson must then be updated)."""
@@ -117,11 +118,11 @@ def test_the_forward_is_warp_specialised_and_overlapped_on_an_h100():
     assert len(lines) == 2, result.stdout
     for words in lines:
         found = dict(zip(words[::2], words[1::2]))
-        assert found["spilled"] == "0" and found["serialised"] == "False", found
-        assert int(found["waits_for_one"]) >= 2, found
+        assert int(found["spilled"]) <= (0 if found["groups"] == "2" else 32), found
+        assert found["serialised"] == "False" and int(found["waits_for_one"]) >= int(found["groups"]), found
         assert found["all_warp_barriers"] == "0" and int(found["group_barriers"]) >= 2, found
         assert found["producer_registers"] == "1" and int(found["tma_copies"]) >= 3, found
-        assert int(found["loops_read"]) >= 2 and found["softmax_beside_own_product"] == "0", found
+        assert int(found["loops_read"]) >= int(found["groups"]) and found["softmax_beside_own_product"] == "0", found
 
 
 SASS_WAIT_ABOVE_SOFTMAX = """

@@ -477,12 +477,13 @@ def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
 def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> bool:
     """Where the warp_specialized rung runs the Gluon kernel (if these inputs are in its scope), from the
     H100 measurements beside the Triton forward (bench_flash_hopper.csv, docs/flash_notes.md; fp16,
-    N = Nq = Nk): at D = 128 it was faster at every length from 1k but causal 1k (level), at D = 64
-    only at 16k (slower at 1k, level or slower at 4k). Lengths below those measured keep Triton."""
+    N = Nq = Nk): at D = 128 it was faster at every length from 1k but causal 1k (level); at D = 64, with
+    three compute groups non-causal, from 4k (causal: from 8k; slower at 1k). Lengths below those
+    measured keep Triton."""
     shortest = min(n_q, n_k)
     if head_dim == 128:
         return shortest >= (2048 if causal else 1024)
-    return head_dim == 64 and shortest >= 16384
+    return head_dim == 64 and shortest >= (8192 if causal else 4096)
 
 
 def _warp_specialized_forward(q, k, v, causal: bool, sm_scale: float):
@@ -496,7 +497,7 @@ def _warp_specialized_forward(q, k, v, causal: bool, sm_scale: float):
         return None
     if flash_hopper.unsupported(q, k, v, causal):
         return None
-    return flash_hopper._launch(q, k, v, causal, sm_scale, *flash_hopper.CONFIG[q.shape[-1]])
+    return flash_hopper._launch(q, k, v, causal, sm_scale, *flash_hopper.CONFIG[q.shape[-1], causal])
 
 
 def effective_rung(rung: Rung, causal: bool, *tensors, plain: bool = True) -> Rung:

@@ -5,23 +5,26 @@ Why not Triton: in the Triton kernel every warp both issues the copies and compu
 runs S = Q Kᵀ, waits for it (``wgmma.wait_group 0``), computes the softmax, then issues O += P V, so the
 tensor cores idle during the exponentials; the compiler would not keep a product in flight across them.
 
-The layout here (Shah et al. 2024, FlashAttention-3, §3.1–3.2), per query block of 2 · HALF_M rows:
+The layout here (Shah et al. 2024, FlashAttention-3, §3.1–3.2), per query block of GROUPS · HALF_M rows
+(GROUPS = 2, or 3 for D = 64 non-causal, as FlashAttention-3 uses at that head dim):
 
-    producer warp        Q halves, then K_j, V_j by TMA into rings of STAGES slots, each slot refilled as
-                         soon as both compute groups have released it (an "empty" barrier of count 2)
-    compute group 0, 1   (4 warps each, HALF_M rows each) for block j: issue S_j = Q K_jᵀ, issue
+    producer warp        Q parts, then K_j, V_j by TMA into rings of STAGES slots, each slot refilled as
+                         soon as every compute group has released it (an "empty" barrier of count GROUPS)
+    compute groups       (4 warps each, HALF_M rows each) for block j: issue S_j = Q K_jᵀ, issue
                          O += P_{j-1} V_{j-1}, wait for S_j alone (``wgmma.wait_group 1``), release K_j,
-                         softmax while O's product runs, wait, release V_{j-1}, rescale O
+                         softmax, wait for O's product, release V_{j-1}, rescale O
 
-The two compute groups share nothing but the K/V slots and synchronise only through those barriers, so
-one group's exponentials run beside the other's products. Measured on the H100 in
-``bench_flash_hopper.csv`` (lesson 5 and docs/flash_notes.md read it).
+The compute groups share nothing but the K/V slots and synchronise only through those barriers, so one
+group's exponentials run beside the others' products. Inside a group the softmax does not overlap its own
+O += P V: ptxas moves the wait for every product above the exponentials (read from the SASS by
+``attnkit.bench.compiled.softmax_beside_product``). Measured on the H100 in ``bench_flash_hopper.csv``
+(lesson 5 and docs/flash_notes.md read it).
 
 Scope (``flash_attention_hopper`` checks it): an sm_90 GPU with Triton's Gluon (Triton 3.6 and later),
 fp16/bf16, head dim 64 or 128 for q, k and v, contiguous [B, H, N, D] tensors, grouped-query heads,
 causal aligned to the end with Nq <= Nk; no window, softcap or packed sequences; forward only (its
 (o, lse) feed the course's backward unchanged). Gluon has no interpreter: on a CPU the kernel is only
-compiled for sm_90a (tests/test_flash_hopper.py reads its PTX).
+compiled for sm_90a (tests/test_flash_hopper.py reads its PTX and SASS).
 """
 from __future__ import annotations
 
@@ -43,9 +46,15 @@ LN2 = gl.constexpr(0.6931471805599453)
 
 HEAD_DIMS = (64, 128)
 DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-# (HALF_M, BLOCK_N, STAGES) by head dim: the fastest of the measured configurations (bench_flash_hopper.csv)
-CONFIG = {64: (64, 128, 2), 128: (64, 128, 2)}
-COMPUTE_REGISTERS = 232          # per thread of the second compute group (the producer warp keeps 24)
+# (HALF_M, BLOCK_N, STAGES, compute groups) by (head dim, causal): the fastest of the measured
+# configurations (bench_flash_hopper.csv, docs/flash_notes.md). At D = 64 non-causal three compute
+# groups (192 query rows a program, FlashAttention-3's choice for D = 64) beat two from N = 4k on; causal,
+# they were level, and their masked loop spills more.
+CONFIG = {(64, False): (64, 128, 2, 3), (64, True): (64, 128, 2, 2),
+          (128, False): (64, 128, 2, 2), (128, True): (64, 128, 2, 2)}
+# registers a thread of each worker compute group may take, by number of compute groups (the producer
+# warp keeps 24; all of them together fit the SM's 65,536)
+COMPUTE_REGISTERS = {2: 232, 3: 160}
 
 
 @gluon.jit
@@ -58,13 +67,14 @@ def _masked_by(s, last_key, start_n, n_k, BLOCK_N: gl.constexpr, s_layout: gl.co
 @gluon.jit
 def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty,
                q_row, kv_row0, n_blocks):
-    """The producer warp: both query halves, then every key/value block into the rings, each slot as
-    soon as both compute warp groups have released it (its empty barrier counts two arrivals).
+    """The producer warp: each compute group's query rows, then every key/value block into the rings,
+    each slot as soon as every compute group has released it (its empty barrier counts GROUPS arrivals).
     (Partitions receive their arguments as values: the sizes are read from the buffers' shapes.)"""
     HALF_M: gl.constexpr = q_smem.shape[1]
+    GROUPS: gl.constexpr = q_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     STAGES: gl.constexpr = k_smem.shape[0]
-    for half in gl.static_range(2):
+    for half in gl.static_range(GROUPS):
         mbarrier.expect(q_bars.index(half), q_desc.block_type.nbytes)
         _tma_load(q_desc, [q_row + half * HALF_M, 0], q_bars.index(half), q_smem.index(half))
     for j in range(n_blocks):
@@ -168,14 +178,22 @@ def _ws_compute_1(q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_emp
 
 
 @gluon.jit
+def _ws_compute_2(q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale, off_b, off_h,
+                  row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om, stride_lb, stride_lh, causal):
+    _ws_compute(2, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale, off_b,
+                off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om, stride_lb, stride_lh, causal)
+
+
+@gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
                         stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                         n_heads, group, n_q, n_k,
                         HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                        CAUSAL: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr):
-    """O = softmax(Q Kᵀ · scale) V for 2 · HALF_M queries of one (batch, head); grid (cdiv(Nq, 2 · HALF_M),
-    B · H), 4 warps (the first compute group; the second group and the producer warp are the worker
-    partitions). q_desc: [B·H·Nq, D] in [HALF_M, D] blocks; k_desc, v_desc: [B·Hkv·Nk, D] in [BLOCK_N, D]
+                        CAUSAL: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr,
+                        GROUPS: gl.constexpr = 2):
+    """O = softmax(Q Kᵀ · scale) V for GROUPS · HALF_M queries of one (batch, head); grid (cdiv(Nq,
+    GROUPS · HALF_M), B · H), 4 warps (the first compute group; the other groups and the producer warp are
+    the worker partitions). q_desc: [B·H·Nq, D] in [HALF_M, D] blocks; k_desc, v_desc: [B·Hkv·Nk, D] in [BLOCK_N, D]
     blocks. qk_scale = softmax scale · log2(e). Rows of Q past its head's end read the next head's rows
     and are never stored; keys past Nk are masked, so the next head's rows they read weigh 0. LSE: fp32
     natural log-sum-exp per row. Causal programs run longest (last query block) first."""
@@ -186,37 +204,40 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
     off_b = off_bh // n_heads
     off_h = off_bh % n_heads
     kv_row0 = (off_b * (n_heads // group) + off_h // group) * n_k
-    row0 = start_m * 2 * HALF_M
+    row0 = start_m * GROUPS * HALF_M
     hi = n_k
     if CAUSAL:
-        hi = gl.minimum(n_k, row0 + 2 * HALF_M + n_k - n_q)
+        hi = gl.minimum(n_k, row0 + GROUPS * HALF_M + n_k - n_q)
     n_blocks = gl.cdiv(hi, BLOCK_N)
 
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [GROUPS] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [GROUPS, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
+    for i in gl.static_range(GROUPS):
         mbarrier.init(q_bars.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
         mbarrier.init(v_full.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)       # one arrival from each compute group
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=GROUPS)       # one arrival from each compute group
+        mbarrier.init(v_empty.index(i), count=GROUPS)
 
     compute_args = (q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale, off_b,
                     off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                     CAUSAL)
-    gl.warp_specialize([
-        (_ws_compute_0, compute_args),
-        (_ws_compute_1, compute_args),
-        (_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty,
-                      off_bh * n_q + row0, kv_row0, n_blocks)),
-    ], [4, 1], [COMPUTE_REGS, 24])
+    loader_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty,
+                   off_bh * n_q + row0, kv_row0, n_blocks)
+    if GROUPS == 3:
+        gl.warp_specialize([(_ws_compute_0, compute_args), (_ws_compute_1, compute_args),
+                            (_ws_compute_2, compute_args), (_ws_loader, loader_args)],
+                           [4, 4, 1], [COMPUTE_REGS, COMPUTE_REGS, 24])
+    else:
+        gl.warp_specialize([(_ws_compute_0, compute_args), (_ws_compute_1, compute_args), (_ws_loader, loader_args)],
+                           [4, 1], [COMPUTE_REGS, 24])
 
 
 def _descriptor(t2d: torch.Tensor, rows: int):
@@ -255,11 +276,12 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, sm_scale: float | N
     reason = unsupported(q, k, v, causal)
     if reason:
         raise ValueError(reason)
-    return _launch(q, k, v, causal, sm_scale, *CONFIG[q.shape[-1]])
+    return _launch(q, k, v, causal, sm_scale, *CONFIG[q.shape[-1], causal])
 
 
-def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int):
-    """(o, lse) of checked inputs with this configuration (2 · half_m query rows a program)."""
+def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int = 2):
+    """(o, lse) of checked inputs with this configuration (groups · half_m query rows a program, in
+    ``groups`` compute warp groups of half_m rows)."""
     batch, n_heads, n_q, head_dim = q.shape
     n_k = k.shape[2]
     o = torch.empty_like(q)
@@ -267,11 +289,11 @@ def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, s
     q_desc = _descriptor(q.view(-1, head_dim), half_m)
     k_desc = _descriptor(k.view(-1, head_dim), block_n)
     v_desc = _descriptor(v.view(-1, head_dim), block_n)
-    grid = (triton.cdiv(n_q, 2 * half_m), batch * n_heads)
+    grid = (triton.cdiv(n_q, groups * half_m), batch * n_heads)
     with on_device(q.device):
         _attn_fwd_ws[grid](q_desc, k_desc, v_desc, o, lse, sm_scale / math.log(2),
                            o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
                            n_heads, n_heads // k.shape[1], n_q, n_k,
                            HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-                           COMPUTE_REGS=COMPUTE_REGISTERS, num_warps=4)
+                           COMPUTE_REGS=COMPUTE_REGISTERS[groups], GROUPS=groups, num_warps=4)
     return o, lse
