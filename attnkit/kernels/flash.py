@@ -488,12 +488,13 @@ def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> 
 
 def _warp_specialized_forward(q, k, v, causal: bool, sm_scale: float):
     """(o, lse) of the warp-specialised Gluon kernel where its rule picks it and it can run these (plain,
-    CUDA, sm_90, contiguous, fp16/bf16) inputs with a Triton that has Gluon; None otherwise."""
-    if q.device.type != "cuda" or not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2]):
+    CUDA, sm_90, contiguous, fp16/bf16) inputs with a Triton that has Gluon's Hopper API; None otherwise."""
+    if (q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9
+            or not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2])):
         return None
     try:
         from . import flash_hopper
-    except ImportError:                    # a Triton without Gluon's Hopper API
+    except (ImportError, AttributeError):     # a Triton without Gluon's Hopper API, or an older one of it
         return None
     if flash_hopper.unsupported(q, k, v, causal):
         return None
