@@ -208,9 +208,10 @@ def forward_waits() -> list[str]:
         from ..kernels import flash_hopper as hopper
     except ImportError as missing:          # a Triton without Gluon's Hopper API
         return [f"{lines[0][0]}: {_wait_facts(lines[0][1])}", f"warp-specialised forward: needs Gluon ({missing})"]
-    half_m, block_n, stages, _ = hopper.CONFIG[128, False]
+    half_m, block_n, stages, groups = hopper.CONFIG[128, False]
     ptx = compile_gluon_ptx(hopper._attn_fwd_ws, dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=128, CAUSAL=False,
-                                                      STAGES=stages, COMPUTE_REGS=hopper.COMPUTE_REGISTERS[2]),
+                                                      STAGES=stages, COMPUTE_REGS=hopper.COMPUTE_REGISTERS[groups],
+                                                      GROUPS=groups),
                             dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4)
     lines.append(("warp-specialised forward", ptx))
     return [f"{name}: {_wait_facts(ptx)}" for name, ptx in lines]
