@@ -11,7 +11,7 @@ estimated compile and timing cost would pass the budget:
    pre-pass and the design's kernels; for atomic_dq also zeroing and converting the fp32 dQ buffer)
    against SDPA's cuDNN and flash backends (torch.autograd.grad through SDPA), N in {1k, 4k, 16k};
    "atomic_dq_alt": atomic_dq with its second candidate block configuration (D = 128, N = 4k);
-2. forward (suite "forward_order"): causal D = 128 at N = 1k and 2k, the "best" rung with the
+2. forward (suite "forward_order"): causal D = 128 at N = 1k and 2k, the best Triton rung (BEST_TRITON) with the
    longest-first order on and off, against SDPA cuDNN.
 Order (PLAN): backward D = 128 N = 4k causal and not, D = 64 N = 4k causal, D = 128 N = 1k causal; the
 forward at 1k and 2k; the backward shapes that need no new compile (the other N at D = 128, and at
@@ -199,7 +199,7 @@ def check_backward(design, head_dim, causal, *, config=None, configs=None, desc=
 
 
 def order_rungs():
-    """The "best" rung with the longest-first launch order on and off."""
+    """The best Triton rung (BEST_TRITON) with the longest-first launch order on and off."""
     from dataclasses import replace
 
     best = flash.VARIANTS[flash.BEST_TRITON]

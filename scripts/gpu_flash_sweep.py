@@ -20,9 +20,9 @@ Sweeps (fp16, B·N = 16k tokens, 16 heads):
   candidate of ``CANDIDATES``) and by host-built tensor descriptors (``desc``: the launcher's autotuning
   candidates). Then each design, with and without descriptors, with its winners at N = 1k, 4k and 16k
   beside SDPA's cuDNN and flash backends (suite "backward_tuned").
-- forward, D in {64, 128}: the "best" rung (launcher ``fwd_desc``) and, at D = 128, the "autotuned" rung
-  (pointer loads, launcher ``fwd``), causal at N = 1k and 2k, non-causal at 4k and 16k, every candidate
-  at every N, beside cuDNN.
+- forward, D in {64, 128}: the best Triton rung, BEST_TRITON (launcher ``fwd_desc``) and, at D = 128, the
+  "autotuned" rung (pointer loads, launcher ``fwd``), causal at N = 1k and 2k, non-causal at 4k and 16k,
+  every candidate at every N, beside cuDNN.
 With --head-dim-256: the same sweeps at D = 256 alone (backward, and the forward's "autotuned" rung, the
 launcher D = 256 uses), over ``CANDIDATES_D256`` for pointer and descriptor tiles alike: the configurations
 that ptxas compiles for sm_90a without serialising the matrix products and with at most 24 bytes spilled
