@@ -191,14 +191,15 @@ def report(name: str, head_dim: int, causal: bool, config=None) -> PtxasReport:
     return ptxas_report(compile_ptx(kernel, constexprs, config.num_warps, config.num_stages, descriptors))
 
 
-WAIT_ALL, WAIT_ALL_BUT_ONE = "wgmma.wait_group.sync.aligned 0;", "wgmma.wait_group.sync.aligned 1;"
+WAIT_ALL_BUT_ONE = "wgmma.wait_group.sync.aligned 1;"
 ALL_WARP_BARRIER = re.compile(r"bar\.sync\s+\d+\s*;")         # bar.sync n; without a thread count
 
 
 def forward_waits() -> list[str]:
     """How the Triton forward (BEST_TRITON, D = 128, its default tiles) and the warp-specialised Gluon forward
     (D = 128) wait for their warpgroup products and synchronise their warps, read from their PTX for
-    sm_90a: facts that do not depend on the Triton version's exact instruction counts."""
+    sm_90a, and, where the PTX waits for the score product alone, from its SASS: facts that do not depend
+    on the Triton version's exact instruction counts."""
     from ..kernels import flash
 
     config = flash.default_config("fwd_desc", 128)

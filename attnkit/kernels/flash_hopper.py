@@ -94,8 +94,8 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_bars, k_full, k_em
                 O, LSE, qk_scale, off_b, off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om,
                 stride_lb, stride_lh, causal):
     """One compute warp group (4 warps): rows [row0 + half · HALF_M, + HALF_M) of the query block, the
-    overlapped loop described at the top of this module. ``causal`` is a
-    runtime flag here (a partition's arguments arrive as values)."""
+    loop described at the top of this module. ``causal`` is a runtime flag here (a partition's arguments
+    arrive as values)."""
     HALF_M: gl.constexpr = q_smem.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
@@ -133,7 +133,7 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_bars, k_full, k_em
         s = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zeros_s, use_acc=False, is_async=True)
         mbarrier.wait(v_full.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
-        s = warpgroup_mma_wait(1, deps=(s, ))                    # S_j is ready; O += P V still runs
+        s = warpgroup_mma_wait(1, deps=(s, ))      # S_j is ready (ptxas waits for O += P V before the softmax)
         mbarrier.arrive(k_empty.index(slot), count=1)
         if j >= first_masked:
             s = _masked_by(s, last_key, j * BLOCK_N, n_k, BLOCK_N, s_layout)

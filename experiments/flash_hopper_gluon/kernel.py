@@ -7,7 +7,9 @@ right after S's product, even when the loop is rewritten to issue the next block
 Here the loop is FlashAttention-3's intra-warpgroup overlap (Shah et al. 2024, §3.2): for block j
 
     issue S_j = Q K_jᵀ; issue O += P_{j-1} V_{j-1}; wait for S_j only (O's product still runs);
-    softmax of S_j (the exponentials overlap O's product); wait for O; rescale O by exp(m_old - m_new)
+    softmax of S_j (meant to overlap O's product); wait for O; rescale O by exp(m_old - m_new)
+
+(that is the PTX; in the SASS ptxas waits for O's product before the exponentials: README.md)
 
 and K and V tiles arrive by TMA into rings of STAGES buffers, each slot with its own barrier: a slot is
 refilled with the block STAGES ahead as soon as the product reading it has finished (K's after S_j,

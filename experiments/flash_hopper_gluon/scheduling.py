@@ -113,8 +113,9 @@ def _key_block(q, k_smem, v_smem, k_full, k_empty, v_full, v_empty, turns, half:
                zeros_s, acc, p_prev, m_i, l_i, last_key, n_k, qk_scale, MASK: gl.constexpr, PINGPONG: gl.constexpr,
                P_SMEM: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
     """One key block after the first, the ``idx``-th through the rings: issue S = Q K_blockᵀ and O += P V
-    of the block before, wait for S alone, release K, softmax (masked if MASK) while O's product runs,
-    wait for it, release V, rescale O. Returns (acc, p for this block, m_i, l_i)."""
+    of the block before, wait for S alone, release K, softmax (masked if MASK), wait for O's product,
+    release V, rescale O (the PTX's order; in the SASS ptxas waits for O's product before the softmax:
+    README.md). Returns (acc, p for this block, m_i, l_i)."""
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     slot = idx % STAGES
@@ -201,8 +202,8 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_full, q_em
         l_i = gl.sum(p, 1)
         p_prev = _p_operand(p, p_smem.index(half), P_SMEM, p_layout)
 
-        # two loops, so that no branch sits between issuing P V and waiting for it: at a branch ptxas
-        # waits for every product in flight, and the softmax would no longer run beside O's product
+        # two loops, so that no branch sits between issuing P V and waiting for it (tried so that the
+        # softmax could run beside O's product; the SASS shows ptxas waits for it first anyway: README.md)
         for j in range(1, first_masked):
             acc, p_prev, m_i, l_i = _key_block(q, k_smem, v_smem, k_full, k_empty, v_full, v_empty, turns, half,
                                                it + j, step + j, j * BLOCK_N, zeros_s, acc, p_prev, m_i, l_i,
