@@ -47,7 +47,7 @@ DEVICE = "cuda"
 TOKENS, HEADS = 16384, 16
 CHECK_N = 1008                 # divisible by 16 (as every timed N: the same kernel specialisations), not by 64
 COMPILE_S, CASE_S = 12.0, 4.0  # estimated cost of one new kernel variant, and of timing one case
-DESIGNS = tuple(flash.BACKWARDS)
+DESIGNS = flash.TRITON_BACKWARDS      # the Gluon designs: scripts/gpu_flash_hopper_backward.py
 # the atomic design's second candidate, 64x64 (the first is LAUNCHERS["bwd_atomic"]'s default, 64x128)
 ATOMIC_ALTERNATIVE = flash.BlockConfig(64, 64, 8, 2)
 

@@ -15,7 +15,13 @@ import pytest
 import torch
 
 from attnkit.kernels import flash
-from attnkit.kernels.flash import BACKWARDS, flash_attention, flash_attention_backward, flash_attention_varlen
+from attnkit.kernels.flash import (
+    BACKWARDS,
+    TRITON_BACKWARDS,
+    flash_attention,
+    flash_attention_backward,
+    flash_attention_varlen,
+)
 from attnkit.tolerances import assert_close
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -194,9 +200,11 @@ def test_backward_entry_point_takes_the_design(monkeypatch):
 
 
 def test_designs_are_named_in_one_place():
-    assert set(BACKWARDS) == {"two_kernels", "atomic_dq"}
-    assert flash.DEFAULT_BACKWARD in BACKWARDS
+    assert set(BACKWARDS) == {"two_kernels", "atomic_dq", "warp_specialized", "warp_specialized_atomic"}
+    assert TRITON_BACKWARDS == ("two_kernels", "atomic_dq")
+    assert flash.DEFAULT_BACKWARD in TRITON_BACKWARDS
     assert BACKWARDS["atomic_dq"].products == 5 and BACKWARDS["two_kernels"].products == 7
+    assert BACKWARDS["warp_specialized_atomic"].products == 5 and BACKWARDS["warp_specialized"].products == 7
     assert "bwd_atomic" in flash.LAUNCHERS and flash.LAUNCHERS["bwd_atomic"][0] == "_bwd_dkdv"
 
 
@@ -334,7 +342,7 @@ def _interpreted_descriptors() -> bool:
 
 
 @pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")
-@pytest.mark.parametrize("design", list(BACKWARDS))
+@pytest.mark.parametrize("design", TRITON_BACKWARDS)
 @pytest.mark.parametrize("options", [dict(window=(7, -1), softcap=3.0), dict(window=(5, 4))], ids=str)
 def test_descriptor_backward_with_windows_and_softcap(monkeypatch, design, options):
     """The descriptor tiles under the band bounds and softcap's 1 - tanh² (GQA, ragged lengths)."""
@@ -349,7 +357,7 @@ def test_descriptor_backward_with_windows_and_softcap(monkeypatch, design, optio
 
 
 @pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")
-@pytest.mark.parametrize("design", list(BACKWARDS))
+@pytest.mark.parametrize("design", TRITON_BACKWARDS)
 @pytest.mark.parametrize("shape", [(1, 4, 2, 35, 27, 32, True), (2, 2, 1, 21, 45, 16, True),
                                    (1, 2, 2, 40, 19, 16, False)], ids=str)
 def test_descriptor_backward_in_the_interpreter(monkeypatch, design, shape):
@@ -479,7 +487,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     assert launched == ["autotuned", (64, 64, 2)]    # then the fallback, as without autotuning
 
 
-@pytest.mark.parametrize("design", list(BACKWARDS))
+@pytest.mark.parametrize("design", TRITON_BACKWARDS)
 def test_interleaved_shapes_reuse_their_own_plans(design):
     """Two kinds of call interleaved (A, B, A, B): each later call takes its own kind's plan, so its
     forward and gradients equal the first call's bit for bit (but the one-pass dQ on a GPU, whose
@@ -554,7 +562,7 @@ def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
 
 
 @pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")
-@pytest.mark.parametrize("design", list(BACKWARDS))
+@pytest.mark.parametrize("design", TRITON_BACKWARDS)
 def test_descriptor_backward_on_strided_and_expanded_views(monkeypatch, design):
     """Descriptors span views by their strides: q, k, v, dO as transposes of [B, N, H, D] buffers, and K/V
     heads expanded from one (stride 0), against float64."""

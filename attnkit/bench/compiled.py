@@ -142,16 +142,21 @@ def gluon_descriptor_type(rows: int, head_dim: int) -> str:
 def compile_gluon_ptx(fn, constexprs: dict, descriptor_rows: dict, num_warps: int,
                       any_size=("n_heads", "group", "n_q", "n_k")) -> str:
     """PTX of the Gluon kernel ``fn`` for sm_90a: arguments named in ``descriptor_rows`` are descriptors
-    of [rows, HEAD_DIM] fp16 blocks, O fp16 and LSE fp32 pointers, qk_scale fp32, the rest int32 (those in
-    ``any_size`` not assumed to be multiples of 16)."""
+    of [rows, HEAD_DIM] fp16 blocks, LSE, DELTA and DQ_ACC fp32 pointers, other upper-case names fp16 pointers,
+    the scales (``*_scale``) fp32, the rest int32 (those in ``any_size`` not assumed to be multiples of 16)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     signature = {name: gluon_descriptor_type(rows, constexprs["HEAD_DIM"]) for name, rows in descriptor_rows.items()}
-    signature.update(O="*fp16", LSE="*fp32", qk_scale="fp32")
     for name in fn.arg_names:
-        signature.setdefault(name, "constexpr" if name in constexprs else "i32")
+        if name in constexprs:
+            kind = "constexpr"
+        elif name.isupper():
+            kind = "*fp32" if name in ("LSE", "DELTA", "DQ_ACC") else "*fp16"
+        else:
+            kind = "fp32" if name.endswith("_scale") else "i32"
+        signature.setdefault(name, kind)
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
                if signature[name] in ("i32", "*fp16", "*fp32") and name not in any_size}
     source = GluonASTSource(fn, signature, attrs=aligned,

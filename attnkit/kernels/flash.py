@@ -668,18 +668,29 @@ def _backward_two_kernels(plan: _BackwardLaunch) -> None:
     """dK, dV by programs that own key blocks (``_bwd_dkdv``), then dQ by programs that own query
     blocks (``_bwd_dq``): no two programs write the same element, at the price of recomputing the
     scores and dP in both kernels (seven matrix products per pair of blocks)."""
+    tiles = plan.tiles(plan.q4, plan.k4, plan.v4, plan.do4)   # one set of descriptors serves both launches
+    _launch_dkdv(plan, tiles)
+    _launch_dq(plan, tiles)
+
+
+def _launch_dkdv(plan: _BackwardLaunch, tiles: tuple) -> None:
+    """The Triton dK/dV kernel of the two-kernel design; ``tiles``: q, k, v, do as ``plan.tiles`` gives them."""
     batch, n_heads, n_heads_kv, n_q, n_k = plan.sizes
-    dq4 = _heads_view(plan.dq, plan.packed)
-    inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
-    tiles = plan.tiles(*inputs)          # one set of descriptors serves both launches (each sets its blocks)
-    rows = _row_strides(plan.lse, plan.packed)
     no_dq_acc = plan.dk4                               # DQ_ACC: not touched without ATOMIC_DQ
     plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *tiles, plan.lse, plan.delta,
                 *plan.tiles(plan.dk4, plan.dv4), no_dq_acc,
-                *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4), 0, 0, 0, 0, *rows,
+                *plan.scalars, *plan.strides(plan.q4, plan.k4, plan.v4, plan.do4, plan.dk4, plan.dv4), 0, 0, 0, 0,
+                *_row_strides(plan.lse, plan.packed),
                 n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=False)
+
+
+def _launch_dq(plan: _BackwardLaunch, tiles: tuple) -> None:
+    """The Triton dQ kernel of the two-kernel design; ``tiles`` as for ``_launch_dkdv``."""
+    batch, n_heads, n_heads_kv, n_q, n_k = plan.sizes
+    dq4 = _heads_view(plan.dq, plan.packed)
     plan.launch("bwd_dq", n_q, batch * n_heads, *tiles, plan.lse, plan.delta, *plan.tiles(dq4),
-                *plan.scalars, *plan.strides(*inputs, dq4), *rows, n_heads, n_heads // n_heads_kv, n_q, n_k)
+                *plan.scalars, *plan.strides(plan.q4, plan.k4, plan.v4, plan.do4, dq4),
+                *_row_strides(plan.lse, plan.packed), n_heads, n_heads // n_heads_kv, n_q, n_k)
 
 
 def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
@@ -698,6 +709,48 @@ def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
     plan.dq.copy_(dq_acc)
 
 
+def _warp_specialized_dkdv(plan: _BackwardLaunch, dq_acc: torch.Tensor | None = None) -> bool:
+    """dK, dV by the warp-specialised Gluon kernel (``flash_hopper_backward``) where it can run this plan:
+    an sm_90 GPU, a Triton with Gluon's Hopper API, plain inputs in its scope, no window or softcap; with
+    ``dq_acc`` (zeroed fp32 of q's shape) dQ added into it in the same pass. False (nothing launched)
+    elsewhere."""
+    c = plan.constexprs
+    left, right = plan.scalars[5:7]
+    windowed = left != UNBOUNDED or (right != UNBOUNDED and not c["CAUSAL"])
+    if (plan.packed or windowed or c["SOFTCAP"] or plan.device.type != "cuda"
+            or torch.cuda.get_device_capability(plan.device)[0] != 9):
+        return False
+    try:
+        from . import flash_hopper_backward
+    except (ImportError, AttributeError):     # a Triton without Gluon's Hopper API, or an older one of it
+        return False
+    q, k, v, do = plan.q4, plan.k4, plan.v4, plan.do4
+    if flash_hopper_backward.unsupported(q, k, v, c["CAUSAL"]) or not do.is_contiguous():
+        return False
+    flash_hopper_backward.dkdv(q, k, v, do, plan.lse, plan.delta, c["CAUSAL"], plan.scalars[2],
+                               dk=plan.dk4, dv=plan.dv4, dq_acc=dq_acc)
+    return True
+
+
+def _backward_warp_specialized(plan: _BackwardLaunch) -> None:
+    """The two-kernel design with its dK/dV kernel warp-specialised in Gluon where it can run (else the
+    Triton one), then the Triton dQ kernel."""
+    tiles = plan.tiles(plan.q4, plan.k4, plan.v4, plan.do4)
+    if not _warp_specialized_dkdv(plan):
+        _launch_dkdv(plan, tiles)
+    _launch_dq(plan, tiles)
+
+
+def _backward_warp_specialized_atomic(plan: _BackwardLaunch) -> None:
+    """One warp-specialised Gluon pass (dK, dV stored, dQ added atomically into a zeroed fp32 buffer, then
+    converted) where it can run; the two-kernel design elsewhere."""
+    dq_acc = torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)
+    if _warp_specialized_dkdv(plan, dq_acc):
+        plan.dq.copy_(dq_acc)
+    else:
+        _backward_two_kernels(plan)
+
+
 @dataclass(frozen=True)
 class BackwardDesign:
     """One way to compute the backward: matrix products per (query block, key block) pair, and how."""
@@ -706,6 +759,7 @@ class BackwardDesign:
     summary: str
     run: object          # run(plan: _BackwardLaunch) -> None, after the shared DELTA pre-pass
     descriptors: bool    # tiles through host-built tensor descriptors (TMA) where the inputs allow
+    gluon: bool = False  # a Gluon kernel on sm_90 (flash_hopper_backward); "two_kernels" wherever it cannot run
 
 
 # The backward designs, selected by ``backward=`` (or the environment variable ATTNKIT_FLASH_BACKWARD).
@@ -714,8 +768,16 @@ BACKWARDS = {
                                      "no atomics, S and dP computed twice", _backward_two_kernels, True),
     "atomic_dq": BackwardDesign(5, "one kernel over key blocks: dK, dV stored, dQ accumulated with fp32 "
                                    "atomic adds, then converted (FlashAttention-2/3)", _backward_atomic_dq, False),
+    "warp_specialized": BackwardDesign(7, "two kernels, the dK/dV one warp-specialised in Gluon on sm_90 "
+                                          "(FlashAttention-3's layout), the Triton one elsewhere",
+                                       _backward_warp_specialized, True, gluon=True),
+    "warp_specialized_atomic": BackwardDesign(5, "one warp-specialised Gluon kernel on sm_90, dQ added "
+                                                 "atomically from its registers; two_kernels elsewhere",
+                                              _backward_warp_specialized_atomic, True, gluon=True),
 }
-# The default until the H100 measures a winner (scripts/gpu_flash_backward.py).
+# Designs whose kernels run on every machine (the interpreter, any GPU); the Gluon ones fall back to two_kernels.
+TRITON_BACKWARDS = tuple(name for name, design in BACKWARDS.items() if not design.gluon)
+# The default until the H100 measures a winner (scripts/gpu_flash_backward.py, scripts/gpu_flash_hopper_backward.py).
 DEFAULT_BACKWARD = "two_kernels"
 # Each design's ``descriptors``: whether its tiles move through host-built tensor descriptors (TMA) where
 # they can (sm_90+, unpacked inputs, a power-of-two head dim shared by q and v, TMA-compatible strides);
@@ -899,6 +961,6 @@ __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward
            "check_inputs", "check_window", "check_softcap", "check_cu_seqlens",
            "LADDER", "VARIANTS", "BEST", "BEST_TRITON", "Rung", "host_descriptor_choice", "warp_specialized_choice",
            "descriptors_supported",
-           "BACKWARDS", "DEFAULT_BACKWARD", "default_config", "BackwardDesign",
+           "BACKWARDS", "TRITON_BACKWARDS", "DEFAULT_BACKWARD", "default_config", "BackwardDesign",
            "check_backward", "right_bounded",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

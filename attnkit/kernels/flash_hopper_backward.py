@@ -1,0 +1,255 @@
+"""dK and dV of FlashAttention's backward for the H100, warp-specialised in Gluon as FlashAttention-3 lays
+out its backward (Shah et al. 2024, §3 and its backward kernel), here beside the course's Triton dQ kernel.
+
+One program owns GROUPS · PART_N keys of one (batch, KV head) and walks the query blocks that see them:
+
+    producer warp        its K and V parts once, then Q_i and dO_i of every query block (of every query head
+                         of the group) by TMA into rings of STAGES slots, each slot refilled as soon as
+                         every compute group has released it
+    compute groups       (4 warps each, PART_N keys each) per query block i:
+                           Sᵀ  = K Q_iᵀ            [PART_N, BLOCK_M]   issued
+                           dPᵀ = V dO_iᵀ           [PART_N, BLOCK_M]   issued beside it
+                           Pᵀ  = exp2(Sᵀ · scale · log2 e − lse_i · log2 e), masked on the diagonal
+                           dV += Pᵀ dO_i           (Pᵀ from registers)  issued
+                           dSᵀ = Pᵀ ∘ (dPᵀ − δ_i)
+                           dK += dSᵀ Q_i           (dSᵀ from registers) issued, both waited for, slot released
+
+Four matrix products per pair of blocks, as the Triton dK/dV kernel (``flash_kernels._bwd_dkdv``) does; the
+difference is who waits for what: the loads never stall the products, and one group's exponentials run
+beside the other group's products. dK is scaled by sm_scale at the end.
+
+Scope (``unsupported`` checks it): an sm_90 GPU with Triton's Gluon, fp16/bf16, head dim 64 or 128 for q, k
+and v, contiguous [B, H, N, D] tensors, grouped-query heads, causal aligned to the end with Nq <= Nk; no
+window, softcap or packed sequences. Gluon has no interpreter: on a CPU the kernel is only compiled for
+sm_90a (tests/test_flash_hopper.py reads its PTX).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from ..device import on_device
+from .flash_hopper import _descriptor, _tma_load
+from .flash_hopper import unsupported as _forward_unsupported
+
+LOG2E = gl.constexpr(1.4426950408889634)
+# (BLOCK_M, PART_N, STAGES, compute groups) by head dim: query rows per step, keys per compute group, slots
+# in the Q/dO rings
+CONFIG = {64: (64, 64, 2, 2), 128: (64, 64, 2, 2)}
+COMPUTE_REGISTERS = {2: 240}
+
+
+@gluon.jit
+def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, kv_bar, q_full, q_empty,
+                do_full, do_empty, kv_row, head0, n_q, first_tile, n_tiles, n_steps):
+    """The producer warp: the program's K and V parts, then Q and dO of step s = (head s // n_tiles, query
+    block first_tile + s % n_tiles) into slot s % STAGES. head0: the first query head's index in B · Hq."""
+    GROUPS: gl.constexpr = k_smem.shape[0]
+    PART_N: gl.constexpr = k_smem.shape[1]
+    STAGES: gl.constexpr = q_smem.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    mbarrier.expect(kv_bar, GROUPS * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+    for part in gl.static_range(GROUPS):
+        _tma_load(k_desc, [kv_row + part * PART_N, 0], kv_bar, k_smem.index(part))
+        _tma_load(v_desc, [kv_row + part * PART_N, 0], kv_bar, v_smem.index(part))
+    for step in range(n_steps):
+        slot = step % STAGES
+        free_phase = ((step // STAGES) & 1) ^ 1        # a fresh barrier counts as already released
+        row = (head0 + step // n_tiles) * n_q + (first_tile + step % n_tiles) * BLOCK_M
+        mbarrier.wait(q_empty.index(slot), free_phase)
+        mbarrier.expect(q_full.index(slot), q_desc.block_type.nbytes)
+        _tma_load(q_desc, [row, 0], q_full.index(slot), q_smem.index(slot))
+        mbarrier.wait(do_empty.index(slot), free_phase)
+        mbarrier.expect(do_full.index(slot), do_desc.block_type.nbytes)
+        _tma_load(do_desc, [row, 0], do_full.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full,
+                 do_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k,
+                 first_tile, n_tiles, n_steps, causal):
+    """One compute warp group: keys [start_n + part · PART_N, + PART_N), the loop at the top of this module.
+    ``causal`` is a runtime flag here (a partition's arguments arrive as values). LSE, DELTA: fp32 rows of
+    [B · Hq, Nq]; DK, DV: [B · Hkv · Nk, D] rows, kv_row the program's first. With ds_smem (one [PART_N,
+    BLOCK_M] slot per group; [PART_N, 16] slots otherwise) a fifth product per step, this group's share of
+    the query block's dQ, sm_scale · dS K, added into DQ_ACC (fp32 [B · Hq · Nq, D] rows) atomically."""
+    PART_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    STAGES: gl.constexpr = q_smem.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(0, s_layout)          # a query block's rows, along Sᵀ's columns
+    ATOMIC_DQ: gl.constexpr = ds_smem.shape[2] == BLOCK_M
+    dq_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
+    dq_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    shift = n_k - n_q
+    key0 = start_n + part * PART_N
+    keys = key0 + gl.arange(0, PART_N, layout=gl.SliceLayout(1, s_layout))
+    zeros_s = gl.zeros([PART_N, BLOCK_M], gl.float32, s_layout)
+    dk = gl.zeros([PART_N, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([PART_N, HEAD_DIM], gl.float32, acc_layout)
+    k = k_smem.index(part)
+    v = v_smem.index(part)
+    mbarrier.wait(kv_bar, 0)
+
+    for step in range(n_steps):
+        slot = step % STAGES
+        phase = (step // STAGES) & 1
+        row0 = (first_tile + step % n_tiles) * BLOCK_M
+        rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
+        stats = (head0 + step // n_tiles).to(gl.int64) * n_q + rows
+        lse2 = gl.load(LSE + stats, mask=rows < n_q, other=float("inf")) * LOG2E   # +inf: padding rows weigh 0
+        delta = gl.load(DELTA + stats, mask=rows < n_q, other=0.0)
+        q = q_smem.index(slot)
+        do = do_smem.index(slot)
+        mbarrier.wait(q_full.index(slot), phase)
+        s_t = warpgroup_mma(k, q.permute((1, 0)), zeros_s, use_acc=False, is_async=True)
+        mbarrier.wait(do_full.index(slot), phase)
+        dp_t = warpgroup_mma(v, do.permute((1, 0)), zeros_s, use_acc=False, is_async=True)
+        s_t, dp_t = warpgroup_mma_wait(0, deps=(s_t, dp_t))
+        p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
+        if (causal & (row0 + shift < key0 + PART_N - 1)) | (key0 + PART_N > n_k):   # on the diagonal, or past Nk
+            seen = (gl.expand_dims(keys, 1) <= gl.expand_dims(rows, 0) + shift) | (not causal)
+            p_t = gl.where(seen & gl.expand_dims(keys < n_k, 1), p_t, 0.0)     # keys past Nk: the next head's
+        ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(q.dtype)
+        ds16 = gl.convert_layout(ds_t, op_layout)
+        p16 = gl.convert_layout(p_t.to(q.dtype), op_layout)
+        dv = warpgroup_mma(p16, do, dv, is_async=True)
+        dk = warpgroup_mma(ds16, q, dk, is_async=True)
+        if ATOMIC_DQ:
+            ds_slot = ds_smem.index(part)
+            ds_slot.store(ds_t)
+            fence_async_shared()
+            dq = warpgroup_mma(ds_slot.permute((1, 0)), k, gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout),
+                               use_acc=False, is_async=True)                    # [BLOCK_M, D]
+            dk, dv, dq, p16, ds16 = warpgroup_mma_wait(0, deps=(dk, dv, dq, p16, ds16))
+        else:
+            dk, dv, p16, ds16 = warpgroup_mma_wait(0, deps=(dk, dv, p16, ds16))
+        mbarrier.arrive(q_empty.index(slot), count=1)
+        mbarrier.arrive(do_empty.index(slot), count=1)
+        if ATOMIC_DQ:
+            out_rows = row0 + dq_rows
+            dq_at = (gl.expand_dims(((head0 + step // n_tiles).to(gl.int64) * n_q + out_rows) * HEAD_DIM, 1)
+                     + gl.expand_dims(dq_cols, 0))
+            gl.atomic_add(DQ_ACC + dq_at, dq * sm_scale, mask=gl.expand_dims(out_rows < n_q, 1), sem="relaxed")
+
+    out_keys = key0 + gl.arange(0, PART_N, layout=gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    offsets = (gl.expand_dims((kv_row + part * PART_N + gl.arange(0, PART_N, layout=gl.SliceLayout(1, acc_layout)))
+                              .to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0))
+    inside = gl.expand_dims(out_keys < n_k, 1)
+    gl.store(DK + offsets, (dk * sm_scale).to(DK.dtype.element_ty), mask=inside)
+    gl.store(DV + offsets, dv.to(DV.dtype.element_ty), mask=inside)
+
+
+@gluon.jit
+def _bwd_compute_0(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
+                   DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
+                   n_steps, causal):
+    _bwd_compute(0, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
+                 DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
+                 n_steps, causal)
+
+
+@gluon.jit
+def _bwd_compute_1(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
+                   DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
+                   n_steps, causal):
+    _bwd_compute(1, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
+                 DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
+                 n_steps, causal)
+
+
+@gluon.jit
+def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale,
+                      n_heads, group, n_q, n_k,
+                      BLOCK_M: gl.constexpr, PART_N: gl.constexpr, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+                      STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr, ATOMIC_DQ: gl.constexpr,
+                      GROUPS: gl.constexpr = 2):
+    """dK, dV of GROUPS · PART_N keys of one (batch, KV head), summed over its ``group`` query heads; grid
+    (cdiv(Nk, GROUPS · PART_N), B · Hkv), 4 warps. q_desc, do_desc: [B·Hq·Nq, D] in [BLOCK_M, D] blocks;
+    k_desc, v_desc: [B·Hkv·Nk, D] in [PART_N, D] blocks. Rows of Q and dO past a head's end belong to the
+    next head (or are zeros past the tensor): their lse is read as +inf, so they weigh 0; keys past Nk are
+    computed and never stored. qk_scale = sm_scale · log2(e). With ATOMIC_DQ the whole backward in one
+    pass (five products per step): dQ added into DQ_ACC (fp32 [B·Hq·Nq, D], zeroed by the caller), else
+    DQ_ACC is not touched."""
+    start_n = gl.program_id(0) * GROUPS * PART_N
+    off_bhk = gl.program_id(1)
+    n_heads_kv = n_heads // group
+    head0 = (off_bhk // n_heads_kv) * n_heads + (off_bhk % n_heads_kv) * group
+    first_tile = 0
+    if CAUSAL:                                  # query row r sees key c when c <= r + Nk - Nq
+        first_tile = gl.maximum(start_n - (n_k - n_q), 0) // BLOCK_M
+    n_tiles = gl.cdiv(n_q, BLOCK_M) - first_tile
+    n_steps = group * n_tiles
+    kv_row = off_bhk * n_k + start_n
+
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [GROUPS] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [GROUPS] + v_desc.block_type.shape, v_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    DS_COLS: gl.constexpr = BLOCK_M if ATOMIC_DQ else 16        # without ATOMIC_DQ a stub (2 KB) says so
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PART_N, DS_COLS], q_desc.dtype)
+    ds_smem = gl.allocate_shared_memory(q_desc.dtype, [GROUPS, PART_N, DS_COLS], ds_layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    do_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(q_full.index(i), count=1)
+        mbarrier.init(do_full.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=GROUPS)       # one arrival from each compute group
+        mbarrier.init(do_empty.index(i), count=GROUPS)
+
+    compute_args = (k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
+                    DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
+                    n_steps, CAUSAL)
+    loader_args = (k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, kv_bar, q_full, q_empty,
+                   do_full, do_empty, kv_row, head0, n_q, first_tile, n_tiles, n_steps)
+    gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args), (_bwd_loader, loader_args)],
+                       [4, 1], [COMPUTE_REGS, 24])
+
+
+def unsupported(q, k, v, causal: bool) -> str | None:
+    """Why this kernel cannot run these (already valid) inputs, naming the argument and the rule, or None
+    (the forward's scope: the same dtypes, head dims, layouts and devices)."""
+    reason = _forward_unsupported(q, k, v, causal)
+    return reason and reason.replace("warp-specialised forward", "warp-specialised backward")
+
+
+def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=None, config=None, dq_acc=None):
+    """(dk, dv) of checked inputs (``unsupported`` gave None; ``do`` contiguous as q): lse and delta fp32
+    [B, Hq, Nq] contiguous (delta = Σ_d dO · O per row), written into dk, dv (k's and v's shapes) if given.
+    ``config``: (BLOCK_M, PART_N, STAGES, groups), else ``CONFIG`` by head dim. With ``dq_acc`` (fp32, q's
+    shape, contiguous, zeroed) dQ is added into it in the same pass."""
+    batch, n_heads, n_q, head_dim = q.shape
+    n_heads_kv, n_k = k.shape[1], k.shape[2]
+    block_m, part_n, stages, groups = config or CONFIG[head_dim]
+    dk = torch.empty_like(k) if dk is None else dk
+    dv = torch.empty_like(v) if dv is None else dv
+    grid = (triton.cdiv(n_k, groups * part_n), batch * n_heads_kv)
+    with on_device(q.device):
+        _attn_bwd_dkdv_ws[grid](
+            _descriptor(q.view(-1, head_dim), block_m), _descriptor(k.view(-1, head_dim), part_n),
+            _descriptor(v.view(-1, head_dim), part_n), _descriptor(do.view(-1, head_dim), block_m),
+            dk, dv, dk if dq_acc is None else dq_acc, lse, delta, sm_scale, sm_scale / math.log(2), n_heads,
+            n_heads // n_heads_kv, n_q, n_k,
+            BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
+            COMPUTE_REGS=COMPUTE_REGISTERS[groups], ATOMIC_DQ=dq_acc is not None, GROUPS=groups, num_warps=4)
+    return dk, dv

@@ -1,0 +1,166 @@
+"""The warp-specialised Gluon backward (attnkit.kernels.flash_hopper_backward) and its two designs in
+flash.BACKWARDS: the scope refused by name; on a machine without an sm_90 GPU the designs are the
+two-kernel design, bit for bit; compiled for the H100 on a CPU (warp-specialised, TMA, atomics only in the
+one-pass variant); on an sm_90 GPU, dq, dk, dv against float64 on fresh random inputs, with the Gluon
+kernel counted, and its fallbacks (window, softcap, strided views, fp32) taken."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+
+from attnkit.kernels import flash, flash_hopper_backward  # noqa: E402
+from attnkit.tolerances import assert_close  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GLUON_DESIGNS = [name for name, design in flash.BACKWARDS.items() if design.gluon]
+
+
+def _inputs(b, hq, hkv, n_q, n_k, d, dtype=torch.float16, device="cpu", seed=0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shapes = ((hq, n_q), (hkv, n_k), (hkv, n_k), (hq, n_q))
+    return tuple(torch.randn(b, h, n, d, dtype=dtype, device=device, generator=gen) for h, n in shapes)
+
+
+def _reference(q, k, v, do, causal):
+    """(dq, dk, dv) by float64 autograd on the CPU, grouped-query heads repeated."""
+    group = q.shape[1] // k.shape[1]
+    leaves = [t.detach().cpu().double().requires_grad_() for t in (q, k, v)]
+    kk, vv = (t.repeat_interleave(group, 1) for t in leaves[1:])
+    s = leaves[0] @ kk.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q), -math.inf)
+    return torch.autograd.grad(torch.softmax(s, -1) @ vv, leaves, do.detach().cpu().double())
+
+
+def test_gluon_designs_are_named():
+    assert GLUON_DESIGNS == ["warp_specialized", "warp_specialized_atomic"]
+
+
+@pytest.mark.parametrize("change, causal, words", [
+    (dict(dtype=torch.float32), False, "q: dtype torch.float32 is not supported by the warp-specialised backward"),
+    (dict(d=96), False, "head dim 96 is not supported by the warp-specialised backward"),
+    (dict(n_q=80, n_k=40), True, "Nq <= Nk"),
+    ({}, False, "the warp-specialised backward runs on an sm_90 GPU"),
+])
+def test_inputs_outside_the_scope_are_named(change, causal, words):
+    args = dict(b=1, hq=2, hkv=2, n_q=64, n_k=64, d=64) | change
+    q, k, v, _ = _inputs(**args)
+    assert words in flash_hopper_backward.unsupported(q, k, v, causal)
+
+
+@pytest.mark.parametrize("design", GLUON_DESIGNS)
+def test_without_an_h100_the_designs_are_the_two_kernel_design(design):
+    """Where the Gluon kernel cannot run (here: no sm_90 GPU), a Gluon design is the Triton two-kernel
+    design: the same gradients, bit for bit."""
+    if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9:
+        pytest.skip("on an sm_90 GPU the Gluon kernel runs")
+    q, k, v, do = _inputs(1, 4, 2, 21, 27, 16, torch.float32)
+    o, lse = flash.flash_attention_forward(q, k, v, causal=True)
+    got = flash._backward(do, q, k, v, o, lse, True, 0.25, design=design)
+    want = flash._backward(do, q, k, v, o, lse, True, 0.25, design="two_kernels")
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+# -------------------------------------------------------------------------------- compiled for an H100
+PTX_FOR_SM90 = r'''
+import os, re
+os.environ["TRITON_INTERPRET"] = "0"
+from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report
+from attnkit.kernels import flash_hopper_backward as fb
+for d, causal, atomic in ((128, True, False), (64, False, True)):
+    block_m, part_n, stages, groups = fb.CONFIG[d]
+    ptx = compile_gluon_ptx(fb._attn_bwd_dkdv_ws, dict(BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=d, CAUSAL=causal,
+                            STAGES=stages, COMPUTE_REGS=fb.COMPUTE_REGISTERS[groups], ATOMIC_DQ=atomic,
+                            GROUPS=groups), dict(q_desc=block_m, k_desc=part_n, v_desc=part_n, do_desc=block_m), 4)
+    report = ptxas_report(ptx)
+    print("d", d, "atomic", atomic, "spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
+          "producer_registers", int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx) is not None),
+          "tma_copies", ptx.count("cp.async.bulk.tensor"),
+          "atomic_adds", len(re.findall(r"\b(?:atom|red)\.global", ptx)),
+          "all_warp_barriers", len(re.findall(r"bar\.sync\s+\d+\s*;", ptx)))
+'''
+
+
+@pytest.mark.slow
+def test_the_backward_is_warp_specialised_on_an_h100():
+    """Compiled for sm_90a: the producer warp cut to 24 registers, Q, dO, K and V moved by TMA, products
+    not serialised by ptxas, no barrier across all warps; fp32 atomic adds only in the one-pass variant; no
+    spills at D = 64 (at D = 128 dK, dV and the scores fill the 240 registers a compute thread has: a few
+    hundred bytes spill, measured in docs/flash_notes.md)."""
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", PTX_FOR_SM90], capture_output=True, text=True, timeout=600,
+                            env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [dict(zip(words[::2], words[1::2])) for words in (line.split() for line in result.stdout.splitlines())]
+    assert len(lines) == 2, result.stdout
+    for found in lines:
+        assert found["serialised"] == "False" and found["producer_registers"] == "1", found
+        assert int(found["tma_copies"]) >= 4 and found["all_warp_barriers"] == "0", found
+        assert (int(found["atomic_adds"]) > 0) == (found["atomic"] == "True"), found
+        assert int(found["spilled"]) <= (0 if found["d"] == "64" else 640), found
+
+
+# ---------------------------------------------------------------------------------------- on an H100
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.fixture
+def gluon_calls(monkeypatch):
+    """The Gluon kernel's calls, counted."""
+    calls = []
+    real = flash_hopper_backward.dkdv
+    monkeypatch.setattr(flash_hopper_backward, "dkdv", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(flash, "_new_buffer",      # every buffer the kernels write starts as NaN
+                        lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device))
+    return calls
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("design", GLUON_DESIGNS)
+@pytest.mark.parametrize("b, hq, hkv, n_q, n_k, d, causal, dtype", [
+    (1, 2, 2, 1000, 1000, 128, False, torch.float16), (1, 2, 2, 1000, 1000, 128, True, torch.bfloat16),
+    (2, 4, 2, 333, 333, 64, True, torch.float16), (1, 4, 1, 300, 1000, 128, True, torch.float16),
+    (1, 2, 2, 129, 517, 64, False, torch.bfloat16), (1, 3, 3, 1, 333, 128, True, torch.float16)])
+def test_matches_float64(gluon_calls, design, b, hq, hkv, n_q, n_k, d, causal, dtype):
+    q, k, v, do = _inputs(b, hq, hkv, n_q, n_k, d, dtype, "cuda", seed=n_q + 7 * n_k)
+    o, lse = flash.flash_attention_forward(q, k, v, causal=causal)
+    got = flash._backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(d), design=design)
+    assert len(gluon_calls) == 1
+    for name, g, want in zip(("dq", "dk", "dv"), got, _reference(q, k, v, do, causal)):
+        assert_close(g, want, dtype, "cuda", f"{name} ({design})")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("design", GLUON_DESIGNS)
+@pytest.mark.parametrize("case", ["window", "softcap", "strided q", "float32"])
+def test_outside_its_scope_the_triton_kernels_run(gluon_calls, design, case):
+    """A window, softcap, a strided view or fp32 inputs: the two-kernel design runs instead, correctly."""
+    dtype = torch.float32 if case == "float32" else torch.float16
+    q, k, v, do = _inputs(1, 2, 2, 200, 200, 64, dtype, "cuda", seed=3)
+    if case == "strided q":
+        q = torch.cat([q, q], 2)[:, :, ::2]
+    options = dict(window=(16, -1)) if case == "window" else dict(softcap=5.0) if case == "softcap" else {}
+    o, lse = flash.flash_attention_forward(q, k, v, causal=True, **options)
+    got = flash._backward(do, q, k, v, o, lse, True, 0.125, design=design, **options)
+    want = flash._backward(do, q, k, v, o, lse, True, 0.125, design="two_kernels", **options)
+    assert gluon_calls == []
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def test_scope_words_match_the_forwards():
+    """The backward's reasons are the forward's, naming the backward (one rule, written once)."""
+    q, k, v, _ = _inputs(1, 2, 2, 64, 64, 96)
+    reason = flash_hopper_backward.unsupported(q, k, v, False)
+    assert re.search(r"q: head dim 96 is not supported by the warp-specialised backward", reason)
