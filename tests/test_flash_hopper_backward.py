@@ -114,9 +114,19 @@ def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
+def test_the_rule_keeps_to_the_measured_wins():
+    """The warp_specialized design runs the Gluon kernel at D = 128 from 2k (where it was faster than or
+    level with the Triton dK/dV kernel on the H100), never at D = 64 or shorter lengths."""
+    choice = flash.warp_specialized_backward_choice
+    assert choice(128, 2048, 2048) and choice(128, 16384, 20000)
+    assert not choice(128, 2047, 4096) and not choice(128, 4096, 1024)
+    assert not any(choice(d, 16384, 16384) for d in (16, 32, 64, 96, 256))
+
+
 @pytest.fixture
 def gluon_calls(monkeypatch):
-    """The Gluon kernel's calls, counted."""
+    """The Gluon kernel's calls, counted; its rule forced on (the kernel is what is tested here)."""
+    monkeypatch.setattr(flash, "warp_specialized_backward_choice", lambda *args: True)
     calls = []
     real = flash_hopper_backward.dkdv
     monkeypatch.setattr(flash_hopper_backward, "dkdv", lambda *a, **kw: calls.append(1) or real(*a, **kw))
@@ -157,6 +167,20 @@ def test_outside_its_scope_the_triton_kernels_run(gluon_calls, design, case):
     want = flash._backward(do, q, k, v, o, lse, True, 0.125, design="two_kernels", **options)
     assert gluon_calls == []
     assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_the_design_runs_the_gluon_kernel_only_where_its_rule_says(monkeypatch):
+    calls = []
+    real = flash_hopper_backward.dkdv
+    monkeypatch.setattr(flash_hopper_backward, "dkdv", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for n, d, runs in ((2048, 128, 1), (1024, 128, 0), (4096, 64, 0)):
+        q, k, v, do = _inputs(1, 2, 2, n, n, d, torch.float16, "cuda", seed=n)
+        o, lse = flash.flash_attention_forward(q, k, v, causal=True)
+        calls.clear()
+        flash._backward(do, q, k, v, o, lse, True, 1 / math.sqrt(d), design="warp_specialized")
+        assert len(calls) == runs, (n, d)
 
 
 def test_scope_words_match_the_forwards():

@@ -59,6 +59,11 @@ def backward_ratios(rows) -> dict:
             for r in rows if r["suite"] == "backward" and r["impl"] not in ("sdpa_cudnn",)}
 
 
+def hopper_backward_ratios(rows) -> dict:
+    """{(impl, head_dim, n, causal): cuDNN's time ÷ the impl's} from bench_flash_hopper_backward.csv."""
+    return {(r["impl"], int(r["head_dim"]), int(r["n"]), r["causal"] == "True"): r["vs_cudnn"] for r in rows}
+
+
 def hopper_ratios(rows) -> dict:
     """{(head_dim, n, causal): {impl: cuDNN's time ÷ the impl's}} from bench_flash_hopper.csv."""
     out = {}

@@ -732,11 +732,22 @@ def _warp_specialized_dkdv(plan: _BackwardLaunch, dq_acc: torch.Tensor | None = 
     return True
 
 
+def warp_specialized_backward_choice(head_dim: int, n_q: int, n_k: int) -> bool:
+    """Where the warp_specialized backward design runs the Gluon dK/dV kernel (if the inputs are in its
+    scope), from the H100 measurements beside the Triton two-kernel design (bench_flash_hopper_backward.csv,
+    docs/flash_notes.md; fp16, N = Nq = Nk): at D = 128 from 2k it was 1.01-1.04x as fast causal and
+    1.06-1.12x non-causal (level at 1k); at D = 64 slower at every length (0.92-0.99x)."""
+    return head_dim == 128 and min(n_q, n_k) >= 2048
+
+
 def _backward_warp_specialized(plan: _BackwardLaunch) -> None:
-    """The two-kernel design with its dK/dV kernel warp-specialised in Gluon where it can run (else the
-    Triton one), then the Triton dQ kernel."""
+    """The two-kernel design with its dK/dV kernel warp-specialised in Gluon where
+    ``warp_specialized_backward_choice`` picks it and it can run (else the Triton one), then the Triton
+    dQ kernel."""
     tiles = plan.tiles(plan.q4, plan.k4, plan.v4, plan.do4)
-    if not _warp_specialized_dkdv(plan):
+    _, _, _, n_q, n_k = plan.sizes
+    chosen = warp_specialized_backward_choice(plan.q4.shape[-1], n_q, n_k)
+    if not (chosen and _warp_specialized_dkdv(plan)):
         _launch_dkdv(plan, tiles)
     _launch_dq(plan, tiles)
 
@@ -769,7 +780,8 @@ BACKWARDS = {
     "atomic_dq": BackwardDesign(5, "one kernel over key blocks: dK, dV stored, dQ accumulated with fp32 "
                                    "atomic adds, then converted (FlashAttention-2/3)", _backward_atomic_dq, False),
     "warp_specialized": BackwardDesign(7, "two kernels, the dK/dV one warp-specialised in Gluon on sm_90 "
-                                          "(FlashAttention-3's layout), the Triton one elsewhere",
+                                          "(FlashAttention-3's layout) where it was measured faster, the "
+                                          "Triton one elsewhere",
                                        _backward_warp_specialized, True, gluon=True),
     "warp_specialized_atomic": BackwardDesign(5, "one warp-specialised Gluon kernel on sm_90, dQ added "
                                                  "atomically from its registers; two_kernels elsewhere",
@@ -960,6 +972,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward", "flash_attention_backward",
            "check_inputs", "check_window", "check_softcap", "check_cu_seqlens",
            "LADDER", "VARIANTS", "BEST", "BEST_TRITON", "Rung", "host_descriptor_choice", "warp_specialized_choice",
+           "warp_specialized_backward_choice",
            "descriptors_supported",
            "BACKWARDS", "TRITON_BACKWARDS", "DEFAULT_BACKWARD", "default_config", "BackwardDesign",
            "check_backward", "right_bounded",
