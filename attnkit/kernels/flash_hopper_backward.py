@@ -76,13 +76,15 @@ def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem
 
 @gluon.jit
 def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full,
-                 do_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k,
-                 first_tile, n_tiles, n_steps, causal):
+                 do_empty, ds_ready, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q,
+                 n_k, first_tile, n_tiles, n_steps, causal):
     """One compute warp group: keys [start_n + part · PART_N, + PART_N), the loop at the top of this module.
     ``causal`` is a runtime flag here (a partition's arguments arrive as values). LSE, DELTA: fp32 rows of
     [B · Hq, Nq]; DK, DV: [B · Hkv · Nk, D] rows, kv_row the program's first. With ds_smem (one [PART_N,
-    BLOCK_M] slot per group; [PART_N, 16] slots otherwise) a fifth product per step, this group's share of
-    the query block's dQ, sm_scale · dS K, added into DQ_ACC (fp32 [B · Hq · Nq, D] rows) atomically."""
+    BLOCK_M] slot per group and step parity; [PART_N, 16] slots otherwise) a fifth product per step: the
+    groups put their dSᵀ in shared memory, meet at ``ds_ready``, and each computes half of the query
+    block's dQ columns over all the program's keys, sm_scale · dS K[:, half], added into DQ_ACC (fp32
+    [B · Hq · Nq, D] rows) atomically: each dQ element gets one addition per program, not one per group."""
     PART_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     STAGES: gl.constexpr = q_smem.shape[0]
@@ -94,8 +96,12 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(0, s_layout)          # a query block's rows, along Sᵀ's columns
     ATOMIC_DQ: gl.constexpr = ds_smem.shape[2] == BLOCK_M
-    dq_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
-    dq_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    GROUPS: gl.constexpr = k_smem.shape[0]
+    DQ_COLS: gl.constexpr = HEAD_DIM // GROUPS                     # dQ columns this group adds
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, DQ_COLS, 16])
+    dq_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+    dq_cols = part * DQ_COLS + gl.arange(0, DQ_COLS, layout=gl.SliceLayout(0, dq_layout))
     shift = n_k - n_q
     key0 = start_n + part * PART_N
     keys = key0 + gl.arange(0, PART_N, layout=gl.SliceLayout(1, s_layout))
@@ -131,11 +137,15 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
         dv = warpgroup_mma(p16, do, dv, is_async=True)
         dk = warpgroup_mma(ds16, q, dk, is_async=True)
         if ATOMIC_DQ:
-            ds_slot = ds_smem.index(part)
-            ds_slot.store(ds_t)
+            parity = step % 2                       # two sets of slots: a group may run one step ahead
+            ds_smem.index(parity * GROUPS + part).store(ds_t)
             fence_async_shared()
-            dq = warpgroup_mma(ds_slot.permute((1, 0)), k, gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout),
-                               use_acc=False, is_async=True)                    # [BLOCK_M, D]
+            mbarrier.arrive(ds_ready.index(parity), count=1)
+            mbarrier.wait(ds_ready.index(parity), (step // 2) & 1)             # every group's dSᵀ is in
+            dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
+            for other in gl.static_range(GROUPS):                              # dQ[:, half] = Σ_g dS_g K_g[:, half]
+                dq = warpgroup_mma(ds_smem.index(parity * GROUPS + other).permute((1, 0)),
+                                   k_smem.index(other).slice(part * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
             dk, dv, dq, p16, ds16 = warpgroup_mma_wait(0, deps=(dk, dv, dq, p16, ds16))
         else:
             dk, dv, p16, ds16 = warpgroup_mma_wait(0, deps=(dk, dv, p16, ds16))
@@ -157,20 +167,20 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
 
 
 @gluon.jit
-def _bwd_compute_0(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
-                   DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
-                   n_steps, causal):
-    _bwd_compute(0, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
-                 DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
+def _bwd_compute_0(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
+                   DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile,
+                   n_tiles, n_steps, causal):
+    _bwd_compute(0, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
+                 DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
                  n_steps, causal)
 
 
 @gluon.jit
-def _bwd_compute_1(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
-                   DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
-                   n_steps, causal):
-    _bwd_compute(1, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
-                 DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
+def _bwd_compute_1(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
+                   DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile,
+                   n_tiles, n_steps, causal):
+    _bwd_compute(1, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
+                 DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
                  n_steps, causal)
 
 
@@ -202,24 +212,27 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [GROUPS] + v_desc.block_type.shape, v_desc.layout)
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
     do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
-    DS_COLS: gl.constexpr = BLOCK_M if ATOMIC_DQ else 16        # without ATOMIC_DQ a stub (2 KB) says so
+    DS_COLS: gl.constexpr = BLOCK_M if ATOMIC_DQ else 16        # without ATOMIC_DQ a stub (4 KB) says so
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PART_N, DS_COLS], q_desc.dtype)
-    ds_smem = gl.allocate_shared_memory(q_desc.dtype, [GROUPS, PART_N, DS_COLS], ds_layout)
+    ds_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * GROUPS, PART_N, DS_COLS], ds_layout)
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     do_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(ds_ready.index(i), count=GROUPS)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_full.index(i), count=1)
         mbarrier.init(do_full.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=GROUPS)       # one arrival from each compute group
         mbarrier.init(do_empty.index(i), count=GROUPS)
 
-    compute_args = (k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, DK, DV,
-                    DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
-                    n_steps, CAUSAL)
+    compute_args = (k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
+                    DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile,
+                    n_tiles, n_steps, CAUSAL)
     loader_args = (k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, kv_bar, q_full, q_empty,
                    do_full, do_empty, kv_row, head0, n_q, first_tile, n_tiles, n_steps)
     gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args), (_bwd_loader, loader_args)],
