@@ -79,13 +79,15 @@ from attnkit.kernels import flash_hopper_backward as fb
 for d, causal, atomic in ((128, True, False), (64, False, True)):
     block_m, part_n, stages, groups = fb.CONFIG[d]
     ptx = compile_gluon_ptx(fb._attn_bwd_dkdv_ws, dict(BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=d, CAUSAL=causal,
-                            STAGES=stages, COMPUTE_REGS=fb.COMPUTE_REGISTERS[groups], ATOMIC_DQ=atomic,
-                            GROUPS=groups), dict(q_desc=block_m, k_desc=part_n, v_desc=part_n, do_desc=block_m), 4)
+                            STAGES=stages, COMPUTE_REGS=fb.COMPUTE_REGISTERS[atomic], ATOMIC_DQ=atomic,
+                            DQ_WRITER=atomic, GROUPS=groups),
+                            dict(q_desc=block_m, k_desc=part_n, v_desc=part_n, do_desc=block_m), 4)
     report = ptxas_report(ptx)
     print("d", d, "atomic", atomic, "spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
           "producer_registers", int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx) is not None),
           "tma_copies", ptx.count("cp.async.bulk.tensor"),
           "atomic_adds", len(re.findall(r"\b(?:atom|red)\.global", ptx)),
+          "vector4_adds", len(re.findall(r"\b(?:atom|red)\.global[\w.]*\.v4\.f32", ptx)),
           "all_warp_barriers", len(re.findall(r"bar\.sync\s+\d+\s*;", ptx)))
 '''
 
@@ -93,7 +95,8 @@ for d, causal, atomic in ((128, True, False), (64, False, True)):
 @pytest.mark.slow
 def test_the_backward_is_warp_specialised_on_an_h100():
     """Compiled for sm_90a: the producer warp cut to 24 registers, Q, dO, K and V moved by TMA, products
-    not serialised by ptxas, no barrier across all warps; fp32 atomic adds only in the one-pass variant; no
+    not serialised by ptxas, no barrier across all warps; fp32 atomic adds (four floats an instruction, from
+    the writer partition) only in the one-pass variant; no
     spills at D = 64 (at D = 128 dK, dV and the scores fill the 240 registers a compute thread has: a few
     hundred bytes spill, measured in docs/flash_notes.md)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
@@ -106,6 +109,7 @@ def test_the_backward_is_warp_specialised_on_an_h100():
         assert found["serialised"] == "False" and found["producer_registers"] == "1", found
         assert int(found["tma_copies"]) >= 4 and found["all_warp_barriers"] == "0", found
         assert (int(found["atomic_adds"]) > 0) == (found["atomic"] == "True"), found
+        assert int(found["vector4_adds"]) == int(found["atomic_adds"]), found
         assert int(found["spilled"]) <= (0 if found["d"] == "64" else 640), found
 
 

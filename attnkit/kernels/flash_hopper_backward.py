@@ -1,5 +1,6 @@
-"""dK and dV of FlashAttention's backward for the H100, warp-specialised in Gluon as FlashAttention-3 lays
-out its backward (Shah et al. 2024, §3 and its backward kernel), here beside the course's Triton dQ kernel.
+"""FlashAttention's backward for the H100, warp-specialised in Gluon as FlashAttention-3 lays out its
+backward (Shah et al. 2024, §3 and its backward kernel): dK and dV beside the course's Triton dQ kernel, or
+the whole backward in one pass with dQ added atomically.
 
 One program owns GROUPS · PART_N keys of one (batch, KV head) and walks the query blocks that see them:
 
@@ -18,10 +19,22 @@ Four matrix products per pair of blocks, as the Triton dK/dV kernel (``flash_ker
 difference is who waits for what: the loads never stall the products, and one group's exponentials run
 beside the other group's products. dK is scaled by sm_scale at the end.
 
+With ATOMIC_DQ the kernel is the whole backward in one pass (FlashAttention-2/3: five products), dQ added
+into a zeroed fp32 buffer:
+
+    compute groups       also store dSᵀ in shared memory, meet at a barrier, and each computes half of the
+                         query block's dQ columns over all 128 keys: dQ_i[:, half] += dS_i K[:, half]
+    writer partition     (4 warps, DQ_WRITER) takes each group's half from shared memory and adds it into
+                         the buffer with fp32 atomic adds, while the compute groups go on multiplying
+
+So every dQ element gets one addition per program (not one per group), and the additions leave the
+compute warps' instruction stream: measured on the H100, each of the two halved the one pass's time
+(docs/flash_notes.md, lesson 6).
+
 Scope (``unsupported`` checks it): an sm_90 GPU with Triton's Gluon, fp16/bf16, head dim 64 or 128 for q, k
 and v, contiguous [B, H, N, D] tensors, grouped-query heads, causal aligned to the end with Nq <= Nk; no
 window, softcap or packed sequences. Gluon has no interpreter: on a CPU the kernel is only compiled for
-sm_90a (tests/test_flash_hopper.py reads its PTX).
+sm_90a (tests/test_flash_hopper_backward.py reads its PTX).
 """
 from __future__ import annotations
 
@@ -46,7 +59,11 @@ LOG2E = gl.constexpr(1.4426950408889634)
 # (BLOCK_M, PART_N, STAGES, compute groups) by head dim: query rows per step, keys per compute group, slots
 # in the Q/dO rings
 CONFIG = {64: (64, 64, 2, 2), 128: (64, 64, 2, 2)}
-COMPUTE_REGISTERS = {2: 240}
+# whether the one pass adds dQ by a writer partition (else by the compute groups themselves)
+DQ_WRITER = True
+# registers a compute thread may take: by whether a dQ writer partition (4 warps, 24 registers) runs beside
+# the two compute groups and the producer (all of them together fit the SM's 65,536)
+COMPUTE_REGISTERS = {False: 240, True: 232}
 
 
 @gluon.jit
@@ -76,15 +93,17 @@ def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem
 
 @gluon.jit
 def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full,
-                 do_empty, ds_ready, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q,
-                 n_k, first_tile, n_tiles, n_steps, causal):
+                 do_empty, ds_ready, dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row,
+                 start_n, head0, n_q, n_k, first_tile, n_tiles, n_steps, causal):
     """One compute warp group: keys [start_n + part · PART_N, + PART_N), the loop at the top of this module.
     ``causal`` is a runtime flag here (a partition's arguments arrive as values). LSE, DELTA: fp32 rows of
     [B · Hq, Nq]; DK, DV: [B · Hkv · Nk, D] rows, kv_row the program's first. With ds_smem (one [PART_N,
     BLOCK_M] slot per group and step parity; [PART_N, 16] slots otherwise) a fifth product per step: the
     groups put their dSᵀ in shared memory, meet at ``ds_ready``, and each computes half of the query
     block's dQ columns over all the program's keys, sm_scale · dS K[:, half], added into DQ_ACC (fp32
-    [B · Hq · Nq, D] rows) atomically: each dQ element gets one addition per program, not one per group."""
+    [B · Hq · Nq, D] rows) atomically: each dQ element gets one addition per program, not one per group.
+    With dq_smem (2 · GROUPS slots [BLOCK_M, D / GROUPS]; [16, 16] otherwise) the group leaves its share
+    there for the writer partition (``_bwd_dq_writer``) instead of adding it itself."""
     PART_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     STAGES: gl.constexpr = q_smem.shape[0]
@@ -97,6 +116,7 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
     row_layout: gl.constexpr = gl.SliceLayout(0, s_layout)          # a query block's rows, along Sᵀ's columns
     ATOMIC_DQ: gl.constexpr = ds_smem.shape[2] == BLOCK_M
     GROUPS: gl.constexpr = k_smem.shape[0]
+    WRITER: gl.constexpr = dq_smem.shape[0] == 2 * GROUPS
     DQ_COLS: gl.constexpr = HEAD_DIM // GROUPS                     # dQ columns this group adds
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_COLS, 16])
@@ -151,7 +171,11 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
             dk, dv, p16, ds16 = warpgroup_mma_wait(0, deps=(dk, dv, p16, ds16))
         mbarrier.arrive(q_empty.index(slot), count=1)
         mbarrier.arrive(do_empty.index(slot), count=1)
-        if ATOMIC_DQ:
+        if ATOMIC_DQ and WRITER:
+            mbarrier.wait(dq_empty.index(parity), ((step // 2) & 1) ^ 1)     # the writer took the last share
+            dq_smem.index(parity * GROUPS + part).store(dq * sm_scale)
+            mbarrier.arrive(dq_full.index(parity), count=1)
+        elif ATOMIC_DQ:
             out_rows = row0 + dq_rows
             dq_at = (gl.expand_dims(((head0 + step // n_tiles).to(gl.int64) * n_q + out_rows) * HEAD_DIM, 1)
                      + gl.expand_dims(dq_cols, 0))
@@ -167,21 +191,48 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
 
 
 @gluon.jit
+def _bwd_dq_writer(dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, first_tile, n_tiles, n_steps):
+    """The writer partition (4 warps): each step's dQ shares, left in dq_smem by the compute groups, added
+    into DQ_ACC with fp32 atomic adds, 16 rows at a time, so that the compute groups go on multiplying."""
+    SLOTS: gl.constexpr = dq_smem.shape[0]
+    BLOCK_M: gl.constexpr = dq_smem.shape[1]
+    DQ_COLS: gl.constexpr = dq_smem.shape[2]
+    GROUPS: gl.constexpr = SLOTS // 2
+    ROWS: gl.constexpr = 16
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // DQ_COLS, DQ_COLS // 4], [4, 1], [1, 0])
+    rows_in = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    cols_in = gl.arange(0, DQ_COLS, layout=gl.SliceLayout(0, layout))
+    for step in range(n_steps):
+        parity = step % 2
+        mbarrier.wait(dq_full.index(parity), (step // 2) & 1)
+        row0 = (first_tile + step % n_tiles) * BLOCK_M
+        head_rows = (head0 + step // n_tiles).to(gl.int64) * n_q
+        for group in gl.static_range(GROUPS):
+            for chunk in gl.static_range(BLOCK_M // ROWS):
+                rows = row0 + chunk * ROWS + rows_in
+                share = dq_smem.index(parity * GROUPS + group).slice(chunk * ROWS, ROWS, dim=0).load(layout)
+                at = (gl.expand_dims((head_rows + rows) * (GROUPS * DQ_COLS), 1)
+                      + gl.expand_dims(group * DQ_COLS + cols_in, 0))
+                gl.atomic_add(DQ_ACC + at, share, mask=gl.expand_dims(rows < n_q, 1), sem="relaxed")
+        mbarrier.arrive(dq_empty.index(parity), count=1)
+
+
+@gluon.jit
 def _bwd_compute_0(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                   DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile,
-                   n_tiles, n_steps, causal):
+                   dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
+                   n_q, n_k, first_tile, n_tiles, n_steps, causal):
     _bwd_compute(0, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                 DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
-                 n_steps, causal)
+                 dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
+                 n_q, n_k, first_tile, n_tiles, n_steps, causal)
 
 
 @gluon.jit
 def _bwd_compute_1(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                   DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile,
-                   n_tiles, n_steps, causal):
+                   dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
+                   n_q, n_k, first_tile, n_tiles, n_steps, causal):
     _bwd_compute(1, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                 DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile, n_tiles,
-                 n_steps, causal)
+                 dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
+                 n_q, n_k, first_tile, n_tiles, n_steps, causal)
 
 
 @gluon.jit
@@ -189,14 +240,16 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
                       n_heads, group, n_q, n_k,
                       BLOCK_M: gl.constexpr, PART_N: gl.constexpr, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
                       STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr, ATOMIC_DQ: gl.constexpr,
-                      GROUPS: gl.constexpr = 2):
+                      DQ_WRITER: gl.constexpr = False, GROUPS: gl.constexpr = 2):
     """dK, dV of GROUPS · PART_N keys of one (batch, KV head), summed over its ``group`` query heads; grid
     (cdiv(Nk, GROUPS · PART_N), B · Hkv), 4 warps. q_desc, do_desc: [B·Hq·Nq, D] in [BLOCK_M, D] blocks;
     k_desc, v_desc: [B·Hkv·Nk, D] in [PART_N, D] blocks. Rows of Q and dO past a head's end belong to the
     next head (or are zeros past the tensor): their lse is read as +inf, so they weigh 0; keys past Nk are
     computed and never stored. qk_scale = sm_scale · log2(e). With ATOMIC_DQ the whole backward in one
     pass (five products per step): dQ added into DQ_ACC (fp32 [B·Hq·Nq, D], zeroed by the caller), else
-    DQ_ACC is not touched."""
+    DQ_ACC is not touched. DQ_WRITER: the additions by a writer partition of 4 warps."""
+    # key blocks vary fastest: programs running together share a head's Q and dO in L2 (the other order,
+    # every head's first block first, was 0.57-0.89x as fast on the H100: docs/flash_notes.md)
     start_n = gl.program_id(0) * GROUPS * PART_N
     off_bhk = gl.program_id(1)
     n_heads_kv = n_heads // group
@@ -216,6 +269,13 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PART_N, DS_COLS], q_desc.dtype)
     ds_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * GROUPS, PART_N, DS_COLS], ds_layout)
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    DQ_SLOTS: gl.constexpr = 2 * GROUPS if DQ_WRITER else 1      # without DQ_WRITER a stub (1 KB) says so
+    DQ_ROWS: gl.constexpr = BLOCK_M if DQ_WRITER else 16
+    DQ_COLS: gl.constexpr = HEAD_DIM // GROUPS if DQ_WRITER else 16
+    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_SLOTS, DQ_ROWS, DQ_COLS],
+                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    dq_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -224,6 +284,8 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
     mbarrier.init(kv_bar, count=1)
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=GROUPS)
+        mbarrier.init(dq_full.index(i), count=GROUPS)
+        mbarrier.init(dq_empty.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_full.index(i), count=1)
         mbarrier.init(do_full.index(i), count=1)
@@ -231,12 +293,18 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
         mbarrier.init(do_empty.index(i), count=GROUPS)
 
     compute_args = (k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                    DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0, n_q, n_k, first_tile,
-                    n_tiles, n_steps, CAUSAL)
+                    dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
+                    n_q, n_k, first_tile, n_tiles, n_steps, CAUSAL)
     loader_args = (k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, kv_bar, q_full, q_empty,
                    do_full, do_empty, kv_row, head0, n_q, first_tile, n_tiles, n_steps)
-    gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args), (_bwd_loader, loader_args)],
-                       [4, 1], [COMPUTE_REGS, 24])
+    if DQ_WRITER:
+        writer_args = (dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, first_tile, n_tiles, n_steps)
+        gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args),
+                            (_bwd_loader, loader_args), (_bwd_dq_writer, writer_args)],
+                           [4, 1, 4], [COMPUTE_REGS, 24, 24])
+    else:
+        gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args),
+                            (_bwd_loader, loader_args)], [4, 1], [COMPUTE_REGS, 24])
 
 
 def unsupported(q, k, v, causal: bool) -> str | None:
@@ -246,14 +314,17 @@ def unsupported(q, k, v, causal: bool) -> str | None:
     return reason and reason.replace("warp-specialised forward", "warp-specialised backward")
 
 
-def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=None, config=None, dq_acc=None):
+def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=None, config=None, dq_acc=None,
+         dq_writer: bool | None = None):
     """(dk, dv) of checked inputs (``unsupported`` gave None; ``do`` contiguous as q): lse and delta fp32
     [B, Hq, Nq] contiguous (delta = Σ_d dO · O per row), written into dk, dv (k's and v's shapes) if given.
     ``config``: (BLOCK_M, PART_N, STAGES, groups), else ``CONFIG`` by head dim. With ``dq_acc`` (fp32, q's
-    shape, contiguous, zeroed) dQ is added into it in the same pass."""
+    shape, contiguous, zeroed) dQ is added into it in the same pass, by the compute groups or (``dq_writer``)
+    by a writer partition (``dq_writer``; None: ``DQ_WRITER``)."""
     batch, n_heads, n_q, head_dim = q.shape
     n_heads_kv, n_k = k.shape[1], k.shape[2]
     block_m, part_n, stages, groups = config or CONFIG[head_dim]
+    writer = (DQ_WRITER if dq_writer is None else dq_writer) and dq_acc is not None
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
     grid = (triton.cdiv(n_k, groups * part_n), batch * n_heads_kv)
@@ -264,5 +335,6 @@ def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=Non
             dk, dv, dk if dq_acc is None else dq_acc, lse, delta, sm_scale, sm_scale / math.log(2), n_heads,
             n_heads // n_heads_kv, n_q, n_k,
             BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-            COMPUTE_REGS=COMPUTE_REGISTERS[groups], ATOMIC_DQ=dq_acc is not None, GROUPS=groups, num_warps=4)
+            COMPUTE_REGS=COMPUTE_REGISTERS[writer], ATOMIC_DQ=dq_acc is not None, DQ_WRITER=writer, GROUPS=groups,
+            num_warps=4)
     return dk, dv
