@@ -8,8 +8,13 @@ Checks (before any timing; outputs poisoned with NaN; the Gluon kernel must have
 criterion on [1, 16, 1008, D] (gpu_flash_backward.check_backward), and float64 references on ragged
 grouped-query cases (Hq = 4, Hkv = 2; Nq = Nk = 200; causal Nq = 200 < Nk = 328). Timing: fp16, B·N = 16k
 tokens, H = 16 (the backward script's shapes), fixed Triton block configurations (ATTNKIT_AUTOTUNE=0);
-rows "two_kernels", "warp_specialized" (the design with CONFIG's stages) and "ws_stages<S>" for other
-stages, "ws_dkdv" (the Gluon dK/dV kernel alone), SDPA's cuDNN; vs_cudnn = cuDNN's ms / the row's ms.
+rows "two_kernels", "warp_specialized" (Gluon dK/dV + Triton dQ), "warp_specialized_atomic" (the one pass
+with its dQ writer partition), "ws_atomic_no_writer" (the one pass, the compute groups adding dQ themselves),
+"ws_atomic_ascending" and "ws_ascending" (each program's query blocks walked from its first up, not from
+the last down),
+"ws_stages<S>" (warp_specialized with other ring stages), "ws_dkdv_kernel" and "ws_one_pass_kernel" (the
+Gluon kernels alone, without the DELTA pass, the dQ kernel, the buffer's zeroing and conversion), SDPA's cuDNN;
+vs_cudnn = cuDNN's ms / the row's ms.
 Rows go to OUTDIR/bench_flash_hopper_backward.csv, rewritten after every case. The Gluon designs run their
 kernel at every shape here (flash.warp_specialized_backward_choice forced on): these rows are what that
 rule was drawn from.
@@ -89,14 +94,30 @@ def check_design(design, head_dim, causal) -> list[str]:
     return failures + check_gqa(design, head_dim, causal, 200, 328 if causal else 200)
 
 
-def dkdv_alone(tensors, o, lse, causal, stages=None):
-    """The Gluon dK/dV kernel alone, on DELTA computed once."""
+def kernel_alone(tensors, o, lse, causal, one_pass=False):
+    """The Gluon kernel alone on DELTA computed once: dK/dV only, or the one pass (into a buffer zeroed once)."""
     q, k, v, do = tensors
     delta = (o.float() * do.float()).sum(-1)
-    block_m, part_n, default_stages, groups = flash_hopper_backward.CONFIG[q.shape[-1]]
-    config = (block_m, part_n, stages or default_stages, groups)
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if one_pass else None
     scale = 1 / math.sqrt(q.shape[-1])
-    return lambda: flash_hopper_backward.dkdv(q, k, v, do, lse, delta, causal, scale, config=config)
+    return lambda: flash_hopper_backward.dkdv(q, k, v, do, lse, delta, causal, scale, dq_acc=dq_acc)
+
+
+def with_flags(design, tensors, o, lse, causal, **flags):
+    """A backward function of ``design`` run with flash_hopper_backward's module flags (DQ_WRITER,
+    DESCENDING) set to ``flags``, restored after each call."""
+    run = gb.attnkit_backward(design, tensors, o, lse, causal)
+
+    def call():
+        saved = {name: getattr(flash_hopper_backward, name) for name in flags}
+        for name, value in flags.items():
+            setattr(flash_hopper_backward, name, value)
+        try:
+            return run()
+        finally:
+            for name, value in saved.items():
+                setattr(flash_hopper_backward, name, value)
+    return call
 
 
 def with_stages(stages):
@@ -125,7 +146,13 @@ def case(rows, head_dim, n, causal, extra_stages):
     timings = [("sdpa_cudnn", lambda: gb.sdpa_backward("sdpa_cudnn", tensors, causal))]
     timings += [(d, lambda d=d: gb.attnkit_backward(d, tensors, o, lse, causal)) for d in DESIGNS]
     timings += [(f"ws_stages{s}", lambda s=s: with_stages(s)(tensors, o, lse, causal)) for s in extra_stages]
-    timings += [("ws_dkdv", lambda: dkdv_alone(tensors, o, lse, causal))]
+    timings += [("ws_atomic_no_writer",
+                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DQ_WRITER=False)),
+                ("ws_atomic_ascending",
+                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DESCENDING=False)),
+                ("ws_ascending", lambda: with_flags("warp_specialized", tensors, o, lse, causal, DESCENDING=False)),
+                ("ws_dkdv_kernel", lambda: kernel_alone(tensors, o, lse, causal)),
+                ("ws_one_pass_kernel", lambda: kernel_alone(tensors, o, lse, causal, one_pass=True))]
     new = []
     for impl, build in timings:
         ms, why = gb.timed(build)

@@ -79,7 +79,7 @@ from attnkit.kernels import flash_hopper_backward as fb
 for d, causal, atomic in ((128, True, False), (64, False, True)):
     block_m, part_n, stages, groups = fb.CONFIG[d]
     ptx = compile_gluon_ptx(fb._attn_bwd_dkdv_ws, dict(BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=d, CAUSAL=causal,
-                            STAGES=stages, COMPUTE_REGS=fb.COMPUTE_REGISTERS[atomic], ATOMIC_DQ=atomic,
+                            STAGES=stages, COMPUTE_REGS=fb.COMPUTE_REGISTERS[atomic], ATOMIC_DQ=atomic, DESCENDING=True,
                             DQ_WRITER=atomic, GROUPS=groups),
                             dict(q_desc=block_m, k_desc=part_n, v_desc=part_n, do_desc=block_m), 4)
     report = ptxas_report(ptx)

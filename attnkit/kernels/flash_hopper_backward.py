@@ -61,6 +61,8 @@ LOG2E = gl.constexpr(1.4426950408889634)
 CONFIG = {64: (64, 64, 2, 2), 128: (64, 64, 2, 2)}
 # whether the one pass adds dQ by a writer partition (else by the compute groups themselves)
 DQ_WRITER = True
+# whether each program walks its query blocks from the last down (else from its first up)
+DESCENDING = True
 # registers a compute thread may take: by whether a dQ writer partition (4 warps, 24 registers) runs beside
 # the two compute groups and the producer (all of them together fit the SM's 65,536)
 COMPUTE_REGISTERS = {False: 240, True: 232}
@@ -68,9 +70,9 @@ COMPUTE_REGISTERS = {False: 240, True: 232}
 
 @gluon.jit
 def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, kv_bar, q_full, q_empty,
-                do_full, do_empty, kv_row, head0, n_q, first_tile, n_tiles, n_steps):
+                do_full, do_empty, kv_row, head0, n_q, tile0, tile_step, n_tiles, n_steps):
     """The producer warp: the program's K and V parts, then Q and dO of step s = (head s // n_tiles, query
-    block first_tile + s % n_tiles) into slot s % STAGES. head0: the first query head's index in B · Hq."""
+    block tile0 + tile_step · (s % n_tiles)) into slot s % STAGES. head0: the first query head's index in B · Hq."""
     GROUPS: gl.constexpr = k_smem.shape[0]
     PART_N: gl.constexpr = k_smem.shape[1]
     STAGES: gl.constexpr = q_smem.shape[0]
@@ -82,7 +84,7 @@ def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem
     for step in range(n_steps):
         slot = step % STAGES
         free_phase = ((step // STAGES) & 1) ^ 1        # a fresh barrier counts as already released
-        row = (head0 + step // n_tiles) * n_q + (first_tile + step % n_tiles) * BLOCK_M
+        row = (head0 + step // n_tiles) * n_q + (tile0 + tile_step * (step % n_tiles)) * BLOCK_M
         mbarrier.wait(q_empty.index(slot), free_phase)
         mbarrier.expect(q_full.index(slot), q_desc.block_type.nbytes)
         _tma_load(q_desc, [row, 0], q_full.index(slot), q_smem.index(slot))
@@ -94,7 +96,7 @@ def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem
 @gluon.jit
 def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full,
                  do_empty, ds_ready, dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row,
-                 start_n, head0, n_q, n_k, first_tile, n_tiles, n_steps, causal):
+                 start_n, head0, n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
     """One compute warp group: keys [start_n + part · PART_N, + PART_N), the loop at the top of this module.
     ``causal`` is a runtime flag here (a partition's arguments arrive as values). LSE, DELTA: fp32 rows of
     [B · Hq, Nq]; DK, DV: [B · Hkv · Nk, D] rows, kv_row the program's first. With ds_smem (one [PART_N,
@@ -135,7 +137,7 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
     for step in range(n_steps):
         slot = step % STAGES
         phase = (step // STAGES) & 1
-        row0 = (first_tile + step % n_tiles) * BLOCK_M
+        row0 = (tile0 + tile_step * (step % n_tiles)) * BLOCK_M
         rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
         stats = (head0 + step // n_tiles).to(gl.int64) * n_q + rows
         lse2 = gl.load(LSE + stats, mask=rows < n_q, other=float("inf")) * LOG2E   # +inf: padding rows weigh 0
@@ -191,7 +193,7 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
 
 
 @gluon.jit
-def _bwd_dq_writer(dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, first_tile, n_tiles, n_steps):
+def _bwd_dq_writer(dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, tile0, tile_step, n_tiles, n_steps):
     """The writer partition (4 warps): each step's dQ shares, left in dq_smem by the compute groups, added
     into DQ_ACC with fp32 atomic adds, 16 rows at a time, so that the compute groups go on multiplying."""
     SLOTS: gl.constexpr = dq_smem.shape[0]
@@ -205,7 +207,7 @@ def _bwd_dq_writer(dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, first_tile, n
     for step in range(n_steps):
         parity = step % 2
         mbarrier.wait(dq_full.index(parity), (step // 2) & 1)
-        row0 = (first_tile + step % n_tiles) * BLOCK_M
+        row0 = (tile0 + tile_step * (step % n_tiles)) * BLOCK_M
         head_rows = (head0 + step // n_tiles).to(gl.int64) * n_q
         for group in gl.static_range(GROUPS):
             for chunk in gl.static_range(BLOCK_M // ROWS):
@@ -220,19 +222,19 @@ def _bwd_dq_writer(dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, first_tile, n
 @gluon.jit
 def _bwd_compute_0(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
                    dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                   n_q, n_k, first_tile, n_tiles, n_steps, causal):
+                   n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
     _bwd_compute(0, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
                  dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                 n_q, n_k, first_tile, n_tiles, n_steps, causal)
+                 n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal)
 
 
 @gluon.jit
 def _bwd_compute_1(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
                    dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                   n_q, n_k, first_tile, n_tiles, n_steps, causal):
+                   n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
     _bwd_compute(1, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
                  dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                 n_q, n_k, first_tile, n_tiles, n_steps, causal)
+                 n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal)
 
 
 @gluon.jit
@@ -240,7 +242,8 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
                       n_heads, group, n_q, n_k,
                       BLOCK_M: gl.constexpr, PART_N: gl.constexpr, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
                       STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr, ATOMIC_DQ: gl.constexpr,
-                      DQ_WRITER: gl.constexpr = False, GROUPS: gl.constexpr = 2):
+                      DQ_WRITER: gl.constexpr = False, DESCENDING: gl.constexpr = False,
+                      GROUPS: gl.constexpr = 2):
     """dK, dV of GROUPS · PART_N keys of one (batch, KV head), summed over its ``group`` query heads; grid
     (cdiv(Nk, GROUPS · PART_N), B · Hkv), 4 warps. q_desc, do_desc: [B·Hq·Nq, D] in [BLOCK_M, D] blocks;
     k_desc, v_desc: [B·Hkv·Nk, D] in [PART_N, D] blocks. Rows of Q and dO past a head's end belong to the
@@ -258,6 +261,11 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
     if CAUSAL:                                  # query row r sees key c when c <= r + Nk - Nq
         first_tile = gl.maximum(start_n - (n_k - n_q), 0) // BLOCK_M
     n_tiles = gl.cdiv(n_q, BLOCK_M) - first_tile
+    tile0 = first_tile                          # the query blocks in order, or (DESCENDING) from the last down:
+    tile_step = 1                               # then programs of a head running together visit the same block
+    if DESCENDING:                              # at the same time, and share its Q, dO and dQ rows in L2
+        tile0 = first_tile + n_tiles - 1
+        tile_step = -1
     n_steps = group * n_tiles
     kv_row = off_bhk * n_k + start_n
 
@@ -294,11 +302,11 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
 
     compute_args = (k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
                     dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                    n_q, n_k, first_tile, n_tiles, n_steps, CAUSAL)
+                    n_q, n_k, tile0, tile_step, n_tiles, n_steps, CAUSAL)
     loader_args = (k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, kv_bar, q_full, q_empty,
-                   do_full, do_empty, kv_row, head0, n_q, first_tile, n_tiles, n_steps)
+                   do_full, do_empty, kv_row, head0, n_q, tile0, tile_step, n_tiles, n_steps)
     if DQ_WRITER:
-        writer_args = (dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, first_tile, n_tiles, n_steps)
+        writer_args = (dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, tile0, tile_step, n_tiles, n_steps)
         gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args),
                             (_bwd_loader, loader_args), (_bwd_dq_writer, writer_args)],
                            [4, 1, 4], [COMPUTE_REGS, 24, 24])
@@ -319,8 +327,8 @@ def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=Non
     """(dk, dv) of checked inputs (``unsupported`` gave None; ``do`` contiguous as q): lse and delta fp32
     [B, Hq, Nq] contiguous (delta = Σ_d dO · O per row), written into dk, dv (k's and v's shapes) if given.
     ``config``: (BLOCK_M, PART_N, STAGES, groups), else ``CONFIG`` by head dim. With ``dq_acc`` (fp32, q's
-    shape, contiguous, zeroed) dQ is added into it in the same pass, by the compute groups or (``dq_writer``)
-    by a writer partition (``dq_writer``; None: ``DQ_WRITER``)."""
+    shape, contiguous, zeroed) dQ is added into it in the same pass, by the compute groups or by a writer
+    partition (``dq_writer``; None: ``DQ_WRITER``)."""
     batch, n_heads, n_q, head_dim = q.shape
     n_heads_kv, n_k = k.shape[1], k.shape[2]
     block_m, part_n, stages, groups = config or CONFIG[head_dim]
@@ -335,6 +343,6 @@ def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=Non
             dk, dv, dk if dq_acc is None else dq_acc, lse, delta, sm_scale, sm_scale / math.log(2), n_heads,
             n_heads // n_heads_kv, n_q, n_k,
             BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-            COMPUTE_REGS=COMPUTE_REGISTERS[writer], ATOMIC_DQ=dq_acc is not None, DQ_WRITER=writer, GROUPS=groups,
-            num_warps=4)
+            COMPUTE_REGS=COMPUTE_REGISTERS[writer], ATOMIC_DQ=dq_acc is not None, DQ_WRITER=writer,
+            DESCENDING=DESCENDING, GROUPS=groups, num_warps=4)
     return dk, dv
