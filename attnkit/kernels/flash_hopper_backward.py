@@ -69,14 +69,18 @@ COMPUTE_REGISTERS = {False: 240, True: 232}
 
 
 @gluon.jit
-def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, kv_bar, q_full, q_empty,
-                do_full, do_empty, kv_row, head0, n_q, tile0, tile_step, n_tiles, n_steps):
+def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bar,
+                q_full, q_empty, do_full, do_empty, LSE, DELTA, kv_row, head0, n_q, tile0, tile_step, n_tiles,
+                n_steps):
     """The producer warp: the program's K and V parts, then Q and dO of step s = (head s // n_tiles, query
-    block tile0 + tile_step · (s % n_tiles)) into slot s % STAGES. head0: the first query head's index in B · Hq."""
+    block tile0 + tile_step · (s % n_tiles)) into slot s % STAGES, by TMA, and the block's rows of LSE (in
+    base 2; +inf past the head's end, so that those rows weigh 0) and DELTA, by plain loads into shared
+    memory, so that the compute groups never wait on global memory. head0: the first query head in B · Hq."""
     GROUPS: gl.constexpr = k_smem.shape[0]
     PART_N: gl.constexpr = k_smem.shape[1]
     STAGES: gl.constexpr = q_smem.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
+    stats_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
     mbarrier.expect(kv_bar, GROUPS * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
     for part in gl.static_range(GROUPS):
         _tma_load(k_desc, [kv_row + part * PART_N, 0], kv_bar, k_smem.index(part))
@@ -84,23 +88,32 @@ def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem
     for step in range(n_steps):
         slot = step % STAGES
         free_phase = ((step // STAGES) & 1) ^ 1        # a fresh barrier counts as already released
-        row = (head0 + step // n_tiles) * n_q + (tile0 + tile_step * (step % n_tiles)) * BLOCK_M
+        row0 = (tile0 + tile_step * (step % n_tiles)) * BLOCK_M
+        row = (head0 + step // n_tiles) * n_q + row0
+        rows = row0 + gl.arange(0, BLOCK_M, layout=stats_layout)
         mbarrier.wait(q_empty.index(slot), free_phase)
         mbarrier.expect(q_full.index(slot), q_desc.block_type.nbytes)
         _tma_load(q_desc, [row, 0], q_full.index(slot), q_smem.index(slot))
+        lse = gl.load(LSE + (row.to(gl.int64) + rows - row0), mask=rows < n_q, other=float("inf"))
+        lse_smem.index(slot).store(lse * LOG2E)
+        mbarrier.arrive(q_full.index(slot), count=1)
         mbarrier.wait(do_empty.index(slot), free_phase)
         mbarrier.expect(do_full.index(slot), do_desc.block_type.nbytes)
         _tma_load(do_desc, [row, 0], do_full.index(slot), do_smem.index(slot))
+        delta = gl.load(DELTA + (row.to(gl.int64) + rows - row0), mask=rows < n_q, other=0.0)
+        delta_smem.index(slot).store(delta)
+        mbarrier.arrive(do_full.index(slot), count=1)
 
 
 @gluon.jit
 def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full,
-                 do_empty, ds_ready, dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row,
-                 start_n, head0, n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
+                 do_empty, ds_ready, dq_smem, dq_full, dq_empty, lse_smem, delta_smem, DK, DV, DQ_ACC, sm_scale,
+                 qk_scale, kv_row, start_n, head0, n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
     """One compute warp group: keys [start_n + part · PART_N, + PART_N), the loop at the top of this module.
-    ``causal`` is a runtime flag here (a partition's arguments arrive as values). LSE, DELTA: fp32 rows of
-    [B · Hq, Nq]; DK, DV: [B · Hkv · Nk, D] rows, kv_row the program's first. With ds_smem (one [PART_N,
-    BLOCK_M] slot per group and step parity; [PART_N, 16] slots otherwise) a fifth product per step: the
+    ``causal`` is a runtime flag here (a partition's arguments arrive as values). lse_smem, delta_smem: the
+    slots' rows of LSE (base 2) and DELTA, left by the producer; DK, DV: [B · Hkv · Nk, D] rows, kv_row the
+    program's first. With ds_smem (one [PART_N, BLOCK_M] slot per group and step parity; [PART_N, 16]
+    slots otherwise) a fifth product per step: the
     groups put their dSᵀ in shared memory, meet at ``ds_ready``, and each computes half of the query
     block's dQ columns over all the program's keys, sm_scale · dS K[:, half], added into DQ_ACC (fp32
     [B · Hq · Nq, D] rows) atomically: each dQ element gets one addition per program, not one per group.
@@ -139,15 +152,14 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
         phase = (step // STAGES) & 1
         row0 = (tile0 + tile_step * (step % n_tiles)) * BLOCK_M
         rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
-        stats = (head0 + step // n_tiles).to(gl.int64) * n_q + rows
-        lse2 = gl.load(LSE + stats, mask=rows < n_q, other=float("inf")) * LOG2E   # +inf: padding rows weigh 0
-        delta = gl.load(DELTA + stats, mask=rows < n_q, other=0.0)
         q = q_smem.index(slot)
         do = do_smem.index(slot)
         mbarrier.wait(q_full.index(slot), phase)
         s_t = warpgroup_mma(k, q.permute((1, 0)), zeros_s, use_acc=False, is_async=True)
         mbarrier.wait(do_full.index(slot), phase)
         dp_t = warpgroup_mma(v, do.permute((1, 0)), zeros_s, use_acc=False, is_async=True)
+        lse2 = lse_smem.index(slot).load(row_layout)        # base 2; +inf on rows past the head's end
+        delta = delta_smem.index(slot).load(row_layout)
         s_t, dp_t = warpgroup_mma_wait(0, deps=(s_t, dp_t))
         p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
         if (causal & (row0 + shift < key0 + PART_N - 1)) | (key0 + PART_N > n_k):   # on the diagonal, or past Nk
@@ -221,20 +233,20 @@ def _bwd_dq_writer(dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, tile0, tile_s
 
 @gluon.jit
 def _bwd_compute_0(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                   dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                   n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
+                   dq_smem, dq_full, dq_empty, lse_smem, delta_smem, DK, DV, DQ_ACC, sm_scale, qk_scale, kv_row,
+                   start_n, head0, n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
     _bwd_compute(0, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                 dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                 n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal)
+                 dq_smem, dq_full, dq_empty, lse_smem, delta_smem, DK, DV, DQ_ACC, sm_scale, qk_scale, kv_row, start_n,
+                 head0, n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal)
 
 
 @gluon.jit
 def _bwd_compute_1(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                   dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                   n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
+                   dq_smem, dq_full, dq_empty, lse_smem, delta_smem, DK, DV, DQ_ACC, sm_scale, qk_scale, kv_row,
+                   start_n, head0, n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal):
     _bwd_compute(1, k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                 dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                 n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal)
+                 dq_smem, dq_full, dq_empty, lse_smem, delta_smem, DK, DV, DQ_ACC, sm_scale, qk_scale, kv_row, start_n,
+                 head0, n_q, n_k, tile0, tile_step, n_tiles, n_steps, causal)
 
 
 @gluon.jit
@@ -277,6 +289,9 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([PART_N, DS_COLS], q_desc.dtype)
     ds_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * GROUPS, PART_N, DS_COLS], ds_layout)
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    stats_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], stats_layout)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], stats_layout)
     DQ_SLOTS: gl.constexpr = 2 * GROUPS if DQ_WRITER else 1      # without DQ_WRITER a stub (1 KB) says so
     DQ_ROWS: gl.constexpr = BLOCK_M if DQ_WRITER else 16
     DQ_COLS: gl.constexpr = HEAD_DIM // GROUPS if DQ_WRITER else 16
@@ -295,16 +310,17 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
         mbarrier.init(dq_full.index(i), count=GROUPS)
         mbarrier.init(dq_empty.index(i), count=1)
     for i in gl.static_range(STAGES):
-        mbarrier.init(q_full.index(i), count=1)
-        mbarrier.init(do_full.index(i), count=1)
+        mbarrier.init(q_full.index(i), count=2)             # the TMA's bytes, and the producer's LSE rows
+        mbarrier.init(do_full.index(i), count=2)            # the TMA's bytes, and the producer's DELTA rows
         mbarrier.init(q_empty.index(i), count=GROUPS)       # one arrival from each compute group
         mbarrier.init(do_empty.index(i), count=GROUPS)
 
     compute_args = (k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
-                    dq_smem, dq_full, dq_empty, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale, kv_row, start_n, head0,
-                    n_q, n_k, tile0, tile_step, n_tiles, n_steps, CAUSAL)
-    loader_args = (k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, kv_bar, q_full, q_empty,
-                   do_full, do_empty, kv_row, head0, n_q, tile0, tile_step, n_tiles, n_steps)
+                    dq_smem, dq_full, dq_empty, lse_smem, delta_smem, DK, DV, DQ_ACC, sm_scale, qk_scale, kv_row,
+                    start_n, head0, n_q, n_k, tile0, tile_step, n_tiles, n_steps, CAUSAL)
+    loader_args = (k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bar,
+                   q_full, q_empty, do_full, do_empty, LSE, DELTA, kv_row, head0, n_q, tile0, tile_step, n_tiles,
+                   n_steps)
     if DQ_WRITER:
         writer_args = (dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, tile0, tile_step, n_tiles, n_steps)
         gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args),
