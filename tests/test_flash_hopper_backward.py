@@ -119,12 +119,12 @@ def _sm90() -> bool:
 
 
 def test_the_rule_keeps_to_the_measured_wins():
-    """The warp_specialized design runs the Gluon kernel at D = 128 from 2k (where it was faster than or
-    level with the Triton dK/dV kernel on the H100), never at D = 64 or shorter lengths."""
+    """The warp_specialized design runs the Gluon kernel at D = 64 and 128 from 2k (where it was faster than
+    the Triton dK/dV kernel on the H100), never at other head dims or shorter lengths."""
     choice = flash.warp_specialized_backward_choice
-    assert choice(128, 2048, 2048) and choice(128, 16384, 20000)
-    assert not choice(128, 2047, 4096) and not choice(128, 4096, 1024)
-    assert not any(choice(d, 16384, 16384) for d in (16, 32, 64, 96, 256))
+    assert choice(128, 2048, 2048) and choice(128, 16384, 20000) and choice(64, 2048, 4096)
+    assert not choice(128, 2047, 4096) and not choice(64, 4096, 1024)
+    assert not any(choice(d, 16384, 16384) for d in (16, 32, 96, 256))
 
 
 @pytest.fixture
@@ -179,7 +179,7 @@ def test_the_design_runs_the_gluon_kernel_only_where_its_rule_says(monkeypatch):
     calls = []
     real = flash_hopper_backward.dkdv
     monkeypatch.setattr(flash_hopper_backward, "dkdv", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    for n, d, runs in ((2048, 128, 1), (1024, 128, 0), (4096, 64, 0)):
+    for n, d, runs in ((2048, 128, 1), (1024, 128, 0), (2048, 64, 1), (1024, 64, 0)):
         q, k, v, do = _inputs(1, 2, 2, n, n, d, torch.float16, "cuda", seed=n)
         o, lse = flash.flash_attention_forward(q, k, v, causal=True)
         calls.clear()

@@ -735,9 +735,9 @@ def _warp_specialized_dkdv(plan: _BackwardLaunch, dq_acc: torch.Tensor | None = 
 def warp_specialized_backward_choice(head_dim: int, n_q: int, n_k: int) -> bool:
     """Where the warp_specialized backward design runs the Gluon dK/dV kernel (if the inputs are in its
     scope), from the H100 measurements beside the Triton two-kernel design (bench_flash_hopper_backward.csv,
-    docs/flash_notes.md; fp16, N = Nq = Nk): at D = 128 from 2k the whole backward was 1.00-1.06x as fast
-    causal and 1.02-1.11x non-causal (at 1k, causal, 0.83x); at D = 64 slower at every length."""
-    return head_dim == 128 and min(n_q, n_k) >= 2048
+    docs/flash_notes.md; fp16, N = Nq = Nk): from 2k the whole backward was 1.02-1.11x as fast at D = 64
+    and 1.03-1.12x at D = 128, causal or not; at 1k 0.97-1.03x."""
+    return head_dim in (64, 128) and min(n_q, n_k) >= 2048
 
 
 def _backward_warp_specialized(plan: _BackwardLaunch) -> None:
