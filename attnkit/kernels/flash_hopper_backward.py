@@ -231,6 +231,7 @@ def _bwd_dq_writer(dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, tile0, tile_s
         mbarrier.arrive(dq_empty.index(parity), count=1)
 
 
+# one function per compute group: a partition's arguments arrive as values, so its group is fixed here
 @gluon.jit
 def _bwd_compute_0(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
                    dq_smem, dq_full, dq_empty, lse_smem, delta_smem, DK, DV, DQ_ACC, sm_scale, qk_scale, kv_row,
