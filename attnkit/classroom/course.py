@@ -115,7 +115,9 @@ LESSONS = (
            questions=(r"What is the softmax's backward in terms of $P$ and $dP$, and what is "
                       r"$D = \mathrm{rowsum}(dO \circ O)$?",
                       "Why does the backward need only the log-sum-exp of each row, not P?",
-                      "Why are dK and dV computed in one loop and dQ in another?")),
+                      "Why are dK and dV computed in one loop and dQ in another?",
+                      "Why did the one-pass backward get faster when its compute groups stopped adding their own "
+                      "shares of dQ, although the number of matrix products stayed the same?")),
     Lesson(7, "gqa_kv_cache", "GQA and the KV cache", True, minutes=70,
            objectives=(r"map query heads to key/value heads with $r(h) = \lfloor h/g \rfloor$",
                        "size a KV cache for a real model configuration",
