@@ -33,6 +33,7 @@ import torch  # noqa: E402
 
 from attnkit.bench.recorder import write_results  # noqa: E402
 from attnkit.kernels import flash, flash_hopper_backward  # noqa: E402
+from attnkit.reference.attention import attention_grads_ref  # noqa: E402
 
 DESIGNS = ("two_kernels", "warp_specialized", "warp_specialized_atomic")
 
@@ -53,19 +54,6 @@ class counted_dkdv:
         flash_hopper_backward.dkdv = self.saved
 
 
-def reference64(q, k, v, do, causal):
-    """(dq, dk, dv) in float64 with grouped-query heads (k, v repeated over their query heads)."""
-    group = q.shape[1] // k.shape[1]
-    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    kk, vv = (t.repeat_interleave(group, dim=1) for t in leaves[1:])
-    s = leaves[0] @ kk.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        n_q, n_k = s.shape[-2:]
-        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(n_k - n_q), -math.inf)
-    out = torch.softmax(s, -1) @ vv
-    return torch.autograd.grad(out, leaves, do.double())
-
-
 def check_gqa(design, head_dim, causal, n_q, n_k) -> list[str]:
     """Failures of a warp-specialised design on a ragged grouped-query case against float64: each
     gradient within 2x the two-kernel design's error plus 1e-3."""
@@ -74,13 +62,13 @@ def check_gqa(design, head_dim, causal, n_q, n_k) -> list[str]:
     q, k, v, do = (torch.randn(*s, head_dim, device="cuda", generator=gen).half() for s in shapes)
     scale = 1 / math.sqrt(head_dim)
     o, lse = flash.flash_attention_forward(q, k, v, causal=causal)
-    exact = reference64(q, k, v, do, causal)
+    exact = attention_grads_ref(q, k, v, do, causal=causal)
     with gb.poisoned_buffers(), counted_dkdv() as counter:
         got = flash._backward(do, q, k, v, o, lse, causal, scale, design=design)
     base = flash._backward(do, q, k, v, o, lse, causal, scale, design="two_kernels")
     failures = [] if counter.calls == 1 else [f"Gluon dK/dV ran {counter.calls} times"]
     for name, g, b, e in zip(("dq", "dk", "dv"), got, base, exact):
-        err, base_err = ((t.double() - e).abs().max().item() for t in (g, b))
+        err, base_err = ((t.cpu().double() - e).abs().max().item() for t in (g, b))
         if not err <= 2 * base_err + 1e-3:
             failures.append(f"{name}: {err:.3g} against two_kernels' {base_err:.3g}")
     return failures
@@ -104,8 +92,8 @@ def kernel_alone(tensors, o, lse, causal, one_pass=False):
 
 
 def with_flags(design, tensors, o, lse, causal, **flags):
-    """A backward function of ``design`` run with flash_hopper_backward's module flags (DQ_WRITER,
-    DESCENDING) set to ``flags``, restored after each call."""
+    """A backward function of ``design`` run with flash_hopper_backward's module attributes (DQ_WRITER,
+    DESCENDING, CONFIG) set to ``flags``, restored after each call."""
     run = gb.attnkit_backward(design, tensors, o, lse, causal)
 
     def call():
@@ -120,22 +108,12 @@ def with_flags(design, tensors, o, lse, causal, **flags):
     return call
 
 
-def with_stages(stages):
-    """A backward function of the warp-specialised design with ``stages`` slots in its rings."""
-    def build(tensors, o, lse, causal):
-        saved = dict(flash_hopper_backward.CONFIG)
-        head_dim = tensors[0].shape[-1]
-        block_m, part_n, _, groups = saved[head_dim]
-        run = gb.attnkit_backward("warp_specialized", tensors, o, lse, causal)
-
-        def call():
-            flash_hopper_backward.CONFIG[head_dim] = (block_m, part_n, stages, groups)
-            try:
-                return run()
-            finally:
-                flash_hopper_backward.CONFIG.update(saved)
-        return call
-    return build
+def with_stages(stages, tensors, o, lse, causal):
+    """The warp_specialized design with ``stages`` slots in its rings."""
+    head_dim = tensors[0].shape[-1]
+    block_m, part_n, _, groups = flash_hopper_backward.CONFIG[head_dim]
+    config = {**flash_hopper_backward.CONFIG, head_dim: (block_m, part_n, stages, groups)}
+    return with_flags("warp_specialized", tensors, o, lse, causal, CONFIG=config)
 
 
 def case(rows, head_dim, n, causal, extra_stages):
@@ -145,7 +123,7 @@ def case(rows, head_dim, n, causal, extra_stages):
     lse = lse.contiguous()
     timings = [("sdpa_cudnn", lambda: gb.sdpa_backward("sdpa_cudnn", tensors, causal))]
     timings += [(d, lambda d=d: gb.attnkit_backward(d, tensors, o, lse, causal)) for d in DESIGNS]
-    timings += [(f"ws_stages{s}", lambda s=s: with_stages(s)(tensors, o, lse, causal)) for s in extra_stages]
+    timings += [(f"ws_stages{s}", lambda s=s: with_stages(s, tensors, o, lse, causal)) for s in extra_stages]
     timings += [("ws_atomic_no_writer",
                  lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DQ_WRITER=False)),
                 ("ws_atomic_ascending",

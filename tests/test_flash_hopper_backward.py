@@ -17,6 +17,7 @@ import torch
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
 from attnkit.kernels import flash, flash_hopper_backward  # noqa: E402
+from attnkit.reference.attention import attention_grads_ref  # noqa: E402
 from attnkit.tolerances import assert_close  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,18 +28,6 @@ def _inputs(b, hq, hkv, n_q, n_k, d, dtype=torch.float16, device="cpu", seed=0):
     gen = torch.Generator(device=device).manual_seed(seed)
     shapes = ((hq, n_q), (hkv, n_k), (hkv, n_k), (hq, n_q))
     return tuple(torch.randn(b, h, n, d, dtype=dtype, device=device, generator=gen) for h, n in shapes)
-
-
-def _reference(q, k, v, do, causal):
-    """(dq, dk, dv) by float64 autograd on the CPU, grouped-query heads repeated."""
-    group = q.shape[1] // k.shape[1]
-    leaves = [t.detach().cpu().double().requires_grad_() for t in (q, k, v)]
-    kk, vv = (t.repeat_interleave(group, 1) for t in leaves[1:])
-    s = leaves[0] @ kk.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        n_q, n_k = s.shape[-2:]
-        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q), -math.inf)
-    return torch.autograd.grad(torch.softmax(s, -1) @ vv, leaves, do.detach().cpu().double())
 
 
 def test_gluon_designs_are_named():
@@ -152,20 +141,25 @@ def test_matches_float64(gluon_calls, design, b, hq, hkv, n_q, n_k, d, causal, d
     o, lse = flash.flash_attention_forward(q, k, v, causal=causal)
     got = flash._backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(d), design=design)
     assert len(gluon_calls) == 1
-    for name, g, want in zip(("dq", "dk", "dv"), got, _reference(q, k, v, do, causal)):
+    for name, g, want in zip(("dq", "dk", "dv"), got, attention_grads_ref(q, k, v, do, causal=causal)):
         assert_close(g, want, dtype, "cuda", f"{name} ({design})")
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("design", GLUON_DESIGNS)
-@pytest.mark.parametrize("case", ["window", "softcap", "strided q", "float32"])
+@pytest.mark.parametrize("case", ["window", "softcap", "strided q", "strided do", "expanded k", "float32"])
 def test_outside_its_scope_the_triton_kernels_run(gluon_calls, design, case):
-    """A window, softcap, a strided view or fp32 inputs: the two-kernel design runs instead, correctly."""
+    """A window, softcap, a strided or expanded view (K heads sharing one head's memory) or fp32 inputs: the
+    two-kernel design runs instead, correctly."""
     dtype = torch.float32 if case == "float32" else torch.float16
     q, k, v, do = _inputs(1, 2, 2, 200, 200, 64, dtype, "cuda", seed=3)
     if case == "strided q":
         q = torch.cat([q, q], 2)[:, :, ::2]
+    elif case == "strided do":
+        do = do.transpose(1, 2).contiguous().transpose(1, 2)
+    elif case == "expanded k":
+        k = k[:, :1].expand(-1, 2, -1, -1)
     options = dict(window=(16, -1)) if case == "window" else dict(softcap=5.0) if case == "softcap" else {}
     o, lse = flash.flash_attention_forward(q, k, v, causal=True, **options)
     got = flash._backward(do, q, k, v, o, lse, True, 0.125, design=design, **options)

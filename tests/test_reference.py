@@ -43,3 +43,25 @@ def test_numpy_and_torch_references_agree_with_rows_that_see_nothing():
     assert np.allclose(out_np, out_t[0, 0].numpy(), atol=1e-12)
     assert np.all(out_np[:4] == 0.0)       # queries 0..3 come before every key
     assert np.abs(out_np[4:]).sum() > 0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_grads_ref_matches_finite_differences(causal):
+    """The float64 gradient reference against central differences of attention_ref, with grouped heads
+    and more keys than queries, in a few random directions."""
+    from attnkit.reference.attention import attention_grads_ref
+
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(s, generator=gen, dtype=torch.float64) for s in ((1, 4, 5, 8), (1, 2, 7, 8), (1, 2, 7, 8)))
+    do = torch.randn(1, 4, 5, 8, generator=gen, dtype=torch.float64)
+    grads = attention_grads_ref(q, k, v, do, causal=causal)
+    eps = 1e-6
+    for index, (tensor, grad) in enumerate(zip((q, k, v), grads)):
+        assert grad.shape == tensor.shape
+        direction = torch.randn(tensor.shape, generator=gen, dtype=torch.float64)
+        moved = [list((q, k, v)), list((q, k, v))]
+        moved[0][index] = tensor + eps * direction
+        moved[1][index] = tensor - eps * direction
+        ahead, behind = (attention_ref(*args, causal=causal) for args in moved)
+        slope = ((ahead - behind) * do).sum() / (2 * eps)
+        assert abs(slope.item() - (grad * direction).sum().item()) < 1e-6

@@ -709,27 +709,29 @@ def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
     plan.dq.copy_(dq_acc)
 
 
-def _warp_specialized_dkdv(plan: _BackwardLaunch, dq_acc: torch.Tensor | None = None) -> bool:
-    """dK, dV by the warp-specialised Gluon kernel (``flash_hopper_backward``) where it can run this plan:
-    an sm_90 GPU, a Triton with Gluon's Hopper API, plain inputs in its scope, no window or softcap; with
-    ``dq_acc`` (zeroed fp32 of q's shape) dQ added into it in the same pass. False (nothing launched)
-    elsewhere."""
+def _gluon_backward(plan: _BackwardLaunch):
+    """The module of the warp-specialised Gluon backward (``flash_hopper_backward``) where it can run this
+    plan: an sm_90 GPU, a Triton with Gluon's Hopper API, plain inputs in its scope, no window or softcap;
+    None elsewhere."""
     c = plan.constexprs
     left, right = plan.scalars[5:7]
     windowed = left != UNBOUNDED or (right != UNBOUNDED and not c["CAUSAL"])
     if (plan.packed or windowed or c["SOFTCAP"] or plan.device.type != "cuda"
             or torch.cuda.get_device_capability(plan.device)[0] != 9):
-        return False
+        return None
     try:
         from . import flash_hopper_backward
     except (ImportError, AttributeError):     # a Triton without Gluon's Hopper API, or an older one of it
-        return False
-    q, k, v, do = plan.q4, plan.k4, plan.v4, plan.do4
-    if flash_hopper_backward.unsupported(q, k, v, c["CAUSAL"]) or not do.is_contiguous():
-        return False
-    flash_hopper_backward.dkdv(q, k, v, do, plan.lse, plan.delta, c["CAUSAL"], plan.scalars[2],
-                               dk=plan.dk4, dv=plan.dv4, dq_acc=dq_acc)
-    return True
+        return None
+    if flash_hopper_backward.unsupported(plan.q4, plan.k4, plan.v4, c["CAUSAL"]) or not plan.do4.is_contiguous():
+        return None
+    return flash_hopper_backward
+
+
+def _gluon_dkdv(gluon, plan: _BackwardLaunch, dq_acc: torch.Tensor | None = None) -> None:
+    """dK, dV into the plan's buffers by the Gluon kernel; with ``dq_acc`` (zeroed fp32 of q's shape) dQ too."""
+    gluon.dkdv(plan.q4, plan.k4, plan.v4, plan.do4, plan.lse, plan.delta, plan.constexprs["CAUSAL"],
+               plan.scalars[2], dk=plan.dk4, dv=plan.dv4, dq_acc=dq_acc)
 
 
 def warp_specialized_backward_choice(head_dim: int, n_q: int, n_k: int) -> bool:
@@ -746,8 +748,10 @@ def _backward_warp_specialized(plan: _BackwardLaunch) -> None:
     dQ kernel."""
     tiles = plan.tiles(plan.q4, plan.k4, plan.v4, plan.do4)
     _, _, _, n_q, n_k = plan.sizes
-    chosen = warp_specialized_backward_choice(plan.q4.shape[-1], n_q, n_k)
-    if not (chosen and _warp_specialized_dkdv(plan)):
+    gluon = _gluon_backward(plan) if warp_specialized_backward_choice(plan.q4.shape[-1], n_q, n_k) else None
+    if gluon:
+        _gluon_dkdv(gluon, plan)
+    else:
         _launch_dkdv(plan, tiles)
     _launch_dq(plan, tiles)
 
@@ -755,11 +759,13 @@ def _backward_warp_specialized(plan: _BackwardLaunch) -> None:
 def _backward_warp_specialized_atomic(plan: _BackwardLaunch) -> None:
     """One warp-specialised Gluon pass (dK, dV stored, dQ added atomically into a zeroed fp32 buffer, then
     converted) where it can run; the two-kernel design elsewhere."""
-    dq_acc = torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)
-    if _warp_specialized_dkdv(plan, dq_acc):
-        plan.dq.copy_(dq_acc)
-    else:
+    gluon = _gluon_backward(plan)
+    if gluon is None:
         _backward_two_kernels(plan)
+        return
+    dq_acc = torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)   # q's shape, fp32
+    _gluon_dkdv(gluon, plan, dq_acc)
+    plan.dq.copy_(dq_acc)
 
 
 @dataclass(frozen=True)
@@ -784,7 +790,7 @@ BACKWARDS = {
                                           "Triton one elsewhere",
                                        _backward_warp_specialized, True, gluon=True),
     "warp_specialized_atomic": BackwardDesign(5, "one warp-specialised Gluon kernel on sm_90, dQ added "
-                                                 "atomically from its registers; two_kernels elsewhere",
+                                                 "atomically by a writer partition; two_kernels elsewhere",
                                               _backward_warp_specialized_atomic, True, gluon=True),
 }
 # Designs whose kernels run on every machine (the interpreter, any GPU); the Gluon ones fall back to two_kernels.

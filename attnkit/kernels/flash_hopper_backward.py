@@ -114,10 +114,10 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
     ``causal`` is a runtime flag here (a partition's arguments arrive as values). lse_smem, delta_smem: the
     slots' rows of LSE (base 2) and DELTA, left by the producer; DK, DV: [B · Hkv · Nk, D] rows, kv_row the
     program's first. With ds_smem (one [PART_N, BLOCK_M] slot per group and step parity; [PART_N, 16]
-    slots otherwise) a fifth product per step: the
-    groups put their dSᵀ in shared memory, meet at ``ds_ready``, and each computes half of the query
-    block's dQ columns over all the program's keys, sm_scale · dS K[:, half], added into DQ_ACC (fp32
-    [B · Hq · Nq, D] rows) atomically: each dQ element gets one addition per program, not one per group.
+    slots otherwise) a fifth product per step: the groups put their dSᵀ in shared memory, meet at
+    ``ds_ready``, and each computes half of the query block's dQ columns over all the program's keys,
+    sm_scale · dS K[:, half], added into DQ_ACC (fp32 [B · Hq · Nq, D] rows) atomically: each dQ element
+    gets one addition per program, not one per group.
     With dq_smem (2 · GROUPS slots [BLOCK_M, D / GROUPS]; [16, 16] otherwise) the group leaves its share
     there for the writer partition (``_bwd_dq_writer``) instead of adding it itself."""
     PART_N: gl.constexpr = k_smem.shape[1]

@@ -48,6 +48,24 @@ def attention_ref(q, k, v, *, causal: bool = False, sm_scale: float | None = Non
     import torch
 
     q64, k64, v64 = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    return _attention64(q64, k64, v64, causal, sm_scale)
+
+
+def attention_grads_ref(q, k, v, do, *, causal: bool = False, sm_scale: float | None = None):
+    """(dq, dk, dv) of ``attention_ref`` for the output gradient ``do``, by float64 autograd on the CPU, in
+    q's, k's and v's shapes (a KV head's gradient summed over the query heads that read it)."""
+    import torch
+
+    leaves = [t.detach().to("cpu", torch.float64).requires_grad_() for t in (q, k, v)]
+    with torch.enable_grad():
+        out = _attention64(*leaves, causal, sm_scale)
+        return torch.autograd.grad(out, leaves, do.detach().to("cpu", torch.float64))
+
+
+def _attention64(q64, k64, v64, causal: bool, sm_scale: float | None):
+    """``attention_ref``'s math on float64 CPU tensors, differentiable."""
+    import torch
+
     group = q64.shape[1] // k64.shape[1]
     k64 = k64.repeat_interleave(group, dim=1)                  # [B, Hq, Nk, D]
     v64 = v64.repeat_interleave(group, dim=1)
