@@ -7,6 +7,7 @@ and "sched:HxNxS[:flags]" the scheduling
 variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory).
 
     python scripts/gpu_flash_hopper.py [--out DIR] [--quick] [--configs hopper,ws:64x128x3,...]
+                                       [--head-dims 128,64] [--lengths 1024,2048]
 """
 from __future__ import annotations
 
@@ -81,10 +82,12 @@ def checks(configs):
     return failures
 
 
-def bench(configs, quick, out, head_dims=(128, 64)):
+def bench(configs, quick, out, head_dims=(128, 64), only_lengths=None):
     cudnn = _sdpa("sdpa_cudnn")
     rows = []
     lengths = {128: (1024, 4096, 16384) if quick else (1024, 2048, 4096, 8192, 16384), 64: (1024, 4096, 8192, 16384)}
+    if only_lengths:
+        lengths = {d: only_lengths for d in lengths}
     cases = [(d, n, c) for d in head_dims for n in lengths[d] for c in (False, True)]
     for d, n, causal in cases:
         heads = 2048 // d
@@ -118,11 +121,13 @@ def main():
     parser.add_argument("--check-configs", type=int, default=1, help="how many of --configs to check")
     parser.add_argument("--check-only", action="store_true")
     parser.add_argument("--head-dims", default="128,64", help="head dims to time, of 128 and 64")
+    parser.add_argument("--lengths", default="", help="sequence lengths to time (default: the recorded ones)")
     args = parser.parse_args()
     configs = [kernel_config(c) for c in args.configs.split(",")]
     failures = checks(configs[:args.check_configs])
     if not args.check_only:
-        bench(configs, args.quick, args.out, tuple(int(d) for d in args.head_dims.split(",")))
+        bench(configs, args.quick, args.out, tuple(int(d) for d in args.head_dims.split(",")),
+              tuple(int(n) for n in args.lengths.split(",") if n))
     return 1 if failures else 0
 
 

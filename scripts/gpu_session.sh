@@ -11,8 +11,8 @@
 # then Nsight Compute profiles), and record-warm, then record-kernels and record-suites (the flash
 # features, backward designs and FP8 at fixed configurations, then the autotuned ladder and SDPA suite).
 # After a change to the backward alone: tune-backward (its sweep, compiled and timed in one call), then
-# record-backward-warm, record-backward and record-backward-profile. After a change of the rung "best":
-# record-best-warm, then record-best (the ladder and the SDPA suite).
+# record-backward-warm, record-backward and record-backward-profile. After a change of the rung "best" or
+# of the default backward: record-best-warm, then record-best (the ladder and the SDPA suite).
 #
 # To decide what to change next: explore (the host's share of a short call, layer by layer; the D = 256
 # sweep; the FP8 forward's configurations), each compiled in parallel first, then timed alone.
@@ -157,8 +157,9 @@ elif [ "$phase" = record-best-warm ]; then   # after a change of the rung "best"
     for n in 1024 4096 16384; do
         step 500 $warm/ladder_$n.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py ladder $n &
     done
-    step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 3 \
-        tests/test_flash.py tests/test_flash_hopper.py &
+    step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 5 \
+        tests/test_flash.py tests/test_flash_hopper.py tests/test_flash_backward_designs.py \
+        tests/test_flash_hopper_backward.py &
     wait
     tail -n 2 $warm/flash_*.log $warm/ladder_*.log; failures "$out/pytest_gpu.log"
 elif [ "$phase" = record-best ]; then   # then, alone: the ladder and the SDPA suite (one recording run)

@@ -13,8 +13,10 @@ Public functions
   softcap=None, backward=None) -> (dq, dk, dv)``:
   the backward kernels alone (dK, dV summed over the query heads that share a K/V head).
 - ``BACKWARDS``: the backward designs, name -> ``BackwardDesign``: "two_kernels" (dK/dV, then dQ; seven
-  matrix products per pair of tiles, no atomics) and "atomic_dq" (one pass, five products, dQ by fp32
-  atomic adds). ``backward=`` picks one; None means $ATTNKIT_FLASH_BACKWARD, else ``DEFAULT_BACKWARD``.
+  matrix products per pair of tiles, no atomics), "atomic_dq" (one pass, five products, dQ by fp32
+  atomic adds), and their warp-specialised Gluon versions on the H100, "warp_specialized" (the default)
+  and "warp_specialized_atomic" (both "two_kernels" wherever their kernel cannot run). ``backward=``
+  picks one; None means $ATTNKIT_FLASH_BACKWARD, else ``DEFAULT_BACKWARD``.
 - ``LADDER``: the forward's performance ladder, rung name -> what it adds; each rung is a
   ``variant=`` of ``flash_attention_forward``. ``check_inputs(q, k, v)`` raises the ValueErrors.
 
@@ -477,12 +479,13 @@ def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
 def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> bool:
     """Where the warp_specialized rung runs the Gluon kernel (if these inputs are in its scope), from the
     H100 measurements beside the Triton forward (bench_flash_hopper.csv, docs/flash_notes.md; fp16,
-    N = Nq = Nk): at D = 128 it was faster at every length from 1k but causal 1k (level); at D = 64, with
+    N = Nq = Nk): at D = 128 it was faster at every length from 1k (causal 1k: 0.81-0.83 of cuDNN's speed
+    in four runs, the autotuned Triton forward 0.68-0.84, so the steadier of the two); at D = 64, with
     three compute groups non-causal, from 4k (causal: from 8k; slower at 1k). Lengths below those
     measured keep Triton."""
     shortest = min(n_q, n_k)
     if head_dim == 128:
-        return shortest >= (2048 if causal else 1024)
+        return shortest >= 1024
     return head_dim == 64 and shortest >= (8192 if causal else 4096)
 
 
@@ -795,8 +798,9 @@ BACKWARDS = {
 }
 # Designs whose kernels run on every machine (the interpreter, any GPU); the Gluon ones fall back to two_kernels.
 TRITON_BACKWARDS = tuple(name for name, design in BACKWARDS.items() if not design.gluon)
-# The default until the H100 measures a winner (scripts/gpu_flash_backward.py, scripts/gpu_flash_hopper_backward.py).
-DEFAULT_BACKWARD = "two_kernels"
+# The default: deterministic (no atomics), and from 2k keys on the H100 1.02-1.12x the two-kernel design
+# (scripts/gpu_flash_hopper_backward.py); everywhere else it is the two-kernel design.
+DEFAULT_BACKWARD = "warp_specialized"
 # Each design's ``descriptors``: whether its tiles move through host-built tensor descriptors (TMA) where
 # they can (sm_90+, unpacked inputs, a power-of-two head dim shared by q and v, TMA-compatible strides);
 # ``desc=`` of ``_backward`` overrides it. Measured on the H100 (scripts/gpu_flash_sweep.py,
