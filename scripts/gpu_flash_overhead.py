@@ -4,7 +4,7 @@
 
 For each case (fp16, D = 128, B·N = 16k tokens, 16 heads: causal and not at N = 1k, causal at 4k) and
 implementation (the ladder's untuned "split" rung, the autotuned "autotuned" and "host_descriptors"
-rungs, SDPA's cuDNN and flash backends):
+rungs, the "warp_specialized" rung (the Gluon kernel on sm_90), SDPA's cuDNN and flash backends):
 - eager_ms: triton.testing.do_bench, calls issued back to back (what the ladder records);
 - graph_ms: the same call replayed from a CUDA graph (no host work between kernels);
 - host_us: the host's time to issue one call (50 calls without synchronising, divided by 50; the median
@@ -33,7 +33,7 @@ from attnkit.bench.streams import graph_ms  # noqa: E402
 from attnkit.kernels import flash  # noqa: E402
 
 CASES = [(1024, True), (1024, False), (4096, True)]      # (n, causal)
-IMPLS = ("split", "autotuned", "host_descriptors", "sdpa_cudnn", "sdpa_flash")
+IMPLS = ("split", "autotuned", "host_descriptors", "warp_specialized", "sdpa_cudnn", "sdpa_flash")
 
 
 def host_us(fn, calls: int = 50, repeats: int = 7) -> float:
