@@ -480,7 +480,7 @@ def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> 
     """Where the warp_specialized rung runs the Gluon kernel (if these inputs are in its scope), from the
     H100 measurements beside the Triton forward (bench_flash_hopper.csv, docs/flash_notes.md; fp16,
     N = Nq = Nk): at D = 128 it was faster at every length from 1k (causal 1k: 0.81-0.83 of cuDNN's speed
-    in four runs, the autotuned Triton forward 0.68-0.84, so the steadier of the two); at D = 64, with
+    in four runs, the autotuned Triton forward 0.68-0.83, so the steadier of the two); at D = 64, with
     three compute groups non-causal, from 4k (causal: from 8k; slower at 1k). Lengths below those
     measured keep Triton."""
     shortest = min(n_q, n_k)
