@@ -190,6 +190,10 @@ def test_backward_entry_point_takes_the_design(monkeypatch):
         assert launched == kernels
         for name, g, r in zip(("dq", "dk", "dv"), got, expected):
             assert_close(g, r, torch.float32, DEVICE, f"{name} ({design})")
+    monkeypatch.delenv(flash.BACKWARD_ENV, raising=False)
+    launched.clear()
+    flash_attention_backward(do, q, k, v, o, lse, causal=True)     # the default, warp_specialized: without an
+    assert launched == ["bwd_dkdv", "bwd_dq"]                         # sm_90 GPU, the Triton two kernels
     monkeypatch.setenv(flash.BACKWARD_ENV, "atomic_dq")
     launched.clear()
     flash_attention_backward(do, q, k, v, o, lse, causal=True)
