@@ -348,7 +348,7 @@ def test_warp_specialized_rule_keeps_to_the_measured_wins():
 @pytest.mark.parametrize("causal, n, d", [(False, 1100, 128), (True, 2048, 128), (True, 8200, 64), (False, 4100, 64)])
 def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, causal, n, d):
     """flash_attention's forward is the Gluon kernel where the rule picks it (counted), its output and the
-    gradients through the Triton backward match float64; a non-contiguous q falls back to Triton."""
+    gradients through the default backward match float64; a non-contiguous q falls back to Triton."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
     from attnkit.kernels import flash_hopper
 
@@ -369,6 +369,26 @@ def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, c
     every_other_row = torch.cat([q.detach(), q.detach()], 2)[:, :, ::2]        # a strided view of q's values
     flash_attention_forward(every_other_row, k.detach(), v.detach(), causal=causal)
     assert len(launched) == 2                                  # non-contiguous q: the Triton kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="needs an sm_90 GPU")
+def test_a_gluon_forward_that_fails_leaves_the_triton_forward_with_a_warning(monkeypatch):
+    """As with a Triton whose Gluon API differs: one RuntimeWarning, then the Triton kernel, bit for bit."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    from attnkit.kernels import flash_hopper
+
+    def fails(*args):
+        raise TypeError("warp_specialize() got an unexpected keyword argument")
+    monkeypatch.setattr(flash, "GLUON_FAILED", set())
+    monkeypatch.setattr(flash_hopper, "_launch", fails)
+    q, k, v = make_inputs(torch.Generator().manual_seed(5), 1, 4, 2, 1100, 1100, 128, torch.float16)
+    with pytest.warns(RuntimeWarning, match="flash_hopper: the Gluon kernel failed"):
+        o, lse = flash_attention_forward(q, k, v)
+    want_o, want_lse = flash_attention_forward(q, k, v, variant=flash.BEST_TRITON)
+    assert torch.equal(o, want_o) and torch.equal(lse, want_lse)
+    assert flash.GLUON_FAILED == {"attnkit.kernels.flash_hopper"}
 
 
 @pytest.mark.parametrize("causal", [False, True])

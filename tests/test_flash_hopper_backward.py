@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -57,6 +58,47 @@ def test_without_an_h100_the_designs_are_the_two_kernel_design(design):
     got = flash._backward(do, q, k, v, o, lse, True, 0.25, design=design)
     want = flash._backward(do, q, k, v, o, lse, True, 0.25, design="two_kernels")
     assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def _broken_gluon():
+    """A Gluon module whose kernel fails as it would with a Triton whose Gluon API differs."""
+    module = types.ModuleType("attnkit.kernels.broken_gluon")
+
+    def dkdv(*args, **kwargs):
+        raise TypeError("warp_specialize() got an unexpected keyword argument 'worker_num_regs'")
+    module.dkdv = dkdv
+    return module
+
+
+@pytest.mark.parametrize("design", GLUON_DESIGNS)
+def test_a_gluon_kernel_that_fails_leaves_the_triton_kernels_with_a_warning(monkeypatch, design):
+    """On an H100 whose Triton builds the Gluon kernel differently (Colab's, say), the backward warns once and
+    is the two-kernel design, bit for bit, instead of failing."""
+    monkeypatch.setattr(flash, "GLUON_FAILED", set())
+    monkeypatch.setattr(flash, "_gluon_backward", lambda plan: _broken_gluon())
+    monkeypatch.setattr(flash, "warp_specialized_backward_choice", lambda *sizes: True)
+    q, k, v, do = _inputs(1, 4, 2, 21, 27, 16, torch.float32)
+    o, lse = flash.flash_attention_forward(q, k, v, causal=True)
+    with pytest.warns(RuntimeWarning, match=r"broken_gluon: the Gluon kernel failed with Triton \S+ \(TypeError: "
+                                            r"warp_specialize.*\); the Triton kernels run instead"):
+        got = flash._backward(do, q, k, v, o, lse, True, 0.25, design=design)
+    want = flash._backward(do, q, k, v, o, lse, True, 0.25, design="two_kernels")
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert flash.GLUON_FAILED == {"attnkit.kernels.broken_gluon"}
+
+
+def test_a_failed_gluon_module_is_not_tried_again_and_running_out_of_memory_is_no_failure(monkeypatch):
+    monkeypatch.setattr(flash, "GLUON_FAILED", set())
+
+    def out_of_memory():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        flash._run_gluon(flash_hopper_backward, out_of_memory)
+    assert flash._gluon_module("flash_hopper_backward") is flash_hopper_backward
+    with pytest.warns(RuntimeWarning, match="flash_hopper_backward: the Gluon kernel failed"):
+        assert flash._run_gluon(flash_hopper_backward, lambda: 1 / 0) is None
+    assert flash._gluon_module("flash_hopper_backward") is None
+    assert flash._gluon_module("flash_hopper") is not None           # the forward's module is another
 
 
 # -------------------------------------------------------------------------------- compiled for an H100

@@ -36,15 +36,21 @@ Where it runs: as every kernel of the course, by ``attnkit.device.kernel_device`
 compiled kernels (block sizes autotuned); on a machine without a GPU, CPU tensors run the same kernels
 in Triton's interpreter (one small fixed block size); CPU tensors on a machine with a GPU are
 computed on the GPU and copied back. The interpreter's bf16 arithmetic is not faithful, and Triton
-cannot compile bf16 below sm_80, so there bf16 is computed in fp32 and rounded.
+cannot compile bf16 below sm_80, so there bf16 is computed in fp32 and rounded. On an sm_90 GPU (H100,
+H200) the forward ("best") and the default backward run warp-specialised Gluon kernels where they were
+measured faster (``flash_hopper``, ``flash_hopper_backward``); Gluon's API moves between Triton versions,
+so where one of them fails to build, one RuntimeWarning says so and the Triton kernels run instead
+(``GLUON_FAILED``).
 """
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import math
 import numbers
 import os
+import warnings
 from dataclasses import dataclass, replace
 
 import torch
@@ -489,19 +495,52 @@ def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> 
     return head_dim == 64 and shortest >= (8192 if causal else 4096)
 
 
+# The Gluon modules whose kernels failed to build or launch in this process: Gluon's API moves between
+# Triton versions (the kernels are written for 3.6), so on another Triton the Triton kernels run instead.
+GLUON_FAILED: set[str] = set()
+
+
+def _run_gluon(module, launch):
+    """launch()'s result, or None (after one RuntimeWarning naming the module, the Triton version and the
+    error; the module is not tried again in this process) when it raises anything but running out of GPU
+    memory."""
+    try:
+        return launch()
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:            # a Gluon API this Triton does not have, or has with other arguments
+        import triton
+
+        GLUON_FAILED.add(module.__name__)
+        first_line = (str(exc).splitlines() or [""])[0][:200]
+        warnings.warn(f"{module.__name__}: the Gluon kernel failed with Triton {triton.__version__} "
+                      f"({type(exc).__name__}: {first_line}); the Triton kernels run instead",
+                      RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _gluon_module(name: str):
+    """attnkit.kernels.<name> (a Gluon module), or None with a Triton without Gluon's Hopper API or after
+    its kernels failed in this process (``GLUON_FAILED``)."""
+    if f"{__package__}.{name}" in GLUON_FAILED:
+        return None
+    try:
+        return importlib.import_module(f"{__package__}.{name}")
+    except (ImportError, AttributeError):     # a Triton without Gluon's Hopper API, or an older one of it
+        return None
+
+
 def _warp_specialized_forward(q, k, v, causal: bool, sm_scale: float):
     """(o, lse) of the warp-specialised Gluon kernel where its rule picks it and it can run these (plain,
     CUDA, sm_90, contiguous, fp16/bf16) inputs with a Triton that has Gluon's Hopper API; None otherwise."""
     if (q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9
             or not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2])):
         return None
-    try:
-        from . import flash_hopper
-    except (ImportError, AttributeError):     # a Triton without Gluon's Hopper API, or an older one of it
+    flash_hopper = _gluon_module("flash_hopper")
+    if flash_hopper is None or flash_hopper.unsupported(q, k, v, causal):
         return None
-    if flash_hopper.unsupported(q, k, v, causal):
-        return None
-    return flash_hopper._launch(q, k, v, causal, sm_scale, *flash_hopper.CONFIG[q.shape[-1], causal])
+    config = flash_hopper.CONFIG[q.shape[-1], causal]
+    return _run_gluon(flash_hopper, lambda: flash_hopper._launch(q, k, v, causal, sm_scale, *config))
 
 
 def effective_rung(rung: Rung, causal: bool, *tensors, plain: bool = True) -> Rung:
@@ -722,19 +761,21 @@ def _gluon_backward(plan: _BackwardLaunch):
     if (plan.packed or windowed or c["SOFTCAP"] or plan.device.type != "cuda"
             or torch.cuda.get_device_capability(plan.device)[0] != 9):
         return None
-    try:
-        from . import flash_hopper_backward
-    except (ImportError, AttributeError):     # a Triton without Gluon's Hopper API, or an older one of it
-        return None
-    if flash_hopper_backward.unsupported(plan.q4, plan.k4, plan.v4, c["CAUSAL"]) or not plan.do4.is_contiguous():
+    flash_hopper_backward = _gluon_module("flash_hopper_backward")
+    if (flash_hopper_backward is None or not plan.do4.is_contiguous()
+            or flash_hopper_backward.unsupported(plan.q4, plan.k4, plan.v4, c["CAUSAL"])):
         return None
     return flash_hopper_backward
 
 
-def _gluon_dkdv(gluon, plan: _BackwardLaunch, dq_acc: torch.Tensor | None = None) -> None:
-    """dK, dV into the plan's buffers by the Gluon kernel; with ``dq_acc`` (zeroed fp32 of q's shape) dQ too."""
-    gluon.dkdv(plan.q4, plan.k4, plan.v4, plan.do4, plan.lse, plan.delta, plan.constexprs["CAUSAL"],
-               plan.scalars[2], dk=plan.dk4, dv=plan.dv4, dq_acc=dq_acc)
+def _gluon_dkdv(gluon, plan: _BackwardLaunch, dq_acc: torch.Tensor | None = None) -> bool:
+    """dK, dV into the plan's buffers by the Gluon kernel; with ``dq_acc`` (zeroed fp32 of q's shape) dQ too.
+    False (nothing written) when the kernel failed with this Triton (``_run_gluon``)."""
+    def launch():
+        gluon.dkdv(plan.q4, plan.k4, plan.v4, plan.do4, plan.lse, plan.delta, plan.constexprs["CAUSAL"],
+                   plan.scalars[2], dk=plan.dk4, dv=plan.dv4, dq_acc=dq_acc)
+        return True
+    return bool(_run_gluon(gluon, launch))
 
 
 def warp_specialized_backward_choice(head_dim: int, n_q: int, n_k: int) -> bool:
@@ -752,9 +793,7 @@ def _backward_warp_specialized(plan: _BackwardLaunch) -> None:
     tiles = plan.tiles(plan.q4, plan.k4, plan.v4, plan.do4)
     _, _, _, n_q, n_k = plan.sizes
     gluon = _gluon_backward(plan) if warp_specialized_backward_choice(plan.q4.shape[-1], n_q, n_k) else None
-    if gluon:
-        _gluon_dkdv(gluon, plan)
-    else:
+    if not (gluon and _gluon_dkdv(gluon, plan)):
         _launch_dkdv(plan, tiles)
     _launch_dq(plan, tiles)
 
@@ -763,11 +802,10 @@ def _backward_warp_specialized_atomic(plan: _BackwardLaunch) -> None:
     """One warp-specialised Gluon pass (dK, dV stored, dQ added atomically into a zeroed fp32 buffer, then
     converted) where it can run; the two-kernel design elsewhere."""
     gluon = _gluon_backward(plan)
-    if gluon is None:
+    dq_acc = None if gluon is None else torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)
+    if dq_acc is None or not _gluon_dkdv(gluon, plan, dq_acc):
         _backward_two_kernels(plan)
         return
-    dq_acc = torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)   # q's shape, fp32
-    _gluon_dkdv(gluon, plan, dq_acc)
     plan.dq.copy_(dq_acc)
 
 
@@ -984,6 +1022,6 @@ __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward
            "LADDER", "VARIANTS", "BEST", "BEST_TRITON", "Rung", "host_descriptor_choice", "warp_specialized_choice",
            "warp_specialized_backward_choice",
            "descriptors_supported",
-           "BACKWARDS", "TRITON_BACKWARDS", "DEFAULT_BACKWARD", "default_config", "BackwardDesign",
+           "BACKWARDS", "TRITON_BACKWARDS", "DEFAULT_BACKWARD", "GLUON_FAILED", "default_config", "BackwardDesign",
            "check_backward", "right_bounded",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]
