@@ -5,7 +5,8 @@ autotuning), issued 200 times without synchronising, under cProfile.
     python scripts/gpu_flash_host_profile.py > host_profile.txt
 
 Prints, per call: the host's microseconds with and without the profiler, then the 25 functions with the
-most time of their own; then the layers of one call timed apart (``layers``): the whole call, the
+most time of their own; then the layers of one call timed apart (``layers``; ``gluon_layers`` for the
+warp-specialised Gluon forward where its rule picks it, D = 128): the whole call, the
 launches replayed through ``flash._launch`` with the arguments the call passed, the same launches
 straight into Triton (``kernel[grid](...)``, the configuration given), and the pieces the wrapper adds
 (tensor descriptors, output buffers, the device context). When the host's time per call exceeds the
@@ -115,6 +116,29 @@ def layers(fn, tensors) -> None:
         print(f"  {label:45s} {_timed_us(part):8.1f} us", flush=True)
 
 
+def gluon_layers(q, k, v, causal: bool) -> None:
+    """The warp-specialised Gluon forward's host time, layer by layer (microseconds per call): the public
+    call, the dispatch, ``flash_hopper._launch``, the kernel straight into Triton with its arguments built
+    once, and the pieces around it."""
+    from attnkit.kernels import flash_hopper
+
+    scale = 1 / math.sqrt(q.shape[-1])
+    config = flash_hopper.CONFIG[q.shape[-1], causal]
+    grid, args, options = flash_hopper._launch_args(q, k, v, causal, scale, *config)
+    parts = {
+        "whole call (flash_attention_forward)": lambda: flash.flash_attention_forward(q, k, v, causal=causal),
+        "dispatch (flash._warp_specialized_forward)": lambda: flash._warp_specialized_forward(q, k, v, causal, scale),
+        "flash_hopper._launch": lambda: flash_hopper._launch(q, k, v, causal, scale, *config),
+        "the kernel straight into Triton": lambda: flash_hopper._attn_fwd_ws[grid](*args, **options),
+        "its arguments (flash_hopper._launch_args)": lambda: flash_hopper._launch_args(q, k, v, causal, scale, *config),
+        "input checks (check_inputs, _options)": lambda: (flash.check_inputs(q, k, v),
+                                                          flash._options(q, causal, None, (-1, -1), None)),
+        "flash_hopper.unsupported": lambda: flash_hopper.unsupported(q, k, v, causal),
+    }
+    for label, part in parts.items():
+        print(f"  {label:45s} {_timed_us(part):8.1f} us", flush=True)
+
+
 def main() -> None:
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for head_dim in (64, 128):
@@ -123,8 +147,10 @@ def main() -> None:
         scale = 1 / math.sqrt(head_dim)
         o, lse = flash.flash_attention_forward(q, k, v, causal=True)
         calls = {
-            "forward (flash_attention_forward)": lambda: flash.flash_attention_forward(q, k, v, causal=True),
-            "backward (flash._backward, two_kernels)": lambda: flash._backward(do, q, k, v, o, lse, True, scale),
+            f"forward (flash_attention_forward, {flash.BEST_TRITON})":
+                lambda: flash.flash_attention_forward(q, k, v, causal=True, variant=flash.BEST_TRITON),
+            "backward (flash._backward, two_kernels)": lambda: flash._backward(do, q, k, v, o, lse, True, scale,
+                                                                               design="two_kernels"),
             "backward (flash._backward, atomic_dq)": lambda: flash._backward(do, q, k, v, o, lse, True, scale,
                                                                              design="atomic_dq"),
         }
@@ -133,6 +159,10 @@ def main() -> None:
             print(f"\n===== D={head_dim} N={n} causal {name}: host {plain:.0f} us/call", flush=True)
             print(profiled(fn))
             layers(fn, (q, k, v, do))
+        if flash.warp_specialized_choice(True, head_dim, n, n):
+            print(f"\n===== D={head_dim} N={n} causal forward (the warp-specialised Gluon kernel)", flush=True)
+            print(profiled(lambda: flash.flash_attention_forward(q, k, v, causal=True)))
+            gluon_layers(q, k, v, True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ any machine; its PTX for the H100 read on a CPU (warp-specialised, overlapped, w
 on an sm_90 GPU, its outputs and log-sum-exps against float64 on fresh random inputs."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -25,6 +26,35 @@ def _qkv(b=1, hq=2, hkv=2, n_q=70, n_k=70, d=64, dtype=torch.float16, device="cp
     gen = torch.Generator(device=device).manual_seed(seed)
     return tuple(torch.randn(b, h, n, d, dtype=dtype, device=device, generator=gen)
                  for h, n in ((hq, n_q), (hkv, n_k), (hkv, n_k)))
+
+
+# ---------------------------------------------------------------------------- the host's side, any machine
+def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
+    """What ``_launch`` hands the kernel, read by the kernel's own argument names (the launch itself is
+    stubbed: Gluon runs on an sm_90 GPU only): descriptors over q, k, v with the configuration's blocks,
+    the new o and lse it returns, the scale in base 2, the sizes of a grouped-query call."""
+    launched = {}
+
+    class Kernel:
+        arg_names = flash_hopper._attn_fwd_ws.arg_names
+
+        def __getitem__(self, grid):
+            return lambda *args, **options: launched.update(grid=grid, args=args, options=options)
+    monkeypatch.setattr(flash_hopper, "_attn_fwd_ws", Kernel())
+    q, k, v = _qkv(b=2, hq=4, hkv=2, n_q=300, n_k=333, d=128)
+    o, lse = flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 3)
+    named = dict(zip(Kernel.arg_names, launched["args"]))
+    assert launched["grid"] == (2, 8)                                  # cdiv(300, 3 · 64) row blocks, B · Hq
+    assert named["O"] is o and named["LSE"] is lse and o.shape == q.shape and lse.shape == (2, 4, 300)
+    for name, tensor, rows in (("q_desc", q, 64), ("k_desc", k, 128), ("v_desc", v, 128)):
+        desc = named[name]
+        assert desc.base.data_ptr() == tensor.data_ptr() and list(desc.shape) == [tensor.numel() // 128, 128]
+        assert list(desc.block_shape) == [rows, 128]
+    assert named["qk_scale"] == pytest.approx(0.125 / math.log(2))
+    assert (named["n_heads"], named["group"], named["n_q"], named["n_k"]) == (4, 2, 300, 333)
+    assert (named["stride_ob"], named["stride_om"], named["stride_lh"]) == (o.stride(0), o.stride(2), lse.stride(1))
+    assert launched["options"] == dict(HALF_M=64, BLOCK_N=128, HEAD_DIM=128, CAUSAL=True, STAGES=2,
+                                       COMPUTE_REGS=flash_hopper.COMPUTE_REGISTERS[3], GROUPS=3, num_warps=4)
 
 
 # ------------------------------------------------------------------------------------ scope, any machine

@@ -290,18 +290,23 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, sm_scale: float | N
 def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int = 2):
     """(o, lse) of checked inputs with this configuration (groups · half_m query rows a program, in
     ``groups`` compute warp groups of half_m rows)."""
+    grid, args, options = _launch_args(q, k, v, causal, sm_scale, half_m, block_n, stages, groups)
+    with on_device(q.device):
+        _attn_fwd_ws[grid](*args, **options)
+    o, lse = args[3:5]
+    return o, lse
+
+
+def _launch_args(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int):
+    """(grid, arguments, keyword arguments) of ``_attn_fwd_ws`` for ``_launch``: the TMA descriptors and the
+    new o, lse among the arguments."""
     batch, n_heads, n_q, head_dim = q.shape
-    n_k = k.shape[2]
     o = torch.empty_like(q)
     lse = torch.empty((batch, n_heads, n_q), device=q.device, dtype=torch.float32)
-    q_desc = _descriptor(q.view(-1, head_dim), half_m)
-    k_desc = _descriptor(k.view(-1, head_dim), block_n)
-    v_desc = _descriptor(v.view(-1, head_dim), block_n)
-    grid = (triton.cdiv(n_q, groups * half_m), batch * n_heads)
-    with on_device(q.device):
-        _attn_fwd_ws[grid](q_desc, k_desc, v_desc, o, lse, sm_scale / math.log(2),
-                           o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
-                           n_heads, n_heads // k.shape[1], n_q, n_k,
-                           HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-                           COMPUTE_REGS=COMPUTE_REGISTERS[groups], GROUPS=groups, num_warps=4)
-    return o, lse
+    args = (_descriptor(q.view(-1, head_dim), half_m), _descriptor(k.view(-1, head_dim), block_n),
+            _descriptor(v.view(-1, head_dim), block_n), o, lse, sm_scale / math.log(2),
+            o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
+            n_heads, n_heads // k.shape[1], n_q, k.shape[2])
+    options = dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
+                   COMPUTE_REGS=COMPUTE_REGISTERS[groups], GROUPS=groups, num_warps=4)
+    return (triton.cdiv(n_q, groups * half_m), batch * n_heads), args, options
