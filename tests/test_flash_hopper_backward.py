@@ -101,6 +101,22 @@ def test_a_failed_gluon_module_is_not_tried_again_and_running_out_of_memory_is_n
     assert flash._gluon_module("flash_hopper") is not None           # the forward's module is another
 
 
+def test_a_gluon_module_that_fails_to_import_is_left_with_a_warning(monkeypatch):
+    """Without Gluon (ImportError) the module is simply absent; any other failure while importing it (a
+    decorator or layout that takes other arguments in this Triton) warns once and is remembered."""
+    monkeypatch.setattr(flash, "GLUON_FAILED", set())
+
+    def import_module(name):
+        if name.endswith("no_gluon"):
+            raise ImportError("cannot import name 'gluon' from 'triton.experimental'")
+        raise TypeError("NVMMASharedLayout.__init__() got an unexpected keyword argument 'swizzle_byte_width'")
+    monkeypatch.setattr(flash, "importlib", types.SimpleNamespace(import_module=import_module))
+    assert flash._gluon_module("no_gluon") is None and flash.GLUON_FAILED == set()
+    with pytest.warns(RuntimeWarning, match=r"attnkit.kernels.new_api: the Gluon kernel failed .*TypeError"):
+        assert flash._gluon_module("new_api") is None
+    assert flash.GLUON_FAILED == {"attnkit.kernels.new_api"}
+
+
 # -------------------------------------------------------------------------------- compiled for an H100
 PTX_FOR_SM90 = r'''
 import os, re

@@ -500,6 +500,17 @@ def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> 
 GLUON_FAILED: set[str] = set()
 
 
+def _gluon_failed(module_name: str, exc: Exception) -> None:
+    """Remember that ``module_name``'s Gluon kernels do not work with this Triton, and say so once."""
+    import triton
+
+    GLUON_FAILED.add(module_name)
+    first_line = (str(exc).splitlines() or [""])[0][:200]
+    warnings.warn(f"{module_name}: the Gluon kernel failed with Triton {triton.__version__} "
+                  f"({type(exc).__name__}: {first_line}); the Triton kernels run instead",
+                  RuntimeWarning, stacklevel=4)
+
+
 def _run_gluon(module, launch):
     """launch()'s result, or None (after one RuntimeWarning naming the module, the Triton version and the
     error; the module is not tried again in this process) when it raises anything but running out of GPU
@@ -509,24 +520,23 @@ def _run_gluon(module, launch):
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as exc:            # a Gluon API this Triton does not have, or has with other arguments
-        import triton
-
-        GLUON_FAILED.add(module.__name__)
-        first_line = (str(exc).splitlines() or [""])[0][:200]
-        warnings.warn(f"{module.__name__}: the Gluon kernel failed with Triton {triton.__version__} "
-                      f"({type(exc).__name__}: {first_line}); the Triton kernels run instead",
-                      RuntimeWarning, stacklevel=3)
+        _gluon_failed(module.__name__, exc)
         return None
 
 
 def _gluon_module(name: str):
-    """attnkit.kernels.<name> (a Gluon module), or None with a Triton without Gluon's Hopper API or after
-    its kernels failed in this process (``GLUON_FAILED``)."""
-    if f"{__package__}.{name}" in GLUON_FAILED:
+    """attnkit.kernels.<name> (a Gluon module), or None with a Triton without Gluon's Hopper API (silently),
+    when importing it fails otherwise (with the warning of ``_run_gluon``), or after its kernels failed in
+    this process (``GLUON_FAILED``)."""
+    module_name = f"{__package__}.{name}"
+    if module_name in GLUON_FAILED:
         return None
     try:
-        return importlib.import_module(f"{__package__}.{name}")
+        return importlib.import_module(module_name)
     except (ImportError, AttributeError):     # a Triton without Gluon's Hopper API, or an older one of it
+        return None
+    except Exception as exc:                  # a Gluon whose decorators or layouts take other arguments
+        _gluon_failed(module_name, exc)
         return None
 
 
