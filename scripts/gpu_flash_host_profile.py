@@ -112,6 +112,11 @@ def layers(fn, tensors) -> None:
         f"{len(launches)} launches straight into Triton in torch.device": lambda: _inside_device(device, direct),
         "descriptors_supported": lambda: flash.descriptors_supported(device),
     }
+    print_parts(parts)
+
+
+def print_parts(parts: dict) -> None:
+    """Each part's host microseconds per call, one line each."""
     for label, part in parts.items():
         print(f"  {label:45s} {_timed_us(part):8.1f} us", flush=True)
 
@@ -135,8 +140,7 @@ def gluon_layers(q, k, v, causal: bool) -> None:
                                                           flash._options(q, causal, None, (-1, -1), None)),
         "flash_hopper.unsupported": lambda: flash_hopper.unsupported(q, k, v, causal),
     }
-    for label, part in parts.items():
-        print(f"  {label:45s} {_timed_us(part):8.1f} us", flush=True)
+    print_parts(parts)
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from attnkit.kernels import flash
 from attnkit.kernels.flash import LADDER, VARIANTS, flash_attention, flash_attention_backward, flash_attention_forward
-from attnkit.reference.attention import attention_ref, causal_mask_np, lse_ref
+from attnkit.reference.attention import attention_grads_ref, attention_ref, lse_ref
 from attnkit.tolerances import assert_close, rel_error, tolerance
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -46,20 +46,9 @@ def reference_lse(q, k, causal, sm_scale=None):
 
 
 def reference_grads(q, k, v, do, causal, sm_scale=None):
-    """(dq, dk, dv) by float64 autograd through the same math as attention_ref."""
-    q64, k64, v64 = (t.detach().cpu().double().requires_grad_() for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    scores = q64 @ k64.repeat_interleave(group, 1).transpose(-1, -2) * scale
-    if causal:
-        visible = torch.from_numpy(causal_mask_np(q.shape[2], k.shape[2]))
-        scores = scores.masked_fill(~visible, -math.inf)
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)      # a row that sees no key: all zero
-    out = probs @ v64.repeat_interleave(group, 1)
-    # the autograd reference must itself match attention_ref before its gradients are trusted
-    assert rel_error(out, attention_ref(q, k, v, causal=causal, sm_scale=sm_scale)) < 1e-12
-    out.backward(do.detach().cpu().double())
-    return q64.grad, k64.grad, v64.grad
+    """(dq, dk, dv) by float64 autograd through attention_ref's math (checked by finite differences in
+    tests/test_reference.py)."""
+    return attention_grads_ref(q, k, v, do, causal=causal, sm_scale=sm_scale)
 
 
 def check_forward(gen, b, hq, hkv, nq, nk, d, dtype, causal, variant="best", sm_scale=None):

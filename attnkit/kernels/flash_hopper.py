@@ -243,8 +243,8 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
 
 @functools.cache
 def _shared_layout(rows: int, head_dim: int, dtype: torch.dtype):
-    """The shared-memory layout of a [rows, head_dim] tile (built once: it cost a third of a short call's
-    host time, docs/flash_notes.md)."""
+    """The shared-memory layout of a [rows, head_dim] tile, built once per shape: built at every call it was
+    about a third of ``_launch``'s own host time on a CPU (docs/flash_notes.md)."""
     return gl.NVMMASharedLayout.get_default_for([rows, head_dim], DTYPES[dtype])
 
 
