@@ -163,3 +163,29 @@ def test_no_kernel_decides_its_device_by_itself():
         text = path.read_text()
         for pattern in ("InterpretedFunction", "TRITON_INTERPRET", ".cuda()", "multiprocessing", "jit_for"):
             assert pattern not in text, f"{path.name}: {pattern}"
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Triton's interpreter only")
+def test_the_interpreter_builds_no_overflow_check_that_it_would_throw_away():
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    device.ensure_triton_backend()
+    options = interpreter.interpreter_builder.options
+    # device_assert keeps a check only in debug mode: with debug off the overflow check was dead work.
+    assert options.debug is False and options.sanitize_overflow is False
+
+    @triton.jit
+    def wrap(x_ptr, y_ptr, N: tl.constexpr):
+        i = tl.arange(0, N)
+        x = tl.load(x_ptr + i)
+        tl.store(y_ptr + i, x * 3 + x - 7)
+
+    # int32 arithmetic still wraps exactly as on a GPU, overflow included
+    x = torch.tensor([0, 5, -9, 2**30, -(2**30), 2**31 - 1, -(2**31), 12345], dtype=torch.int32)
+    y = torch.empty_like(x)
+    wrap[(1,)](x, y, N=8)
+    want = ((x.long() * 4 - 7 + 2**31) % 2**32 - 2**31).int()
+    assert torch.equal(y, want)
