@@ -3,6 +3,7 @@ backward at N = 1024, causal, fp16, D = 64 and 128, B·N = 16k tokens, 16 heads,
 autotuning), issued 200 times without synchronising, under cProfile.
 
     python scripts/gpu_flash_host_profile.py > host_profile.txt
+    python scripts/gpu_flash_host_profile.py --gluon-only     # the Gluon forward's layers alone
 
 Prints, per call: the host's microseconds with and without the profiler, then the 25 functions with the
 most time of their own; then the layers of one call timed apart (``layers``; ``gluon_layers`` for the
@@ -121,10 +122,30 @@ def print_parts(parts: dict) -> None:
         print(f"  {label:45s} {_timed_us(part):8.1f} us", flush=True)
 
 
+def compiled_runner(grid, args, options):
+    """The Gluon forward launched through its compiled kernel (``CompiledKernel[grid](...)``), skipping
+    the JIT's argument binding, specialisation and cache lookup: what a launch path that keeps the
+    compiled kernel would cost. Every parameter in the kernel's order, constexprs included."""
+    from attnkit.kernels import flash_hopper
+
+    kernel = flash_hopper._attn_fwd_ws
+    compiled = kernel[grid](*args, **options)
+    params = dict(zip(kernel.arg_names, args), **{k: v for k, v in options.items() if k != "num_warps"})
+    ordered = [params[name] for name in kernel.arg_names]
+    runner = compiled[tuple(grid) + (1,) * (3 - len(grid))]      # the runner reads grid[0], grid[1], grid[2]
+    return lambda: runner(*ordered)
+
+
+def _enter(context) -> None:
+    with context:
+        pass
+
+
 def gluon_layers(q, k, v, causal: bool) -> None:
     """The warp-specialised Gluon forward's host time, layer by layer (microseconds per call): the public
     call, the dispatch, ``flash_hopper._launch``, the kernel straight into Triton with its arguments built
     once, and the pieces around it."""
+    from attnkit.device import on_device
     from attnkit.kernels import flash_hopper
 
     scale = 1 / math.sqrt(q.shape[-1])
@@ -135,7 +156,12 @@ def gluon_layers(q, k, v, causal: bool) -> None:
         "dispatch (flash._warp_specialized_forward)": lambda: flash._warp_specialized_forward(q, k, v, causal, scale),
         "flash_hopper._launch": lambda: flash_hopper._launch(q, k, v, causal, scale, *config),
         "the kernel straight into Triton": lambda: flash_hopper._attn_fwd_ws[grid](*args, **options),
+        "the compiled kernel's own runner (no binder)": compiled_runner(grid, args, options),
         "its arguments (flash_hopper._launch_args)": lambda: flash_hopper._launch_args(q, k, v, causal, scale, *config),
+        "3 descriptors (flash_hopper._descriptor)": lambda: [flash_hopper._descriptor(t.view(-1, t.shape[-1]), 128)
+                                                             for t in (q, k, v)],
+        "on_device(q.device)": lambda: _enter(on_device(q.device)),
+        "torch.cuda.get_device_capability(q.device)": lambda: torch.cuda.get_device_capability(q.device),
         "input checks (check_inputs, _options)": lambda: (flash.check_inputs(q, k, v),
                                                           flash._options(q, causal, None, (-1, -1), None)),
         "flash_hopper.unsupported": lambda: flash_hopper.unsupported(q, k, v, causal),
@@ -143,7 +169,7 @@ def gluon_layers(q, k, v, causal: bool) -> None:
     print_parts(parts)
 
 
-def main() -> None:
+def main(gluon_only: bool = False) -> None:
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for head_dim in (64, 128):
         n = 1024
@@ -158,7 +184,7 @@ def main() -> None:
             "backward (flash._backward, atomic_dq)": lambda: flash._backward(do, q, k, v, o, lse, True, scale,
                                                                              design="atomic_dq"),
         }
-        for name, fn in calls.items():
+        for name, fn in ({} if gluon_only else calls).items():
             plain = host_us(fn, CALLS)
             print(f"\n===== D={head_dim} N={n} causal {name}: host {plain:.0f} us/call", flush=True)
             print(profiled(fn))
@@ -170,4 +196,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(gluon_only="--gluon-only" in sys.argv[1:])

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .. import validation
-from ..device import bf16_computed_in_fp32, launch_options, on_device, to_kernel_device, triton_interprets
+from ..device import bf16_computed_in_fp32, launch_options, on_device, sm_major, to_kernel_device, triton_interprets
 from . import flash_kernels as _kernels
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256
@@ -543,8 +543,7 @@ def _gluon_module(name: str):
 def _warp_specialized_forward(q, k, v, causal: bool, sm_scale: float):
     """(o, lse) of the warp-specialised Gluon kernel where its rule picks it and it can run these (plain,
     CUDA, sm_90, contiguous, fp16/bf16) inputs with a Triton that has Gluon's Hopper API; None otherwise."""
-    if (q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9
-            or not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2])):
+    if sm_major(q.device) != 9 or not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2]):
         return None
     flash_hopper = _gluon_module("flash_hopper")
     if flash_hopper is None or flash_hopper.unsupported(q, k, v, causal):
@@ -768,8 +767,7 @@ def _gluon_backward(plan: _BackwardLaunch):
     c = plan.constexprs
     left, right = plan.scalars[5:7]
     windowed = left != UNBOUNDED or (right != UNBOUNDED and not c["CAUSAL"])
-    if (plan.packed or windowed or c["SOFTCAP"] or plan.device.type != "cuda"
-            or torch.cuda.get_device_capability(plan.device)[0] != 9):
+    if plan.packed or windowed or c["SOFTCAP"] or sm_major(plan.device) != 9:
         return None
     flash_hopper_backward = _gluon_module("flash_hopper_backward")
     if (flash_hopper_backward is None or not plan.do4.is_contiguous()
