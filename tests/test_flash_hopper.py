@@ -14,8 +14,11 @@ import torch
 
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
+from test_runners import FakeTriton  # noqa: E402
+
 from attnkit.bench.compiled import softmax_beside_product  # noqa: E402
 from attnkit.kernels import flash_hopper  # noqa: E402
+from attnkit.kernels.runners import Runners  # noqa: E402
 from attnkit.reference.attention import attention_ref, lse_ref  # noqa: E402
 from attnkit.tolerances import assert_close  # noqa: E402
 
@@ -57,92 +60,26 @@ def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
                                        COMPUTE_REGS=flash_hopper.COMPUTE_REGISTERS[3], GROUPS=3, num_warps=4)
 
 
-class _Compiler:
-    """Stands in for Triton: ``kernel[(x, y)](...)`` is the JIT (it records the launch and returns the
-    compiled kernel, itself here), ``compiled[(x, y, z)](...)`` that kernel's runner (it records its
-    arguments, or raises ``fail``)."""
-    arg_names = flash_hopper._attn_fwd_ws.arg_names
-
-    def __init__(self, fail=None):
-        self.launches, self.fail = [], fail
-
-    def __getitem__(self, grid):
-        def jit(*args, **options):
-            self.launches.append(("jit", grid, args))
-            return self
-
-        def runner(*args):
-            if self.fail:
-                raise self.fail
-            self.launches.append(("runner", grid, args))
-        return jit if len(grid) == 2 else runner
-
-
-def _fresh_direct_launches(monkeypatch, kernel):
+def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkeypatch):
+    """The Gluon forward launches through attnkit.kernels.runners: a shape's first call through the JIT,
+    the next through the kept runner with the call's own tensors and every constexpr in the kernel's order
+    (tests/test_runners.py checks the key and the fallback)."""
+    kernel = FakeTriton(flash_hopper._attn_fwd_ws.arg_names)
     monkeypatch.setattr(flash_hopper, "_attn_fwd_ws", kernel)
-    monkeypatch.setattr(flash_hopper, "RUNNERS", {})
-    monkeypatch.setattr(flash_hopper, "DIRECT_LAUNCH", True)
-
-
-def test_later_launches_of_a_key_go_through_the_compiled_kernels_runner(monkeypatch):
-    """The first launch of a shape goes through the JIT; the next one with the same key through the kept
-    runner, with every parameter in the kernel's order (its own tensors, the constexprs last); another
-    sequence length is another key."""
-    kernel = _Compiler()
-    _fresh_direct_launches(monkeypatch, kernel)
+    monkeypatch.setattr(flash_hopper, "RUNNERS", Runners())
     config = (64, 128, 2, 2)
-    first = _qkv(b=2, hq=4, hkv=2, n_q=300, n_k=300, d=128, seed=1)
-    second = _qkv(b=2, hq=4, hkv=2, n_q=300, n_k=300, d=128, seed=2)
-    longer = _qkv(b=2, hq=4, hkv=2, n_q=301, n_k=301, d=128, seed=3)
+    first, second, longer = (_qkv(b=2, hq=4, hkv=2, n_q=n, n_k=n, d=128, seed=n + seed)
+                             for n, seed in ((300, 1), (300, 2), (301, 3)))
     for q, k, v in (first, second, longer, first):
         flash_hopper._launch(q, k, v, True, 0.125, *config)
     assert [how for how, _, _ in kernel.launches] == ["jit", "runner", "jit", "runner"]
     _, grid, args = kernel.launches[1]
     assert grid == (3, 8, 1)                                           # cdiv(300, 2 · 64), B · Hq, 1
-    named = dict(zip(_Compiler.arg_names, args))
+    named = dict(zip(kernel.arg_names, args))
+    assert len(args) == len(kernel.arg_names)
     assert named["q_desc"].base.data_ptr() == second[0].data_ptr()     # the call's own tensors
     assert (named["HALF_M"], named["BLOCK_N"], named["HEAD_DIM"], named["CAUSAL"], named["STAGES"],
             named["GROUPS"]) == (64, 128, 128, True, 2, 2)
-    assert len(args) == len(_Compiler.arg_names)
-
-
-def test_the_launch_key_holds_every_value_the_jit_could_specialise_on():
-    q, k, v = _qkv(b=1, hq=2, hkv=2, n_q=100, n_k=100, d=64)
-    grid, args, options = flash_hopper._launch_args(q, k, v, False, 0.125, 64, 128, 2, 2)
-    key = flash_hopper._launch_key(grid, args, options, q.device)
-    again = flash_hopper._launch_args(*_qkv(b=1, hq=2, hkv=2, n_q=100, n_k=100, d=64, seed=9), False, 0.3,
-                                      64, 128, 2, 2)
-    assert flash_hopper._launch_key(*again, q.device) == key          # other data, other scale: one key
-    names = _Compiler.arg_names
-    changed = {
-        "an integer": (names.index("n_k"), 101),
-        "a stride": (names.index("stride_om"), 65),
-        "a pointer's 16-byte alignment": (names.index("LSE"), torch.empty(9)[1:]),
-        "a tensor's dtype": (names.index("O"), torch.empty(1, dtype=torch.float32)),
-        "a descriptor's shape": (names.index("k_desc"),
-                                 flash_hopper._descriptor(torch.empty(64, 64, dtype=q.dtype), 128)),
-    }
-    for what, (index, value) in changed.items():
-        other = list(args)
-        other[index] = value
-        assert flash_hopper._launch_key(grid, other, options, q.device) != key, what
-    assert flash_hopper._launch_key((2, 2), args, options, q.device) != key
-    assert flash_hopper._launch_key(grid, args, dict(options, STAGES=3), q.device) != key
-    assert flash_hopper._launch_key(grid, [*args[:-1], object()], options, q.device) is None
-
-
-def test_a_runner_that_fails_leaves_the_jit_with_a_warning(monkeypatch):
-    """A Triton whose compiled kernels launch otherwise: one RuntimeWarning, the same launch through the
-    JIT, and the JIT for the rest of the process."""
-    kernel = _Compiler(fail=TypeError("launch() takes 20 positional arguments"))
-    _fresh_direct_launches(monkeypatch, kernel)
-    q, k, v = _qkv(n_q=200, n_k=200, d=128)
-    flash_hopper._launch(q, k, v, False, 0.125, 64, 128, 2, 2)
-    with pytest.warns(RuntimeWarning, match="launching the compiled kernel directly failed"):
-        flash_hopper._launch(q, k, v, False, 0.125, 64, 128, 2, 2)
-    flash_hopper._launch(q, k, v, False, 0.125, 64, 128, 2, 2)
-    assert [how for how, _, _ in kernel.launches] == ["jit", "jit", "jit"]
-    assert flash_hopper.DIRECT_LAUNCH is False and flash_hopper.RUNNERS == {}
 
 
 # ------------------------------------------------------------------------------------ scope, any machine
@@ -297,17 +234,18 @@ def test_direct_launches_match_the_jits_bit_for_bit(monkeypatch):
     """Shapes in turn, each seen twice with fresh inputs: every call launched through a kept runner gives
     the JIT's o and lse bit for bit, and only a key's first call goes through the JIT."""
     jit = _CountingJit(flash_hopper._attn_fwd_ws)
+    runners = Runners()
     monkeypatch.setattr(flash_hopper, "_attn_fwd_ws", jit)
-    monkeypatch.setattr(flash_hopper, "RUNNERS", {})
+    monkeypatch.setattr(flash_hopper, "RUNNERS", runners)
     shapes = [(1, 4, 2, 1000, 1000, 128, True), (2, 4, 4, 777, 777, 64, False), (1, 2, 2, 129, 4097, 64, False),
               (1, 3, 3, 1, 333, 128, True)]
     for seed, (b, hq, hkv, n_q, n_k, d, causal) in enumerate(shapes * 2):
         q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, torch.float16, "cuda", seed=seed)
-        monkeypatch.setattr(flash_hopper, "DIRECT_LAUNCH", True)
+        runners.enabled = True
         direct = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
-        monkeypatch.setattr(flash_hopper, "DIRECT_LAUNCH", False)
+        runners.enabled = False
         through_jit = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
         assert torch.equal(direct[0], through_jit[0]) and torch.equal(direct[1], through_jit[1])
         assert_close(direct[0], attention_ref(q, k, v, causal=causal), torch.float16, "cuda")
-    assert len(flash_hopper.RUNNERS) == len(shapes)
+    assert len(runners.by_key) == len(shapes)
     assert jit.calls == len(shapes) + 2 * len(shapes)       # each key's first direct call, every JIT call

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 
 import torch
 import triton
@@ -41,6 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from .. import validation
 from ..device import on_device, sm_major
 from . import flash
+from .runners import RUNNERS
 
 # Triton 3.6 names the TMA load async_copy_global_to_shared; later versions async_load
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -293,67 +293,9 @@ def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, s
     ``groups`` compute warp groups of half_m rows)."""
     grid, args, options = _launch_args(q, k, v, causal, sm_scale, half_m, block_n, stages, groups)
     with on_device(q.device):
-        _start(grid, args, options, q.device)
+        RUNNERS.launch(_attn_fwd_ws, grid, args, options, q.device)   # the JIT once per key (runners.py)
     o, lse = args[3:5]
     return o, lse
-
-
-# Launches after the first. Triton's JIT binds the arguments, works out how to specialise the kernel on
-# them (each integer equal to 1 or a multiple of 16, each pointer 16-byte aligned, each descriptor's block
-# and layout), looks the compiled kernel up and launches it: about 35 of a short call's ~220 µs of host
-# time on the H100 (docs/flash_notes.md). The first launch for a key goes through the JIT, which compiles
-# or finds the kernel; later ones with that key go through the compiled kernel's own runner. The key
-# holds more than Triton specialises on (every integer's value, every descriptor's shape and strides, the
-# grid, the device), so a runner only ever launches the kernel the JIT would have picked.
-RUNNERS: dict = {}          # key -> (the compiled kernel's runner for its grid, the constexprs in order)
-RUNNERS_KEPT = 64           # the most recent keys (each sequence length is one)
-DIRECT_LAUNCH = True        # set off for the process when a runner fails (another Triton's runner)
-
-
-def _launch_key(grid, args, options, device):
-    """What a launch is specialised on, and more; None for an argument of a type not seen here."""
-    parts = [tuple(grid), device.index, tuple(sorted(options.items()))]
-    for value in args:
-        if isinstance(value, torch.Tensor):
-            parts.append((value.dtype, value.data_ptr() % 16))
-        elif isinstance(value, (bool, int)):
-            parts.append((type(value), value))
-        elif isinstance(value, float):
-            parts.append(float)
-        elif hasattr(value, "block_shape"):                   # a TMA descriptor
-            base = value.base
-            parts.append((base.dtype, base.data_ptr() % 16, tuple(value.shape), tuple(value.strides),
-                          tuple(value.block_shape), value.layout, value.padding))
-        else:
-            return None
-    return tuple(parts)
-
-
-def _start(grid, args, options, device) -> None:
-    """Launch ``_attn_fwd_ws``: through the runner kept for this launch's key, else through Triton's JIT
-    (keeping the runner of the kernel it returns)."""
-    global DIRECT_LAUNCH
-    key = _launch_key(grid, args, options, device) if DIRECT_LAUNCH else None
-    kept = RUNNERS.get(key) if key is not None else None
-    if kept is not None:
-        runner, constexprs = kept
-        try:
-            runner(*args, *constexprs)
-            return
-        except torch.cuda.OutOfMemoryError:
-            raise
-        except Exception as exc:         # a Triton whose compiled kernels launch otherwise: the JIT from now on
-            DIRECT_LAUNCH = False
-            RUNNERS.clear()
-            warnings.warn(f"flash_hopper: launching the compiled kernel directly failed with Triton "
-                          f"{triton.__version__} ({type(exc).__name__}: {exc}); launching through Triton's JIT "
-                          "from now on", RuntimeWarning, stacklevel=2)
-    compiled = _attn_fwd_ws[grid](*args, **options)
-    if key is not None and DIRECT_LAUNCH and hasattr(compiled, "__getitem__"):
-        if len(RUNNERS) >= RUNNERS_KEPT:
-            RUNNERS.pop(next(iter(RUNNERS)))              # the oldest key
-        names = _attn_fwd_ws.arg_names[len(args):]          # the constexprs, in the kernel's order
-        RUNNERS[key] = (compiled[(*grid, 1, 1)[:3]], tuple(options[name] for name in names))
 
 
 def _launch_args(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int):
