@@ -4,6 +4,8 @@ leaves the JIT. On a CPU with Triton stood in for (``FakeTriton``) and with the 
 tests of tests/test_flash_hopper.py and tests/test_flash.py check the runners' results bit for bit."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -122,6 +124,7 @@ def test_only_the_most_recent_keys_are_kept():
     assert [how for how, _, _ in kernel.launches][-2:] == ["jit", "runner"]
 
 
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Triton's interpreter only")
 def test_the_interpreter_keeps_nothing_and_computes_the_same():
     """Triton's interpreter returns no compiled kernel: every call runs the kernel, nothing is kept."""
     import triton
