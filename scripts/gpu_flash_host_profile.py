@@ -85,6 +85,25 @@ def direct_launch(args, kwargs):
     return launch
 
 
+def runner_launch(args, kwargs, runners):
+    """The launch of ``direct_launch`` through ``runners`` (attnkit.kernels.runners): Triton's JIT for the
+    first call of its key, the compiled kernel's runner after."""
+    import triton
+
+    name, device, tuned, fixed, grid_rows, grid_heads, *kernel_args = args
+    constexprs = dict(kwargs)
+    rows_block = constexprs.pop("rows_block", "BLOCK_M")
+    kernel = getattr(flash._kernels, flash.LAUNCHERS[name][0])
+    config = fixed or flash.default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
+    meta = config.meta()
+    grid = (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)
+
+    def launch():
+        flash._set_block_shapes(dict(zip(kernel.arg_names, kernel_args), **constexprs, **meta))
+        runners.launch(kernel, grid, kernel_args, {**constexprs, **meta}, device)
+    return launch
+
+
 def _enter_and_leave(device) -> None:
     with torch.device(device):
         pass
@@ -100,13 +119,18 @@ def _inside_device(device, launches) -> None:
 
 def layers(fn, tensors) -> None:
     """One call's host time, layer by layer (microseconds per call)."""
+    from attnkit.kernels.runners import Runners
+
     launches = captured_launches(fn)
     direct = [direct_launch(a, k) for a, k in launches]
+    runners = Runners()
+    through_runners = [runner_launch(a, k, runners) for a, k in launches]
     device = tensors[0].device
     parts = {
         "whole call": fn,
         f"{len(launches)} launches through flash._launch": lambda: [flash._launch(*a, **k) for a, k in launches],
         f"{len(launches)} launches straight into Triton": lambda: [d() for d in direct],
+        f"{len(launches)} launches through kept runners": lambda: [r() for r in through_runners],
         "4 host tensor descriptors": lambda: flash._host_descriptors(*tensors[:4]),
         "2 output buffers (torch.empty)": lambda: [torch.empty_like(tensors[0]) for _ in range(2)],
         "with torch.device(device)": lambda: _enter_and_leave(device),

@@ -16,10 +16,11 @@ JIT would have picked. A runner that raises (a Triton whose compiled kernels lau
 RuntimeWarning and the JIT for the rest of the process. Triton's interpreter returns no compiled
 kernel, so there nothing is kept.
 
-Used by the warp-specialised Gluon forward (``flash_hopper``), 15 arguments: there the runner measured
-23–25 µs a launch against the JIT's 52–64 on the H100 machines. The Triton kernels of ``flash`` take
-about 45 arguments, and building this key in Python cost about what the JIT's binding does (launches
-through runners measured 5 of 6 times slower than straight into the JIT); they launch through the JIT.
+Used by the warp-specialised Gluon forward (``flash_hopper``, 15 arguments): there the runner measured
+14–25 µs a launch against the JIT's 32–60, side by side, on three H100 machines. The Triton kernels of
+``flash`` (about 45 arguments, a longer key to build in Python) launch through the JIT: with runners
+their launches cost 10–40 µs less than before on another machine, not side by side, so not yet shown
+(``scripts/gpu_flash_host_profile.py`` now times both in one process).
 """
 from __future__ import annotations
 
