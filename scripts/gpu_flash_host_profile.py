@@ -66,9 +66,10 @@ def captured_launches(fn) -> list:
     return calls
 
 
-def direct_launch(args, kwargs):
-    """The launch ``flash._launch(*args, **kwargs)`` makes, straight into Triton's JIT: the launcher's
-    kernel, the configuration it would take, the grid computed once."""
+def direct_launch(args, kwargs, runners=None):
+    """The launch ``flash._launch(*args, **kwargs)`` makes, straight into Triton's JIT (or, given
+    ``runners`` (attnkit.kernels.runners), the JIT for the first call of its key and the compiled kernel's
+    runner after): the launcher's kernel, the configuration it would take, the grid computed once."""
     import triton
 
     name, device, tuned, fixed, grid_rows, grid_heads, *kernel_args = args
@@ -81,26 +82,10 @@ def direct_launch(args, kwargs):
 
     def launch():   # descriptors may serve several launches: their block shapes are set at each
         flash._set_block_shapes(dict(zip(kernel.arg_names, kernel_args), **constexprs, **meta))
-        kernel[grid](*kernel_args, **constexprs, **meta)
-    return launch
-
-
-def runner_launch(args, kwargs, runners):
-    """The launch of ``direct_launch`` through ``runners`` (attnkit.kernels.runners): Triton's JIT for the
-    first call of its key, the compiled kernel's runner after."""
-    import triton
-
-    name, device, tuned, fixed, grid_rows, grid_heads, *kernel_args = args
-    constexprs = dict(kwargs)
-    rows_block = constexprs.pop("rows_block", "BLOCK_M")
-    kernel = getattr(flash._kernels, flash.LAUNCHERS[name][0])
-    config = fixed or flash.default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
-    meta = config.meta()
-    grid = (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)
-
-    def launch():
-        flash._set_block_shapes(dict(zip(kernel.arg_names, kernel_args), **constexprs, **meta))
-        runners.launch(kernel, grid, kernel_args, {**constexprs, **meta}, device)
+        if runners is None:
+            kernel[grid](*kernel_args, **constexprs, **meta)
+        else:
+            runners.launch(kernel, grid, kernel_args, {**constexprs, **meta}, device)
     return launch
 
 
@@ -124,7 +109,7 @@ def layers(fn, tensors) -> None:
     launches = captured_launches(fn)
     direct = [direct_launch(a, k) for a, k in launches]
     runners = Runners()
-    through_runners = [runner_launch(a, k, runners) for a, k in launches]
+    through_runners = [direct_launch(a, k, runners) for a, k in launches]
     device = tensors[0].device
     parts = {
         "whole call": fn,
