@@ -10,9 +10,22 @@ ensure_triton_backend()
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The longest files, longest first. `make test` runs files on two workers in collection order
+# (`-n 2 --dist loadfile`); started first, no long file is left running alone at the end.
+LONGEST_FIRST = ("tests/test_colab_install.py", "tests/test_no_triton.py", "notebooks/09_capstone_serving.ipynb",
+                 "notebooks/05_flash_attention.ipynb", "notebooks/10_beyond_one_gpu.ipynb")
+
+
+def _file_rank(item) -> int:
+    path = Path(str(item.fspath)).resolve()
+    relative = path.relative_to(ROOT).as_posix() if ROOT in path.parents else ""
+    return LONGEST_FIRST.index(relative) if relative in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 
+    items.sort(key=_file_rank)          # stable: each file's tests keep their order
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in items:
