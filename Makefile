@@ -39,7 +39,7 @@ browser:
 
 test: setup browser  ## package tests, nbval on notebooks/ and solutions/, labs executed, labs up to date
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest --nbval -n 2 --dist loadfile tests notebooks solutions
+	$(PY) -m pytest --nbval -n 2 --dist loadfile --no-loadscope-reorder tests notebooks solutions
 
 execute: setup  ## run notebooks (NB=...) and store their outputs, then regenerate the labs
 	$(PY) -m attnkit.classroom.notebooks execute $(NB)
