@@ -1,6 +1,7 @@
 """The experiments outside the package still build: the Gluon forwards (experiments/flash_hopper_gluon)
 compile for sm_90a on a CPU; the one-partition kernel's PTX keeps the overlap it was written for (its
-SASS does not: README.md), and the scheduling variants compile with every switch."""
+SASS does not: README.md), and the scheduling variants compile with every switch. The tail model
+(tail_model.py) fills the SMs as it says."""
 from __future__ import annotations
 
 import os
@@ -75,3 +76,28 @@ def test_scheduling_variants_compile_with_every_switch():
     for _, _, waits, _, producer, serialised in rows:
         assert int(waits) >= 8 and producer == "1" and serialised == "False", rows
     assert int(rows[0][3]) > int(rows[1][3]), rows       # P written to shared memory: more shared stores
+
+
+def _tail_model():
+    import importlib.util
+
+    path = os.path.join(ROOT, "experiments", "flash_hopper_gluon", "tail_model.py")
+    spec = importlib.util.spec_from_file_location("tail_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_tail_model_fills_sms_in_order_and_every_order_holds_the_same_tiles():
+    model = _tail_model()
+    assert model.makespan([3, 3, 2, 2, 2], sms=2) == 7          # 3 | 3, then 2 → 5, 2 → 5, 2 → 7
+    assert model.makespan([1, 1, 1, 1, 4], sms=2) == 6          # the long one last: 1+1+4 against 1+1
+    assert model.makespan([4, 1, 1, 1, 1], sms=2) == 4          # first: 4 against 1+1+1+1
+    assert model.makespan([3, 3, 2, 2, 2], sms=3) == 5
+    for n_m, heads in ((8, 256), (16, 128), (128, 16)):
+        tiles = {name: sorted(lengths) for name, lengths in model.orders(n_m, heads).items()}
+        assert len(set(map(tuple, tiles.values()))) == 1        # one set of tiles, other orders
+    for n in (1024, 2048, 16384):
+        fill = model.fill(n)
+        assert all(ratio >= 1 for ratio in fill.values())
+        assert fill["longest first overall"] < 1.01 < fill["grid order (package)"]
