@@ -4,7 +4,8 @@ in one process; writes bench_flash_hopper.csv. "hopper" is the public function (
 configuration); "ws:HxNxS[xG]" a configuration of it (G compute warp groups); from
 experiments/flash_hopper_gluon, "MxNxSxW[x0]" the one-partition Gluon kernel (x0: without the overlap)
 and "sched:HxNxS[:flags]" the scheduling
-variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory).
+variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory,
+hG: causal tiles longest first within groups of G (batch, head) pairs).
 
     python scripts/gpu_flash_hopper.py [--out DIR] [--quick] [--configs hopper,ws:64x128x3,...]
                                        [--head-dims 128,64] [--lengths 1024,2048]
@@ -15,6 +16,7 @@ import argparse
 import itertools
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -48,7 +50,9 @@ def kernel_config(text: str):
 
         sizes, _, flags = text[6:].partition(":")
         half_m, block_n, stages = (int(x) for x in sizes.split("x"))
-        options = dict(pingpong="p" in flags, persistent="g" in flags, p_smem="s" in flags)
+        group = re.search(r"h(\d+)", flags)                 # h32: longest first in groups of 32 heads
+        options = dict(pingpong="p" in flags, persistent="g" in flags, p_smem="s" in flags,
+                       head_group=int(group.group(1)) if group else 0)
         return (f"sched{half_m}x{block_n}s{stages}" + (f"_{flags}" if flags else ""),
                 lambda q, k, v, causal, scale: scheduling._launch(q, k, v, causal, scale, half_m, block_n, stages,
                                                                   **options))
@@ -117,7 +121,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--configs", default="hopper",
                         help="hopper, ws:HALF_MxBLOCK_NxSTAGES, BLOCK_MxBLOCK_NxSTAGESxWARPS[x0 without the "
-                             "overlap] or sched:HALF_MxBLOCK_NxSTAGES[:pgs],...")
+                             "overlap] or sched:HALF_MxBLOCK_NxSTAGES[:pgs][hG],...")
     parser.add_argument("--check-configs", type=int, default=1, help="how many of --configs to check")
     parser.add_argument("--check-only", action="store_true")
     parser.add_argument("--head-dims", default="128,64", help="head dims to time, of 128 and 64")

@@ -54,7 +54,7 @@ for d, causal, pingpong, p_smem in ((64, False, True, True), (64, False, True, F
     ptx = compile_gluon_ptx(scheduling._attn_fwd_ws, dict(HALF_M=64, BLOCK_N=128, HEAD_DIM=d, CAUSAL=causal, STAGES=2,
                             COMPUTE_REGS=scheduling.COMPUTE_REGISTERS, PINGPONG=pingpong, P_SMEM=p_smem),
                             dict(q_desc=64, k_desc=128, v_desc=128), 4,
-                            any_size=("n_heads", "group", "n_q", "n_k", "n_tiles"))
+                            any_size=("n_heads", "group", "n_q", "n_k", "n_tiles", "head_group"))
     print(d, causal, ptx.count("mbarrier.try_wait"), ptx.count("stmatrix") + ptx.count("st.shared"),
           int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx) is not None),
           ptxas_report(ptx).wgmma_serialised)

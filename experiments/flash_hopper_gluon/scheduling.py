@@ -12,6 +12,9 @@ switches of ``_launch``:
   groups finish the last one. For causal attention the grid is the largest count coprime with n_m, so
   that each program steps through every block length in turn.
 - ``p_smem``: P goes to shared memory for the P V product instead of staying in registers.
+- ``head_group`` (written after the measurements, not yet run on a GPU): the order of the tiles,
+  longest first within groups of that many (batch, head) pairs, which tail_model.py predicts fills
+  the SMs more evenly than head by head.
 
 It also splits each tile's key loop in two (blocks that need no mask, then those that do), so that no
 branch sits between issuing a product and waiting for it. Partitions of ``gl.warp_specialize``
@@ -51,11 +54,21 @@ def _masked_by(s, last_key, start_n, n_k, BLOCK_N: gl.constexpr, s_layout: gl.co
 
 
 @gluon.jit
-def _tile(tile, n_m, n_heads, n_q, n_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, causal):
-    """(batch, head, first query row, key blocks) of tile ``tile``: tiles run head by head, query blocks
-    in order, causal ones last block (the longest) first."""
+def _tile(tile, n_m, n_tiles, head_group, n_heads, n_q, n_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          causal):
+    """(batch, head, first query row, key blocks) of tile ``tile``: with head_group 0, tiles run head by
+    head, query blocks in order, causal ones last block (the longest) first; with head_group g > 0, in
+    groups of g (batch, head) pairs, each group's tiles by query block, causal ones longest first, the
+    group's heads fastest (tail_model.py: the SMs fill more evenly)."""
     bh = tile // n_m
-    start_m = gl.where(causal, n_m - 1 - tile % n_m, tile % n_m)
+    rank = tile % n_m
+    g = gl.maximum(head_group, 1)
+    group_start = (tile // (g * n_m)) * g
+    heads_here = gl.minimum(g, n_tiles // n_m - group_start)     # the last group may hold fewer
+    within = tile - group_start * n_m
+    bh = gl.where(head_group > 0, group_start + within % heads_here, bh)
+    rank = gl.where(head_group > 0, within // heads_here, rank)
+    start_m = gl.where(causal, n_m - 1 - rank, rank)
     row0 = start_m * BLOCK_M
     hi = gl.where(causal, gl.minimum(n_k, row0 + BLOCK_M + n_k - n_q), n_k)
     return bh // n_heads, bh % n_heads, row0, gl.cdiv(hi, BLOCK_N)
@@ -63,7 +76,7 @@ def _tile(tile, n_m, n_heads, n_q, n_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.const
 
 @gluon.jit
 def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty,
-               n_tiles, n_m, n_heads, group, n_q, n_k, causal):
+               n_tiles, head_group, n_m, n_heads, group, n_q, n_k, causal):
     """The producer warp, for each of this program's tiles: both query halves (each once its compute group
     has released the last tile's), then every key/value block into the rings, each slot as soon as both
     compute groups have released it (its empty barrier counts two arrivals). A fresh barrier counts as
@@ -74,7 +87,7 @@ def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_full, q_empty, 
     it = 0                                          # key blocks loaded so far: the rings' position
     done = 0                                        # tiles loaded so far
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        off_b, off_h, row0, n_blocks = _tile(tile, n_m, n_heads, n_q, n_k, 2 * HALF_M, BLOCK_N, causal)
+        off_b, off_h, row0, n_blocks = _tile(tile, n_m, n_tiles, head_group, n_heads, n_q, n_k, 2 * HALF_M, BLOCK_N, causal)
         for half in gl.static_range(2):
             mbarrier.wait(q_empty.index(half), (done & 1) ^ 1)
             mbarrier.expect(q_full.index(half), q_desc.block_type.nbytes)
@@ -155,7 +168,7 @@ def _p_operand(p, p_prev, P_SMEM: gl.constexpr, p_layout: gl.constexpr):
 
 @gluon.jit
 def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full,
-                v_empty, turns, O, LSE, qk_scale, n_tiles, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om,
+                v_empty, turns, O, LSE, qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om,
                 stride_lb, stride_lh, causal):
     """One compute warp group (4 warps): for each of this program's tiles, rows [row0 + half · HALF_M,
     + HALF_M) of its query block, the overlapped loop described at the top of this module. With PINGPONG
@@ -177,7 +190,7 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_full, q_em
     it = 0                                          # key blocks consumed so far: the rings' position
     done = 0                                        # tiles finished so far (turns taken: it + done)
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        _, _, row0, n_blocks = _tile(tile, n_m, n_heads, n_q, n_k, 2 * HALF_M, BLOCK_N, causal)
+        _, _, row0, n_blocks = _tile(tile, n_m, n_tiles, head_group, n_heads, n_q, n_k, 2 * HALF_M, BLOCK_N, causal)
         step = it + done
         first = row0 + half * HALF_M
         rows = first + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
@@ -221,7 +234,7 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_full, q_em
         _pass_turn(turns, half, PINGPONG)
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         mbarrier.arrive(v_empty.index(last), count=1)
-        off_b, off_h, _, _ = _tile(tile, n_m, n_heads, n_q, n_k, 2 * HALF_M, BLOCK_N, causal)
+        off_b, off_h, _, _ = _tile(tile, n_m, n_tiles, head_group, n_heads, n_q, n_k, 2 * HALF_M, BLOCK_N, causal)
         _store_rows(acc, l_i, m_i, O, LSE, off_b, off_h, first, n_q, stride_ob, stride_oh, stride_om,
                     stride_lb, stride_lh, o_layout, s_layout)
         it += n_blocks
@@ -247,26 +260,26 @@ def _store_rows(acc, l_i, m_i, O, LSE, off_b, off_h, first, n_q, stride_ob, stri
 
 @gluon.jit
 def _ws_compute_0(q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                  qk_scale, n_tiles, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                  qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                   causal):
     _ws_compute(0, q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                qk_scale, n_tiles, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                 causal)
 
 
 @gluon.jit
 def _ws_compute_1(q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                  qk_scale, n_tiles, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                  qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                   causal):
     _ws_compute(1, q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                qk_scale, n_tiles, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                 causal)
 
 
 @gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
                  stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
-                 n_heads, group, n_q, n_k, n_tiles,
+                 n_heads, group, n_q, n_k, n_tiles, head_group,
                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                  CAUSAL: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr,
                  PINGPONG: gl.constexpr = False, P_SMEM: gl.constexpr = False):
@@ -307,13 +320,13 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
         mbarrier.arrive(turns.index(0), count=1)       # group 0 issues first
 
     compute_args = (q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                    qk_scale, n_tiles, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb,
+                    qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb,
                     stride_lh, CAUSAL)
     gl.warp_specialize([
         (_ws_compute_0, compute_args),
         (_ws_compute_1, compute_args),
         (_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full,
-                      v_empty, n_tiles, n_m, n_heads, group, n_q, n_k, CAUSAL)),
+                      v_empty, n_tiles, head_group, n_m, n_heads, group, n_q, n_k, CAUSAL)),
     ], [4, 1], [COMPUTE_REGS, 24])
 
 
@@ -330,9 +343,9 @@ def persistent_grid(n_tiles: int, n_m: int, causal: bool, n_sms: int) -> int:
 
 
 def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int,
-            pingpong: bool = False, persistent: bool = False, p_smem: bool = False):
+            pingpong: bool = False, persistent: bool = False, p_smem: bool = False, head_group: int = 0):
     """(o, lse) of checked inputs with this configuration (tiles of 2 · half_m query rows; one program a
-    tile, or persistent programs)."""
+    tile, or persistent programs; ``head_group``: the tiles' order, see ``_tile``)."""
     batch, n_heads, n_q, head_dim = q.shape
     n_k = k.shape[2]
     o = torch.empty_like(q)
@@ -348,7 +361,7 @@ def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, s
     with on_device(q.device):
         _attn_fwd_ws[(grid, )](q_desc, k_desc, v_desc, o, lse, sm_scale / math.log(2),
                                o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
-                               n_heads, n_heads // k.shape[1], n_q, n_k, n_tiles,
+                               n_heads, n_heads // k.shape[1], n_q, n_k, n_tiles, head_group,
                                HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
                                COMPUTE_REGS=COMPUTE_REGISTERS, PINGPONG=pingpong, P_SMEM=p_smem, num_warps=4)
     return o, lse
