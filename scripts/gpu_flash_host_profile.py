@@ -152,8 +152,9 @@ def _enter(context) -> None:
 
 def gluon_layers(q, k, v, causal: bool) -> None:
     """The warp-specialised Gluon forward's host time, layer by layer (microseconds per call): the public
-    call, the dispatch, ``flash_hopper._launch``, the kernel straight into Triton with its arguments built
-    once, and the pieces around it."""
+    call, the dispatch, ``flash_hopper._launch`` (through attnkit.kernels.runners), the kernel straight into
+    Triton's JIT and through its compiled kernel's bare runner with its arguments built once, and the pieces
+    around it (the capability read is the one ``attnkit.device.sm_major`` now makes once per GPU)."""
     from attnkit.device import on_device
     from attnkit.kernels import flash_hopper
 
