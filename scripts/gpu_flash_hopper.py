@@ -1,7 +1,8 @@
 """The warp-specialised Gluon forward (attnkit.kernels.flash_hopper) on the H100: float64 checks, then
 its configurations timed beside the course's Triton forward (BEST_TRITON, autotuned) and cuDNN, side by side
 in one process; writes bench_flash_hopper.csv. "hopper" is the public function (its default
-configuration); "ws:HxNxS[xG]" a configuration of it (G compute warp groups); from
+configuration); "ws:HxNxS[xG][:hT]" a configuration of it (G compute warp groups; hT: tiles in groups of T
+(batch, head) pairs, flash_hopper._tile_of; HEAD_GROUP's if not given); from
 experiments/flash_hopper_gluon, "MxNxSxW[x0]" the one-partition Gluon kernel (x0: without the overlap)
 and "sched:HxNxS[:flags]" the scheduling
 variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory,
@@ -40,10 +41,13 @@ def kernel_config(text: str):
         return "hopper", lambda q, k, v, causal, scale: flash_hopper.flash_attention_hopper(
             q, k, v, causal=causal, sm_scale=scale)
     if text.startswith("ws:"):
-        half_m, block_n, stages, groups = (int(x) for x in (text[3:] + "x2").split("x")[:4])
-        return (f"ws{half_m}x{block_n}s{stages}" + ("" if groups == 2 else f"g{groups}"),
+        sizes, _, order = text[3:].partition(":")
+        half_m, block_n, stages, groups = (int(x) for x in (sizes + "x2").split("x")[:4])
+        head_group = int(order[1:]) if order else None      # h32: tiles longest first in groups of 32 heads
+        name = f"ws{half_m}x{block_n}s{stages}" + ("" if groups == 2 else f"g{groups}") + (f"_{order}" if order else "")
+        return (name,
                 lambda q, k, v, causal, scale: flash_hopper._launch(q, k, v, causal, scale, half_m, block_n, stages,
-                                                                    groups))
+                                                                    groups, head_group))
     sys.path.insert(0, EXPERIMENT)
     if text.startswith("sched:"):
         import scheduling
@@ -120,8 +124,9 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--configs", default="hopper",
-                        help="hopper, ws:HALF_MxBLOCK_NxSTAGES, BLOCK_MxBLOCK_NxSTAGESxWARPS[x0 without the "
-                             "overlap] or sched:HALF_MxBLOCK_NxSTAGES[:pgs][hG],...")
+                        help="hopper, ws:HALF_MxBLOCK_NxSTAGES[xGROUPS][:hT], "
+                             "BLOCK_MxBLOCK_NxSTAGESxWARPS[x0 without the overlap] "
+                             "or sched:HALF_MxBLOCK_NxSTAGES[:pgs][hG],...")
     parser.add_argument("--check-configs", type=int, default=1, help="how many of --configs to check")
     parser.add_argument("--check-only", action="store_true")
     parser.add_argument("--head-dims", default="128,64", help="head dims to time, of 128 and 64")

@@ -159,7 +159,7 @@ def gluon_layers(q, k, v, causal: bool) -> None:
     from attnkit.kernels import flash_hopper
 
     scale = 1 / math.sqrt(q.shape[-1])
-    config = flash_hopper.CONFIG[q.shape[-1], causal]
+    config = (*flash_hopper.CONFIG[q.shape[-1], causal], flash_hopper.HEAD_GROUP[causal])
     grid, args, options = flash_hopper._launch_args(q, k, v, causal, scale, *config)
     parts = {
         "whole call (flash_attention_forward)": lambda: flash.flash_attention_forward(q, k, v, causal=causal),

@@ -100,4 +100,6 @@ def test_the_tail_model_fills_sms_in_order_and_every_order_holds_the_same_tiles(
     for n in (1024, 2048, 16384):
         fill = model.fill(n)
         assert all(ratio >= 1 for ratio in fill.values())
-        assert fill["longest first overall"] < 1.01 < fill["grid order (package)"]
+        assert fill["longest first overall"] < 1.01 < fill["head by head, shortest first"]
+    at_1k = model.fill(1024)
+    assert at_1k["longest first in groups of 32 heads"] < 1.02 < at_1k["head by head, longest first"]

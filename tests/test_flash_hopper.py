@@ -47,7 +47,7 @@ def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
     q, k, v = _qkv(b=2, hq=4, hkv=2, n_q=300, n_k=333, d=128)
     o, lse = flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 3)
     named = dict(zip(Kernel.arg_names, launched["args"]))
-    assert launched["grid"] == (2, 8)                                  # cdiv(300, 3 · 64) row blocks, B · Hq
+    assert launched["grid"] == (2 * 8,)                                # cdiv(300, 3 · 64) row blocks × B · Hq
     assert named["O"] is o and named["LSE"] is lse and o.shape == q.shape and lse.shape == (2, 4, 300)
     for name, tensor, rows in (("q_desc", q, 64), ("k_desc", k, 128), ("v_desc", v, 128)):
         desc = named[name]
@@ -57,7 +57,8 @@ def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
     assert (named["n_heads"], named["group"], named["n_q"], named["n_k"]) == (4, 2, 300, 333)
     assert (named["stride_ob"], named["stride_om"], named["stride_lh"]) == (o.stride(0), o.stride(2), lse.stride(1))
     assert launched["options"] == dict(HALF_M=64, BLOCK_N=128, HEAD_DIM=128, CAUSAL=True, STAGES=2,
-                                       COMPUTE_REGS=flash_hopper.COMPUTE_REGISTERS[3], GROUPS=3, num_warps=4)
+                                       COMPUTE_REGS=flash_hopper.COMPUTE_REGISTERS[3], GROUPS=3,
+                                       HEAD_GROUP=flash_hopper.HEAD_GROUP[True], num_warps=4)
 
 
 def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkeypatch):
@@ -74,12 +75,46 @@ def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkey
         flash_hopper._launch(q, k, v, True, 0.125, *config)
     assert [how for how, _, _ in kernel.launches] == ["jit", "runner", "jit", "runner"]
     _, grid, args = kernel.launches[1]
-    assert grid == (3, 8, 1)                                           # cdiv(300, 2 · 64), B · Hq, 1
+    assert grid == (3 * 8, 1, 1)                                       # cdiv(300, 2 · 64) × B · Hq
     named = dict(zip(kernel.arg_names, args))
     assert len(args) == len(kernel.arg_names)
     assert named["q_desc"].base.data_ptr() == second[0].data_ptr()     # the call's own tensors
     assert (named["HALF_M"], named["BLOCK_N"], named["HEAD_DIM"], named["CAUSAL"], named["STAGES"],
             named["GROUPS"]) == (64, 128, 128, True, 2, 2)
+
+
+def _tiles(n_m, n_bh, head_group, causal):
+    """(batch · head, query block) of each program in launch order, by the kernel's own ``_tile_of`` (its
+    integer arithmetic read as Python: Gluon has no interpreter)."""
+    n_programs = n_m * n_bh
+    return [flash_hopper._tile_of.fn(p, n_programs, n_m, head_group, causal) for p in range(n_programs)]
+
+
+@pytest.mark.parametrize("n_m, n_bh", [(8, 256), (3, 7), (1, 5), (16, 33)])
+@pytest.mark.parametrize("head_group", [1, 2, 32])
+@pytest.mark.parametrize("causal", [False, True])
+def test_each_tile_runs_once_in_the_order_of_its_head_group(n_m, n_bh, head_group, causal):
+    """Every (head, query block) pair exactly once, whatever the group size (the last group may be short);
+    the groups in turn; inside a group, causal query blocks from the last (the longest) down, the group's
+    heads fastest."""
+    tiles = _tiles(n_m, n_bh, head_group, causal)
+    assert sorted(tiles) == [(bh, m) for bh in range(n_bh) for m in range(n_m)]
+    for start in range(0, n_bh, head_group):
+        heads = min(head_group, n_bh - start)
+        group = tiles[start * n_m:(start + heads) * n_m]
+        blocks = [n_m - 1 - r if causal else r for r in range(n_m)]
+        assert group == [(start + h, m) for m in blocks for h in range(heads)]
+
+
+def test_head_group_one_is_head_by_head_and_matches_the_tail_models_order():
+    """head_group 1: each head's blocks together (causal: longest first), the order the kernel had on a
+    2-D grid; head_group g: the order whose fill experiments/flash_hopper_gluon/tail_model.py models."""
+    assert _tiles(4, 2, 1, True) == [(0, 3), (0, 2), (0, 1), (0, 0), (1, 3), (1, 2), (1, 1), (1, 0)]
+    assert _tiles(4, 2, 1, False) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]
+    from test_experiments import _tail_model
+    orders = _tail_model().orders(8, 256)
+    for head_group, name in ((1, "head by head, longest first"), (32, "longest first in groups of 32 heads")):
+        assert [m + 1 for _, m in _tiles(8, 256, head_group, True)] == orders[name]
 
 
 # ------------------------------------------------------------------------------------ scope, any machine
@@ -215,6 +250,22 @@ def test_matches_float64(b, hq, hkv, n_q, n_k, d, causal, dtype):
     o, lse = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
     assert_close(o, attention_ref(q, k, v, causal=causal), dtype, "cuda")
     assert (lse.cpu().double() - lse_ref(q, k, causal=causal)).abs().max().item() < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("head_group", [2, 3, 32])
+@pytest.mark.parametrize("b, hq, hkv, n_q, n_k, d, causal", [
+    (2, 4, 2, 1000, 1000, 128, True), (1, 5, 5, 300, 1000, 64, True), (3, 3, 1, 333, 333, 128, False)])
+def test_every_tile_order_matches_float64_and_the_default_bit_for_bit(b, hq, hkv, n_q, n_k, d, causal, head_group):
+    """Tiles handed out in groups of (batch, head) pairs, the last group short (B · H not a multiple of the
+    group): every tile computed, and computed as in the default order (each tile's arithmetic is its own)."""
+    q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, torch.float16, "cuda", seed=head_group + n_q)
+    config = flash_hopper.CONFIG[d, causal]
+    o, lse = flash_hopper._launch(q, k, v, causal, d ** -0.5, *config, head_group)
+    default = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+    assert torch.equal(o, default[0]) and torch.equal(lse, default[1])
+    assert_close(o, attention_ref(q, k, v, causal=causal), torch.float16, "cuda")
 
 
 class _CountingJit:

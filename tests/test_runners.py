@@ -15,9 +15,9 @@ CPU = torch.device("cpu")
 
 
 class FakeTriton:
-    """Stands in for a kernel: ``kernel[(x, y)](...)`` is the JIT (it records the launch and returns the
-    compiled kernel, itself here), ``compiled[(x, y, z)](...)`` that kernel's runner (it records its
-    arguments, or raises ``fail``)."""
+    """Stands in for a kernel: ``kernel[(x,)](...)`` or ``kernel[(x, y)](...)`` is the JIT (it records the
+    launch and returns the compiled kernel, itself here), ``compiled[(x, y, z)](...)`` that kernel's runner
+    (it records its arguments, or raises ``fail``)."""
 
     def __init__(self, arg_names, fail=None):
         self.arg_names, self.launches, self.fail = list(arg_names), [], fail
@@ -31,7 +31,7 @@ class FakeTriton:
             if self.fail:
                 raise self.fail
             self.launches.append(("runner", grid, args))
-        return jit if len(grid) == 2 else runner
+        return jit if len(grid) < 3 else runner
 
 
 NAMES = ["x_ptr", "desc", "scale", "n", "stride", "maybe", "BLOCK", "CAUSAL"]

@@ -143,11 +143,14 @@ def compile_gluon_ptx(fn, constexprs: dict, descriptor_rows: dict, num_warps: in
                       any_size=("n_heads", "group", "n_q", "n_k")) -> str:
     """PTX of the Gluon kernel ``fn`` for sm_90a: arguments named in ``descriptor_rows`` are descriptors
     of [rows, HEAD_DIM] fp16 blocks, LSE, DELTA and DQ_ACC fp32 pointers, other upper-case names fp16 pointers,
-    the scales (``*_scale``) fp32, the rest int32 (those in ``any_size`` not assumed to be multiples of 16)."""
+    the scales (``*_scale``) fp32, the rest int32 (those in ``any_size`` not assumed to be multiples of 16);
+    constexprs not in ``constexprs`` take their defaults."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    defaults = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
+    constexprs = {**defaults, **constexprs}         # a constexpr left out takes its default, as at a launch
     signature = {name: gluon_descriptor_type(rows, constexprs["HEAD_DIM"]) for name, rows in descriptor_rows.items()}
     for name in fn.arg_names:
         if name in constexprs:

@@ -54,6 +54,8 @@ DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # they were level, and their masked loop spills more.
 CONFIG = {(64, False): (64, 128, 2, 3), (64, True): (64, 128, 2, 2),
           (128, False): (64, 128, 2, 2), (128, True): (64, 128, 2, 2)}
+# the tiles' order (``_tile_of``): (batch, head) pairs a group, by causal
+HEAD_GROUP = {False: 1, True: 1}
 # registers a thread of each worker compute group may take, by number of compute groups (the producer
 # warp keeps 24; all of them together fit the SM's 65,536)
 COMPUTE_REGISTERS = {2: 232, 3: 160}
@@ -187,22 +189,40 @@ def _ws_compute_2(q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_emp
 
 
 @gluon.jit
+def _tile_of(program, n_programs, n_m, HEAD_GROUP: gl.constexpr, CAUSAL: gl.constexpr):
+    """(batch · head, query block) of a program. The (batch, head) pairs go in groups of HEAD_GROUP;
+    within a group, query blocks in turn (causal: the last, the longest, first), the group's heads
+    fastest; HEAD_GROUP 1 is head by head. The GPU starts programs roughly in this order, so the order
+    decides which tiles are left for the last wave (experiments/flash_hopper_gluon/tail_model.py)."""
+    if HEAD_GROUP == 1:             # its own branch: the general one's divisions cost registers (spills)
+        bh = program // n_m
+        rank = program % n_m
+    else:
+        group_start = program // (HEAD_GROUP * n_m) * HEAD_GROUP
+        heads_here = min(HEAD_GROUP, n_programs // n_m - group_start)     # the last group may hold fewer
+        within = program - group_start * n_m
+        bh = group_start + within % heads_here
+        rank = within // heads_here
+    if CAUSAL:
+        rank = n_m - 1 - rank
+    return bh, rank
+
+
+@gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
                         stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                         n_heads, group, n_q, n_k,
                         HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                         CAUSAL: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr,
-                        GROUPS: gl.constexpr = 2):
+                        GROUPS: gl.constexpr = 2, HEAD_GROUP: gl.constexpr = 1):
     """O = softmax(Q Kᵀ · scale) V for GROUPS · HALF_M queries of one (batch, head); grid (cdiv(Nq,
-    GROUPS · HALF_M), B · H), 4 warps (the first compute group; the other groups and the producer warp are
-    the worker partitions). q_desc: [B·H·Nq, D] in [HALF_M, D] blocks; k_desc, v_desc: [B·Hkv·Nk, D] in [BLOCK_N, D]
-    blocks. qk_scale = softmax scale · log2(e). Rows of Q past its head's end read the next head's rows
-    and are never stored; keys past Nk are masked, so the next head's rows they read weigh 0. LSE: fp32
-    natural log-sum-exp per row. Causal programs run longest (last query block) first."""
-    start_m = gl.program_id(0)
-    if CAUSAL:
-        start_m = gl.num_programs(0) - 1 - start_m
-    off_bh = gl.program_id(1)
+    GROUPS · HALF_M) · B · H,), 4 warps (the first compute group; the other groups and the producer warp are
+    the worker partitions), programs in the order of ``_tile_of``. q_desc: [B·H·Nq, D] in [HALF_M, D] blocks;
+    k_desc, v_desc: [B·Hkv·Nk, D] in [BLOCK_N, D] blocks. qk_scale = softmax scale · log2(e). Rows of Q past
+    its head's end read the next head's rows and are never stored; keys past Nk are masked, so the next
+    head's rows they read weigh 0. LSE: fp32 natural log-sum-exp per row."""
+    off_bh, start_m = _tile_of(gl.program_id(0), gl.num_programs(0), gl.cdiv(n_q, GROUPS * HALF_M), HEAD_GROUP,
+                               CAUSAL)
     off_b = off_bh // n_heads
     off_h = off_bh % n_heads
     kv_row0 = (off_b * (n_heads // group) + off_h // group) * n_k
@@ -288,17 +308,21 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, sm_scale: float | N
     return _launch(q, k, v, causal, sm_scale, *CONFIG[q.shape[-1], causal])
 
 
-def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int = 2):
+def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int = 2,
+            head_group: int | None = None):
     """(o, lse) of checked inputs with this configuration (groups · half_m query rows a program, in
-    ``groups`` compute warp groups of half_m rows)."""
-    grid, args, options = _launch_args(q, k, v, causal, sm_scale, half_m, block_n, stages, groups)
+    ``groups`` compute warp groups of half_m rows; tiles ordered by ``head_group``, HEAD_GROUP[causal] if
+    None: see ``_tile_of``)."""
+    head_group = HEAD_GROUP[causal] if head_group is None else head_group
+    grid, args, options = _launch_args(q, k, v, causal, sm_scale, half_m, block_n, stages, groups, head_group)
     with on_device(q.device):
         RUNNERS.launch(_attn_fwd_ws, grid, args, options, q.device)   # the JIT once per key (runners.py)
     o, lse = args[3:5]
     return o, lse
 
 
-def _launch_args(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int):
+def _launch_args(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int,
+                 head_group: int):
     """(grid, arguments, keyword arguments) of ``_attn_fwd_ws`` for ``_launch``: the TMA descriptors and the
     new o, lse among the arguments."""
     batch, n_heads, n_q, head_dim = q.shape
@@ -309,5 +333,6 @@ def _launch_args(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: i
             o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
             n_heads, n_heads // k.shape[1], n_q, k.shape[2])
     options = dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-                   COMPUTE_REGS=COMPUTE_REGISTERS[groups], GROUPS=groups, num_warps=4)
-    return (triton.cdiv(n_q, groups * half_m), batch * n_heads), args, options
+                   COMPUTE_REGS=COMPUTE_REGISTERS[groups], GROUPS=groups, HEAD_GROUP=head_group,
+                   num_warps=4)
+    return (triton.cdiv(n_q, groups * half_m) * batch * n_heads,), args, options

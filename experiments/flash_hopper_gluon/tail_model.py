@@ -8,10 +8,10 @@ order costs: 1.0 is a perfect fill.
 
     python experiments/flash_hopper_gluon/tail_model.py
 
-Orders: the package kernel's grid (query block fastest, shortest first in each head), each head's
-blocks longest first, every tile longest first (which also spreads a head's blocks over the whole run:
-its K and V are read again from HBM when the L2 cache has let them go), and longest first within
-groups of g heads (the K/V that a group's programs read at once: g · 2 · N · D · 2 bytes).
+Orders: head by head, each head's blocks shortest first or longest first (the package kernel's
+``head_group`` 1), every tile longest first (which also spreads a head's blocks over the whole run: its
+K and V are read again from HBM when the L2 cache has let them go), and longest first within groups of
+g heads (``head_group`` g; the K/V that a group's programs read at once: g · 2 · N · D · 2 bytes).
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def makespan(lengths, sms: int = SMS) -> int:
 def orders(n_m: int, heads: int, groups=(16, 32, 64)) -> dict:
     """Tile lengths (key blocks) in each order's dispatch order; n_m query blocks per head, square causal."""
     found = {
-        "grid order (package)": [m + 1 for _ in range(heads) for m in range(n_m)],
-        "longest first in each head": [n_m - m for _ in range(heads) for m in range(n_m)],
+        "head by head, shortest first": [m + 1 for _ in range(heads) for m in range(n_m)],
+        "head by head, longest first": [n_m - m for _ in range(heads) for m in range(n_m)],
         "longest first overall": [n_m - r for r in range(n_m) for _ in range(heads)],
     }
     for g in groups:
