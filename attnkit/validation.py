@@ -74,6 +74,17 @@ def head_groups(names: str, n_heads: int, n_kv_heads: int) -> None:
                          f"Hkv={n_kv_heads} (Hq % Hkv == 0)")
 
 
+MAX_GRID_AXIS = 65535       # the most programs a CUDA grid's second or third axis holds
+
+
+def grid_axis(name: str, what: str, count: int) -> None:
+    """Raise ValueError if ``count`` (the heads, or the sequences, a kernel's grid runs along one axis) is
+    more than one axis of a CUDA grid holds."""
+    if count > MAX_GRID_AXIS:
+        raise ValueError(f"{name}: {what} = {count} is more than one launch runs ({MAX_GRID_AXIS}, a CUDA grid "
+                         "axis); split the call")
+
+
 def head_dim(name: str, d: int, allowed) -> None:
     if d not in allowed:
         raise ValueError(f"{name}: head dim D={d} is not supported; D must be one of {tuple(allowed)}")

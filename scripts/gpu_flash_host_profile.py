@@ -78,7 +78,7 @@ def direct_launch(args, kwargs, runners=None):
     kernel = getattr(flash._kernels, flash.LAUNCHERS[name][0])
     config = fixed or flash.default_config(name, max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0)))
     meta = config.meta()
-    grid = (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)
+    grid = (triton.cdiv(grid_rows, meta[rows_block]), *grid_heads)
 
     def launch():   # descriptors may serve several launches: their block shapes are set at each
         flash._set_block_shapes(dict(zip(kernel.arg_names, kernel_args), **constexprs, **meta))

@@ -212,6 +212,11 @@ BAD_INPUTS = [
     ("every size must be >= 1", _valid(k=torch.randn(1, 2, 0, 16), v=torch.randn(1, 2, 0, 16))),
     ("every size must be >= 1", _valid(q=torch.randn(0, 4, 8, 16), k=torch.randn(0, 2, 8, 16),
                                        v=torch.randn(0, 2, 8, 16))),
+    # the kernels' grids run heads along one axis, sequences along another: at most 65,535 each
+    ("q: batch B = 65536 is more than one launch runs (65535", _valid(
+        q=torch.randn(65536, 1, 1, 16), k=torch.randn(65536, 1, 1, 16), v=torch.randn(65536, 1, 1, 16))),
+    ("q: heads H = 65536 is more than one launch runs (65535", _valid(
+        q=torch.randn(1, 65536, 1, 16), k=torch.randn(1, 1, 1, 16), v=torch.randn(1, 1, 1, 16))),
 ]
 
 
@@ -246,6 +251,24 @@ def test_tensors_on_different_devices_raise_value_error():
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="one device"):
             flash_attention(t["q"].cuda(), t["k"], t["v"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("d, backward", [(32, "two_kernels"), (64, "atomic_dq"), (128, "warp_specialized")])
+def test_more_batch_and_head_pairs_than_one_grid_axis_holds(d, backward):
+    """B · Hq = 2048 · 33 = 67,584 (batch, head) pairs, past the 65,535 programs one axis of a CUDA grid
+    holds (the grids run heads along one axis and sequences along another): the output and the gradients
+    of every head match float64."""
+    gen = torch.Generator().manual_seed(d)
+    q, k, v = make_inputs(gen, 2048, 33, 11, 5, 7, d, torch.float16)
+    do = torch.randn(q.shape, generator=gen).to(DEVICE, torch.float16)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = flash_attention(*leaves, causal=True, backward=backward)
+    grads = torch.autograd.grad(out, leaves, do)
+    assert_close(out, attention_ref(q, k, v, causal=True), torch.float16, DEVICE, "o")
+    for name, got, want in zip(("dq", "dk", "dv"), grads, reference_grads(q, k, v, do, causal=True)):
+        assert_close(got, want, torch.float16, DEVICE, name)
 
 
 @pytest.mark.gpu

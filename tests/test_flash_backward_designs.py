@@ -461,7 +461,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     monkeypatch.setattr(flash, "triton_interprets", lambda: False)
     monkeypatch.setattr(flash, "launch_options", lambda **options: options)   # a CPU Triton drops them
     monkeypatch.setattr(flash, "_PLANS", {})
-    launch = lambda fixed=None: flash._launch("fwd_desc", torch.device("cpu"), False, fixed, 100, 2,  # noqa: E731
+    launch = lambda fixed=None: flash._launch("fwd_desc", torch.device("cpu"), False, fixed, 100, (2, 1),  # noqa: E731
                                               torch.zeros(1, dtype=torch.float16), HEAD_DIM=128, HEAD_DIM_V=128)
     assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(128, 128, 8, 3)
     launch()
@@ -472,7 +472,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     with pytest.raises(OutOfResources):
         launch(flash.BlockConfig(128, 64, 4, 3))
     launched.clear()
-    flash._launch("fwd_desc", torch.device("cpu"), False, None, 100, 2, torch.zeros(1, dtype=torch.float32),
+    flash._launch("fwd_desc", torch.device("cpu"), False, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
                   HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
     assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
 
@@ -486,7 +486,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     monkeypatch.setattr(flash, "_tuned", lambda name: TooBigAutotuner())
     monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
     launched.clear()
-    flash._launch("fwd_desc", torch.device("cpu"), True, None, 100, 2, torch.zeros(1, dtype=torch.float32),
+    flash._launch("fwd_desc", torch.device("cpu"), True, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
                   HEAD_DIM=256, HEAD_DIM_V=256, DOT_PRECISION="ieee")
     assert launched == ["autotuned", (64, 64, 2)]    # then the fallback, as without autotuning
 
@@ -551,18 +551,18 @@ def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
     host = flash._kernels.HOST_DESCRIPTORS
 
     def launch(n_q, desc):
-        flash._launch("fwd_desc", torch.device("cpu"), True, None, n_q, 3, desc, n_q, HEAD_DIM=128, DESC=host)
+        flash._launch("fwd_desc", torch.device("cpu"), True, None, n_q, (3, 1), desc, n_q, HEAD_DIM=128, DESC=host)
 
     launch(1000, Descriptor())
-    assert events == [("autotuned", (16, 3))]
+    assert events == [("autotuned", (16, 3, 1))]
     desc = Descriptor()
     launch(1000, desc)
-    assert events[1:] == [("kernel", (16, 3), 64, 4)] and desc.block_shape == [1, 1, 64, 128]
+    assert events[1:] == [("kernel", (16, 3, 1), 64, 4)] and desc.block_shape == [1, 1, 64, 128]
     launch(2000, Descriptor())                       # another size: the autotuner decides again
-    assert events[2:] == [("autotuned", (32, 3))] and len(flash._PLANS) == 2
+    assert events[2:] == [("autotuned", (32, 3, 1))] and len(flash._PLANS) == 2
     monkeypatch.setattr(flash, "MAX_PLANS", 2)
     launch(3000, Descriptor())                       # past MAX_PLANS the plans start over
-    assert events[3:] == [("autotuned", (47, 3))] and len(flash._PLANS) == 1
+    assert events[3:] == [("autotuned", (47, 3, 1))] and len(flash._PLANS) == 1
 
 
 @pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")

@@ -381,3 +381,21 @@ def test_kernel_compiles_to_fp8_tensor_core_products_for_an_h100():
     for _, desc, fp8_products, tma in lines:
         assert int(fp8_products) > 0, f"DESC={desc}: no fp8 wgmma in the PTX"
         assert (int(tma) > 0) == (desc == "2"), f"DESC={desc}: {tma} TMA copies"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_more_batch_and_head_pairs_than_one_grid_axis_holds():
+    """B · Hq = 2048 · 33 = 67,584 (batch, head) pairs, past the 65,535 programs one axis of a CUDA grid
+    holds: every head matches float64 on its dequantised inputs."""
+    q, k, v = make_inputs(33, 2048, 33, 11, 5, 7, 64)
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
+    o = flash_attention_fp8(q8, k8, v8, qs, ks, vs, causal=True)
+    assert rel_error(o, dequantised_reference(q8, k8, v8, qs, ks, vs, True)) <= REL_TOL_DEQUANTISED
+
+
+def test_more_heads_than_one_grid_axis_holds_are_refused():
+    q, k, v = (t.expand(1, 65536, 1, 64) for t in make_inputs(3, 1, 1, 1, 1, 1, 64))
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
+    with pytest.raises(ValueError, match=r"q8: heads H = 65536 is more than one launch runs \(65535"):
+        flash_attention_fp8(q8, k8, v8, qs, ks, vs)

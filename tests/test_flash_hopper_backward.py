@@ -193,7 +193,8 @@ def gluon_calls(monkeypatch):
     (1, 2, 2, 1000, 1000, 128, False, torch.float16), (1, 2, 2, 1000, 1000, 128, True, torch.bfloat16),
     (2, 4, 2, 333, 333, 64, True, torch.float16), (1, 4, 1, 300, 1000, 128, True, torch.float16),
     (1, 2, 2, 129, 517, 64, False, torch.bfloat16), (1, 3, 3, 1, 333, 128, True, torch.float16),
-    (1, 2, 1, 600, 130, 64, False, torch.float16), (2, 4, 4, 65, 33, 128, False, torch.bfloat16)])
+    (1, 2, 1, 600, 130, 64, False, torch.float16), (2, 4, 4, 65, 33, 128, False, torch.bfloat16),
+    (2048, 33, 33, 5, 7, 64, True, torch.float16)])       # B · Hkv past one grid axis's 65,535 programs
 def test_matches_float64(gluon_calls, design, b, hq, hkv, n_q, n_k, d, causal, dtype):
     q, k, v, do = _inputs(b, hq, hkv, n_q, n_k, d, dtype, "cuda", seed=n_q + 7 * n_k)
     o, lse = flash.flash_attention_forward(q, k, v, causal=causal)

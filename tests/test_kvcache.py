@@ -329,3 +329,33 @@ def test_benchmarks_key_read_computes_the_scores_in_either_layout(layout):
     assert_close(got, want, torch.float32)
     with pytest.raises(ValueError, match="q: expected"):
         bench.key_scores(keys, query[:, :1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_rope_append_runs_more_pairs_than_one_grid_axis_holds():
+    """1024 decoding sequences of 64 query and 8 KV heads: 73,728 (sequence, head) pairs, past the 65,535
+    programs one axis of a CUDA grid holds (the kernel runs heads along one axis, sequences along another):
+    every head of every sequence as the reference has it."""
+    g = torch.Generator().manual_seed(5)
+    b, hq, hkv, d, cache = 1024, 64, 8, 32, 8
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).cuda()
+    q, k, v = r(b, 1, hq, d), r(b, 1, hkv, d), r(b, 1, hkv, d)
+    k_cache, v_cache = r(b, hkv, cache, d), r(b, hkv, cache, d)
+    seqlens = torch.randint(0, cache, (b,), generator=g, dtype=torch.int32).cuda()
+    ref_q, ref_k, ref_v = rope_append.rope_append_reference(q, k, v, k_cache.clone(), v_cache.clone(),
+                                                            seqlens_k=seqlens)
+    out = rope_append.rope_append(q, k, v, k_cache, v_cache, seqlens_k=seqlens, backend="triton")
+    assert_close(out.q, ref_q, torch.float32, what="q")
+    assert_close(out.k_cache, ref_k, torch.float32, what="k cache")
+    assert_close(out.v_cache, ref_v, torch.float32, what="v cache")
+
+
+def test_more_sequences_or_heads_than_one_grid_axis_holds_are_refused():
+    """The kernel's grid runs sequences along one axis: 65,536 of them are refused, naming the rule (any
+    backend: one rule for the operator)."""
+    q, k, v, k_cache, v_cache = (t[:1].expand(65536, *t.shape[1:]) for t in make(1))
+    with pytest.raises(ValueError, match=r"q: batch B = 65536 is more than one launch runs \(65535"):
+        rope_append.rope_append(q, k, v, k_cache, v_cache, share_buffer=False, backend="torch")

@@ -132,6 +132,9 @@ def check_inputs(q, k, v, *, packed: bool = False) -> None:
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q, k: head dims differ ({q.shape[-1]} vs {k.shape[-1]})")
     validation.head_groups("q, k", q.shape[1], k.shape[1])
+    validation.grid_axis("q", "heads H", q.shape[-2 if packed else 1])
+    if not packed:
+        validation.grid_axis("q", "batch B", q.shape[0])
     for name, t in (("q", q), ("v", v)):
         if not MIN_HEAD_DIM <= t.shape[-1] <= MAX_HEAD_DIM:
             raise ValueError(f"{name}: head dim D={t.shape[-1]} is not supported; D must be between "
@@ -315,7 +318,7 @@ class _LaunchPlan:
 
     kernel: object            # the @triton.jit kernel (never the autotuner: its choice is in meta)
     meta: dict                # BLOCK_M, BLOCK_N and the compiler options (num_warps, num_stages, ...)
-    rows: int                 # rows per program: the grid is (cdiv(grid_rows, rows), grid_heads)
+    rows: int                 # rows per program: the grid is (cdiv(grid_rows, rows), *grid_heads)
     descriptor_blocks: tuple  # (argument index, block shape) of each host-built descriptor
 
 
@@ -341,18 +344,19 @@ def _descriptor_blocks(kernel, args, constexprs, meta) -> tuple:
                  if arg in _DESCRIPTOR_BLOCKS and hasattr(args[i], "block_shape"))
 
 
-def _run(plan: _LaunchPlan, device, grid_rows: int, grid_heads: int, args, constexprs) -> None:
+def _run(plan: _LaunchPlan, device, grid_rows: int, grid_heads: tuple, args, constexprs) -> None:
     import triton
 
     for index, block in plan.descriptor_blocks:
         args[index].block_shape = block
     with on_device(device):
-        plan.kernel[(triton.cdiv(grid_rows, plan.rows), grid_heads)](*args, **constexprs, **plan.meta)
+        plan.kernel[(triton.cdiv(grid_rows, plan.rows), *grid_heads)](*args, **constexprs, **plan.meta)
 
 
 def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | None, grid_rows: int,
-            grid_heads: int, *args, rows_block: str = "BLOCK_M", **constexprs) -> None:
-    """Launch ``LAUNCHERS[name]`` on a grid (cdiv(grid_rows, <rows_block>), grid_heads): autotuned
+            grid_heads: tuple, *args, rows_block: str = "BLOCK_M", **constexprs) -> None:
+    """Launch ``LAUNCHERS[name]`` on a grid (cdiv(grid_rows, <rows_block>), heads, sequences), ``grid_heads``
+    the last two (each at most 65,535: ``check_inputs`` says so; one axis over B · H would stop there): autotuned
     when ``tuned``, else with ``fixed``, one small one in the interpreter. Without ``fixed``, the
     launcher's default for the head dim, or the first of its ``_smaller_configs`` that fits in shared
     memory (fp32 starts at 64 x 64 tiles); a ``fixed`` that does not fit raises Triton's OutOfResources.
@@ -378,7 +382,7 @@ def _first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_
 
     kernel = getattr(_kernels, LAUNCHERS[name][0])
     if tuned:
-        grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), grid_heads)  # noqa: E731
+        grid = lambda meta: (triton.cdiv(grid_rows, meta[rows_block]), *grid_heads)  # noqa: E731
         autotuner = _tuned(name)
         try:
             with on_device(device):
@@ -652,7 +656,7 @@ def _forward_rung(q, k, v, causal: bool, sm_scale: float, rung: Rung, config: Bl
         max(_padded(head_dim), _padded(head_dim_v)))
     longest_first = rung.longest_first and right_bounded(causal, window)
     _launch("fwd_desc" if rung.desc else "fwd", q.device, rung.tuned and config is None, fixed,
-            n_q, batch * n_heads, *tensors, lse, cu_q, cu_k, qk_scale, cap_scale, left, right,
+            n_q, (n_heads, batch), *tensors, lse, cu_q, cu_k, qk_scale, cap_scale, left, right,
             *(st for t in (q4, k4, v4, o4) for st in _strides(t, packed)), *_row_strides(lse, packed),
             batch, n_heads, n_heads // n_heads_kv, n_q, n_k, HEAD_DIM=_padded(head_dim), CAUSAL=causal,
             USE_EXP2=rung.use_exp2, SPLIT=rung.split, DESC=rung.desc, DOT_PRECISION=_dot_precision(q.dtype),
@@ -710,7 +714,7 @@ class _BackwardLaunch:
         """The arguments for tensors the kernels move in tiles: host-built descriptors with DESC = 2."""
         return _host_descriptors(*tensors) if self.constexprs["DESC"] == _kernels.HOST_DESCRIPTORS else tensors
 
-    def launch(self, name: str, grid_rows: int, grid_heads: int, *args, **options) -> None:
+    def launch(self, name: str, grid_rows: int, grid_heads: tuple, *args, **options) -> None:
         fixed = self.configs.get(name)
         _launch(name, self.device, fixed is None, fixed, grid_rows, grid_heads, *args, **options, **self.constexprs)
 
@@ -728,7 +732,7 @@ def _launch_dkdv(plan: _BackwardLaunch, tiles: tuple) -> None:
     """The Triton dK/dV kernel of the two-kernel design; ``tiles``: q, k, v, do as ``plan.tiles`` gives them."""
     batch, n_heads, n_heads_kv, n_q, n_k = plan.sizes
     no_dq_acc = plan.dk4                               # DQ_ACC: not touched without ATOMIC_DQ
-    plan.launch("bwd_dkdv", n_k, batch * n_heads_kv, *tiles, plan.lse, plan.delta,
+    plan.launch("bwd_dkdv", n_k, (n_heads_kv, batch), *tiles, plan.lse, plan.delta,
                 *plan.tiles(plan.dk4, plan.dv4), no_dq_acc,
                 *plan.scalars, *plan.strides(plan.q4, plan.k4, plan.v4, plan.do4, plan.dk4, plan.dv4), 0, 0, 0, 0,
                 *_row_strides(plan.lse, plan.packed),
@@ -739,7 +743,7 @@ def _launch_dq(plan: _BackwardLaunch, tiles: tuple) -> None:
     """The Triton dQ kernel of the two-kernel design; ``tiles`` as for ``_launch_dkdv``."""
     batch, n_heads, n_heads_kv, n_q, n_k = plan.sizes
     dq4 = _heads_view(plan.dq, plan.packed)
-    plan.launch("bwd_dq", n_q, batch * n_heads, *tiles, plan.lse, plan.delta, *plan.tiles(dq4),
+    plan.launch("bwd_dq", n_q, (n_heads, batch), *tiles, plan.lse, plan.delta, *plan.tiles(dq4),
                 *plan.scalars, *plan.strides(plan.q4, plan.k4, plan.v4, plan.do4, dq4),
                 *_row_strides(plan.lse, plan.packed), n_heads, n_heads // n_heads_kv, n_q, n_k)
 
@@ -753,7 +757,7 @@ def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
     dq_acc = torch.zeros(plan.dq.shape, dtype=torch.float32, device=plan.device)   # q's shape, fp32
     acc4 = _heads_view(dq_acc, plan.packed)
     inputs = (plan.q4, plan.k4, plan.v4, plan.do4)
-    plan.launch("bwd_atomic", n_k, batch * n_heads_kv, *plan.tiles(*inputs), plan.lse, plan.delta,
+    plan.launch("bwd_atomic", n_k, (n_heads_kv, batch), *plan.tiles(*inputs), plan.lse, plan.delta,
                 *plan.tiles(plan.dk4, plan.dv4), acc4,
                 *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4, acc4), *_row_strides(plan.lse, plan.packed),
                 n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=True)
@@ -905,7 +909,7 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1
     block_m = 16 if triton_interprets() else 64
     dims = dict(HEAD_DIM_V=_padded(head_dim_v), DIM_V=head_dim_v, VARLEN=packed)
     with on_device(device):
-        _kernels._bwd_preprocess[(triton.cdiv(n_q, block_m), batch * n_heads)](
+        _kernels._bwd_preprocess[(triton.cdiv(n_q, block_m), n_heads, batch)](
             o4, do4, delta, cu_q, *_strides(o4, packed), *_strides(do4, packed), *_row_strides(lse, packed),
             n_heads, n_q, BLOCK_M=block_m, **dims)
     left, right, band = _band(causal, window)
@@ -994,6 +998,7 @@ def check_cu_seqlens(name: str, cu_seqlens, total: int, device) -> int:
                          "smaller than the one before)")
     if offsets[-1] != total:
         raise ValueError(f"{name}: its last entry must be the total number of tokens {total}, got {int(offsets[-1])}")
+    validation.grid_axis(name, "sequences B", len(lengths))
     return int(lengths.max())
 
 

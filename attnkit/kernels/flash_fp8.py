@@ -199,14 +199,14 @@ def _attn_fwd_fp8(Q, K, V, O, Q_SCALE, K_SCALE, V_SCALE, sm_scale_log2,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                   DESC: tl.constexpr, EMULATE: tl.constexpr, PROMOTE: tl.constexpr):
     """O = softmax(Q Kᵀ · scale) V · v_scale for one block of BLOCK_M queries of one (batch, head), from
-    e4m3 inputs. grid = (cdiv(Nq, BLOCK_M), B · Hq). Q_SCALE [B, Hq], K_SCALE and V_SCALE [B, Hkv]:
+    e4m3 inputs. grid = (cdiv(Nq, BLOCK_M), Hq, B). Q_SCALE [B, Hq], K_SCALE and V_SCALE [B, Hkv]:
     contiguous fp32. DESC = 2: Q, K, O are host-built descriptors over [B, H, N, D] and V one over V
     transposed, [B, Hkv, D, N] (the strides are then unused); DESC = 0: pointers with strides."""
     start_m = tl.program_id(0)
     if CAUSAL:  # the last query blocks read the most keys: start them first
         start_m = tl.num_programs(0) - 1 - start_m
-    off_bh = tl.program_id(1)
-    off_b, off_h = off_bh // n_heads, off_bh % n_heads
+    off_b, off_h = tl.program_id(2), tl.program_id(1)
+    off_bh = off_b * n_heads + off_h
     off_hk = off_h // group                                            # the shared K/V head
     kv_heads = n_heads // group
     q_scale = tl.load(Q_SCALE + off_bh)
@@ -312,6 +312,8 @@ def check_fp8_inputs(q8, k8, v8, q_scale, k_scale, v_scale, out_dtype=torch.floa
     _check_shapes(q8, k8, v8, names=("q8", "k8", "v8"))
     validation.head_dim("q8", q8.shape[-1], SUPPORTED_HEAD_DIMS)
     batch, heads, heads_kv = q8.shape[0], q8.shape[1], k8.shape[1]
+    validation.grid_axis("q8", "batch B", batch)                      # the grid: (query blocks, Hq, B)
+    validation.grid_axis("q8", "heads H", heads)
     _check_scale("q_scale", q_scale, (batch, heads), q8.device)
     _check_scale("k_scale", k_scale, (batch, heads_kv), q8.device)
     _check_scale("v_scale", v_scale, (batch, heads_kv), q8.device)
@@ -399,7 +401,7 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
                    descriptor(vt, head_dim, config.block_n), descriptor(o, config.block_m, head_dim))
     else:
         tensors = (q8, k8, v8, o)
-    grid = (triton.cdiv(n_q, config.block_m), batch * heads)
+    grid = (triton.cdiv(n_q, config.block_m), heads, batch)
     with on_device(q8.device):
         _attn_fwd_fp8[grid](*tensors, q_scale, k_scale, v_scale, sm_scale * LOG2E, *strides,
                             heads, heads // k8.shape[1], n_q, n_k,

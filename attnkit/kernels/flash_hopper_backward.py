@@ -259,7 +259,7 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
                       DQ_WRITER: gl.constexpr = False, DESCENDING: gl.constexpr = False,
                       GROUPS: gl.constexpr = 2):
     """dK, dV of GROUPS · PART_N keys of one (batch, KV head), summed over its ``group`` query heads; grid
-    (cdiv(Nk, GROUPS · PART_N), B · Hkv), 4 warps. q_desc, do_desc: [B·Hq·Nq, D] in [BLOCK_M, D] blocks;
+    (cdiv(Nk, GROUPS · PART_N), Hkv, B), 4 warps. q_desc, do_desc: [B·Hq·Nq, D] in [BLOCK_M, D] blocks;
     k_desc, v_desc: [B·Hkv·Nk, D] in [PART_N, D] blocks. Rows of Q and dO past a head's end belong to the
     next head (or are zeros past the tensor): their lse is read as +inf, so they weigh 0; keys past Nk are
     computed and never stored. qk_scale = sm_scale · log2(e). With ATOMIC_DQ the whole backward in one
@@ -268,8 +268,8 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
     # key blocks vary fastest: programs running together share a head's Q and dO in L2 (the other order,
     # every head's first block first, was 0.57-0.89x as fast on the H100: docs/flash_notes.md)
     start_n = gl.program_id(0) * GROUPS * PART_N
-    off_bhk = gl.program_id(1)
     n_heads_kv = n_heads // group
+    off_bhk = gl.program_id(2) * n_heads_kv + gl.program_id(1)
     head0 = (off_bhk // n_heads_kv) * n_heads + (off_bhk % n_heads_kv) * group
     first_tile = 0
     if CAUSAL:                                  # query row r sees key c when c <= r + Nk - Nq
@@ -353,7 +353,7 @@ def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=Non
     writer = (DQ_WRITER if dq_writer is None else dq_writer) and dq_acc is not None
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
-    grid = (triton.cdiv(n_k, groups * part_n), batch * n_heads_kv)
+    grid = (triton.cdiv(n_k, groups * part_n), n_heads_kv, batch)
     with on_device(q.device):
         _attn_bwd_dkdv_ws[grid](
             _descriptor(q.view(-1, head_dim), block_m), _descriptor(k.view(-1, head_dim), part_n),

@@ -172,10 +172,10 @@ def _sequence(CU_SEQLENS, b):
 
 
 @triton.jit
-def _batch_and_head(n_heads):
-    """(sequence, head) of this program: program_id(1) runs over B · n_heads."""
-    off_bh = tl.program_id(1)
-    return off_bh // n_heads, off_bh % n_heads
+def _batch_and_head():
+    """(sequence, head) of this program: the grid's second axis runs over heads, its third over sequences
+    (each at most 65,535 long; one axis over B · heads would stop there)."""
+    return tl.program_id(2), tl.program_id(1)
 
 
 @triton.jit
@@ -221,7 +221,7 @@ def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, qk_scale, cap_scale, left, right,
               SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, LONGEST_FIRST: tl.constexpr):
     """O = softmax(Q Kᵀ · scale) V for one block of BLOCK_M queries of one (batch, head).
 
-    grid = (cdiv(Nq, BLOCK_M), B * Hq). Q, K, V, O: tensors (DESC 0 and 1; DESC 1 needs a contiguous
+    grid = (cdiv(Nq, BLOCK_M), Hq, B). Q, K, V, O: tensors (DESC 0 and 1; DESC 1 needs a contiguous
     head dim and 16-byte strides) or host-built descriptors (DESC 2; the strides are then unused).
     LSE: fp32, row i of (b, h) at b · stride_lb + h · stride_lh + i, natural log, -inf for a row that
     sees no key (its output is 0). Head dims DIM_QK (q, k) and DIM_V (v, o), padded in registers to the
@@ -235,7 +235,7 @@ def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, qk_scale, cap_scale, left, right,
     start_m = tl.program_id(0)
     if LONGEST_FIRST:
         start_m = tl.num_programs(0) - 1 - start_m
-    off_b, off_h = _batch_and_head(n_heads)
+    off_b, off_h = _batch_and_head()
     off_hk = off_h // group                                            # the shared K/V head
     if VARLEN:
         q0, n_q = _sequence(CU_Q, off_b)
@@ -295,7 +295,7 @@ def _bwd_preprocess(O, DO, DELTA, CU_Q,
                     stride_lb, stride_lh, n_heads, n_q,
                     HEAD_DIM_V: tl.constexpr, DIM_V: tl.constexpr, BLOCK_M: tl.constexpr, VARLEN: tl.constexpr):
     """DELTA[b, h, i] = Σ_d dO[b, h, i, d] · O[b, h, i, d] (fp32, laid out as LSE)."""
-    off_b, off_h = _batch_and_head(n_heads)
+    off_b, off_h = _batch_and_head()
     if VARLEN:
         q0, n_q = _sequence(CU_Q, off_b)
         O += q0.to(tl.int64) * stride_om
@@ -403,7 +403,7 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_
               SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, ATOMIC_DQ: tl.constexpr, DESC: tl.constexpr):
     """dK, dV for one block of BLOCK_N keys of one (batch, KV head), summed over its ``group`` query heads.
 
-    grid = (cdiv(Nk, BLOCK_N), B * Hkv). DK [.., D], DV [.., Dv] laid out as K and V by their strides.
+    grid = (cdiv(Nk, BLOCK_N), Hkv, B). DK [.., D], DV [.., Dv] laid out as K and V by their strides.
     Without ATOMIC_DQ (the two-kernel design) DQ_ACC is not touched and ``_bwd_dq`` computes dQ. With
     ATOMIC_DQ this is the whole backward in one pass, five matrix products per (query block, key block)
     pair, as FlashAttention-2 and -3 do: dQ added atomically into DQ_ACC (fp32 [B, Hq, Nq, D] by its
@@ -413,7 +413,7 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_
     DK, DV as pointers, or as host-built tensor descriptors (TMA; never with VARLEN; DQ_ACC stays a pointer).
     """
     start_n = tl.program_id(0) * BLOCK_N
-    off_b, off_hk = _batch_and_head(n_heads_kv)
+    off_b, off_hk = _batch_and_head()
     if VARLEN:
         q0, n_q, k0, n_k, Q, DO, LSE, DELTA, K, V = _backward_sequence(
             CU_Q, CU_K, off_b, Q, DO, LSE, DELTA, K, V, stride_qm, stride_dom, stride_kn, stride_vn)
@@ -484,10 +484,10 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_sca
             BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
             HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
             SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, DESC: tl.constexpr):
-    """dQ for one block of BLOCK_M queries of one (batch, head). grid = (cdiv(Nq, BLOCK_M), B * Hq);
+    """dQ for one block of BLOCK_M queries of one (batch, head). grid = (cdiv(Nq, BLOCK_M), Hq, B);
     DQ laid out as Q by its strides. DESC as in ``_bwd_dkdv``."""
     start_m = tl.program_id(0)
-    off_b, off_h = _batch_and_head(n_heads)
+    off_b, off_h = _batch_and_head()
     if VARLEN:
         q0, n_q, k0, n_k, Q, DO, LSE, DELTA, K, V = _backward_sequence(
             CU_Q, CU_K, off_b, Q, DO, LSE, DELTA, K, V, stride_qm, stride_dom, stride_kn, stride_vn)

@@ -119,6 +119,8 @@ def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, tota
     if q_heads % kv_heads:
         raise ValueError(f"q, k: the query heads Hq={q_heads} must be a multiple of the key/value heads "
                          f"Hkv={kv_heads} (Hq % Hkv == 0)")
+    validation.grid_axis("q", "batch B", batch)                         # the kernel's grid: (.., Hq + Hkv, B)
+    validation.grid_axis("q, k", "heads Hq + Hkv", q_heads + kv_heads)
     if head_dim % 2:
         raise ValueError(f"q: RoPE rotates pairs, so the head dim must be even, got D={head_dim}")
     if k_cache.shape[0] != batch or k_cache.shape[1] != kv_heads or k_cache.shape[3] != head_dim:
@@ -408,13 +410,12 @@ def _rope_append_kernel(
 ):
     """One program: one block of new tokens (or of past rows) of one head of one sequence.
 
-    Grid: (n_new_blocks + n_past_blocks, B · (Hq + Hkv)). Heads hh < Hq are query heads (rotate);
+    Grid: (n_new_blocks + n_past_blocks, Hq + Hkv, B). Heads hh < Hq are query heads (rotate);
     the others are KV heads (rotate K, copy V, both into the cache).
     """
     pid_s = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // (HQ + HKV)).to(tl.int64)
-    hh = pid_bh % (HQ + HKV)
+    hh = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
     if HAS_SEQLENS:
         past = tl.load(seqlens_ptr + b * s_seq).to(tl.int64) + 1 - S_new   # seqlens_k = index of last token
     else:
@@ -497,7 +498,7 @@ def _launch(q, k, v, q_out, present_k, present_v, past_k, past_v, cos, sin, seql
     n_new = triton.cdiv(new_len, block_new)
     n_past = 0 if share_buffer else triton.cdiv(max(past_rows, 1), block_past)
     dummy = seqlens_k if seqlens_k is not None else q
-    grid = (n_new + n_past, batch * (q_heads + kv_heads))
+    grid = (n_new + n_past, q_heads + kv_heads, batch)
     pos = position_ids if position_ids is not None else q
     pos_strides = (position_ids.stride(0), position_ids.stride(1)) if position_ids is not None else (0, 0)
     quant = k_scale is not None
