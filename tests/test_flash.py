@@ -433,3 +433,33 @@ def test_host_descriptor_choice():
     assert choice(True, 128, 512) == choice(False, 64, 1024) == choice(True, 64, 16384) == dict(desc=True)
     assert choice(False, 128, 512) == dict(desc=False)
     assert all(choice(c, d, 4096) == dict(desc=False) for c in (False, True) for d in (16, 32, 256))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("variant", ["split", flash.BEST_TRITON])
+def test_launches_through_kept_runners_match_the_jit_bit_for_bit(monkeypatch, variant):
+    """The Triton forward and both Triton backward designs: each shape twice with fresh inputs, a strided
+    view among them, every output through the kept runners equal bit for bit to the JIT's."""
+    from attnkit.kernels.runners import Runners
+
+    runners = Runners()
+    monkeypatch.setattr(flash, "RUNNERS", runners)
+    gen = torch.Generator().manual_seed(21)
+    shapes = [(2, 4, 2, 300, 300, 64, True), (1, 4, 4, 129, 700, 128, False)]
+    for index, (b, hq, hkv, n_q, n_k, d, causal) in enumerate(shapes * 2):
+        q, k, v = make_inputs(gen, b, hq, hkv, n_q, n_k, d, torch.float16)
+        if index % 2:
+            q = torch.cat([q, q], dim=2)[:, :, ::2]                      # a strided view of q's values
+        do = torch.randn(q.shape, generator=gen).to(q)
+        results = []
+        for enabled in (True, False):
+            runners.enabled = enabled
+            o, lse = flash_attention_forward(q, k, v, causal=causal, variant=variant)
+            scale = 1 / math.sqrt(d)
+            grads = [flash._backward(do, q, k, v, o, lse, causal, scale, design=design)
+                     for design in ("two_kernels", "atomic_dq")]
+            results.append([o, lse, *grads[0], *grads[1][1:]])        # atomic dq: not deterministic
+        for name, direct, through_jit in zip("o lse dq dk dv dk' dv'".split(), *results):
+            assert torch.equal(direct, through_jit), name
+    assert runners.by_key

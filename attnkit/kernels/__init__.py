@@ -4,7 +4,8 @@ windows and an FP8 cache), paged_extend (several new tokens per sequence over th
 rope_append (rotate and append to the KV cache, fp16/bf16/fp32 or FP8). In Gluon, for sm_90 GPUs only
 (imported by flash where they run): flash_hopper (the warp-specialised forward) and flash_hopper_backward
 (the warp-specialised backward: dK/dV beside the Triton dQ kernel, or one pass with dQ added atomically).
-runners: a compiled kernel launched again without Triton's JIT in between (the Gluon forward's launches).
+runners: a compiled kernel launched again without Triton's JIT in between (every launch of flash and of
+the Gluon forward).
 
 Where each runs is decided by ``attnkit.device``; inputs are checked by ``attnkit.validation``.
 """

@@ -58,6 +58,7 @@ import torch
 from .. import validation
 from ..device import bf16_computed_in_fp32, launch_options, on_device, sm_major, to_kernel_device, triton_interprets
 from . import flash_kernels as _kernels
+from .runners import RUNNERS
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256
 SUPPORTED_HEAD_DIMS = range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1)
@@ -349,8 +350,9 @@ def _run(plan: _LaunchPlan, device, grid_rows: int, grid_heads: tuple, args, con
 
     for index, block in plan.descriptor_blocks:
         args[index].block_shape = block
-    with on_device(device):
-        plan.kernel[(triton.cdiv(grid_rows, plan.rows), *grid_heads)](*args, **constexprs, **plan.meta)
+    with on_device(device):     # through Triton's JIT once per key, then the compiled kernel's runner (runners.py)
+        RUNNERS.launch(plan.kernel, (triton.cdiv(grid_rows, plan.rows), *grid_heads), args,
+                       {**constexprs, **plan.meta}, device)
 
 
 def _launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | None, grid_rows: int,

@@ -16,11 +16,11 @@ JIT would have picked. A runner that raises (a Triton whose compiled kernels lau
 RuntimeWarning and the JIT for the rest of the process. Triton's interpreter returns no compiled
 kernel, so there nothing is kept.
 
-Used by the warp-specialised Gluon forward (``flash_hopper``, 15 arguments): there the runner measured
-14–25 µs a launch against the JIT's 32–60, side by side, on three H100 machines. The Triton kernels of
-``flash`` (about 45 arguments, a longer key to build in Python) launch through the JIT: with runners
-their launches cost 10–40 µs less than before on another machine, not side by side, so not yet shown
-(``scripts/gpu_flash_host_profile.py`` now times both in one process).
+Used by every launch of ``flash`` (``flash._run``) and of the warp-specialised Gluon forward
+(``flash_hopper``). Measured side by side in one process on the H100 (``scripts/gpu_flash_host_profile.py``,
+docs/flash_notes.md): the Gluon forward's 15 arguments, the runner 14–25 µs a launch against the JIT's
+32–60; the Triton kernels' ~45 arguments (a longer key to build), the short causal calls' launches 5–31%
+less host time than straight into the JIT in 11 of 12 cases over two runs (one 5% more).
 """
 from __future__ import annotations
 
