@@ -9,7 +9,7 @@ variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s:
 hG: causal tiles longest first within groups of G (batch, head) pairs).
 
     python scripts/gpu_flash_hopper.py [--out DIR] [--quick] [--configs hopper,ws:64x128x3,...]
-                                       [--head-dims 128,64] [--lengths 1024,2048]
+                                       [--head-dims 128,64] [--lengths 1024,2048] [--name flash_hopper]
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def checks(configs):
     return failures
 
 
-def bench(configs, quick, out, head_dims=(128, 64), only_lengths=None):
+def bench(configs, quick, out, head_dims=(128, 64), only_lengths=None, name="flash_hopper"):
     cudnn = _sdpa("sdpa_cudnn")
     rows = []
     lengths = {128: (1024, 4096, 16384) if quick else (1024, 2048, 4096, 8192, 16384), 64: (1024, 4096, 8192, 16384)}
@@ -116,7 +116,7 @@ def bench(configs, quick, out, head_dims=(128, 64), only_lengths=None):
         for name, ms in times.items():
             rows.append(dict(impl=name, B=batch, H=heads, N=n, D=d, causal=causal, ms=ms,
                              tflops=tflops(flops, ms), vs_cudnn=times["cudnn"] / ms))
-    write_results("flash_hopper", rows, Path(out))
+    write_results(name, rows, Path(out))
 
 
 def main():
@@ -131,12 +131,13 @@ def main():
     parser.add_argument("--check-only", action="store_true")
     parser.add_argument("--head-dims", default="128,64", help="head dims to time, of 128 and 64")
     parser.add_argument("--lengths", default="", help="sequence lengths to time (default: the recorded ones)")
+    parser.add_argument("--name", default="flash_hopper", help="the results file: bench_NAME.csv")
     args = parser.parse_args()
     configs = [kernel_config(c) for c in args.configs.split(",")]
     failures = checks(configs[:args.check_configs])
     if not args.check_only:
         bench(configs, args.quick, args.out, tuple(int(d) for d in args.head_dims.split(",")),
-              tuple(int(n) for n in args.lengths.split(",") if n))
+              tuple(int(n) for n in args.lengths.split(",") if n), args.name)
     return 1 if failures else 0
 
 
