@@ -341,6 +341,11 @@ BAD_PACKED = [
                                                  v=torch.randn(8, 1, 4))),
     ("window: each side must be >= -1", dict(_packed(), window=(-5, -1))),
     ("softcap: expected a positive finite number", dict(_packed(), softcap=0)),
+    # one token a sequence, 65,536 sequences: more than one grid axis runs
+    ("cu_seqlens_q: sequences B = 65536 is more than one launch runs (65535", _packed(
+        q=torch.randn(65536, 2, 16), k=torch.randn(65536, 1, 16), v=torch.randn(65536, 1, 16),
+        cu_seqlens_q=torch.arange(65537, dtype=torch.int32), cu_seqlens_k=torch.arange(65537, dtype=torch.int32),
+        max_seqlen_q=1, max_seqlen_k=1)),
 ]
 
 
