@@ -106,6 +106,13 @@ def test_each_tile_runs_once_in_the_order_of_its_head_group(n_m, n_bh, head_grou
         assert group == [(start + h, m) for m in blocks for h in range(heads)]
 
 
+@pytest.mark.parametrize("head_group", [0, -2, 1.5])
+def test_a_head_group_that_is_not_a_positive_integer_is_refused(head_group):
+    q, k, v = _qkv(d=128)
+    with pytest.raises(ValueError, match="head_group"):
+        flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 2, head_group)
+
+
 def test_head_group_one_is_head_by_head_and_matches_the_tail_models_order():
     """head_group 1: each head's blocks together (causal: longest first), the order the kernel had on a
     2-D grid; head_group g: the order whose fill experiments/flash_hopper_gluon/tail_model.py models."""

@@ -315,7 +315,7 @@ def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, s
     """(o, lse) of checked inputs with this configuration (groups · half_m query rows a program, in
     ``groups`` compute warp groups of half_m rows; tiles ordered by ``head_group``, HEAD_GROUP[causal] if
     None: see ``_tile_of``)."""
-    head_group = HEAD_GROUP[causal] if head_group is None else head_group
+    head_group = HEAD_GROUP[causal] if head_group is None else validation.positive_int("head_group", head_group)
     grid, args, options = _launch_args(q, k, v, causal, sm_scale, half_m, block_n, stages, groups, head_group)
     with on_device(q.device):
         RUNNERS.launch(_attn_fwd_ws, grid, args, options, q.device)   # the JIT once per key (runners.py)
