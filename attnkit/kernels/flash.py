@@ -738,7 +738,7 @@ def _launch_dkdv(plan: _BackwardLaunch, tiles: tuple) -> None:
                 *plan.tiles(plan.dk4, plan.dv4), no_dq_acc,
                 *plan.scalars, *plan.strides(plan.q4, plan.k4, plan.v4, plan.do4, plan.dk4, plan.dv4), 0, 0, 0, 0,
                 *_row_strides(plan.lse, plan.packed),
-                n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=False)
+                n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=False)
 
 
 def _launch_dq(plan: _BackwardLaunch, tiles: tuple) -> None:
@@ -747,7 +747,7 @@ def _launch_dq(plan: _BackwardLaunch, tiles: tuple) -> None:
     dq4 = _heads_view(plan.dq, plan.packed)
     plan.launch("bwd_dq", n_q, (n_heads, batch), *tiles, plan.lse, plan.delta, *plan.tiles(dq4),
                 *plan.scalars, *plan.strides(plan.q4, plan.k4, plan.v4, plan.do4, dq4),
-                *_row_strides(plan.lse, plan.packed), n_heads, n_heads // n_heads_kv, n_q, n_k)
+                *_row_strides(plan.lse, plan.packed), n_heads // n_heads_kv, n_q, n_k)
 
 
 def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
@@ -762,7 +762,7 @@ def _backward_atomic_dq(plan: _BackwardLaunch) -> None:
     plan.launch("bwd_atomic", n_k, (n_heads_kv, batch), *plan.tiles(*inputs), plan.lse, plan.delta,
                 *plan.tiles(plan.dk4, plan.dv4), acc4,
                 *plan.scalars, *plan.strides(*inputs, plan.dk4, plan.dv4, acc4), *_row_strides(plan.lse, plan.packed),
-                n_heads, n_heads_kv, n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=True)
+                n_heads // n_heads_kv, n_q, n_k, rows_block="BLOCK_N", ATOMIC_DQ=True)
     plan.dq.copy_(dq_acc)
 
 
@@ -913,7 +913,7 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1
     with on_device(device):
         _kernels._bwd_preprocess[(triton.cdiv(n_q, block_m), n_heads, batch)](
             o4, do4, delta, cu_q, *_strides(o4, packed), *_strides(do4, packed), *_row_strides(lse, packed),
-            n_heads, n_q, BLOCK_M=block_m, **dims)
+            n_q, BLOCK_M=block_m, **dims)
     left, right, band = _band(causal, window)
     qk_scale, cap_scale = _logit_scales(sm_scale, softcap, True)
     desc = _backward_descriptors(desc, design, packed, q4, k4, v4, do4, _heads_view(dq, packed), dk4, dv4)

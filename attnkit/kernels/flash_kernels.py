@@ -292,7 +292,7 @@ def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, qk_scale, cap_scale, left, right,
 def _bwd_preprocess(O, DO, DELTA, CU_Q,
                     stride_ob, stride_oh, stride_om, stride_od,
                     stride_dob, stride_doh, stride_dom, stride_dod,
-                    stride_lb, stride_lh, n_heads, n_q,
+                    stride_lb, stride_lh, n_q,
                     HEAD_DIM_V: tl.constexpr, DIM_V: tl.constexpr, BLOCK_M: tl.constexpr, VARLEN: tl.constexpr):
     """DELTA[b, h, i] = Σ_d dO[b, h, i, d] · O[b, h, i, d] (fp32, laid out as LSE)."""
     off_b, off_h = _batch_and_head()
@@ -396,7 +396,7 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, CU_Q, CU_K, sm_scale, qk_
               stride_dvb, stride_dvh, stride_dvn, stride_dvd,
               stride_ab, stride_ah, stride_am, stride_ad,
               stride_lb, stride_lh,
-              n_heads, n_heads_kv, group, n_q, n_k,
+              group, n_q, n_k,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
               HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
@@ -479,7 +479,7 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_sca
             stride_dob, stride_doh, stride_dom, stride_dod,
             stride_dqb, stride_dqh, stride_dqm, stride_dqd,
             stride_lb, stride_lh,
-            n_heads, group, n_q, n_k,
+            group, n_q, n_k,
             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
             HEAD_DIM_V: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BAND: tl.constexpr,
