@@ -251,6 +251,24 @@ def sm_major(device) -> int | None:
     return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())[0]
 
 
+def sm_count(device) -> int | None:
+    """The streaming multiprocessors of a CUDA device (132 on the H100 SXM), read once per GPU; None for any
+    other device."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 @functools.lru_cache(maxsize=None)
 def _cuda_capability(index: int) -> tuple[int, int]:
     import torch

@@ -1,12 +1,17 @@
 """The warp-specialised Gluon forward (attnkit.kernels.flash_hopper) on the H100: float64 checks, then
 its configurations timed beside the course's Triton forward (BEST_TRITON, autotuned) and cuDNN, side by side
 in one process; writes bench_flash_hopper.csv. "hopper" is the public function (its default
-configuration); "ws:HxNxS[xG][:hT]" a configuration of it (G compute warp groups; hT: tiles in groups of T
-(batch, head) pairs, flash_hopper._tile_of; HEAD_GROUP's if not given); from
+configuration); "ws:HxNxS[xG][:hT|:p]" a configuration of it, one program a tile (G compute warp groups; hT:
+tiles in groups of T (batch, head) pairs, flash_hopper._tile_of; HEAD_GROUP's if not given) or with :p
+persistent programs (flash_hopper._attn_fwd_persistent); from
 experiments/flash_hopper_gluon, "MxNxSxW[x0]" the one-partition Gluon kernel (x0: without the overlap)
 and "sched:HxNxS[:flags]" the scheduling
 variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory,
-hG: causal tiles longest first within groups of G (batch, head) pairs).
+hG: causal tiles longest first within groups of G (batch, head) pairs, l / L: one persistent program per
+SM walking a schedule built on the host, tiles dealt to the least-loaded program head by head / longest
+first: scheduling.static_schedule; u: the key loop in one, as the package kernel's, not split in two),
+"persistent" the package kernel made persistent (persistent.py; "persistent:tiles" its loop with one program
+a tile).
 
     python scripts/gpu_flash_hopper.py [--out DIR] [--quick] [--configs hopper,ws:64x128x3,...]
                                        [--head-dims 128,64] [--lengths 1024,2048] [--name flash_hopper]
@@ -43,11 +48,12 @@ def kernel_config(text: str):
     if text.startswith("ws:"):
         sizes, _, order = text[3:].partition(":")
         half_m, block_n, stages, groups = (int(x) for x in (sizes + "x2").split("x")[:4])
-        head_group = int(order[1:]) if order else None      # h32: tiles longest first in groups of 32 heads
+        persistent = order == "p"                           # p: persistent programs (_attn_fwd_persistent)
+        head_group = int(order[1:]) if order.startswith("h") else None   # h32: in groups of 32 heads
         name = f"ws{half_m}x{block_n}s{stages}" + ("" if groups == 2 else f"g{groups}") + (f"_{order}" if order else "")
         return (name,
                 lambda q, k, v, causal, scale: flash_hopper._launch(q, k, v, causal, scale, half_m, block_n, stages,
-                                                                    groups, head_group))
+                                                                    groups, persistent, head_group))
     sys.path.insert(0, EXPERIMENT)
     if text.startswith("sched:"):
         import scheduling
@@ -56,10 +62,17 @@ def kernel_config(text: str):
         half_m, block_n, stages = (int(x) for x in sizes.split("x"))
         group = re.search(r"h(\d+)", flags)                 # h32: longest first in groups of 32 heads
         options = dict(pingpong="p" in flags, persistent="g" in flags, p_smem="s" in flags,
-                       head_group=int(group.group(1)) if group else 0)
+                       head_group=int(group.group(1)) if group else 0,
+                       order="lpt" if "L" in flags else "list" if "l" in flags else "", one_loop="u" in flags)
         return (f"sched{half_m}x{block_n}s{stages}" + (f"_{flags}" if flags else ""),
                 lambda q, k, v, causal, scale: scheduling._launch(q, k, v, causal, scale, half_m, block_n, stages,
                                                                   **options))
+    if text.startswith("persistent"):
+        import persistent
+
+        per_tile = text.endswith(":tiles")                  # one program a tile, through the persistent loop
+        return ("persistent" + ("_tiles" if per_tile else ""),
+                lambda q, k, v, causal, scale: persistent.launch(q, k, v, causal, scale, persistent=not per_tile))
     import kernel as one_partition
 
     bm, bn, stages, warps, overlap = (int(x) for x in (text + "x1").split("x")[:5])
@@ -106,15 +119,15 @@ def bench(configs, quick, out, head_dims=(128, 64), only_lengths=None, name="fla
         times = {"cudnn": time_ms(lambda: cudnn(q, k, v, causal)),
                  "triton_best": time_ms(lambda: flash.flash_attention_forward(q, k, v, causal=causal,
                                                                               variant=flash.BEST_TRITON))}
-        for name, run in configs:
+        for impl, run in configs:
             try:
-                times[name] = time_ms(lambda: run(q, k, v, causal, scale))
+                times[impl] = time_ms(lambda: run(q, k, v, causal, scale))
             except Exception as e:  # a configuration that does not fit: say so
-                print(f"  {name}: {type(e).__name__}: {str(e)[:200]}")
-        line = " ".join(f"{name} {tflops(flops, ms):.0f} ({times['cudnn'] / ms:.2f})" for name, ms in times.items())
+                print(f"  {impl}: {type(e).__name__}: {str(e)[:200]}")
+        line = " ".join(f"{impl} {tflops(flops, ms):.0f} ({times['cudnn'] / ms:.2f})" for impl, ms in times.items())
         print(f"D={d} N={n} causal={causal}: {line}", flush=True)
-        for name, ms in times.items():
-            rows.append(dict(impl=name, B=batch, H=heads, N=n, D=d, causal=causal, ms=ms,
+        for impl, ms in times.items():
+            rows.append(dict(impl=impl, B=batch, H=heads, N=n, D=d, causal=causal, ms=ms,
                              tflops=tflops(flops, ms), vs_cudnn=times["cudnn"] / ms))
     write_results(name, rows, Path(out))
 
@@ -124,9 +137,9 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--configs", default="hopper",
-                        help="hopper, ws:HALF_MxBLOCK_NxSTAGES[xGROUPS][:hT], "
+                        help="hopper, ws:HALF_MxBLOCK_NxSTAGES[xGROUPS][:hT|:p], "
                              "BLOCK_MxBLOCK_NxSTAGESxWARPS[x0 without the overlap] "
-                             "or sched:HALF_MxBLOCK_NxSTAGES[:pgs][hG],...")
+                             "or sched:HALF_MxBLOCK_NxSTAGES[:pgslLu][hG],...")
     parser.add_argument("--check-configs", type=int, default=1, help="how many of --configs to check")
     parser.add_argument("--check-only", action="store_true")
     parser.add_argument("--head-dims", default="128,64", help="head dims to time, of 128 and 64")

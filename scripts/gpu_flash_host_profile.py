@@ -159,15 +159,18 @@ def gluon_layers(q, k, v, causal: bool) -> None:
     from attnkit.kernels import flash_hopper
 
     scale = 1 / math.sqrt(q.shape[-1])
-    config = (*flash_hopper.CONFIG[q.shape[-1], causal], flash_hopper.HEAD_GROUP[causal])
-    grid, args, options = flash_hopper._launch_args(q, k, v, causal, scale, *config)
+    config = flash_hopper.launch_config(q, k, causal)     # (half_m, block_n, stages, groups, persistent)
+    *blocks, persistent = config
+    kernel = flash_hopper._attn_fwd_persistent if persistent else flash_hopper._attn_fwd_ws
+    grid, args, options = flash_hopper._launch_args(q, k, v, causal, scale, *blocks, 1, persistent)
     parts = {
         "whole call (flash_attention_forward)": lambda: flash.flash_attention_forward(q, k, v, causal=causal),
         "dispatch (flash._warp_specialized_forward)": lambda: flash._warp_specialized_forward(q, k, v, causal, scale),
         "flash_hopper._launch": lambda: flash_hopper._launch(q, k, v, causal, scale, *config),
-        "the kernel straight into Triton": lambda: flash_hopper._attn_fwd_ws[grid](*args, **options),
+        "the kernel straight into Triton": lambda: kernel[grid](*args, **options),
         "the compiled kernel's own runner (no binder)": compiled_runner(grid, args, options),
-        "its arguments (flash_hopper._launch_args)": lambda: flash_hopper._launch_args(q, k, v, causal, scale, *config),
+        "its arguments (flash_hopper._launch_args)": lambda: flash_hopper._launch_args(q, k, v, causal, scale, *blocks,
+                                                                                       1, persistent),
         "3 descriptors (flash_hopper._descriptor)": lambda: [flash_hopper._descriptor(t.view(-1, t.shape[-1]), 128)
                                                              for t in (q, k, v)],
         "on_device(q.device)": lambda: _enter(on_device(q.device)),
@@ -199,7 +202,9 @@ def main(gluon_only: bool = False) -> None:
             print(f"\n===== D={head_dim} N={n} causal {name}: host {plain:.0f} us/call", flush=True)
             print(profiled(fn))
             layers(fn, (q, k, v, do))
-        if flash.warp_specialized_choice(True, head_dim, n, n):
+        from attnkit.kernels import flash_hopper
+
+        if flash.warp_specialized_choice(True, head_dim, n, n, flash_hopper.launch_config(q, k, True)[-1]):
             print(f"\n===== D={head_dim} N={n} causal forward (the warp-specialised Gluon kernel)", flush=True)
             print(profiled(lambda: flash.flash_attention_forward(q, k, v, causal=True)))
             gluon_layers(q, k, v, True)

@@ -189,3 +189,21 @@ def test_the_interpreter_builds_no_overflow_check_that_it_would_throw_away():
     wrap[(1,)](x, y, N=8)
     want = ((x.long() * 4 - 7 + 2**31) % 2**32 - 2**31).int()
     assert torch.equal(y, want)
+
+
+def test_sm_counts_and_capabilities_are_read_once_per_gpu_and_none_elsewhere(monkeypatch):
+    """A GPU's SM count and capability come from one read per device index (the host reads them on every
+    short call's path); a CPU or meta device has neither."""
+    import torch
+
+    assert device.sm_count("cpu") is None and device.sm_major("cpu") is None
+    assert device.sm_count(torch.device("meta")) is None
+    reads = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: reads.append(index) or type("Props", (), {"multi_processor_count": 132 - index}))
+    device._cuda_sm_count.cache_clear()
+    try:
+        assert [device.sm_count(f"cuda:{i}") for i in (0, 1, 0, 1)] == [132, 131, 132, 131]
+        assert reads == [0, 1]
+    finally:
+        device._cuda_sm_count.cache_clear()            # no fake count left behind for a real GPU

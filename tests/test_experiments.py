@@ -54,7 +54,7 @@ for d, causal, pingpong, p_smem in ((64, False, True, True), (64, False, True, F
     ptx = compile_gluon_ptx(scheduling._attn_fwd_ws, dict(HALF_M=64, BLOCK_N=128, HEAD_DIM=d, CAUSAL=causal, STAGES=2,
                             COMPUTE_REGS=scheduling.COMPUTE_REGISTERS, PINGPONG=pingpong, P_SMEM=p_smem),
                             dict(q_desc=64, k_desc=128, v_desc=128), 4,
-                            any_size=("n_heads", "group", "n_q", "n_k", "n_tiles", "head_group"))
+                            any_size=("n_heads", "group", "n_q", "n_k", "n_tiles", "head_group", "scheduled"))
     print(d, causal, ptx.count("mbarrier.try_wait"), ptx.count("stmatrix") + ptx.count("st.shared"),
           int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx) is not None),
           ptxas_report(ptx).wgmma_serialised)
@@ -103,3 +103,34 @@ def test_the_tail_model_fills_sms_in_order_and_every_order_holds_the_same_tiles(
         assert fill["longest first overall"] < 1.01 < fill["head by head, shortest first"]
     at_1k = model.fill(1024)
     assert at_1k["longest first in groups of 32 heads"] < 1.02 < at_1k["head by head, longest first"]
+
+
+def test_static_schedules_run_every_tile_once_and_balance_the_work():
+    """The host-built schedules of the persistent variants: every tile exactly once, each program's run
+    contiguous in ``starts``; "list" deals the tiles in the head-by-head order, "lpt" longest first, and
+    Graham's bound holds (makespan within 4/3 of the average load plus one tile)."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "flash_hopper_gluon"))
+    import scheduling
+
+    for n_q, causal, programs in ((1024, True, 132), (1000, True, 7), (2048, False, 132), (300, True, 1)):
+        n_m = -(-n_q // 128)
+        n_tiles = n_m * 3 * 5
+        cost = [scheduling.tile_blocks(t, n_m, n_q, n_q, 128, 128, causal) + 1.0 for t in range(n_tiles)]
+        for order in ("list", "lpt"):
+            schedule, starts = scheduling.static_schedule(order, n_tiles, n_m, n_q, n_q, 128, 128, causal, programs)
+            assert sorted(schedule) == list(range(n_tiles)) and len(starts) == programs + 1
+            assert starts[0] == 0 and starts[-1] == n_tiles and starts == sorted(starts)
+            runs = [schedule[starts[p]:starts[p + 1]] for p in range(programs)]
+            loads = [sum(cost[t] for t in run) for run in runs]
+            assert max(loads) <= sum(cost) / programs + max(cost) + 1e-9
+            if order == "lpt":
+                assert max(loads) <= 4 / 3 * max(sum(cost) / programs, max(cost)) + 1e-9
+                assert all(cost[a] >= cost[b] for run in runs for a, b in zip(run, run[1:]))
+            else:
+                assert all(a < b for run in runs for a, b in zip(run, run[1:]))
+    assert scheduling.tile_blocks(0, 8, 1024, 1024, 128, 128, True) == 8     # causal: longest first
+    assert scheduling.tile_blocks(7, 8, 1024, 1024, 128, 128, True) == 1
+    assert scheduling.tile_blocks(7, 8, 1024, 1024, 128, 128, False) == 8
+    with pytest.raises(ValueError, match="order"):
+        scheduling.static_schedule("random", 8, 8, 1024, 1024, 128, 128, True, 2)

@@ -345,13 +345,17 @@ def test_descriptor_rungs_on_the_gpu(variant, dtype):
 
 def test_warp_specialized_rule_keeps_to_the_measured_wins():
     """The Gluon kernel where it was measured faster than the Triton forward on the H100: D = 128 from 1k,
-    D = 64 from 4k (causal from 8k); never elsewhere (other head dims, shorter sequences)."""
+    D = 64 from 1k where it runs persistent programs, else from 4k (causal from 8k); never elsewhere
+    (other head dims, shorter sequences)."""
     choice = flash.warp_specialized_choice
     assert choice(False, 128, 1024, 1024) and not choice(False, 128, 1023, 4096) and not choice(False, 128, 4096, 1000)
     assert choice(True, 128, 1024, 1024) and not choice(True, 128, 1000, 1024)
     assert choice(False, 64, 4096, 4096) and not choice(False, 64, 2048, 4096)
     assert choice(True, 64, 8192, 20000) and not choice(True, 64, 4096, 4096)
-    assert not any(choice(causal, d, 16384, 16384) for d in (16, 32, 96, 256) for causal in (False, True))
+    assert choice(True, 64, 1024, 1024, persistent=True) and choice(False, 64, 2048, 2048, persistent=True)
+    assert not choice(True, 64, 1024, 1024) and not choice(True, 64, 1000, 1000, persistent=True)
+    assert not any(choice(causal, d, 16384, 16384, persistent) for d in (16, 32, 96, 256) for causal in (False, True)
+                   for persistent in (False, True))
 
 
 @pytest.mark.gpu

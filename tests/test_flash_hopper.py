@@ -83,6 +83,64 @@ def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkey
             named["GROUPS"]) == (64, 128, 128, True, 2, 2)
 
 
+def test_the_persistent_launch_passes_its_tile_count_and_a_grid_of_one_program_per_sm(monkeypatch):
+    """Persistent programs: the persistent kernel, launched with the tile count (its loop's bound) and a grid
+    of one program per SM, as the runner sees it on a later call; the call's own tensors go in."""
+    kernel = FakeTriton(flash_hopper._attn_fwd_persistent.arg_names)
+    monkeypatch.setattr(flash_hopper, "_attn_fwd_persistent", kernel)
+    monkeypatch.setattr(flash_hopper, "RUNNERS", Runners())
+    monkeypatch.setattr(flash_hopper, "sm_count", lambda device: 9)
+    calls = [_qkv(b=2, hq=4, hkv=2, n_q=300, n_k=300, d=128, seed=seed) for seed in (1, 2)]
+    outputs = [flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 2, True) for q, k, v in calls]
+    assert [how for how, _, _ in kernel.launches] == ["jit", "runner"]
+    _, grid, args = kernel.launches[1]
+    named = dict(zip(kernel.arg_names, args))
+    assert len(args) == len(kernel.arg_names) and "GROUPS" not in named
+    assert named["n_tiles"] == 3 * 8 and grid == (8, 1, 1)         # 9 SMs; 8: no factor in common with 3
+    assert named["q_desc"].base.data_ptr() == calls[1][0].data_ptr() and named["O"] is outputs[1][0]
+    assert (named["HALF_M"], named["BLOCK_N"], named["CAUSAL"], named["STAGES"]) == (64, 128, True, 2)
+
+
+@pytest.mark.parametrize("n_tiles, n_m, causal, sms, grid", [
+    (2048, 8, True, 132, 131), (2048, 8, False, 132, 132), (2048, 16, True, 132, 131), (100, 8, True, 132, 99),
+    (24, 3, True, 10, 10), (24, 3, True, 9, 8), (7, 1, True, 132, 7), (1, 1, False, 132, 1)])
+def test_persistent_programs_fill_the_sms_and_share_no_factor_with_the_query_blocks(n_tiles, n_m, causal, sms,
+                                                                                       grid):
+    """At most one program per SM and per tile; causal, a count coprime with the query blocks of a head, so
+    that program p's tiles p, p + grid, ... go through every block length in turn."""
+    assert flash_hopper.persistent_programs(n_tiles, n_m, causal, sms) == grid
+    if causal and grid > 1:
+        lengths = [{(p + i * grid) % n_m for i in range(n_m)} for p in range(min(grid, 5))]
+        assert all(seen == set(range(n_m)) for seen in lengths)
+
+
+@pytest.mark.parametrize("shape, causal, sms, persistent", [
+    ((16, 16, 1024, 1024, 128), True, 132, True),      # the short causal call of target 2: 2048 tiles
+    ((8, 16, 2048, 2048, 128), False, 132, True),
+    ((16, 32, 1024, 1024, 64), True, 132, True),
+    ((4, 16, 4096, 4096, 128), True, 132, False),      # longer: round-robin tiles are uneven (measured)
+    ((64, 16, 300, 4096, 128), True, 132, False),      # short queries, long keys: not measured, not taken
+    ((1, 8, 1024, 1024, 128), True, 132, False),       # 64 tiles: no SM would get a second one
+    ((16, 16, 1024, 1024, 128), True, None, False),    # not a CUDA device (the CPU here)
+])
+def test_persistent_programs_are_chosen_for_short_calls_with_more_tiles_than_sms(monkeypatch, shape, causal, sms,
+                                                                                  persistent):
+    b, h, n_q, n_k, d = shape
+    monkeypatch.setattr(flash_hopper, "sm_count", lambda device: sms)
+    q, k = torch.empty(b, h, n_q, d), torch.empty(b, h, n_k, d)
+    config = flash_hopper.launch_config(q, k, causal)
+    assert config[-1] is persistent
+    assert config[:4] == ((64, 128, 2, 2) if persistent else flash_hopper.CONFIG[d, causal])
+
+
+def test_persistent_programs_refuse_what_they_do_not_run():
+    q, k, v = _qkv(d=128)
+    with pytest.raises(ValueError, match="groups: persistent programs run two compute groups"):
+        flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 3, True)
+    with pytest.raises(ValueError, match="head_group: persistent programs take the tiles head by head"):
+        flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 2, True, head_group=32)
+
+
 def _tiles(n_m, n_bh, head_group, causal):
     """(batch · head, query block) of each program in launch order, by the kernel's own ``_tile_of`` (its
     integer arithmetic read as Python: Gluon has no interpreter)."""
@@ -110,7 +168,7 @@ def test_each_tile_runs_once_in_the_order_of_its_head_group(n_m, n_bh, head_grou
 def test_a_head_group_that_is_not_a_positive_integer_is_refused(head_group):
     q, k, v = _qkv(d=128)
     with pytest.raises(ValueError, match="head_group"):
-        flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 2, head_group)
+        flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 2, head_group=head_group)
 
 
 def test_head_group_one_is_head_by_head_and_matches_the_tail_models_order():
@@ -180,14 +238,19 @@ import os, re
 os.environ["TRITON_INTERPRET"] = "0"
 from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report, sass, softmax_beside_product
 from attnkit.kernels import flash_hopper as fh
-for d, causal in ((128, True), (64, False)):
-    half_m, block_n, stages, groups = fh.CONFIG[d, causal]
-    ptx = compile_gluon_ptx(fh._attn_fwd_ws, dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=d, CAUSAL=causal,
-                            STAGES=stages, COMPUTE_REGS=fh.COMPUTE_REGISTERS[groups], GROUPS=groups),
-                            dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4)
+for d, causal, persistent in ((128, True, False), (64, False, False), (128, True, True), (64, False, True)):
+    half_m, block_n, stages, groups = (64, 128, 2, 2) if persistent else fh.CONFIG[d, causal]
+    constexprs = dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=d, CAUSAL=causal, STAGES=stages,
+                      COMPUTE_REGS=fh.COMPUTE_REGISTERS[groups])
+    if not persistent:
+        constexprs["GROUPS"] = groups
+    ptx = compile_gluon_ptx(fh._attn_fwd_persistent if persistent else fh._attn_fwd_ws, constexprs,
+                            dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4,
+                            any_size=("n_heads", "group", "n_q", "n_k", "n_tiles"))
     report = ptxas_report(ptx)
     beside = softmax_beside_product(sass(ptx))
-    print("groups", groups, "loops_read", len(beside), "softmax_beside_own_product", sum(beside),
+    print("persistent", int(persistent), "causal", int(causal), "groups", groups, "loops_read", len(beside),
+          "softmax_beside_own_product", sum(beside),
           "spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
           "waits_for_one", ptx.count("wgmma.wait_group.sync.aligned 1;"),
           "all_warp_barriers", len(re.findall(r"bar\.sync\s+\d+\s*;", ptx)),
@@ -200,22 +263,24 @@ for d, causal in ((128, True), (64, False)):
 @pytest.mark.slow
 def test_the_forward_is_warp_specialised_and_overlapped_on_an_h100():
     """Compiled for sm_90a: the producer warp's registers are cut to 24 (setmaxnreg: warp specialisation
-    happened); each compute group waits for its score product alone (``wgmma.wait_group 1``) at least
-    once; the only barriers are per warp group (128 threads), never all warps; copies go by TMA; no
-    spills with two groups (with three, at D = 64, at most 32 bytes: their 160 registers a thread are
-    tight), products not serialised by ptxas. In the machine code (SASS) the key loops of every group
-    are found, and in none does an exponential run before the wait for O's product: ptxas hoists that
-    wait above the softmax (what lesson 5 and docs/flash_notes.md say; a new ptxas that keeps the
-    overlap fails this test, and the lesson must then be updated)."""
+    happened); each compute group waits for its score product alone (``wgmma.wait_group 1``) at least once; the
+    only barriers are per warp group (128 threads), never all warps; copies go by TMA; no spills with two groups
+    (with three, at D = 64, at most 32 bytes: their 160 registers a thread are tight; the persistent kernel,
+    causal, at most 64: its loop over tiles keeps a few more values live), products not serialised by ptxas; the
+    same for the persistent kernel. In the machine code (SASS) the key loops of every group are found, and in
+    none does an exponential run before the wait for O's product: ptxas hoists that wait above the softmax (what
+    lesson 5 and docs/flash_notes.md say; a new ptxas that keeps the overlap fails this test, and the lesson
+    must then be updated)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
     result = subprocess.run([sys.executable, "-c", PTX_FOR_SM90], capture_output=True, text=True, timeout=600,
                             env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line.split() for line in result.stdout.splitlines()]
-    assert len(lines) == 2, result.stdout
+    assert len(lines) == 4, result.stdout
     for words in lines:
         found = dict(zip(words[::2], words[1::2]))
-        assert int(found["spilled"]) <= (0 if found["groups"] == "2" else 32), found
+        spill_limit = 32 if found["groups"] == "3" else 64 if found["persistent"] == found["causal"] == "1" else 0
+        assert int(found["spilled"]) <= spill_limit, found
         assert found["serialised"] == "False" and int(found["waits_for_one"]) >= int(found["groups"]), found
         assert found["all_warp_barriers"] == "0" and int(found["group_barriers"]) >= 2, found
         assert found["producer_registers"] == "1" and int(found["tma_copies"]) >= 3, found
@@ -269,7 +334,7 @@ def test_every_tile_order_matches_float64_and_the_default_bit_for_bit(b, hq, hkv
     group): every tile computed, and computed as in the default order (each tile's arithmetic is its own)."""
     q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, torch.float16, "cuda", seed=head_group + n_q)
     config = flash_hopper.CONFIG[d, causal]
-    o, lse = flash_hopper._launch(q, k, v, causal, d ** -0.5, *config, head_group)
+    o, lse = flash_hopper._launch(q, k, v, causal, d ** -0.5, *config, head_group=head_group)
     default = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
     assert torch.equal(o, default[0]) and torch.equal(lse, default[1])
     assert_close(o, attention_ref(q, k, v, causal=causal), torch.float16, "cuda")
@@ -307,3 +372,36 @@ def test_direct_launches_match_the_jits_bit_for_bit(monkeypatch):
         assert_close(direct[0], attention_ref(q, k, v, causal=causal), torch.float16, "cuda")
     assert len(runners.by_key) == len(shapes)
     assert jit.calls == len(shapes) + 2 * len(shapes)       # each key's first direct call, every JIT call
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("sms", [1, 5, 132])
+@pytest.mark.parametrize("b, hq, hkv, n_q, n_k, d, causal", [
+    (2, 4, 2, 1000, 1000, 128, True), (1, 5, 5, 300, 1000, 64, True), (3, 3, 1, 333, 333, 128, False),
+    (2, 4, 4, 777, 777, 64, False), (1, 3, 3, 1, 333, 128, True)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_persistent_programs_match_one_program_a_tile_bit_for_bit(monkeypatch, b, hq, hkv, n_q, n_k, d, causal,
+                                                                   sms, dtype):
+    """Persistent programs on 1, 5 or 132 SMs' worth of programs (so each walks many tiles, the rings' and
+    Q's barriers running on across them): every tile computed as the one-program-a-tile kernel computes it
+    (same arithmetic, so bit for bit), and against float64."""
+    monkeypatch.setattr(flash_hopper, "sm_count", lambda device: sms)
+    q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, dtype, "cuda", seed=sms + n_q)
+    o, lse = flash_hopper._launch(q, k, v, causal, d ** -0.5, 64, 128, 2, 2, True)
+    per_tile = flash_hopper._launch(q, k, v, causal, d ** -0.5, 64, 128, 2, 2, False)
+    assert torch.equal(o, per_tile[0]) and torch.equal(lse, per_tile[1])
+    assert_close(o, attention_ref(q, k, v, causal=causal), dtype, "cuda")
+    assert (lse.cpu().double() - lse_ref(q, k, causal=causal)).abs().max().item() < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_short_call_with_more_tiles_than_sms_runs_persistent_and_matches_float64(causal):
+    """The public call picks persistent programs by its rule on this GPU (200 tiles of 5 query blocks)."""
+    q, k, v = _qkv(1, 40, 8, 600, 600, 128, torch.float16, "cuda", seed=600 + causal)
+    assert flash_hopper.launch_config(q, k, causal)[-1] is True
+    o, lse = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+    assert_close(o, attention_ref(q, k, v, causal=causal), torch.float16, "cuda")
+    assert (lse.cpu().double() - lse_ref(q, k, causal=causal)).abs().max().item() < 1e-3

@@ -8,7 +8,6 @@ run in Triton's interpreter (16-token blocks), so the shapes are small.
 from __future__ import annotations
 
 import math
-import types
 
 import pytest
 import torch
@@ -172,8 +171,7 @@ def test_merge_partials_matches_float64():
 
 
 def test_choose_num_splits(monkeypatch):
-    props = types.SimpleNamespace(multi_processor_count=132)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    monkeypatch.setattr(paged, "sm_count", lambda device: 132)      # an H100's SMs
     assert choose_num_splits(64, 8, 4096, "cuda") == 1            # 512 programs fill 132 SMs
     assert choose_num_splits(1, 8, 32768, "cuda") == 33           # 8 programs: about 2 per SM
     assert choose_num_splits(1, 8, 1000, "cuda") == 1             # too short to split usefully

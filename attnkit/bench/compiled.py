@@ -140,10 +140,11 @@ def gluon_descriptor_type(rows: int, head_dim: int) -> str:
 
 
 def compile_gluon_ptx(fn, constexprs: dict, descriptor_rows: dict, num_warps: int,
-                      any_size=("n_heads", "group", "n_q", "n_k")) -> str:
+                      any_size=("n_heads", "group", "n_q", "n_k"), int_pointers=("schedule", "starts")) -> str:
     """PTX of the Gluon kernel ``fn`` for sm_90a: arguments named in ``descriptor_rows`` are descriptors
     of [rows, HEAD_DIM] fp16 blocks, LSE, DELTA and DQ_ACC fp32 pointers, other upper-case names fp16 pointers,
-    the scales (``*_scale``) fp32, the rest int32 (those in ``any_size`` not assumed to be multiples of 16);
+    those in ``int_pointers`` int32 pointers, the scales (``*_scale``) fp32, the rest int32 (those in
+    ``any_size`` not assumed to be multiples of 16);
     constexprs not in ``constexprs`` take their defaults."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -157,11 +158,13 @@ def compile_gluon_ptx(fn, constexprs: dict, descriptor_rows: dict, num_warps: in
             kind = "constexpr"
         elif name.isupper():
             kind = "*fp32" if name in ("LSE", "DELTA", "DQ_ACC") else "*fp16"
+        elif name in int_pointers:
+            kind = "*i32"
         else:
             kind = "fp32" if name.endswith("_scale") else "i32"
         signature.setdefault(name, kind)
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
-               if signature[name] in ("i32", "*fp16", "*fp32") and name not in any_size}
+               if signature[name] in ("i32", "*i32", "*fp16", "*fp32") and name not in any_size}
     source = GluonASTSource(fn, signature, attrs=aligned,
                             constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     options = dict(num_warps=num_warps, num_stages=1)

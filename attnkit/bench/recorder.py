@@ -55,6 +55,8 @@ SCRIPT_RESULTS = {
                         "ws:64x128x2:h16,ws:64x128x2:h32,ws:64x128x2:h64,sched:64x128x2,sched:64x128x2:h32 "
                         "--check-configs 6 --head-dims 128 --lengths 1024,2048,4096; then the first four configs "
                         "at --head-dims 64 --lengths 1024,2048 (rows appended)",
+    "flash_persistent": "python scripts/gpu_flash_hopper.py --out DIR --name flash_persistent --configs hopper,"
+                        "ws:64x128x2,ws:64x128x2:p --check-configs 3 --lengths 1024,2048,4096,8192,16384",
     "flash_tile_order_ncu": "python experiments/flash_hopper_gluon/tile_order.py --csv RAW "
                             "DIR/bench_flash_tile_order.csv DIR (RAW: ncu's lines of tile_order.py G C 1024, "
                             "experiments/flash_hopper_gluon/README.md)",

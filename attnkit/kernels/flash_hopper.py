@@ -38,7 +38,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from .. import validation
-from ..device import on_device, sm_major
+from ..device import on_device, sm_count, sm_major
 from . import flash
 from .runners import RUNNERS
 
@@ -58,6 +58,12 @@ CONFIG = {(64, False): (64, 128, 2, 3), (64, True): (64, 128, 2, 2),
 # fastest at D = 128: groups of 32 or 64 heads read more from DRAM and ran 0.81-0.98x as fast on the H100 (lesson 5,
 # bench_flash_tile_order.csv); 16 level
 HEAD_GROUP = {False: 1, True: 1}
+# Persistent programs (``_attn_fwd_persistent``) where Nq and Nk are at most this. Beside the kernel with
+# one program a tile, in two runs on the H100 (fp16, B·N = 16k): 1.03-1.24x at N = 1k and 2k (D = 64 and
+# 128, causal or not); 0.94-1.10x at 4k; 0.98-1.02x non-causal and 0.69-0.94x causal at 8k and 16k, where
+# tiles dealt round-robin leave some programs far more key blocks than others (lesson 5,
+# bench_flash_persistent.csv, experiments/flash_hopper_gluon/README.md)
+PERSISTENT_UP_TO = 2048
 # registers a thread of each worker compute group may take, by number of compute groups (the producer
 # warp keeps 24; all of them together fit the SM's 65,536)
 COMPUTE_REGISTERS = {2: 232, 3: 160}
@@ -96,13 +102,15 @@ def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_full, k
 
 
 @gluon.jit
-def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty,
-                O, LSE, qk_scale, off_b, off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om,
-                stride_lb, stride_lh, causal):
-    """One compute warp group (4 warps): rows [row0 + half · HALF_M, + HALF_M) of the query block, the
-    loop described at the top of this module. ``causal`` is a runtime flag here (a partition's arguments
-    arrive as values)."""
-    HALF_M: gl.constexpr = q_smem.shape[1]
+def _attend(q, q_bar, q_phase, k_smem, v_smem, k_full, k_empty, v_full, v_empty, it, n_blocks, first, n_q, n_k,
+            qk_scale, causal):
+    """The key loop of one compute group, rows [first, first + HALF_M) of its query block (q: their Q in shared
+    memory, there once q_bar reaches q_phase), over n_blocks key blocks taken from the rings at position it (the
+    key blocks loaded before this loop): for block j, issue S_j = Q K_jᵀ, issue O += P_{j-1} V_{j-1}, wait for
+    S_j alone, release K_j, softmax (masked where a key is past n_k or past the row's causal limit), wait for
+    O's product, release V_{j-1}, rescale O. Returns (acc, p_prev, m_i, l_i): the last block's P V not yet added
+    (``_last_product``). ``causal`` is a runtime flag (a partition's arguments arrive as values)."""
+    HALF_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     STAGES: gl.constexpr = k_smem.shape[0]
@@ -112,19 +120,17 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_bars, k_full, k_em
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     shift = n_k - n_q
-    first = row0 + half * HALF_M
     first_masked = gl.where(causal, gl.minimum(n_k // BLOCK_N, (first + shift + 1) // BLOCK_N), n_k // BLOCK_N)
     rows = first + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
     last_key = gl.where(causal, rows + shift, n_k)          # the last key each row sees (or beyond all)
     zeros_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
-    q = q_smem.index(half)
 
-    mbarrier.wait(q_bars.index(half), 0)
-    mbarrier.wait(k_full.index(0), 0)
-    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zeros_s, use_acc=False, is_async=True)
+    mbarrier.wait(q_bar, q_phase)
+    mbarrier.wait(k_full.index(it % STAGES), (it // STAGES) & 1)
+    s = warpgroup_mma(q, k_smem.index(it % STAGES).permute((1, 0)), zeros_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s, ))
-    mbarrier.arrive(k_empty.index(0), count=1)
+    mbarrier.arrive(k_empty.index(it % STAGES), count=1)
     if first_masked == 0:
         s = _masked_by(s, last_key, 0, n_k, BLOCK_N, s_layout)
     m_i = gl.max(s, 1) * qk_scale
@@ -133,11 +139,11 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_bars, k_full, k_em
     p_prev = gl.convert_layout(p.to(q.dtype), p_layout)
 
     for j in range(1, n_blocks):
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_full.index(slot), (j // STAGES) & 1)
+        slot = (it + j) % STAGES
+        prev = (it + j - 1) % STAGES
+        mbarrier.wait(k_full.index(slot), ((it + j) // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zeros_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_full.index(prev), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_full.index(prev), ((it + j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=(s, ))      # S_j is ready (ptxas waits for O += P V before the softmax)
         mbarrier.arrive(k_empty.index(slot), count=1)
@@ -152,21 +158,51 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_bars, k_full, k_em
         mbarrier.arrive(v_empty.index(prev), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p_prev = gl.convert_layout(p.to(q.dtype), p_layout)
+    return acc, p_prev, m_i, l_i
 
-    last = (n_blocks - 1) % STAGES
-    mbarrier.wait(v_full.index(last), ((n_blocks - 1) // STAGES) & 1)
-    acc = warpgroup_mma(p_prev, v_smem.index(last), acc, is_async=True)
+
+@gluon.jit
+def _last_product(acc, p_prev, v_smem, v_full, v_empty, position):
+    """acc + P V of the key block at ring position ``position`` (the loop's last), V released after."""
+    STAGES: gl.constexpr = v_smem.shape[0]
+    mbarrier.wait(v_full.index(position % STAGES), (position // STAGES) & 1)
+    acc = warpgroup_mma(p_prev, v_smem.index(position % STAGES), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
-    mbarrier.arrive(v_empty.index(last), count=1)
+    mbarrier.arrive(v_empty.index(position % STAGES), count=1)
+    return acc
 
+
+@gluon.jit
+def _store(acc, m_i, l_i, O, LSE, off_b, off_h, first, n_q, stride_ob, stride_oh, stride_om, stride_lb, stride_lh):
+    """O rows [first, first + HALF_M) of (batch, head) = acc / l (those before n_q), and their natural
+    log-sum-exp into LSE."""
+    HALF_M: gl.constexpr = acc.shape[0]
+    HEAD_DIM: gl.constexpr = acc.shape[1]
+    o_layout: gl.constexpr = acc.type.layout
+    row_layout: gl.constexpr = m_i.type.layout
     o = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
     o_rows = first + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, o_layout))
     o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
     o_ptrs = (O + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
               + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1) + gl.expand_dims(o_cols, 0))
     gl.store(o_ptrs, o.to(O.dtype.element_ty), mask=gl.expand_dims(o_rows < n_q, 1))
+    rows = first + gl.arange(0, HALF_M, layout=row_layout)
     lse = (m_i + gl.log2(l_i)) * LN2
     gl.store(LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh + rows, lse, mask=rows < n_q)
+
+
+@gluon.jit
+def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_bars, k_full, k_empty, v_full, v_empty,
+                O, LSE, qk_scale, off_b, off_h, row0, n_q, n_k, n_blocks, stride_ob, stride_oh, stride_om,
+                stride_lb, stride_lh, causal):
+    """One compute warp group (4 warps): rows [row0 + half · HALF_M, + HALF_M) of the program's query
+    block, the loop described at the top of this module (``_attend``)."""
+    HALF_M: gl.constexpr = q_smem.shape[1]
+    first = row0 + half * HALF_M
+    acc, p_prev, m_i, l_i = _attend(q_smem.index(half), q_bars.index(half), 0, k_smem, v_smem, k_full, k_empty,
+                                    v_full, v_empty, 0, n_blocks, first, n_q, n_k, qk_scale, causal)
+    acc = _last_product(acc, p_prev, v_smem, v_full, v_empty, n_blocks - 1)
+    _store(acc, m_i, l_i, O, LSE, off_b, off_h, first, n_q, stride_ob, stride_oh, stride_om, stride_lb, stride_lh)
 
 
 @gluon.jit
@@ -264,6 +300,129 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
                            [4, 1], [COMPUTE_REGS, 24])
 
 
+@gluon.jit
+def _tile(tile, n_m, n_heads, group, n_q, n_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, causal):
+    """(batch, head, first query row, first K/V row, key blocks) of tile ``tile``, head by head, causal
+    query blocks longest first (``_tile_of``'s order); ``causal`` is a runtime flag here."""
+    off_bh = tile // n_m
+    rank = tile % n_m
+    off_b = off_bh // n_heads
+    off_h = off_bh % n_heads
+    row0 = gl.where(causal, n_m - 1 - rank, rank) * BLOCK_M
+    hi = gl.where(causal, gl.minimum(n_k, row0 + BLOCK_M + n_k - n_q), n_k)
+    return off_b, off_h, row0, (off_b * (n_heads // group) + off_h // group) * n_k, gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def _persistent_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full,
+                       v_empty, n_tiles, n_heads, group, n_q, n_k, causal):
+    """The producer warp of a persistent program, tile after tile (t = program, program + grid, ...): each
+    group's query rows once that group has released the last tile's, then the key/value blocks into the
+    rings, whose positions run on from tile to tile."""
+    HALF_M: gl.constexpr = q_smem.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    n_m = gl.cdiv(n_q, 2 * HALF_M)
+    it = 0                                          # key blocks loaded so far: the rings' position
+    done = 0                                        # tiles loaded so far
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        off_b, off_h, row0, kv_row0, n_blocks = _tile(tile, n_m, n_heads, group, n_q, n_k, 2 * HALF_M, BLOCK_N,
+                                                      causal)
+        for half in gl.static_range(2):
+            mbarrier.wait(q_empty.index(half), (done & 1) ^ 1)      # a fresh barrier counts as released
+            mbarrier.expect(q_full.index(half), q_desc.block_type.nbytes)
+            _tma_load(q_desc, [(off_b * n_heads + off_h) * n_q + row0 + half * HALF_M, 0], q_full.index(half),
+                      q_smem.index(half))
+        for j in range(n_blocks):
+            slot = (it + j) % STAGES
+            free_phase = (((it + j) // STAGES) & 1) ^ 1
+            row = kv_row0 + j * BLOCK_N
+            mbarrier.wait(k_empty.index(slot), free_phase)
+            mbarrier.expect(k_full.index(slot), k_desc.block_type.nbytes)
+            _tma_load(k_desc, [row, 0], k_full.index(slot), k_smem.index(slot))
+            mbarrier.wait(v_empty.index(slot), free_phase)
+            mbarrier.expect(v_full.index(slot), v_desc.block_type.nbytes)
+            _tma_load(v_desc, [row, 0], v_full.index(slot), v_smem.index(slot))
+        it += n_blocks
+        done += 1
+
+
+@gluon.jit
+def _persistent_compute(half: gl.constexpr, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full,
+                        v_empty, O, LSE, qk_scale, n_tiles, n_heads, group, n_q, n_k, stride_ob, stride_oh,
+                        stride_om, stride_lb, stride_lh, causal):
+    """One compute warp group of a persistent program: ``_ws_compute``'s work for each of its tiles, Q
+    released as soon as its last product is waited for, so the producer loads the next tile's meanwhile."""
+    HALF_M: gl.constexpr = q_smem.shape[1]
+    n_m = gl.cdiv(n_q, 2 * HALF_M)
+    it = 0                                          # key blocks consumed so far
+    done = 0                                        # tiles finished so far
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        off_b, off_h, row0, _, n_blocks = _tile(tile, n_m, n_heads, group, n_q, n_k, 2 * HALF_M, k_smem.shape[1],
+                                                causal)
+        first = row0 + half * HALF_M
+        acc, p_prev, m_i, l_i = _attend(q_smem.index(half), q_full.index(half), done & 1, k_smem, v_smem, k_full,
+                                        k_empty, v_full, v_empty, it, n_blocks, first, n_q, n_k, qk_scale, causal)
+        mbarrier.arrive(q_empty.index(half), count=1)       # every product with Q has been waited for
+        acc = _last_product(acc, p_prev, v_smem, v_full, v_empty, it + n_blocks - 1)
+        _store(acc, m_i, l_i, O, LSE, off_b, off_h, first, n_q, stride_ob, stride_oh, stride_om, stride_lb,
+               stride_lh)
+        it += n_blocks
+        done += 1
+
+
+@gluon.jit
+def _persistent_compute_0(q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, O, LSE,
+                          qk_scale, n_tiles, n_heads, group, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb,
+                          stride_lh, causal):
+    _persistent_compute(0, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, O, LSE,
+                        qk_scale, n_tiles, n_heads, group, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb,
+                        stride_lh, causal)
+
+
+@gluon.jit
+def _persistent_compute_1(q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, O, LSE,
+                          qk_scale, n_tiles, n_heads, group, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb,
+                          stride_lh, causal):
+    _persistent_compute(1, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, O, LSE,
+                        qk_scale, n_tiles, n_heads, group, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb,
+                        stride_lh, causal)
+
+
+@gluon.jit
+def _attn_fwd_persistent(q_desc, k_desc, v_desc, O, LSE, qk_scale, stride_ob, stride_oh, stride_om, stride_lb,
+                         stride_lh, n_heads, group, n_q, n_k, n_tiles,
+                         HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+                         STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr):
+    """``_attn_fwd_ws`` (two compute groups) as persistent programs: program p takes the tiles p, p + grid,
+    ... of the n_tiles = cdiv(Nq, 2 · HALF_M) · B · H, in ``_tile_of``'s order (head by head). Its producer
+    loads a tile's Q and first key blocks while the compute groups finish the tile before, so a tile's
+    first and last steps overlap its neighbours' instead of leaving the SM idle between programs."""
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_full.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_full.index(i), count=1)
+        mbarrier.init(v_full.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)       # one arrival from each compute group
+        mbarrier.init(v_empty.index(i), count=2)
+    compute_args = (q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, O, LSE, qk_scale,
+                    n_tiles, n_heads, group, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh, CAUSAL)
+    loader_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty,
+                   n_tiles, n_heads, group, n_q, n_k, CAUSAL)
+    gl.warp_specialize([(_persistent_compute_0, compute_args), (_persistent_compute_1, compute_args),
+                        (_persistent_loader, loader_args)], [4, 1], [COMPUTE_REGS, 24])
+
+
 @functools.cache
 def _shared_layout(rows: int, head_dim: int, dtype: torch.dtype):
     """The shared-memory layout of a [rows, head_dim] tile, built once per shape: built at every call it was
@@ -307,26 +466,53 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, sm_scale: float | N
     reason = unsupported(q, k, v, causal)
     if reason:
         raise ValueError(reason)
-    return _launch(q, k, v, causal, sm_scale, *CONFIG[q.shape[-1], causal])
+    return _launch(q, k, v, causal, sm_scale, *launch_config(q, k, causal))
+
+
+def launch_config(q, k, causal: bool) -> tuple[int, int, int, int, bool]:
+    """(half_m, block_n, stages, groups, persistent) for these inputs: persistent programs (two groups,
+    64 × 128, two stages) where every tile is short (Nq and Nk up to PERSISTENT_UP_TO) and there are more
+    tiles than SMs, so that some program has a next tile to overlap; else one program a tile, CONFIG."""
+    batch, n_heads, n_q, head_dim = q.shape
+    n_tiles = triton.cdiv(n_q, 2 * 64) * batch * n_heads
+    if max(n_q, k.shape[2]) <= PERSISTENT_UP_TO and n_tiles > (sm_count(q.device) or n_tiles):
+        return 64, 128, 2, 2, True
+    return (*CONFIG[head_dim, causal], False)
+
+
+def persistent_programs(n_tiles: int, n_m: int, causal: bool, n_sms: int) -> int:
+    """The persistent grid: one program per SM (at most one per tile); causal, the largest such count with
+    no factor in common with n_m (the query blocks of a head), so that program p's tiles p, p + grid, ...
+    go through every block length in turn instead of always the same few."""
+    grid = min(n_sms, n_tiles)
+    while causal and grid > 1 and math.gcd(grid, n_m) != 1:
+        grid -= 1
+    return grid
 
 
 def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int = 2,
-            head_group: int | None = None):
-    """(o, lse) of checked inputs with this configuration (groups · half_m query rows a program, in
-    ``groups`` compute warp groups of half_m rows; tiles ordered by ``head_group``, HEAD_GROUP[causal] if
-    None: see ``_tile_of``)."""
+            persistent: bool = False, head_group: int | None = None):
+    """(o, lse) of checked inputs with this configuration (groups · half_m query rows a tile, in ``groups``
+    compute warp groups of half_m rows; one program a tile, tiles ordered by ``head_group``
+    (HEAD_GROUP[causal] if None: see ``_tile_of``), or ``persistent`` programs, two groups, head by head)."""
+    if persistent and groups != 2:
+        raise ValueError(f"groups: persistent programs run two compute groups, got {groups}")
+    if persistent and head_group not in (None, 1):
+        raise ValueError(f"head_group: persistent programs take the tiles head by head (1), got {head_group}")
     head_group = HEAD_GROUP[causal] if head_group is None else validation.positive_int("head_group", head_group)
-    grid, args, options = _launch_args(q, k, v, causal, sm_scale, half_m, block_n, stages, groups, head_group)
+    grid, args, options = _launch_args(q, k, v, causal, sm_scale, half_m, block_n, stages, groups, head_group,
+                                       persistent)
+    kernel = _attn_fwd_persistent if persistent else _attn_fwd_ws
     with on_device(q.device):
-        RUNNERS.launch(_attn_fwd_ws, grid, args, options, q.device)   # the JIT once per key (runners.py)
+        RUNNERS.launch(kernel, grid, args, options, q.device)   # the JIT once per key (runners.py)
     o, lse = args[3:5]
     return o, lse
 
 
 def _launch_args(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int,
-                 head_group: int):
-    """(grid, arguments, keyword arguments) of ``_attn_fwd_ws`` for ``_launch``: the TMA descriptors and the
-    new o, lse among the arguments."""
+                 head_group: int, persistent: bool = False):
+    """(grid, arguments, keyword arguments) of ``_attn_fwd_ws`` (or ``_attn_fwd_persistent``) for
+    ``_launch``: the TMA descriptors and the new o, lse among the arguments."""
     batch, n_heads, n_q, head_dim = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((batch, n_heads, n_q), device=q.device, dtype=torch.float32)
@@ -335,6 +521,10 @@ def _launch_args(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: i
             o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
             n_heads, n_heads // k.shape[1], n_q, k.shape[2])
     options = dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-                   COMPUTE_REGS=COMPUTE_REGISTERS[groups], GROUPS=groups, HEAD_GROUP=head_group,
-                   num_warps=4)
-    return (triton.cdiv(n_q, groups * half_m) * batch * n_heads,), args, options
+                   COMPUTE_REGS=COMPUTE_REGISTERS[groups])
+    n_m = triton.cdiv(n_q, groups * half_m)
+    n_tiles = n_m * batch * n_heads
+    if persistent:
+        grid = persistent_programs(n_tiles, n_m, causal, sm_count(q.device) or n_tiles)
+        return (grid,), args + (n_tiles,), dict(options, num_warps=4)
+    return (n_tiles,), args, dict(options, GROUPS=groups, HEAD_GROUP=head_group, num_warps=4)

@@ -58,6 +58,7 @@ from ..device import (
     ensure_triton_backend,
     launch_options,
     on_device,
+    sm_count,
     to_kernel_device,
     triton_interprets,
 )
@@ -369,7 +370,7 @@ def choose_num_splits(batch: int, n_kv: int, max_len: int, device) -> int:
     device = torch.device(device)
     if device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = sm_count(device)
     programs = batch * n_kv
     if programs >= sms:
         return 1

@@ -27,6 +27,8 @@ README for the numbers and for what the SASS says about the overlap inside a war
 """
 from __future__ import annotations
 
+import functools
+import heapq
 import math
 
 import torch
@@ -75,8 +77,29 @@ def _tile(tile, n_m, n_tiles, head_group, n_heads, n_q, n_k, BLOCK_M: gl.constex
 
 
 @gluon.jit
+def _tile_range(starts, n_tiles, scheduled):
+    """The indices this program walks: program p takes p, p + grid, ... of n_tiles, or (scheduled) the
+    positions starts[p] to starts[p + 1] of a host-built schedule."""
+    first = gl.program_id(0)
+    last = n_tiles
+    if scheduled:
+        first = gl.load(starts + gl.program_id(0))
+        last = gl.load(starts + gl.program_id(0) + 1)
+    return first, last, 1 + (1 - scheduled) * (gl.num_programs(0) - 1)
+
+
+@gluon.jit
+def _tile_at(schedule, i, scheduled):
+    """The tile at index i: i itself, or (scheduled) schedule[i]."""
+    tile = i
+    if scheduled:
+        tile = gl.load(schedule + i)
+    return tile
+
+
+@gluon.jit
 def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty,
-               n_tiles, head_group, n_m, n_heads, group, n_q, n_k, causal):
+               n_tiles, head_group, schedule, starts, scheduled, n_m, n_heads, group, n_q, n_k, causal):
     """The producer warp, for each of this program's tiles: both query halves (each once its compute group
     has released the last tile's), then every key/value block into the rings, each slot as soon as both
     compute groups have released it (its empty barrier counts two arrivals). A fresh barrier counts as
@@ -86,7 +109,9 @@ def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_full, q_empty, 
     STAGES: gl.constexpr = k_smem.shape[0]
     it = 0                                          # key blocks loaded so far: the rings' position
     done = 0                                        # tiles loaded so far
-    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+    first_i, last_i, step_i = _tile_range(starts, n_tiles, scheduled)
+    for i in range(first_i, last_i, step_i):
+        tile = _tile_at(schedule, i, scheduled)
         off_b, off_h, row0, n_blocks = _tile(tile, n_m, n_tiles, head_group, n_heads, n_q, n_k, 2 * HALF_M, BLOCK_N, causal)
         for half in gl.static_range(2):
             mbarrier.wait(q_empty.index(half), (done & 1) ^ 1)
@@ -123,10 +148,11 @@ def _pass_turn(turns, half: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _key_block(q, k_smem, v_smem, k_full, k_empty, v_full, v_empty, turns, half: gl.constexpr, idx, step, start_n,
-               zeros_s, acc, p_prev, m_i, l_i, last_key, n_k, qk_scale, MASK: gl.constexpr, PINGPONG: gl.constexpr,
+               zeros_s, acc, p_prev, m_i, l_i, last_key, n_k, qk_scale, MASK, PINGPONG: gl.constexpr,
                P_SMEM: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
     """One key block after the first, the ``idx``-th through the rings: issue S = Q K_blockᵀ and O += P V
-    of the block before, wait for S alone, release K, softmax (masked if MASK), wait for O's product,
+    of the block before, wait for S alone, release K, softmax (masked if MASK: a constant in the split loops,
+    a runtime flag in the single one), wait for O's product,
     release V, rescale O (the PTX's order; in the SASS ptxas waits for O's product before the softmax:
     README.md). Returns (acc, p for this block, m_i, l_i)."""
     STAGES: gl.constexpr = k_smem.shape[0]
@@ -168,7 +194,7 @@ def _p_operand(p, p_prev, P_SMEM: gl.constexpr, p_layout: gl.constexpr):
 
 @gluon.jit
 def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full,
-                v_empty, turns, O, LSE, qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om,
+                v_empty, turns, loops, O, LSE, qk_scale, n_tiles, head_group, schedule, starts, scheduled, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om,
                 stride_lb, stride_lh, causal):
     """One compute warp group (4 warps): for each of this program's tiles, rows [row0 + half · HALF_M,
     + HALF_M) of its query block, the overlapped loop described at the top of this module. With PINGPONG
@@ -180,6 +206,7 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_full, q_em
     STAGES: gl.constexpr = k_smem.shape[0]
     PINGPONG: gl.constexpr = turns.shape[0] == 2          # (flags arrive as values: read from the shapes)
     P_SMEM: gl.constexpr = p_smem.shape[0] == 2
+    ONE_LOOP: gl.constexpr = loops.shape[0] == 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -189,7 +216,9 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_full, q_em
     q = q_smem.index(half)
     it = 0                                          # key blocks consumed so far: the rings' position
     done = 0                                        # tiles finished so far (turns taken: it + done)
-    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+    first_i, last_i, step_i = _tile_range(starts, n_tiles, scheduled)
+    for i in range(first_i, last_i, step_i):
+        tile = _tile_at(schedule, i, scheduled)
         _, _, row0, n_blocks = _tile(tile, n_m, n_tiles, head_group, n_heads, n_q, n_k, 2 * HALF_M, BLOCK_N, causal)
         step = it + done
         first = row0 + half * HALF_M
@@ -215,16 +244,22 @@ def _ws_compute(half: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_full, q_em
         l_i = gl.sum(p, 1)
         p_prev = _p_operand(p, p_smem.index(half), P_SMEM, p_layout)
 
-        # two loops, so that no branch sits between issuing P V and waiting for it (tried so that the
-        # softmax could run beside O's product; the SASS shows ptxas waits for it first anyway: README.md)
-        for j in range(1, first_masked):
-            acc, p_prev, m_i, l_i = _key_block(q, k_smem, v_smem, k_full, k_empty, v_full, v_empty, turns, half,
-                                               it + j, step + j, j * BLOCK_N, zeros_s, acc, p_prev, m_i, l_i,
-                                               last_key, n_k, qk_scale, False, PINGPONG, P_SMEM, s_layout, o_layout, p_layout)
-        for j in range(gl.maximum(first_masked, 1), n_blocks):
-            acc, p_prev, m_i, l_i = _key_block(q, k_smem, v_smem, k_full, k_empty, v_full, v_empty, turns, half,
-                                               it + j, step + j, j * BLOCK_N, zeros_s, acc, p_prev, m_i, l_i,
-                                               last_key, n_k, qk_scale, True, PINGPONG, P_SMEM, s_layout, o_layout, p_layout)
+        if ONE_LOOP:   # the package kernel's loop: one, the mask decided per block
+            for j in range(1, n_blocks):
+                acc, p_prev, m_i, l_i = _key_block(q, k_smem, v_smem, k_full, k_empty, v_full, v_empty, turns, half,
+                                                   it + j, step + j, j * BLOCK_N, zeros_s, acc, p_prev, m_i, l_i,
+                                                   last_key, n_k, qk_scale, j >= first_masked, PINGPONG, P_SMEM,
+                                                   s_layout, o_layout, p_layout)
+        else:          # two loops, so that no branch sits between issuing P V and waiting for it (tried so
+            #            that the softmax could run beside O's product; the SASS shows ptxas waits first: README.md)
+            for j in range(1, first_masked):
+                acc, p_prev, m_i, l_i = _key_block(q, k_smem, v_smem, k_full, k_empty, v_full, v_empty, turns, half,
+                                                   it + j, step + j, j * BLOCK_N, zeros_s, acc, p_prev, m_i, l_i,
+                                                   last_key, n_k, qk_scale, False, PINGPONG, P_SMEM, s_layout, o_layout, p_layout)
+            for j in range(gl.maximum(first_masked, 1), n_blocks):
+                acc, p_prev, m_i, l_i = _key_block(q, k_smem, v_smem, k_full, k_empty, v_full, v_empty, turns, half,
+                                                   it + j, step + j, j * BLOCK_N, zeros_s, acc, p_prev, m_i, l_i,
+                                                   last_key, n_k, qk_scale, True, PINGPONG, P_SMEM, s_layout, o_layout, p_layout)
         mbarrier.arrive(q_empty.index(half), count=1)           # every product with Q has been waited for
 
         last = (it + n_blocks - 1) % STAGES
@@ -259,30 +294,30 @@ def _store_rows(acc, l_i, m_i, O, LSE, off_b, off_h, first, n_q, stride_ob, stri
 
 
 @gluon.jit
-def _ws_compute_0(q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                  qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+def _ws_compute_0(q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, loops, O, LSE,
+                  qk_scale, n_tiles, head_group, schedule, starts, scheduled, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                   causal):
-    _ws_compute(0, q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+    _ws_compute(0, q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, loops, O, LSE,
+                qk_scale, n_tiles, head_group, schedule, starts, scheduled, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                 causal)
 
 
 @gluon.jit
-def _ws_compute_1(q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                  qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+def _ws_compute_1(q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, loops, O, LSE,
+                  qk_scale, n_tiles, head_group, schedule, starts, scheduled, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                   causal):
-    _ws_compute(1, q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+    _ws_compute(1, q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, loops, O, LSE,
+                qk_scale, n_tiles, head_group, schedule, starts, scheduled, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                 causal)
 
 
 @gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
                  stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
-                 n_heads, group, n_q, n_k, n_tiles, head_group,
+                 n_heads, group, n_q, n_k, n_tiles, head_group, schedule, starts, scheduled,
                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                  CAUSAL: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr,
-                 PINGPONG: gl.constexpr = False, P_SMEM: gl.constexpr = False):
+                 PINGPONG: gl.constexpr = False, P_SMEM: gl.constexpr = False, ONE_LOOP: gl.constexpr = False):
     """O = softmax(Q Kᵀ · scale) V by tiles of 2 · HALF_M queries of one (batch, head): n_tiles =
     cdiv(Nq, 2 · HALF_M) · B · H of them, tile t for programs t mod grid (a grid of n_tiles: one tile
     each; a smaller one: persistent programs). 4 warps (the first compute group; the second group and
@@ -302,6 +337,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
     q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     TURNS: gl.constexpr = 2 if PINGPONG else 1           # (the partitions read PINGPONG from this shape)
     turns = gl.allocate_shared_memory(gl.int64, [TURNS, 1], mbarrier.MBarrierLayout())
+    loops = gl.allocate_shared_memory(gl.int64, [2 if ONE_LOOP else 1, 1], mbarrier.MBarrierLayout())  # a flag
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -319,14 +355,14 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
     if PINGPONG:
         mbarrier.arrive(turns.index(0), count=1)       # group 0 issues first
 
-    compute_args = (q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, O, LSE,
-                    qk_scale, n_tiles, head_group, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb,
+    compute_args = (q_smem, k_smem, v_smem, p_smem, q_full, q_empty, k_full, k_empty, v_full, v_empty, turns, loops, O, LSE,
+                    qk_scale, n_tiles, head_group, schedule, starts, scheduled, n_m, n_heads, n_q, n_k, stride_ob, stride_oh, stride_om, stride_lb,
                     stride_lh, CAUSAL)
     gl.warp_specialize([
         (_ws_compute_0, compute_args),
         (_ws_compute_1, compute_args),
         (_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_full, q_empty, k_full, k_empty, v_full,
-                      v_empty, n_tiles, head_group, n_m, n_heads, group, n_q, n_k, CAUSAL)),
+                      v_empty, n_tiles, head_group, schedule, starts, scheduled, n_m, n_heads, group, n_q, n_k, CAUSAL)),
     ], [4, 1], [COMPUTE_REGS, 24])
 
 
@@ -342,10 +378,57 @@ def persistent_grid(n_tiles: int, n_m: int, causal: bool, n_sms: int) -> int:
     return grid
 
 
+def tile_blocks(tile: int, n_m: int, n_q: int, n_k: int, block_m: int, block_n: int, causal: bool) -> int:
+    """Key blocks of tile ``tile`` in the head-by-head order (``_tile`` with head_group 0)."""
+    rank = tile % n_m
+    row0 = ((n_m - 1 - rank) if causal else rank) * block_m
+    hi = min(n_k, row0 + block_m + n_k - n_q) if causal else n_k
+    return -(-hi // block_n)
+
+
+def static_schedule(order: str, n_tiles: int, n_m: int, n_q: int, n_k: int, block_m: int, block_n: int,
+                    causal: bool, n_programs: int, overhead: float = 1.0) -> tuple[list[int], list[int]]:
+    """(schedule, starts): program p runs tiles schedule[starts[p]:starts[p + 1]] in turn. Each tile costs
+    its key blocks plus ``overhead`` (its first and last steps, in key blocks) and goes to the program
+    with the least work so far (ties: the lowest index), taken in the head-by-head order ("list": the
+    hardware's own scheduling of a full grid, replayed on the host) or longest first across all heads
+    ("lpt": Graham's longest-processing-time rule, within 4/3 of the best makespan)."""
+    tiles = list(range(n_tiles))
+    cost = [tile_blocks(t, n_m, n_q, n_k, block_m, block_n, causal) + overhead for t in tiles]
+    if order == "lpt":
+        tiles.sort(key=lambda t: -cost[t])
+    elif order != "list":
+        raise ValueError(f"order must be 'list' or 'lpt', got {order!r}")
+    loads = [(0.0, p) for p in range(n_programs)]
+    runs = [[] for _ in range(n_programs)]
+    for t in tiles:
+        load, p = heapq.heappop(loads)
+        runs[p].append(t)
+        heapq.heappush(loads, (load + cost[t], p))
+    starts = [0]
+    for run in runs:
+        starts.append(starts[-1] + len(run))
+    return [t for run in runs for t in run], starts
+
+
+@functools.lru_cache(maxsize=8)
+def _no_schedule(device) -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.int32, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule_tensors(order, n_tiles, n_m, n_q, n_k, block_m, block_n, causal, n_programs, device):
+    schedule, starts = static_schedule(order, n_tiles, n_m, n_q, n_k, block_m, block_n, causal, n_programs)
+    return (torch.tensor(schedule, dtype=torch.int32, device=device),
+            torch.tensor(starts, dtype=torch.int32, device=device))
+
+
 def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int,
-            pingpong: bool = False, persistent: bool = False, p_smem: bool = False, head_group: int = 0):
+            pingpong: bool = False, persistent: bool = False, p_smem: bool = False, head_group: int = 0,
+            order: str = "", one_loop: bool = False):
     """(o, lse) of checked inputs with this configuration (tiles of 2 · half_m query rows; one program a
-    tile, or persistent programs; ``head_group``: the tiles' order, see ``_tile``)."""
+    tile, or persistent programs; ``head_group``: the tiles' order, see ``_tile``; ``order`` "list" or
+    "lpt": one persistent program per SM walking a schedule built on the host, ``static_schedule``)."""
     batch, n_heads, n_q, head_dim = q.shape
     n_k = k.shape[2]
     o = torch.empty_like(q)
@@ -356,12 +439,20 @@ def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, s
     n_m = triton.cdiv(n_q, 2 * half_m)
     n_tiles = n_m * batch * n_heads
     grid = n_tiles
+    n_sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     if persistent:
-        grid = persistent_grid(n_tiles, n_m, causal, torch.cuda.get_device_properties(q.device).multi_processor_count)
+        grid = persistent_grid(n_tiles, n_m, causal, n_sms)
+    schedule = starts = _no_schedule(q.device)          # (not read unless scheduled)
+    if order:
+        grid = min(n_sms, n_tiles)
+        schedule, starts = _schedule_tensors(order, n_tiles, n_m, n_q, n_k, 2 * half_m, block_n, causal, grid,
+                                             q.device)
     with on_device(q.device):
         _attn_fwd_ws[(grid, )](q_desc, k_desc, v_desc, o, lse, sm_scale / math.log(2),
                                o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
-                               n_heads, n_heads // k.shape[1], n_q, n_k, n_tiles, head_group,
+                               n_heads, n_heads // k.shape[1], n_q, n_k, n_tiles, head_group, schedule, starts,
+                               int(bool(order)),
                                HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-                               COMPUTE_REGS=COMPUTE_REGISTERS, PINGPONG=pingpong, P_SMEM=p_smem, num_warps=4)
+                               COMPUTE_REGS=COMPUTE_REGISTERS, PINGPONG=pingpong, P_SMEM=p_smem, ONE_LOOP=one_loop,
+                               num_warps=4)
     return o, lse

@@ -29,7 +29,7 @@ def main(head_group: int, causal: bool, n: int = 1024, head_dim: int = 128) -> N
     config = flash_hopper.CONFIG[head_dim, causal]
 
     def call():
-        return flash_hopper._launch(q, k, v, causal, 1 / math.sqrt(head_dim), *config, head_group)
+        return flash_hopper._launch(q, k, v, causal, 1 / math.sqrt(head_dim), *config, head_group=head_group)
     call()                                      # compiled and warm before the window
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
