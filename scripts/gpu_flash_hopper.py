@@ -9,9 +9,7 @@ and "sched:HxNxS[:flags]" the scheduling
 variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory,
 hG: causal tiles longest first within groups of G (batch, head) pairs, l / L: one persistent program per
 SM walking a schedule built on the host, tiles dealt to the least-loaded program head by head / longest
-first: scheduling.static_schedule; u: the key loop in one, as the package kernel's, not split in two),
-"persistent" the package kernel made persistent (persistent.py; "persistent:tiles" its loop with one program
-a tile).
+first: scheduling.static_schedule; u: the key loop in one, as the package kernel's, not split in two).
 
     python scripts/gpu_flash_hopper.py [--out DIR] [--quick] [--configs hopper,ws:64x128x3,...]
                                        [--head-dims 128,64] [--lengths 1024,2048] [--name flash_hopper]
@@ -67,12 +65,6 @@ def kernel_config(text: str):
         return (f"sched{half_m}x{block_n}s{stages}" + (f"_{flags}" if flags else ""),
                 lambda q, k, v, causal, scale: scheduling._launch(q, k, v, causal, scale, half_m, block_n, stages,
                                                                   **options))
-    if text.startswith("persistent"):
-        import persistent
-
-        per_tile = text.endswith(":tiles")                  # one program a tile, through the persistent loop
-        return ("persistent" + ("_tiles" if per_tile else ""),
-                lambda q, k, v, causal, scale: persistent.launch(q, k, v, causal, scale, persistent=not per_tile))
     import kernel as one_partition
 
     bm, bn, stages, warps, overlap = (int(x) for x in (text + "x1").split("x")[:5])

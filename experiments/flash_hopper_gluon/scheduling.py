@@ -15,6 +15,12 @@ switches of ``_launch``:
 - ``head_group`` (measured on 2026-11-27): the order of the tiles, longest first within groups of that
   many (batch, head) pairs, which tail_model.py predicts fills the SMs more evenly than head by head;
   slower on the H100 (groups of 32: 0.71 of cuDNN at causal 1k against 0.74 head by head; README.md).
+- ``order`` (measured on 2026-11-27): one persistent program per SM walking a schedule built on the host
+  (``static_schedule``: "list" replays the hardware's scheduling, "lpt" deals the longest tiles first);
+  slower than the round-robin ``persistent`` switch (README.md).
+- ``one_loop``: the package kernel's key loop (one loop, the mask decided per block) instead of the split
+  one; with ``persistent`` it showed that persistence gains at short sequences, which led to the package's
+  ``flash_hopper._attn_fwd_persistent`` (README.md).
 
 It also splits each tile's key loop in two (blocks that need no mask, then those that do), so that no
 branch sits between issuing a product and waiting for it. Partitions of ``gl.warp_specialize``
