@@ -361,8 +361,10 @@ def test_warp_specialized_rule_keeps_to_the_measured_wins():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="needs an sm_90 GPU")
-@pytest.mark.parametrize("causal, n, d", [(False, 1100, 128), (True, 2048, 128), (True, 8200, 64), (False, 4100, 64)])
-def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, causal, n, d):
+@pytest.mark.parametrize("causal, n, d, heads, kv_heads", [
+    (False, 1100, 128, 4, 2), (True, 2048, 128, 4, 2), (True, 8200, 64, 1, 1), (False, 4100, 64, 4, 2),
+    (True, 1024, 64, 20, 4)])          # the last: 160 tiles, more than the SMs: persistent programs at D = 64
+def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, causal, n, d, heads, kv_heads):
     """flash_attention's forward is the Gluon kernel where the rule picks it (counted), its output and the
     gradients through the default backward match float64; a non-contiguous q falls back to Triton."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
@@ -372,7 +374,6 @@ def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, c
     real = flash_hopper._launch
     monkeypatch.setattr(flash_hopper, "_launch", lambda *args: launched.append(args[3]) or real(*args))
     gen = torch.Generator().manual_seed(n + d)
-    heads, kv_heads = (4, 2) if n < 8000 else (1, 1)
     check_forward(gen, 1, heads, kv_heads, n, n, d, torch.float16, causal=causal)
     assert launched == [causal]
     q, k, v = (t.requires_grad_() for t in make_inputs(gen, 1, heads, kv_heads, n, n, d, torch.float16))
