@@ -76,8 +76,8 @@ LADDER = {
     "host_descriptors": "the descriptors built once per launch on the host and passed as arguments, "
                         "instead of four per program on the device (D = 64 and 128; host_descriptor_choice)",
     "warp_specialized": "on sm_90, where warp_specialized_choice picks it, the warp-specialised Gluon forward "
-                        "(attnkit.kernels.flash_hopper: one producer warp, two compute warp groups); "
-                        "host_descriptors elsewhere",
+                        "(attnkit.kernels.flash_hopper: one producer warp, two compute warp groups; persistent "
+                        "programs for short calls); host_descriptors elsewhere",
 }
 
 
