@@ -202,9 +202,7 @@ def main(gluon_only: bool = False) -> None:
             print(f"\n===== D={head_dim} N={n} causal {name}: host {plain:.0f} us/call", flush=True)
             print(profiled(fn))
             layers(fn, (q, k, v, do))
-        from attnkit.kernels import flash_hopper
-
-        if flash.warp_specialized_choice(True, head_dim, n, n, flash_hopper.launch_config(q, k, True)[-1]):
+        if flash.warp_specialized_choice(True, head_dim, n, n):
             print(f"\n===== D={head_dim} N={n} causal forward (the warp-specialised Gluon kernel)", flush=True)
             print(profiled(lambda: flash.flash_attention_forward(q, k, v, causal=True)))
             gluon_layers(q, k, v, True)

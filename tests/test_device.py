@@ -191,9 +191,9 @@ def test_the_interpreter_builds_no_overflow_check_that_it_would_throw_away():
     assert torch.equal(y, want)
 
 
-def test_sm_counts_and_capabilities_are_read_once_per_gpu_and_none_elsewhere(monkeypatch):
-    """A GPU's SM count and capability come from one read per device index (the host reads them on every
-    short call's path); a CPU or meta device has neither."""
+def test_sm_counts_are_read_once_per_gpu_and_none_elsewhere(monkeypatch):
+    """A GPU's SM count comes from one read per device index (the host reads it on every short call's
+    path); a CPU or meta device has none, nor a capability."""
     import torch
 
     assert device.sm_count("cpu") is None and device.sm_major("cpu") is None

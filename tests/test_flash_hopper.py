@@ -114,20 +114,33 @@ def test_persistent_programs_fill_the_sms_and_share_no_factor_with_the_query_blo
         assert all(seen == set(range(n_m)) for seen in lengths)
 
 
+def test_the_persistent_grid_is_the_largest_coprime_count_for_every_size():
+    for n_tiles, n_m, sms in ((t, m, s) for t in (1, 7, 64, 200, 2048) for m in (1, 2, 3, 8, 12, 16, 128)
+                              for s in (1, 9, 78, 132)):
+        fill = min(sms, n_tiles)
+        assert flash_hopper.persistent_programs(n_tiles, n_m, False, sms) == fill
+        grid = flash_hopper.persistent_programs(n_tiles, n_m, True, sms)
+        assert 1 <= grid <= fill and (grid == 1 or math.gcd(grid, n_m) == 1)
+        assert all(math.gcd(larger, n_m) != 1 for larger in range(grid + 1, fill + 1)), (n_tiles, n_m, sms)
+
+
 @pytest.mark.parametrize("shape, causal, sms, persistent", [
     ((16, 16, 1024, 1024, 128), True, 132, True),      # the short causal call of target 2: 2048 tiles
     ((8, 16, 2048, 2048, 128), False, 132, True),
     ((16, 32, 1024, 1024, 64), True, 132, True),
+    ((8, 16, 2049, 2049, 128), True, 132, False),      # one key past the limit
     ((4, 16, 4096, 4096, 128), True, 132, False),      # longer: round-robin tiles are uneven (measured)
     ((64, 16, 300, 4096, 128), True, 132, False),      # short queries, long keys: not measured, not taken
     ((1, 8, 1024, 1024, 128), True, 132, False),       # 64 tiles: no SM would get a second one
+    ((1, 16, 1024, 1024, 128), True, 128, False),      # 128 tiles on 128 SMs: one each
+    ((1, 16, 1024, 1024, 128), True, 127, True),       # one SM fewer: one program walks two
     ((16, 16, 1024, 1024, 128), True, None, False),    # not a CUDA device (the CPU here)
 ])
 def test_persistent_programs_are_chosen_for_short_calls_with_more_tiles_than_sms(monkeypatch, shape, causal, sms,
                                                                                   persistent):
     b, h, n_q, n_k, d = shape
     monkeypatch.setattr(flash_hopper, "sm_count", lambda device: sms)
-    q, k = torch.empty(b, h, n_q, d), torch.empty(b, h, n_k, d)
+    q, k = torch.empty(b, h, n_q, d, device="meta"), torch.empty(b, h, n_k, d, device="meta")
     config = flash_hopper.launch_config(q, k, causal)
     assert config[-1] is persistent
     assert config[:4] == ((64, 128, 2, 2) if persistent else flash_hopper.CONFIG[d, causal])

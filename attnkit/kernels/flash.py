@@ -488,18 +488,18 @@ def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
     return dict(desc=head_dim in (64, 128) and (causal or n_k >= 1024))
 
 
-def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int, persistent: bool = False) -> bool:
+def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> bool:
     """Where the warp_specialized rung runs the Gluon kernel (if these inputs are in its scope), from the
     H100 measurements beside the Triton forward (bench_flash_hopper.csv, bench_flash_persistent.csv,
-    docs/flash_notes.md; fp16, N = Nq = Nk): at D = 128 it was faster at every length from 1k; at D = 64
-    where it runs persistent programs (``persistent``: flash_hopper.launch_config's choice, up to 2k; in
-    three runs 1.02-1.05x the autotuned Triton forward at 1k, 0.96-1.02x at 2k) and, one program a tile,
-    from 4k (three compute groups) non-causal, from 8k causal (slower below). Lengths below those measured
-    keep Triton."""
+    docs/flash_notes.md; fp16, N = Nq = Nk): at D = 128 it was faster at every length from 1k (up to 2k
+    as persistent programs, flash_hopper.launch_config); at D = 64, with three compute groups non-causal,
+    from 4k (causal: from 8k). At D = 64 and 1k its persistent programs ran 1.02-1.05x the autotuned Triton
+    forward in three runs, and 0.96-1.02x at 2k: too narrow a win to switch kernels. Lengths below those
+    measured keep Triton."""
     shortest = min(n_q, n_k)
     if head_dim == 128:
         return shortest >= 1024
-    return head_dim == 64 and (persistent and shortest >= 1024 or shortest >= (8192 if causal else 4096))
+    return head_dim == 64 and shortest >= (8192 if causal else 4096)
 
 
 # The Gluon modules whose kernels failed to build or launch in this process: Gluon's API moves between
@@ -550,14 +550,12 @@ def _gluon_module(name: str):
 def _warp_specialized_forward(q, k, v, causal: bool, sm_scale: float):
     """(o, lse) of the warp-specialised Gluon kernel where its rule picks it and it can run these (plain,
     CUDA, sm_90, contiguous, fp16/bf16) inputs with a Triton that has Gluon's Hopper API; None otherwise."""
-    if sm_major(q.device) != 9 or q.shape[-1] not in (64, 128):
+    if sm_major(q.device) != 9 or not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2]):
         return None
     flash_hopper = _gluon_module("flash_hopper")
     if flash_hopper is None or flash_hopper.unsupported(q, k, v, causal):
         return None
-    config = flash_hopper.launch_config(q, k, causal)           # (..., persistent)
-    if not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2], config[-1]):
-        return None
+    config = flash_hopper.launch_config(q, k, causal)
     return _run_gluon(flash_hopper, lambda: flash_hopper._launch(q, k, v, causal, sm_scale, *config))
 
 
