@@ -106,7 +106,8 @@ LESSONS = (
                       r"Why does causal attention count half of the $4BH N_q N_k D$ FLOPs, and which tiles "
                       "need the mask?",
                       r"What does folding $\log_2 e$ into the scale save ($e^x = 2^{x \log_2 e}$), and how much did it "
-                      "gain on the H100?")),
+                      "gain on the H100?",
+                      "Why do persistent programs speed up a causal call at N = 1024 and slow one down at N = 16384?")),
     Lesson(6, "flash_backward", "FlashAttention backward", True, minutes=60,
            objectives=("derive dQ, dK and dV of attention",
                        "explain why the forward saves the log-sum-exp and the backward recomputes P",
