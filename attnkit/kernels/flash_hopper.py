@@ -58,12 +58,12 @@ CONFIG = {(64, False): (64, 128, 2, 3), (64, True): (64, 128, 2, 2),
 # fastest at D = 128: groups of 32 or 64 heads read more from DRAM and ran 0.81-0.98x as fast on the H100 (lesson 5,
 # bench_flash_tile_order.csv); 16 level
 HEAD_GROUP = {False: 1, True: 1}
-# Persistent programs (``_attn_fwd_persistent``) where Nq and Nk are at most this. Beside the kernel with
-# one program a tile on the H100 (fp16, B·N = 16k; two runs of this kernel up to 2k, and from 4k one run of
-# it and one of its first version, causal a compile-time constant): 1.03-1.24x at N = 1k and 2k (D = 64 and
-# 128, causal or not); 0.94-1.10x at 4k; 0.97-1.02x non-causal and 0.69-0.94x causal at 8k and 16k, where
-# tiles dealt round-robin leave some programs far more key blocks than others (lesson 5,
-# bench_flash_persistent.csv, experiments/flash_hopper_gluon/README.md)
+# Persistent programs (``_attn_fwd_persistent``) where Nq and Nk are at most this. The time with one
+# program a tile ÷ the time with persistent programs, on the H100 (fp16, B·N = 16k; two runs of this kernel
+# up to 2k, and from 4k one run of it and one of its first version, causal a compile-time constant):
+# 1.03-1.24x at N = 1k and 2k (D = 64 and 128, causal or not); 0.94-1.10x at 4k; 0.97-1.02x non-causal and
+# 0.69-0.94x causal at 8k and 16k, where tiles dealt round-robin leave some programs far more key blocks
+# than others (lesson 5, bench_flash_persistent.csv, experiments/flash_hopper_gluon/README.md)
 PERSISTENT_UP_TO = 2048
 # registers a thread of each worker compute group may take, by number of compute groups (the producer
 # warp keeps 24; all of them together fit the SM's 65,536)

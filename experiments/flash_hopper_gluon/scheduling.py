@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 
 from attnkit.device import on_device
-from attnkit.kernels.flash_hopper import _descriptor  # the package kernel's host descriptors
+from attnkit.kernels.flash_hopper import _descriptor, persistent_programs  # the package kernel's host side
 
 # Triton 3.6 names the TMA load async_copy_global_to_shared; later versions async_load
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -372,18 +372,6 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, O, LSE, qk_scale,
     ], [4, 1], [COMPUTE_REGS, 24])
 
 
-def persistent_grid(n_tiles: int, n_m: int, causal: bool, n_sms: int) -> int:
-    """Programs for a persistent launch: one per SM (at most one per tile), and for causal attention the
-    largest such count with no factor in common with n_m, the query blocks per head. Program p takes tiles
-    p, p + grid, ...; tile t is query block t mod n_m counted from the longest, so with the counts coprime
-    each program steps through every block length in turn, but only over n_m rounds: with fewer rounds
-    (16 at causal N = 16k) the work is far from even (README.md, measured)."""
-    grid = min(n_sms, n_tiles)
-    while causal and grid > 1 and math.gcd(grid, n_m) != 1:
-        grid -= 1
-    return grid
-
-
 def tile_blocks(tile: int, n_m: int, n_q: int, n_k: int, block_m: int, block_n: int, causal: bool) -> int:
     """Key blocks of tile ``tile`` in the head-by-head order (``_tile`` with head_group 0)."""
     rank = tile % n_m
@@ -447,7 +435,7 @@ def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, s
     grid = n_tiles
     n_sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     if persistent:
-        grid = persistent_grid(n_tiles, n_m, causal, n_sms)
+        grid = persistent_programs(n_tiles, n_m, causal, n_sms)   # the package's grid (README.md)
     schedule = starts = _no_schedule(q.device)          # (not read unless scheduled)
     if order:
         grid = min(n_sms, n_tiles)
