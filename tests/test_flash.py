@@ -227,6 +227,46 @@ def test_bad_input_raises_value_error(message, tensors):
             fn(tensors["q"], tensors["k"], tensors["v"])
 
 
+def test_inputs_like_ones_that_passed_skip_the_checks_and_bad_ones_never_pass(monkeypatch):
+    """check_inputs remembers the kinds of inputs (types, shapes, dtypes, devices) that passed: another call
+    with such inputs is not checked again; a bad input is checked every time (it never joins them), and a
+    change of shape, dtype or device is checked afresh."""
+    monkeypatch.setattr(flash, "_PASSED_CHECKS", {})
+    runs = []
+    real = flash._check_inputs
+    monkeypatch.setattr(flash, "_check_inputs", lambda *args: runs.append(1) or real(*args))
+    t = _valid()
+    for _ in range(3):
+        flash.check_inputs(t["q"], t["k"], t["v"])
+    fresh = _valid()                                       # other tensors, same kind: remembered
+    flash.check_inputs(fresh["q"], fresh["k"], fresh["v"])
+    assert len(runs) == 1
+    for message, bad in BAD_INPUTS:
+        for _ in range(2):
+            with pytest.raises(ValueError, match=re.escape(message)):
+                flash.check_inputs(bad["q"], bad["k"], bad["v"])
+    assert len(runs) == 1 + 2 * len(BAD_INPUTS)
+    for changed in (_valid(q=torch.randn(1, 4, 9, 16)), _valid(q=t["q"].half(), k=t["k"].half(), v=t["v"].half())):
+        flash.check_inputs(changed["q"], changed["k"], changed["v"])
+    assert len(runs) == 3 + 2 * len(BAD_INPUTS)
+
+
+def test_a_call_that_needs_no_gradient_records_no_graph_and_gives_the_same_output():
+    """flash_attention without gradients to track (inputs that do not need them, or torch.no_grad) runs the
+    forward alone, and its output is the differentiable call's, bit for bit."""
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = make_inputs(gen, 1, 4, 2, 20, 20, 16, torch.float32)
+    tracked = [t.detach().requires_grad_() for t in (q, k, v)]
+    with_graph = flash_attention(*tracked, causal=True)
+    assert with_graph.grad_fn is not None
+    plain = flash_attention(q, k, v, causal=True)
+    with torch.no_grad():
+        untracked = flash_attention(*tracked, causal=True)
+    for o in (plain, untracked):
+        assert o.grad_fn is None and not o.requires_grad
+        assert torch.equal(o, with_graph.detach())
+
+
 def test_bad_options_raise_value_error():
     t = _valid()
     with pytest.raises(ValueError, match="sm_scale"):

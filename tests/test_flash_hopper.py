@@ -146,6 +146,26 @@ def test_persistent_programs_are_chosen_for_short_calls_with_more_tiles_than_sms
     assert config[:4] == ((64, 128, 2, 2) if persistent else flash_hopper.CONFIG[d, causal])
 
 
+def test_the_plan_is_worked_out_once_per_kind_of_input(monkeypatch):
+    """plan() answers as unsupported() and launch_config() do, asking them once per kind of input (shapes,
+    dtypes, device, contiguity, causal): the same shapes non-causal, or as a non-contiguous view, are other
+    kinds, and the view is refused with launch_config's answer left out."""
+    monkeypatch.setattr(flash_hopper, "_PLANS", {})
+    monkeypatch.setattr(flash_hopper, "sm_major", lambda device: 9)
+    monkeypatch.setattr(flash_hopper, "sm_count", lambda device: 132)
+    asked = []
+    real = flash_hopper.unsupported
+    monkeypatch.setattr(flash_hopper, "unsupported", lambda *args: asked.append(args[3]) or real(*args))
+    q, k, v = (torch.empty(16, 16, 1024, 128, dtype=torch.float16, device="meta") for _ in range(3))
+    for _ in range(3):
+        assert flash_hopper.plan(q, k, v, True) == (None, flash_hopper.launch_config(q, k, True))
+    assert flash_hopper.plan(q, k, v, False) == (None, flash_hopper.launch_config(q, k, False))
+    view = torch.empty(16, 1024, 16, 128, dtype=torch.float16, device="meta").transpose(1, 2)
+    reason, config = flash_hopper.plan(view, k, v, True)
+    assert "needs a contiguous" in reason and config is None
+    assert asked == [True, False, True]
+
+
 def test_persistent_programs_refuse_what_they_do_not_run():
     q, k, v = _qkv(d=128)
     with pytest.raises(ValueError, match="groups: persistent programs run two compute groups"):

@@ -76,6 +76,8 @@ def test_the_key_changes_with_everything_the_jit_specialises_on():
     assert launch_key((3, 8), _args(), dict(OPTIONS, num_warps=8), CPU) != key
     assert launch_key((3, 8), _args(), OPTIONS, torch.device("cuda", 1)) != key
     assert launch_key((3, 8), [*_args()[:-1], 1], OPTIONS, CPU) != key   # None against a value
+    assert launch_key((3, 8), [*_args()[:-1], True], OPTIONS, CPU) != launch_key((3, 8), [*_args()[:-1], 1],
+                                                                               OPTIONS, CPU)  # a flag, a count
     assert launch_key((3, 8), [*_args()[:-1], object()], OPTIONS, CPU) is None
 
 

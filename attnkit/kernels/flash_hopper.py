@@ -464,10 +464,31 @@ def flash_attention_hopper(q, k, v, *, causal: bool = False, sm_scale: float | N
     flash.check_inputs(q, k, v)
     causal = validation.flag("causal", causal)
     sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
-    reason = unsupported(q, k, v, causal)
+    reason, config = plan(q, k, v, causal)
     if reason:
         raise ValueError(reason)
-    return _launch(q, k, v, causal, sm_scale, *launch_config(q, k, causal))
+    return _launch(q, k, v, causal, sm_scale, *config)
+
+
+# plan()'s answers for the last kinds of inputs seen (shapes, dtypes, device, contiguity, causal).
+_PLANS: dict = {}
+_PLANS_KEPT = 256
+
+
+def plan(q, k, v, causal: bool) -> tuple[str | None, tuple | None]:
+    """(``unsupported``'s reason, ``launch_config``'s configuration or None) for these (already valid) inputs,
+    worked out once per kind of input: both depend only on the key below and on the device's compute
+    capability and SM count (each read once per GPU)."""
+    key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, q.is_contiguous(), k.is_contiguous(),
+           v.is_contiguous(), causal)
+    found = _PLANS.get(key)
+    if found is None:
+        reason = unsupported(q, k, v, causal)
+        found = (reason, None if reason else launch_config(q, k, causal))
+        if len(_PLANS) >= _PLANS_KEPT:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = found
+    return found
 
 
 def launch_config(q, k, causal: bool) -> tuple[int, int, int, int, bool]:

@@ -35,7 +35,12 @@ def launch_key(grid, args, options: dict, device) -> tuple | None:
     """What a launch is specialised on, and more; None for an argument of a type not seen here."""
     parts = [tuple(grid), device.index, tuple(sorted(options.items()))]
     for value in args:
-        if isinstance(value, torch.Tensor):
+        kind = type(value)
+        if kind is int or kind is bool:                     # the common cases first, by exact type
+            parts.append((kind, value))
+        elif kind is float:
+            parts.append(kind)
+        elif isinstance(value, torch.Tensor):
             parts.append((value.dtype, value.data_ptr() % 16))
         elif value is None or isinstance(value, float):
             parts.append(type(value))
