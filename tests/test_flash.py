@@ -399,7 +399,7 @@ def test_warp_specialized_rule_keeps_to_the_measured_wins():
                     reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("causal, n, d, heads, kv_heads", [
     (False, 1100, 128, 4, 2), (True, 2048, 128, 4, 2), (True, 8200, 64, 1, 1), (False, 4100, 64, 4, 2),
-    (True, 1024, 128, 20, 4)])         # the last: 160 tiles, more than the SMs: persistent programs
+    (True, 1024, 128, 20, 4), (False, 4100, 128, 6, 2)])   # 160 and 198 tiles, more than the SMs: persistent
 def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, causal, n, d, heads, kv_heads):
     """flash_attention's forward is the Gluon kernel where the rule picks it (counted), its output and the
     gradients through the default backward match float64; a non-contiguous q falls back to Triton."""

@@ -130,6 +130,10 @@ def test_the_persistent_grid_is_the_largest_coprime_count_for_every_size():
     ((16, 32, 1024, 1024, 64), True, 132, True),
     ((8, 16, 2049, 2049, 128), True, 132, False),      # one key past the limit
     ((4, 16, 4096, 4096, 128), True, 132, False),      # longer: round-robin tiles are uneven (measured)
+    ((4, 16, 4096, 4096, 128), False, 132, True),      # not causal, D = 128: even tiles, every length
+    ((1, 16, 16384, 16384, 128), False, 132, True),
+    ((4, 32, 4096, 4096, 64), False, 132, False),      # D = 64 runs three groups there: not measured so
+    ((1, 1, 16384, 16384, 128), False, 132, False),    # 128 tiles on 132 SMs: one each
     ((64, 16, 300, 4096, 128), True, 132, False),      # short queries, long keys: not measured, not taken
     ((1, 8, 1024, 1024, 128), True, 132, False),       # 64 tiles: no SM would get a second one
     ((1, 16, 1024, 1024, 128), True, 128, False),      # 128 tiles on 128 SMs: one each

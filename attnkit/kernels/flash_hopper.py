@@ -65,6 +65,12 @@ HEAD_GROUP = {False: 1, True: 1}
 # 0.69-0.94x causal at 8k and 16k, where tiles dealt round-robin leave some programs far more key blocks
 # than others (lesson 5, bench_flash_persistent.csv, experiments/flash_hopper_gluon/README.md)
 PERSISTENT_UP_TO = 2048
+# Not causal at D = 128, every tile walks the same key blocks, so round-robin leaves no program behind:
+# persistent programs at every length. Timed twelve times beside one program a tile, alternating, at
+# 4k / 8k / 16k (medians of the time ratio, per-tile ÷ persistent): 1.036 / 1.021 / 1.004, faster in 11, 9
+# and 7 of 12 (bench_flash_spread_persistent.csv, lesson 5); D = 64 runs three compute groups
+# there, which persistent programs do not, and was not measured so.
+PERSISTENT_NON_CAUSAL_HEAD_DIMS = (128,)
 # registers a thread of each worker compute group may take, by number of compute groups (the producer
 # warp keeps 24; all of them together fit the SM's 65,536)
 COMPUTE_REGISTERS = {2: 232, 3: 160}
@@ -493,11 +499,13 @@ def plan(q, k, v, causal: bool) -> tuple[str | None, tuple | None]:
 
 def launch_config(q, k, causal: bool) -> tuple[int, int, int, int, bool]:
     """(half_m, block_n, stages, groups, persistent) for these inputs: persistent programs (two groups,
-    64 × 128, two stages) where every tile is short (Nq and Nk up to PERSISTENT_UP_TO) and there are more
-    tiles than SMs, so that some program has a next tile to overlap; else one program a tile, CONFIG."""
+    64 × 128, two stages) where every tile is short (Nq and Nk up to PERSISTENT_UP_TO) or, not causal, at a
+    head dim of PERSISTENT_NON_CAUSAL_HEAD_DIMS, and there are more tiles than SMs, so that some program has
+    a next tile to overlap; else one program a tile, CONFIG."""
     batch, n_heads, n_q, head_dim = q.shape
     n_tiles = triton.cdiv(n_q, 2 * 64) * batch * n_heads
-    if max(n_q, k.shape[2]) <= PERSISTENT_UP_TO and n_tiles > (sm_count(q.device) or n_tiles):
+    even_tiles = not causal and head_dim in PERSISTENT_NON_CAUSAL_HEAD_DIMS
+    if (max(n_q, k.shape[2]) <= PERSISTENT_UP_TO or even_tiles) and n_tiles > (sm_count(q.device) or n_tiles):
         return 64, 128, 2, 2, True
     return (*CONFIG[head_dim, causal], False)
 

@@ -1,7 +1,7 @@
 """How steady is one ratio? The course's forward and cuDNN's, timed alternately many times in one process,
 with the GPU's clock and power read while each timing runs.
 
-    PYTHONPATH=. python experiments/flash_hopper_gluon/spread.py OUTDIR [--repeats 12] [--backward]
+    PYTHONPATH=. python experiments/flash_hopper_gluon/spread.py OUTDIR [--repeats 12] [--backward | --persistent]
 
 The same non-causal forward (fp16, D = 128, B·N = 16k tokens, 16 heads, N = 4096) measured 0.891 ms in the
 SDPA suite and 0.974 ms in the ladder of one recording (cuDNN 0.914 and 0.900). Here each repeat
@@ -12,7 +12,10 @@ event reasons every 100 ms; each row keeps the samples taken while its timing ra
 power, whether the power cap, reason 0x4, was active). Rows go to OUTDIR/bench_flash_spread.csv with the
 GPU, date and versions; lesson 5 prints them. With ``--backward``: the backward instead (the suite's way:
 ``torch.autograd.grad`` of one forward, kept), at D = 64 and 128, N = 4096 and 16384, causal and not, into
-OUTDIR/bench_flash_spread_backward.csv.
+OUTDIR/bench_flash_spread_backward.csv. With ``--persistent``: the public call, the Gluon kernel's persistent
+programs forced (``flash_hopper._launch(..., persistent=True)``) and cuDNN at non-causal N = 4096, 8192 and
+16384, D = 128, into OUTDIR/bench_flash_spread_persistent.csv: whether persistent programs should run
+beyond 2k keys when not causal.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from attnkit.kernels.flash import flash_attention_forward
 
 HEADS, HEAD_DIM, TOKENS = 16, 128, 16 * 1024
 CASES = [(1024, True), (2048, True), (4096, False), (8192, False), (16384, False)]       # (N, causal), D = 128
+PERSISTENT_CASES = [(n, False, 128) for n in (4096, 8192, 16384)]
 BACKWARD_CASES = [(n, causal, d) for d in (128, 64) for n in (4096, 16384) for causal in (False, True)]
 SW_POWER_CAP = 0x4          # nvidia-smi's clocks_event_reasons: the clock lowered to hold the power limit
 QUERY = "timestamp,clocks.sm,power.draw,clocks_event_reasons.active"
@@ -55,12 +59,23 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeats", type=int, default=12)
-    parser.add_argument("--backward", action="store_true")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--backward", action="store_true")
+    mode.add_argument("--persistent", action="store_true")
     args = parser.parse_args(argv)
     cudnn = implementation("sdpa_cudnn")
     if args.backward:
         cases = BACKWARD_CASES
         calls = {impl: backward_of(implementation(impl)) for impl in ("attnkit", "sdpa_cudnn")}
+    elif args.persistent:
+        from attnkit.kernels import flash_hopper
+
+        cases = PERSISTENT_CASES
+        calls = {impl: forward_of(call) for impl, call in
+                 (("attnkit", lambda q, k, v, causal: flash_attention_forward(q, k, v, causal=causal)[0]),
+                  ("persistent", lambda q, k, v, causal: flash_hopper._launch(
+                      q, k, v, causal, q.shape[-1] ** -0.5, 64, 128, 2, 2, True)[0]),
+                  ("sdpa_cudnn", cudnn))}
     else:
         cases = [(n, causal, HEAD_DIM) for n, causal in CASES]
         calls = {impl: forward_of(call) for impl, call in
@@ -99,16 +114,20 @@ def main(argv=None) -> None:
                      "sm_mhz": statistics.median(s[1] for s in during) if during else None,
                      "max_watts": max(s[2] for s in during) if during else None,
                      "power_capped": any(s[3] & SW_POWER_CAP for s in during) if during else None})
-    name = "flash_spread_backward" if args.backward else "flash_spread"
+    name = "flash_spread" + ("_backward" if args.backward else "_persistent" if args.persistent else "")
     print(write_results(name, rows, args.out), file=sys.stderr)
+    pairs = [("sdpa_cudnn", impl) for impl in calls if impl != "sdpa_cudnn"]
+    if args.persistent:
+        pairs.append(("attnkit", "persistent"))
     for n, causal, head_dim in cases:
-        ratios = []
-        for repeat in range(args.repeats):
-            ms = {r["impl"]: r["ms"] for r in rows
-                  if (r["n"], r["causal"], r["head_dim"], r["repeat"]) == (n, causal, head_dim, repeat)}
-            ratios.append(ms["sdpa_cudnn"] / ms["attnkit"])
-        print(f"N={n} causal={causal} D={head_dim}: cuDNN's time ÷ the course's, median "
-              f"{statistics.median(ratios):.3f}, {min(ratios):.3f} to {max(ratios):.3f}", file=sys.stderr)
+        for slower, faster in pairs:
+            ratios = []
+            for repeat in range(args.repeats):
+                ms = {r["impl"]: r["ms"] for r in rows
+                      if (r["n"], r["causal"], r["head_dim"], r["repeat"]) == (n, causal, head_dim, repeat)}
+                ratios.append(ms[slower] / ms[faster])
+            print(f"N={n} causal={causal} D={head_dim}: {slower}'s time ÷ {faster}'s, median "
+                  f"{statistics.median(ratios):.3f}, {min(ratios):.3f} to {max(ratios):.3f}", file=sys.stderr)
 
 
 def forward_of(attend):
