@@ -77,7 +77,7 @@ LADDER = {
                         "instead of four per program on the device (D = 64 and 128; host_descriptor_choice)",
     "warp_specialized": "on sm_90, where warp_specialized_choice picks it, the warp-specialised Gluon forward "
                         "(attnkit.kernels.flash_hopper: one producer warp, two compute warp groups; persistent "
-                        "programs for short calls); host_descriptors elsewhere",
+                        "programs for short calls and non-causal ones at D = 128); host_descriptors elsewhere",
 }
 
 
@@ -514,11 +514,11 @@ def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
 def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> bool:
     """Where the warp_specialized rung runs the Gluon kernel (if these inputs are in its scope), from the
     H100 measurements beside the Triton forward (bench_flash_hopper.csv, bench_flash_persistent.csv,
-    docs/flash_notes.md; fp16, N = Nq = Nk): at D = 128 it was faster at every length from 1k (up to 2k
-    as persistent programs, flash_hopper.launch_config); at D = 64, with three compute groups non-causal,
-    from 4k (causal: from 8k). At D = 64 and 1k its persistent programs ran 1.02-1.05x the autotuned Triton
-    forward in three runs, and 0.96-1.02x at 2k: too narrow a win to switch kernels. Lengths below those
-    measured keep Triton."""
+    docs/flash_notes.md; fp16, N = Nq = Nk): at D = 128 it was faster at every length from 1k (as
+    persistent programs up to 2k, and at every length when not causal: flash_hopper.launch_config); at
+    D = 64, with three compute groups non-causal, from 4k (causal: from 8k). At D = 64 and 1k its persistent
+    programs ran 1.02-1.05x the autotuned Triton forward in three runs, and 0.96-1.02x at 2k: too narrow a
+    win to switch kernels. Lengths below those measured keep Triton."""
     shortest = min(n_q, n_k)
     if head_dim == 128:
         return shortest >= 1024
