@@ -58,7 +58,7 @@ import torch
 from .. import validation
 from ..device import bf16_computed_in_fp32, launch_options, on_device, sm_major, to_kernel_device, triton_interprets
 from . import flash_kernels as _kernels
-from .runners import RUNNERS
+from .runners import RUNNERS, keep_recent
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256
 SUPPORTED_HEAD_DIMS = range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1)
@@ -137,9 +137,7 @@ def check_inputs(q, k, v, *, packed: bool = False) -> None:
     if key in _PASSED_CHECKS:
         return
     _check_inputs(q, k, v, packed)
-    if len(_PASSED_CHECKS) >= _PASSED_KEPT:
-        _PASSED_CHECKS.pop(next(iter(_PASSED_CHECKS)))
-    _PASSED_CHECKS[key] = True
+    keep_recent(_PASSED_CHECKS, key, True, _PASSED_KEPT)
 
 
 def _check_inputs(q, k, v, packed: bool) -> None:

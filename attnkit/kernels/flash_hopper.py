@@ -40,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from .. import validation
 from ..device import on_device, sm_count, sm_major
 from . import flash
-from .runners import RUNNERS
+from .runners import RUNNERS, keep_recent
 
 # Triton 3.6 names the TMA load async_copy_global_to_shared; later versions async_load
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -491,9 +491,7 @@ def plan(q, k, v, causal: bool) -> tuple[str | None, tuple | None]:
     if found is None:
         reason = unsupported(q, k, v, causal)
         found = (reason, None if reason else launch_config(q, k, causal))
-        if len(_PLANS) >= _PLANS_KEPT:
-            _PLANS.pop(next(iter(_PLANS)))
-        _PLANS[key] = found
+        keep_recent(_PLANS, key, found, _PLANS_KEPT)
     return found
 
 

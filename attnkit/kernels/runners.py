@@ -56,6 +56,13 @@ def launch_key(grid, args, options: dict, device) -> tuple | None:
     return tuple(parts)
 
 
+def keep_recent(kept: dict, key, value, most: int) -> None:
+    """kept[key] = value, first dropping the oldest key when ``kept`` already holds ``most``."""
+    if len(kept) >= most:
+        kept.pop(next(iter(kept)))
+    kept[key] = value
+
+
 class Runners:
     """Runners of compiled kernels, by launch key: the ``kept`` most recent keys."""
 
@@ -94,9 +101,7 @@ class Runners:
         return None if key is None else (id(kernel), *key)
 
     def _keep(self, key, entry) -> None:
-        if len(self.by_key) >= self.kept:
-            self.by_key.pop(next(iter(self.by_key)))        # the oldest key
-        self.by_key[key] = entry
+        keep_recent(self.by_key, key, entry, self.kept)
 
     def _give_up(self, exc: Exception) -> None:
         import triton
@@ -110,4 +115,4 @@ class Runners:
 
 RUNNERS = Runners()
 
-__all__ = ["RUNNERS", "Runners", "launch_key"]
+__all__ = ["RUNNERS", "Runners", "keep_recent", "launch_key"]

@@ -25,7 +25,8 @@ from attnkit.bench.recorder import provenance, time_ms  # noqa: E402
 from attnkit.kernels import flash  # noqa: E402
 
 label = sys.argv[1]
-print(f"{label}: attnkit from {Path(flash.__file__).parents[1]}; {provenance()}", flush=True)
+package = os.path.relpath(Path(flash.__file__).parent)      # which copy of the package this run imports
+print(f"{label}: attnkit from {package}; {provenance()}", flush=True)
 for n, causal in ((512, True), (1024, True), (1024, False)):
     q, k, v = (torch.randn(16384 // n, 16, n, 128, device="cuda", dtype=torch.float16) for _ in range(3))
     tracked = [t.detach().requires_grad_() for t in (q, k, v)]
