@@ -9,7 +9,8 @@ criterion on [1, 16, 1008, D] (gpu_flash_backward.check_backward), and float64 r
 grouped-query cases (Hq = 4, Hkv = 2; Nq = Nk = 200; causal Nq = 200 < Nk = 328). Timing: fp16, B·N = 16k
 tokens, H = 16 (the backward script's shapes), fixed Triton block configurations (ATTNKIT_AUTOTUNE=0);
 rows "two_kernels", "warp_specialized" (Gluon dK/dV + Triton dQ), "warp_specialized_atomic" (the one pass
-with its dQ writer partition), "ws_atomic_no_writer" (the one pass, the compute groups adding dQ themselves),
+with its dQ writer partition issuing TMA reductions), "ws_atomic_writer_atomic" (its writer adding by fp32
+atomic adds instead), "ws_atomic_no_writer" (the one pass, the compute groups adding dQ themselves),
 "ws_atomic_ascending" and "ws_ascending" (each program's query blocks walked from its first up, not from
 the last down),
 "ws_stages<S>" (warp_specialized with other ring stages), "ws_dkdv_kernel" and "ws_one_pass_kernel" (the
@@ -125,7 +126,9 @@ def case(rows, head_dim, n, causal, extra_stages):
     timings += [(d, lambda d=d: gb.attnkit_backward(d, tensors, o, lse, causal)) for d in DESIGNS]
     timings += [(f"ws_stages{s}", lambda s=s: with_stages(s, tensors, o, lse, causal)) for s in extra_stages]
     timings += [("ws_atomic_no_writer",
-                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DQ_WRITER=False)),
+                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DQ_WRITER=None)),
+                ("ws_atomic_writer_atomic",
+                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DQ_WRITER="atomic")),
                 ("ws_atomic_ascending",
                  lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DESCENDING=False)),
                 ("ws_ascending", lambda: with_flags("warp_specialized", tensors, o, lse, causal, DESCENDING=False)),

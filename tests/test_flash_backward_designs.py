@@ -10,6 +10,7 @@ and not multiples of 16.
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -206,7 +207,9 @@ def test_backward_entry_point_takes_the_design(monkeypatch):
 def test_designs_are_named_in_one_place():
     assert set(BACKWARDS) == {"two_kernels", "atomic_dq", "warp_specialized", "warp_specialized_atomic"}
     assert TRITON_BACKWARDS == ("two_kernels", "atomic_dq")
-    assert flash.DEFAULT_BACKWARD == "warp_specialized"        # deterministic: no atomic adds
+    assert flash.DEFAULT_BACKWARD == "warp_specialized_atomic"        # the one pass, measured fastest
+    assert flash.DETERMINISTIC_BACKWARD == "warp_specialized"         # no additions in a racing order
+    assert [name for name, d in BACKWARDS.items() if not d.reproducible] == ["atomic_dq", "warp_specialized_atomic"]
     assert BACKWARDS["atomic_dq"].products == 5 and BACKWARDS["two_kernels"].products == 7
     assert BACKWARDS["warp_specialized_atomic"].products == 5 and BACKWARDS["warp_specialized"].products == 7
     assert "bwd_atomic" in flash.LAUNCHERS and flash.LAUNCHERS["bwd_atomic"][0] == "_bwd_dkdv"
@@ -227,6 +230,45 @@ def test_bad_backward_name_raises_value_error(monkeypatch):
     monkeypatch.setenv(flash.BACKWARD_ENV, "atomics")
     with pytest.raises(ValueError, match=r"ATTNKIT_FLASH_BACKWARD.*expected one of"):
         flash_attention(q, k, v)
+
+
+@pytest.fixture
+def deterministic():
+    """torch.use_deterministic_algorithms(True) for the test: yields the setter (for warn_only); restored."""
+    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield torch.use_deterministic_algorithms
+    torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
+def test_deterministic_algorithms_get_the_reproducible_design(deterministic, monkeypatch):
+    """Under torch.use_deterministic_algorithms(True) the default is the design whose dQ is added in a fixed
+    order; naming a design that adds dQ atomically (by argument or by $ATTNKIT_FLASH_BACKWARD) is refused by
+    name, or with warn_only=True warned about and run, as PyTorch treats its own nondeterministic kernels."""
+    assert flash.check_backward(None) == flash.DETERMINISTIC_BACKWARD
+    assert flash.check_backward("two_kernels") == "two_kernels"
+    for racing in ("atomic_dq", "warp_specialized_atomic"):
+        with pytest.raises(ValueError, match=rf"backward: '{racing}' adds dQ in no fixed order.*use_deterministic"):
+            flash.check_backward(racing)
+    monkeypatch.setenv(flash.BACKWARD_ENV, "atomic_dq")
+    with pytest.raises(ValueError, match=r"from \$ATTNKIT_FLASH_BACKWARD\): 'atomic_dq' adds dQ"):
+        flash.check_backward(None)
+    deterministic(True, warn_only=True)
+    with pytest.warns(UserWarning, match="not reproducible"):
+        assert flash.check_backward(None) == "atomic_dq"
+    monkeypatch.delenv(flash.BACKWARD_ENV)
+    q, k, v, do = random_case(9, 1, 2, 1, 19, 23, 16)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                # the default design warns about nothing
+        got = torch.autograd.grad(flash_attention(q, k, v, causal=True), (q, k, v), do)
+    want = torch.autograd.grad(flash_attention(q, k, v, causal=True, backward="warp_specialized"), (q, k, v), do)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def test_without_deterministic_algorithms_the_default_is_the_one_pass():
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert flash.check_backward(None) == "warp_specialized_atomic"
 
 
 # --------------------------------------------------------------------- forward: longest blocks first

@@ -123,16 +123,20 @@ import os, re
 os.environ["TRITON_INTERPRET"] = "0"
 from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report
 from attnkit.kernels import flash_hopper_backward as fb
-for d, causal, atomic in ((128, True, False), (64, False, True)):
+for d, causal, writer in ((128, True, "none"), (64, False, "atomic"), (128, False, "tma"), (64, True, "tma")):
     block_m, part_n, stages, groups = fb.CONFIG[d]
+    one_pass = writer != "none"
     ptx = compile_gluon_ptx(fb._attn_bwd_dkdv_ws, dict(BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=d, CAUSAL=causal,
-                            STAGES=stages, COMPUTE_REGS=fb.COMPUTE_REGISTERS[atomic], ATOMIC_DQ=atomic, DESCENDING=True,
-                            DQ_WRITER=atomic, GROUPS=groups),
-                            dict(q_desc=block_m, k_desc=part_n, v_desc=part_n, do_desc=block_m), 4)
+                            STAGES=stages, COMPUTE_REGS=fb.COMPUTE_REGISTERS[writer if one_pass else None],
+                            ATOMIC_DQ=one_pass, DESCENDING=True, DQ_WRITER=one_pass, DQ_TMA=writer == "tma",
+                            GROUPS=groups),
+                            dict(q_desc=block_m, k_desc=part_n, v_desc=part_n, do_desc=block_m,
+                                 dq_desc=(block_m, d // groups) if writer == "tma" else block_m), 4)
     report = ptxas_report(ptx)
-    print("d", d, "atomic", atomic, "spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
+    print("d", d, "writer", writer, "spilled", report.spill_bytes, "serialised", report.wgmma_serialised,
           "producer_registers", int(re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx) is not None),
           "tma_copies", ptx.count("cp.async.bulk.tensor"),
+          "tma_adds", len(re.findall(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add", ptx)),
           "atomic_adds", len(re.findall(r"\b(?:atom|red)\.global", ptx)),
           "vector4_adds", len(re.findall(r"\b(?:atom|red)\.global[\w.]*\.v4\.f32", ptx)),
           "all_warp_barriers", len(re.findall(r"bar\.sync\s+\d+\s*;", ptx)))
@@ -142,21 +146,25 @@ for d, causal, atomic in ((128, True, False), (64, False, True)):
 @pytest.mark.slow
 def test_the_backward_is_warp_specialised_on_an_h100():
     """Compiled for sm_90a: the producer warp cut to 24 registers, Q, dO, K and V moved by TMA, products
-    not serialised by ptxas, no barrier across all warps; fp32 atomic adds (four floats an instruction, from
-    the writer partition) only in the one-pass variant; no
-    spills at D = 64 (at D = 128 dK, dV and the scores fill the 240 registers a compute thread has: a few
-    hundred bytes spill, measured in docs/flash_notes.md)."""
+    not serialised by ptxas, no barrier across all warps; dQ added only in the one-pass variants: by TMA
+    bulk reductions (each group's [BLOCK_M, D / 2] fp32 share in boxes of 128 bytes a row) from the TMA
+    writer, by fp32 atomic adds (four floats an instruction) from the atomic writer; no spills at D = 64
+    (at D = 128 dK, dV and the scores fill the 240 registers a compute thread has: a few hundred bytes
+    spill, measured in docs/flash_notes.md)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
     result = subprocess.run([sys.executable, "-c", PTX_FOR_SM90], capture_output=True, text=True, timeout=600,
                             env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [dict(zip(words[::2], words[1::2])) for words in (line.split() for line in result.stdout.splitlines())]
-    assert len(lines) == 2, result.stdout
+    assert len(lines) == 4, result.stdout
     for found in lines:
         assert found["serialised"] == "False" and found["producer_registers"] == "1", found
         assert int(found["tma_copies"]) >= 4 and found["all_warp_barriers"] == "0", found
-        assert (int(found["atomic_adds"]) > 0) == (found["atomic"] == "True"), found
+        assert (int(found["atomic_adds"]) > 0) == (found["writer"] == "atomic"), found
         assert int(found["vector4_adds"]) == int(found["atomic_adds"]), found
+        # two groups' shares a step, each [64, D / 2] fp32 rows of D / 2 · 4 bytes in 128-byte boxes
+        boxes = 2 * (int(found["d"]) // 2 * 4 // 128) if found["writer"] == "tma" else 0
+        assert int(found["tma_adds"]) == boxes, found
         assert int(found["spilled"]) <= (0 if found["d"] == "64" else 640), found
 
 

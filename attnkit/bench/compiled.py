@@ -127,24 +127,24 @@ def compile_ptx(fn, constexprs: dict, num_warps: int, num_stages: int, descripto
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
 
 
-def gluon_descriptor_type(rows: int, head_dim: int) -> str:
-    """The signature Triton gives a host-built Gluon descriptor moving fp16 [rows, head_dim] blocks."""
+def gluon_descriptor_type(rows: int, cols: int, fp32: bool = False) -> str:
+    """The signature Triton gives a host-built Gluon descriptor moving fp16 (or fp32) [rows, cols] blocks."""
     import torch
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
 
-    base = torch.empty(4096, head_dim, dtype=torch.float16)
-    layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.float16)
-    return mangle_type(TensorDescriptor(base, list(base.shape), list(base.stride()), [rows, head_dim], layout))
+    base = torch.empty(4096, cols, dtype=torch.float32 if fp32 else torch.float16)
+    layout = gl.NVMMASharedLayout.get_default_for([rows, cols], gl.float32 if fp32 else gl.float16)
+    return mangle_type(TensorDescriptor(base, list(base.shape), list(base.stride()), [rows, cols], layout))
 
 
 def compile_gluon_ptx(fn, constexprs: dict, descriptor_rows: dict, num_warps: int,
                       any_size=("n_heads", "group", "n_q", "n_k"), int_pointers=("schedule", "starts")) -> str:
     """PTX of the Gluon kernel ``fn`` for sm_90a: arguments named in ``descriptor_rows`` are descriptors
-    of [rows, HEAD_DIM] fp16 blocks, LSE, DELTA and DQ_ACC fp32 pointers, other upper-case names fp16 pointers,
-    those in ``int_pointers`` int32 pointers, the scales (``*_scale``) fp32, the rest int32 (those in
-    ``any_size`` not assumed to be multiples of 16);
+    of [rows, HEAD_DIM] fp16 blocks (or, given (rows, cols), of fp32 [rows, cols] blocks), LSE, DELTA and
+    DQ_ACC fp32 pointers, other upper-case names fp16 pointers, those in ``int_pointers`` int32 pointers,
+    the scales (``*_scale``) fp32, the rest int32 (those in ``any_size`` not assumed to be multiples of 16);
     constexprs not in ``constexprs`` take their defaults."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -152,7 +152,8 @@ def compile_gluon_ptx(fn, constexprs: dict, descriptor_rows: dict, num_warps: in
 
     defaults = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
     constexprs = {**defaults, **constexprs}         # a constexpr left out takes its default, as at a launch
-    signature = {name: gluon_descriptor_type(rows, constexprs["HEAD_DIM"]) for name, rows in descriptor_rows.items()}
+    signature = {name: gluon_descriptor_type(*rows, fp32=True) if isinstance(rows, tuple)
+                 else gluon_descriptor_type(rows, constexprs["HEAD_DIM"]) for name, rows in descriptor_rows.items()}
     for name in fn.arg_names:
         if name in constexprs:
             kind = "constexpr"

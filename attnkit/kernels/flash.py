@@ -14,9 +14,10 @@ Public functions
   the backward kernels alone (dK, dV summed over the query heads that share a K/V head).
 - ``BACKWARDS``: the backward designs, name -> ``BackwardDesign``: "two_kernels" (dK/dV, then dQ; seven
   matrix products per pair of tiles, no atomics), "atomic_dq" (one pass, five products, dQ by fp32
-  atomic adds), and their warp-specialised Gluon versions on the H100, "warp_specialized" (the default)
-  and "warp_specialized_atomic" (both "two_kernels" wherever their kernel cannot run). ``backward=``
-  picks one; None means $ATTNKIT_FLASH_BACKWARD, else ``DEFAULT_BACKWARD``.
+  atomic adds), and their warp-specialised Gluon versions on the H100, "warp_specialized" and
+  "warp_specialized_atomic" (the default: one pass, dQ added by TMA's bulk reductions; both "two_kernels"
+  wherever their kernel cannot run). ``backward=`` picks one; None means $ATTNKIT_FLASH_BACKWARD, else
+  ``DEFAULT_BACKWARD``, or ``DETERMINISTIC_BACKWARD`` under ``torch.use_deterministic_algorithms(True)``.
 - ``LADDER``: the forward's performance ladder, rung name -> what it adds; each rung is a
   ``variant=`` of ``flash_attention_forward``. ``check_inputs(q, k, v)`` raises the ValueErrors.
 
@@ -856,6 +857,7 @@ class BackwardDesign:
     run: object          # run(plan: _BackwardLaunch) -> None, after the shared DELTA pre-pass
     descriptors: bool    # tiles through host-built tensor descriptors (TMA) where the inputs allow
     gluon: bool = False  # a Gluon kernel on sm_90 (flash_hopper_backward); "two_kernels" wherever it cannot run
+    reproducible: bool = True   # the same gradients bit for bit on every run (no additions in a racing order)
 
 
 # The backward designs, selected by ``backward=`` (or the environment variable ATTNKIT_FLASH_BACKWARD).
@@ -863,20 +865,25 @@ BACKWARDS = {
     "two_kernels": BackwardDesign(7, "dK/dV kernel over key blocks, then a dQ kernel over query blocks; "
                                      "no atomics, S and dP computed twice", _backward_two_kernels, True),
     "atomic_dq": BackwardDesign(5, "one kernel over key blocks: dK, dV stored, dQ accumulated with fp32 "
-                                   "atomic adds, then converted (FlashAttention-2/3)", _backward_atomic_dq, False),
+                                   "atomic adds, then converted (FlashAttention-2/3)", _backward_atomic_dq, False,
+                              reproducible=False),
     "warp_specialized": BackwardDesign(7, "two kernels, the dK/dV one warp-specialised in Gluon on sm_90 "
                                           "(FlashAttention-3's layout) where it was measured faster, the "
                                           "Triton one elsewhere",
                                        _backward_warp_specialized, True, gluon=True),
-    "warp_specialized_atomic": BackwardDesign(5, "one warp-specialised Gluon kernel on sm_90, dQ added "
-                                                 "atomically by a writer partition; two_kernels elsewhere",
-                                              _backward_warp_specialized_atomic, True, gluon=True),
+    "warp_specialized_atomic": BackwardDesign(5, "one warp-specialised Gluon kernel on sm_90, dQ added by "
+                                                 "TMA bulk reductions from a writer warp; two_kernels elsewhere",
+                                              _backward_warp_specialized_atomic, True, gluon=True, reproducible=False),
 }
 # Designs whose kernels run on every machine (the interpreter, any GPU); the Gluon ones fall back to two_kernels.
 TRITON_BACKWARDS = tuple(name for name, design in BACKWARDS.items() if not design.gluon)
-# The default: deterministic (no atomics), and from 2k keys on the H100 1.02-1.12x the two-kernel design
-# (scripts/gpu_flash_hopper_backward.py); everywhere else it is the two-kernel design.
-DEFAULT_BACKWARD = "warp_specialized"
+# The default: the one pass, on the H100 0.94-1.02x cuDNN's backward by medians of five alternating repeats
+# (D = 64 and 128, N = 1k-16k, causal and not; experiments/flash_hopper_gluon/spread.py --backward), where
+# the deterministic design below ran at 0.83-0.98x; everywhere else both are the two-kernel design. Its dQ
+# additions land in no fixed order, so with torch.use_deterministic_algorithms(True) the default is
+# DETERMINISTIC_BACKWARD (the dK/dV kernel in Gluon, dQ by the Triton dQ kernel: no additions race).
+DEFAULT_BACKWARD = "warp_specialized_atomic"
+DETERMINISTIC_BACKWARD = "warp_specialized"
 # Each design's ``descriptors``: whether its tiles move through host-built tensor descriptors (TMA) where
 # they can (sm_90+, unpacked inputs, a power-of-two head dim shared by q and v, TMA-compatible strides);
 # ``desc=`` of ``_backward`` overrides it. Measured on the H100 (scripts/gpu_flash_sweep.py,
@@ -888,13 +895,23 @@ BACKWARD_ENV = "ATTNKIT_FLASH_BACKWARD"
 
 def check_backward(backward) -> str:
     """The backward design's name: ``backward`` if given, else $ATTNKIT_FLASH_BACKWARD, else
-    ``DEFAULT_BACKWARD``; ValueError unless it names one of ``BACKWARDS``."""
+    ``DEFAULT_BACKWARD`` (``DETERMINISTIC_BACKWARD`` while torch.use_deterministic_algorithms is on);
+    ValueError unless it names one of ``BACKWARDS``, or if it names a design that is not reproducible while
+    deterministic algorithms are required (with ``warn_only=True``: a UserWarning, as PyTorch's own)."""
     where = "backward"
+    deterministic = torch.are_deterministic_algorithms_enabled()
     if backward is None:
-        backward = os.environ.get(BACKWARD_ENV) or DEFAULT_BACKWARD
+        backward = os.environ.get(BACKWARD_ENV) or (DETERMINISTIC_BACKWARD if deterministic else DEFAULT_BACKWARD)
         where = f"backward (from ${BACKWARD_ENV})" if os.environ.get(BACKWARD_ENV) else where
     if not isinstance(backward, str) or backward not in BACKWARDS:
         raise ValueError(f"{where}: expected one of {list(BACKWARDS)}, got {backward!r}")
+    if deterministic and not BACKWARDS[backward].reproducible:
+        why = (f"{where}: {backward!r} adds dQ in no fixed order, so its gradients are not reproducible, and "
+               f"torch.use_deterministic_algorithms(True) is on; use one of "
+               f"{[name for name, design in BACKWARDS.items() if design.reproducible]}")
+        if not torch.is_deterministic_algorithms_warn_only_enabled():
+            raise ValueError(why)
+        warnings.warn(why, UserWarning, stacklevel=3)
     return backward
 
 
@@ -1063,6 +1080,6 @@ __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward
            "LADDER", "VARIANTS", "BEST", "BEST_TRITON", "Rung", "host_descriptor_choice", "warp_specialized_choice",
            "warp_specialized_backward_choice",
            "descriptors_supported",
-           "BACKWARDS", "TRITON_BACKWARDS", "DEFAULT_BACKWARD", "GLUON_FAILED", "default_config", "BackwardDesign",
+           "BACKWARDS", "TRITON_BACKWARDS", "DEFAULT_BACKWARD", "DETERMINISTIC_BACKWARD", "GLUON_FAILED", "default_config", "BackwardDesign",
            "check_backward", "right_bounded",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

@@ -25,12 +25,14 @@ into a zeroed fp32 buffer:
 
     compute groups       also store dSᵀ in shared memory, meet at a barrier, and each computes half of the
                          query block's dQ columns over all 128 keys: dQ_i[:, half] += dS_i K[:, half]
-    writer partition     (4 warps, DQ_WRITER) takes each group's half from shared memory and adds it into
-                         the buffer with fp32 atomic adds, while the compute groups go on multiplying
+    writer partition     (DQ_WRITER) takes each group's half from shared memory and adds it into the buffer
+                         while the compute groups go on multiplying: "tma", one warp issuing TMA's bulk
+                         reduction (cp.reduce.async.bulk.tensor .add, FlashAttention-3's way), or "atomic",
+                         4 warps of fp32 atomic adds, four floats an instruction
 
 So every dQ element gets one addition per program (not one per group), and the additions leave the
-compute warps' instruction stream: measured on the H100 (D = 128, N = 4096, non-causal), the two together
-took the one pass from 5.1 to 3.1 ms (docs/flash_notes.md, lesson 6).
+compute warps' instruction stream: measured on the H100 (D = 128, N = 4096, non-causal), sharing dS and the
+atomic writer together took the one pass from 5.1 to 3.1 ms (docs/flash_notes.md, lesson 6).
 
 Scope (``unsupported`` checks it): an sm_90 GPU with Triton's Gluon, fp16/bf16, head dim 64 or 128 for q, k
 and v, contiguous [B, H, N, D] tensors, grouped-query heads, causal aligned to the end with Nq <= Nk; no
@@ -45,9 +47,11 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -60,13 +64,29 @@ LOG2E = gl.constexpr(1.4426950408889634)
 # (BLOCK_M, PART_N, STAGES, compute groups) by head dim: query rows per step, keys per compute group, slots
 # in the Q/dO rings
 CONFIG = {64: (64, 64, 2, 2), 128: (64, 64, 2, 2)}
-# whether the one pass adds dQ by a writer partition (else by the compute groups themselves)
-DQ_WRITER = True
+# how the one pass adds dQ: by a writer partition issuing TMA reductions ("tma") or fp32 atomic adds
+# ("atomic"), or (None) by the compute groups themselves, with atomic adds
+DQ_WRITERS = (None, "atomic", "tma")
+DQ_WRITER = "tma"
 # whether each program walks its query blocks from the last down (else from its first up)
 DESCENDING = True
-# registers a compute thread may take: by whether a dQ writer partition (4 warps, 24 registers) runs beside
-# the two compute groups and the producer (all of them together fit the SM's 65,536)
-COMPUTE_REGISTERS = {False: 240, True: 232}
+# registers a compute thread may take, by dQ writer: the producer warp and a writer partition (24 registers
+# each; 4 warps atomic, 1 warp tma) pad to warp groups of 128 threads, all of them within the SM's 65,536
+COMPUTE_REGISTERS = {None: 240, "atomic": 232, "tma": 240}
+
+
+@builtin
+def _tma_add_builder(tensor_desc, coord, src, _semantic=None):
+    """``src`` (shared memory) added into the global block of ``tensor_desc`` at ``coord`` by one TMA bulk
+    reduction, as Gluon's ``tma.async_atomic_add`` (Triton >= 3.9) does; Triton 3.6's Gluon has the
+    builder's operation but no function for it."""
+    from triton._C.libtriton import ir
+
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+_tma_add = getattr(tma, "async_atomic_add", None) or _tma_add_builder
 
 
 @gluon.jit
@@ -119,7 +139,7 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
     sm_scale · dS K[:, half], added into DQ_ACC (fp32 [B · Hq · Nq, D] rows) atomically: each dQ element
     gets one addition per program, not one per group.
     With dq_smem (2 · GROUPS slots [BLOCK_M, D / GROUPS]; [16, 16] otherwise) the group leaves its share
-    there for the writer partition (``_bwd_dq_writer``) instead of adding it itself."""
+    there for the writer partition (``_bwd_dq_writer``, ``_bwd_dq_tma_writer``) instead of adding it itself."""
     PART_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     STAGES: gl.constexpr = q_smem.shape[0]
@@ -189,6 +209,7 @@ def _bwd_compute(part: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, k
         if ATOMIC_DQ and WRITER:
             mbarrier.wait(dq_empty.index(parity), ((step // 2) & 1) ^ 1)     # the writer took the last share
             dq_smem.index(parity * GROUPS + part).store(dq * sm_scale)
+            fence_async_shared()                     # a TMA writer reads it through the async proxy
             mbarrier.arrive(dq_full.index(parity), count=1)
         elif ATOMIC_DQ:
             out_rows = row0 + dq_rows
@@ -232,6 +253,27 @@ def _bwd_dq_writer(dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, tile0, tile_s
         mbarrier.arrive(dq_empty.index(parity), count=1)
 
 
+@gluon.jit
+def _bwd_dq_tma_writer(dq_desc, dq_smem, dq_full, dq_empty, head0, n_q, tile0, tile_step, n_tiles, n_steps):
+    """The writer partition (1 warp) with TMA: each step's dQ shares, left in dq_smem by the compute groups,
+    added into DQ_ACC (dq_desc: fp32 [B · Hq · Nq, D] in [BLOCK_M, D / GROUPS] blocks) by one bulk reduction
+    each; the slots are released once the TMA has read them. A block's rows past its head's end land in
+    the next head's rows (or past the tensor, where the TMA drops them): their dS is exactly 0 (lse = +inf
+    gives P = 0), so they add zeros."""
+    SLOTS: gl.constexpr = dq_smem.shape[0]
+    BLOCK_M: gl.constexpr = dq_smem.shape[1]
+    DQ_COLS: gl.constexpr = dq_smem.shape[2]
+    GROUPS: gl.constexpr = SLOTS // 2
+    for step in range(n_steps):
+        parity = step % 2
+        mbarrier.wait(dq_full.index(parity), (step // 2) & 1)
+        row = (head0 + step // n_tiles) * n_q + (tile0 + tile_step * (step % n_tiles)) * BLOCK_M
+        for group in gl.static_range(GROUPS):
+            _tma_add(dq_desc, [row, group * DQ_COLS], dq_smem.index(parity * GROUPS + group))
+        tma.store_wait(0)                            # the slots are read: the groups may refill them
+        mbarrier.arrive(dq_empty.index(parity), count=1)
+
+
 # one function per compute group: a partition's arguments arrive as values, so its group is fixed here
 @gluon.jit
 def _bwd_compute_0(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_empty, do_full, do_empty, ds_ready,
@@ -252,19 +294,21 @@ def _bwd_compute_1(k_smem, v_smem, q_smem, do_smem, ds_smem, kv_bar, q_full, q_e
 
 
 @gluon.jit
-def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale,
+def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, DQ_ACC, LSE, DELTA, sm_scale, qk_scale,
                       n_heads, group, n_q, n_k,
                       BLOCK_M: gl.constexpr, PART_N: gl.constexpr, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
                       STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr, ATOMIC_DQ: gl.constexpr,
                       DQ_WRITER: gl.constexpr = False, DESCENDING: gl.constexpr = False,
-                      GROUPS: gl.constexpr = 2):
+                      GROUPS: gl.constexpr = 2, DQ_TMA: gl.constexpr = False):
     """dK, dV of GROUPS · PART_N keys of one (batch, KV head), summed over its ``group`` query heads; grid
     (cdiv(Nk, GROUPS · PART_N), Hkv, B), 4 warps. q_desc, do_desc: [B·Hq·Nq, D] in [BLOCK_M, D] blocks;
     k_desc, v_desc: [B·Hkv·Nk, D] in [PART_N, D] blocks. Rows of Q and dO past a head's end belong to the
     next head (or are zeros past the tensor): their lse is read as +inf, so they weigh 0; keys past Nk are
     computed and never stored. qk_scale = sm_scale · log2(e). With ATOMIC_DQ the whole backward in one
     pass (five products per step): dQ added into DQ_ACC (fp32 [B·Hq·Nq, D], zeroed by the caller), else
-    DQ_ACC is not touched. DQ_WRITER: the additions by a writer partition of 4 warps."""
+    DQ_ACC is not touched. DQ_WRITER: the additions by a writer partition, of 4 warps with atomic adds, or
+    (DQ_TMA) of 1 warp with TMA reductions through dq_desc (DQ_ACC in [BLOCK_M, D / GROUPS] fp32 blocks; any
+    descriptor otherwise, unread)."""
     # key blocks vary fastest: programs running together share a head's Q and dO in L2 (the other order,
     # every head's first block first, was 0.57-0.89x as fast on the H100: docs/flash_notes.md)
     start_n = gl.program_id(0) * GROUPS * PART_N
@@ -297,8 +341,11 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
     DQ_SLOTS: gl.constexpr = 2 * GROUPS if DQ_WRITER else 1      # without DQ_WRITER a stub (1 KB) says so
     DQ_ROWS: gl.constexpr = BLOCK_M if DQ_WRITER else 16
     DQ_COLS: gl.constexpr = HEAD_DIM // GROUPS if DQ_WRITER else 16
-    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_SLOTS, DQ_ROWS, DQ_COLS],
-                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    if DQ_TMA:
+        dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_SLOTS, DQ_ROWS, DQ_COLS], dq_desc.layout)
+    else:
+        dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_SLOTS, DQ_ROWS, DQ_COLS],
+                                            gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     dq_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -323,7 +370,12 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, DK, DV, DQ_ACC, LSE, DELT
     loader_args = (k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bar,
                    q_full, q_empty, do_full, do_empty, LSE, DELTA, kv_row, head0, n_q, tile0, tile_step, n_tiles,
                    n_steps)
-    if DQ_WRITER:
+    if DQ_WRITER and DQ_TMA:
+        writer_args = (dq_desc, dq_smem, dq_full, dq_empty, head0, n_q, tile0, tile_step, n_tiles, n_steps)
+        gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args),
+                            (_bwd_loader, loader_args), (_bwd_dq_tma_writer, writer_args)],
+                           [4, 1, 1], [COMPUTE_REGS, 24, 24])
+    elif DQ_WRITER:
         writer_args = (dq_smem, dq_full, dq_empty, DQ_ACC, head0, n_q, tile0, tile_step, n_tiles, n_steps)
         gl.warp_specialize([(_bwd_compute_0, compute_args), (_bwd_compute_1, compute_args),
                             (_bwd_loader, loader_args), (_bwd_dq_writer, writer_args)],
@@ -340,27 +392,41 @@ def unsupported(q, k, v, causal: bool) -> str | None:
     return reason and reason.replace("warp-specialised forward", "warp-specialised backward")
 
 
+def _dq_descriptor(dq_acc: torch.Tensor, block_m: int, cols: int):
+    """A TMA descriptor over the fp32 dQ buffer as [B · Hq · Nq, D] rows, in [block_m, cols] blocks."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    rows2d = dq_acc.view(-1, dq_acc.shape[-1])
+    layout = gl.NVMMASharedLayout.get_default_for([block_m, cols], gl.float32)
+    return TensorDescriptor(rows2d, list(rows2d.shape), list(rows2d.stride()), [block_m, cols], layout)
+
+
 def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=None, config=None, dq_acc=None,
-         dq_writer: bool | None = None):
+         dq_writer=...):
     """(dk, dv) of checked inputs (``unsupported`` gave None; ``do`` contiguous as q): lse and delta fp32
     [B, Hq, Nq] contiguous (delta = Σ_d dO · O per row), written into dk, dv (k's and v's shapes) if given.
     ``config``: (BLOCK_M, PART_N, STAGES, groups), else ``CONFIG`` by head dim. With ``dq_acc`` (fp32, q's
-    shape, contiguous, zeroed) dQ is added into it in the same pass, by the compute groups or by a writer
-    partition (``dq_writer``; None: ``DQ_WRITER``)."""
+    shape, contiguous, zeroed) dQ is added into it in the same pass, by a writer partition (``dq_writer``:
+    "tma" or "atomic", one of ``DQ_WRITERS``; left out, ``DQ_WRITER``) or, with None, by the compute groups."""
+    dq_writer = DQ_WRITER if dq_writer is ... else dq_writer
+    if dq_writer not in DQ_WRITERS:
+        raise ValueError(f"dq_writer: must be one of {DQ_WRITERS}, got {dq_writer!r}")
     batch, n_heads, n_q, head_dim = q.shape
     n_heads_kv, n_k = k.shape[1], k.shape[2]
     block_m, part_n, stages, groups = config or CONFIG[head_dim]
-    writer = (DQ_WRITER if dq_writer is None else dq_writer) and dq_acc is not None
+    writer = dq_writer if dq_acc is not None else None
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
+    q_desc = _descriptor(q.view(-1, head_dim), block_m)
+    dq_desc = _dq_descriptor(dq_acc, block_m, head_dim // groups) if writer == "tma" else q_desc
     grid = (triton.cdiv(n_k, groups * part_n), n_heads_kv, batch)
     with on_device(q.device):
         _attn_bwd_dkdv_ws[grid](
-            _descriptor(q.view(-1, head_dim), block_m), _descriptor(k.view(-1, head_dim), part_n),
-            _descriptor(v.view(-1, head_dim), part_n), _descriptor(do.view(-1, head_dim), block_m),
+            q_desc, _descriptor(k.view(-1, head_dim), part_n), _descriptor(v.view(-1, head_dim), part_n),
+            _descriptor(do.view(-1, head_dim), block_m), dq_desc,
             dk, dv, dk if dq_acc is None else dq_acc, lse, delta, sm_scale, sm_scale / math.log(2), n_heads,
             n_heads // n_heads_kv, n_q, n_k,
             BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-            COMPUTE_REGS=COMPUTE_REGISTERS[writer], ATOMIC_DQ=dq_acc is not None, DQ_WRITER=writer,
-            DESCENDING=DESCENDING, GROUPS=groups, num_warps=4)
+            COMPUTE_REGS=COMPUTE_REGISTERS[writer], ATOMIC_DQ=dq_acc is not None, DQ_WRITER=writer is not None,
+            DQ_TMA=writer == "tma", DESCENDING=DESCENDING, GROUPS=groups, num_warps=4)
     return dk, dv

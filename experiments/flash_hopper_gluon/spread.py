@@ -11,9 +11,10 @@ other with ``triton.testing.do_bench``, at causal N = 1024 and 2048 (target 2 of
 event reasons every 100 ms; each row keeps the samples taken while its timing ran (median clock, highest
 power, whether the power cap, reason 0x4, was active). Rows go to OUTDIR/bench_flash_spread.csv with the
 GPU, date and versions; lesson 5 prints them. With ``--backward``: the backward instead (the suite's way:
-``torch.autograd.grad`` of one forward, kept), at D = 64 and 128, N = 4096 and 16384, causal and not, into
-OUTDIR/bench_flash_spread_backward.csv. With ``--persistent``: the public call, the Gluon kernel's persistent
-programs forced (``flash_hopper._launch(..., persistent=True)``) and cuDNN at non-causal N = 4096, 8192 and
+``torch.autograd.grad`` of one forward, kept) of the default design ("attnkit") and of the one pass
+("one_pass": ``warp_specialized_atomic``, dQ added by TMA's bulk reductions), at D = 64 and 128, N = 1024,
+4096 and 16384, causal and not, into OUTDIR/bench_flash_spread_backward.csv. With ``--persistent``: the
+public call, the Gluon kernel's persistent programs forced (``flash_hopper._launch(..., persistent=True)``) and cuDNN at non-causal N = 4096, 8192 and
 16384, D = 128, into OUTDIR/bench_flash_spread_persistent.csv: whether persistent programs should run
 beyond 2k keys when not causal.
 """
@@ -37,7 +38,7 @@ from attnkit.kernels.flash import flash_attention_forward
 HEADS, HEAD_DIM, TOKENS = 16, 128, 16 * 1024
 CASES = [(1024, True), (2048, True), (4096, False), (8192, False), (16384, False)]       # (N, causal), D = 128
 PERSISTENT_CASES = [(n, False, 128) for n in (4096, 8192, 16384)]
-BACKWARD_CASES = [(n, causal, d) for d in (128, 64) for n in (4096, 16384) for causal in (False, True)]
+BACKWARD_CASES = [(n, causal, d) for d in (128, 64) for n in (1024, 4096, 16384) for causal in (False, True)]
 SW_POWER_CAP = 0x4          # nvidia-smi's clocks_event_reasons: the clock lowered to hold the power limit
 QUERY = "timestamp,clocks.sm,power.draw,clocks_event_reasons.active"
 
@@ -66,7 +67,11 @@ def main(argv=None) -> None:
     cudnn = implementation("sdpa_cudnn")
     if args.backward:
         cases = BACKWARD_CASES
+        from attnkit.kernels.flash import flash_attention
+
         calls = {impl: backward_of(implementation(impl)) for impl in ("attnkit", "sdpa_cudnn")}
+        calls["one_pass"] = backward_of(lambda q, k, v, causal: flash_attention(
+            q, k, v, causal=causal, backward="warp_specialized_atomic"))
     elif args.persistent:
         from attnkit.kernels import flash_hopper
 
