@@ -103,3 +103,16 @@ def test_the_ncu_summary_converts_each_file_s_units():
     bad = [dict(raw[0], **{"gpu__time_duration.sum": "hours"}), raw[1]]
     with pytest.raises(ValueError, match="unit"):
         module.summarize(bad, {})
+
+
+def test_spread_ratios_pair_each_repeat():
+    rows = read_results("flash_spread_backward")
+    ratios = gpu_results.spread_ratios(rows, "warp_specialized_atomic")
+    repeats = len({r["repeat"] for r in rows})
+    assert ratios and all(len(found) == repeats for found in ratios.values())
+    first = next(r for r in rows if r["impl"] == "warp_specialized_atomic")
+    cudnn = next(r["ms"] for r in rows if r["impl"] == "sdpa_cudnn" and
+                 all(r[f] == first[f] for f in ("repeat", "n", "causal", "head_dim")))
+    key = (int(first["head_dim"]), int(first["n"]), first["causal"] == "True")
+    assert ratios[key][int(first["repeat"])] == pytest.approx(cudnn / first["ms"])
+    assert gpu_results.spread_ratios(rows, "no_such_design") == {}

@@ -64,6 +64,20 @@ def hopper_backward_ratios(rows) -> dict:
     return {(r["impl"], int(r["head_dim"]), int(r["n"]), r["causal"] == "True"): r["vs_cudnn"] for r in rows}
 
 
+def spread_ratios(rows, impl: str, baseline: str = "sdpa_cudnn") -> dict:
+    """{(head_dim, n, causal): [baseline's time ÷ impl's, one per repeat]} from the alternating repeats of
+    experiments/flash_hopper_gluon/spread.py (bench_flash_spread*.csv); each pair timed one after the other."""
+    pairs = {}
+    for r in rows:
+        key = (int(r.get("head_dim") or 128), int(r["n"]), str(r["causal"]) == "True")
+        pairs.setdefault((key, int(r["repeat"])), {})[r["impl"]] = r["ms"]
+    out = {}
+    for (key, _), ms in sorted(pairs.items()):
+        if impl in ms and baseline in ms:
+            out.setdefault(key, []).append(ms[baseline] / ms[impl])
+    return out
+
+
 def hopper_ratios(rows) -> dict:
     """{(head_dim, n, causal): {impl: cuDNN's time ÷ the impl's}} from bench_flash_hopper.csv."""
     out = {}

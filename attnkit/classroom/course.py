@@ -117,8 +117,9 @@ LESSONS = (
                       r"$D = \mathrm{rowsum}(dO \circ O)$?",
                       "Why does the backward need only the log-sum-exp of each row, not P?",
                       "Why are dK and dV computed in one loop and dQ in another?",
-                      "Why did the one-pass backward get faster when its compute groups stopped adding their own "
-                      "shares of dQ, although the number of matrix products stayed the same?")),
+                      "Why did the one-pass backward get faster when its dQ additions left the compute groups, "
+                      "first for a writer partition and then for the TMA unit, although the number of matrix "
+                      "products stayed the same?")),
     Lesson(7, "gqa_kv_cache", "GQA and the KV cache", True, minutes=70,
            objectives=(r"map query heads to key/value heads with $r(h) = \lfloor h/g \rfloor$",
                        "size a KV cache for a real model configuration",

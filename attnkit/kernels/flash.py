@@ -1080,6 +1080,7 @@ __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_forward
            "LADDER", "VARIANTS", "BEST", "BEST_TRITON", "Rung", "host_descriptor_choice", "warp_specialized_choice",
            "warp_specialized_backward_choice",
            "descriptors_supported",
-           "BACKWARDS", "TRITON_BACKWARDS", "DEFAULT_BACKWARD", "DETERMINISTIC_BACKWARD", "GLUON_FAILED", "default_config", "BackwardDesign",
+           "BACKWARDS", "TRITON_BACKWARDS", "DEFAULT_BACKWARD", "DETERMINISTIC_BACKWARD", "GLUON_FAILED",
+           "default_config", "BackwardDesign",
            "check_backward", "right_bounded",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "FlashAttentionFunction"]

@@ -11,9 +11,9 @@ other with ``triton.testing.do_bench``, at causal N = 1024 and 2048 (target 2 of
 event reasons every 100 ms; each row keeps the samples taken while its timing ran (median clock, highest
 power, whether the power cap, reason 0x4, was active). Rows go to OUTDIR/bench_flash_spread.csv with the
 GPU, date and versions; lesson 5 prints them. With ``--backward``: the backward instead (the suite's way:
-``torch.autograd.grad`` of one forward, kept) of the default design ("attnkit") and of the one pass
-("one_pass": ``warp_specialized_atomic``, dQ added by TMA's bulk reductions), at D = 64 and 128, N = 1024,
-4096 and 16384, causal and not, into OUTDIR/bench_flash_spread_backward.csv. With ``--persistent``: the
+``torch.autograd.grad`` of one forward, kept) of the two Gluon designs, ``warp_specialized`` (7 products,
+reproducible) and ``warp_specialized_atomic`` (the one pass, dQ added by TMA's bulk reductions), at D = 64
+and 128, N = 1024, 4096 and 16384, causal and not, into OUTDIR/bench_flash_spread_backward.csv. With ``--persistent``: the
 public call, the Gluon kernel's persistent programs forced (``flash_hopper._launch(..., persistent=True)``) and cuDNN at non-causal N = 4096, 8192 and
 16384, D = 128, into OUTDIR/bench_flash_spread_persistent.csv: whether persistent programs should run
 beyond 2k keys when not causal.
@@ -69,9 +69,9 @@ def main(argv=None) -> None:
         cases = BACKWARD_CASES
         from attnkit.kernels.flash import flash_attention
 
-        calls = {impl: backward_of(implementation(impl)) for impl in ("attnkit", "sdpa_cudnn")}
-        calls["one_pass"] = backward_of(lambda q, k, v, causal: flash_attention(
-            q, k, v, causal=causal, backward="warp_specialized_atomic"))
+        calls = {design: backward_of(lambda q, k, v, causal, design=design: flash_attention(
+            q, k, v, causal=causal, backward=design)) for design in ("warp_specialized", "warp_specialized_atomic")}
+        calls["sdpa_cudnn"] = backward_of(cudnn)
     elif args.persistent:
         from attnkit.kernels import flash_hopper
 
