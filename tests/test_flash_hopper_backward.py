@@ -17,7 +17,10 @@ import torch
 
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
+from test_runners import FakeTriton  # noqa: E402
+
 from attnkit.kernels import flash, flash_hopper_backward  # noqa: E402
+from attnkit.kernels.runners import Runners  # noqa: E402
 from attnkit.reference.attention import attention_grads_ref  # noqa: E402
 from attnkit.tolerances import assert_close  # noqa: E402
 
@@ -115,6 +118,93 @@ def test_a_gluon_module_that_fails_to_import_is_left_with_a_warning(monkeypatch)
     with pytest.warns(RuntimeWarning, match=r"attnkit.kernels.new_api: the Gluon kernel failed .*TypeError"):
         assert flash._gluon_module("new_api") is None
     assert flash.GLUON_FAILED == {"attnkit.kernels.new_api"}
+
+
+# ------------------------------------------------------------------------ the host's side, any machine
+def _launch_inputs(writer_dq=True, seed=0):
+    q, k, v, do = _inputs(2, 4, 2, 300, 333, 128, seed=seed)
+    lse, delta = (torch.randn(2, 4, 300) for _ in range(2))
+    dq_acc = torch.zeros(q.shape) if writer_dq else None
+    return q, k, v, do, lse, delta, dq_acc
+
+
+@pytest.mark.parametrize("writer", flash_hopper_backward.DQ_WRITERS)
+def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch, writer):
+    """What ``dkdv`` hands the Gluon kernel, read by its own argument names (the launch is a stand-in: Gluon
+    runs on an sm_90 GPU only): descriptors over q, k, v, dO; with the TMA writer a descriptor over the fp32
+    dQ buffer in [BLOCK_M, D / groups] blocks (else q's, unread); the buffer, the scale in base 2, the sizes
+    of a grouped-query call, a grid of key blocks × K/V heads × batch, and each writer's constexprs."""
+    kernel = FakeTriton(flash_hopper_backward._attn_bwd_dkdv_ws.arg_names)
+    monkeypatch.setattr(flash_hopper_backward, "_attn_bwd_dkdv_ws", kernel)
+    monkeypatch.setattr(flash_hopper_backward, "RUNNERS", Runners())
+    q, k, v, do, lse, delta, dq_acc = _launch_inputs()
+    dk, dv = flash_hopper_backward.dkdv(q, k, v, do, lse, delta, True, 0.125, dq_acc=dq_acc, dq_writer=writer)
+    (how, grid, args), = kernel.launches
+    named = dict(zip(kernel.arg_names, args))
+    block_m, part_n, _, groups = flash_hopper_backward.CONFIG[128]
+    assert how == "jit" and grid == (3, 2, 2)                          # cdiv(333, 2 · 64) × Hkv × B
+    assert named["DK"] is dk and named["DV"] is dv and dk.shape == k.shape and named["DQ_ACC"] is dq_acc
+    for name, tensor, rows in (("q_desc", q, block_m), ("k_desc", k, part_n), ("v_desc", v, part_n),
+                               ("do_desc", do, block_m)):
+        assert named[name].base.data_ptr() == tensor.data_ptr() and list(named[name].block_shape) == [rows, 128]
+    dq_desc = named["dq_desc"]
+    if writer == "tma":
+        assert dq_desc.base.data_ptr() == dq_acc.data_ptr() and dq_desc.base.dtype == torch.float32
+        assert list(dq_desc.shape) == [2 * 4 * 300, 128] and list(dq_desc.block_shape) == [block_m, 128 // groups]
+    else:
+        assert dq_desc is named["q_desc"]
+    assert named["qk_scale"] == pytest.approx(0.125 / math.log(2)) and named["sm_scale"] == 0.125
+    assert (named["n_heads"], named["group"], named["n_q"], named["n_k"]) == (4, 2, 300, 333)
+    assert len(args) == kernel.arg_names.index("BLOCK_M")             # every runtime argument, in order
+
+
+@pytest.mark.parametrize("writer, registers", [(None, 240), ("atomic", 232), ("tma", 240)])
+def test_each_dq_writer_gets_its_constexprs_and_registers(monkeypatch, writer, registers):
+    """The writer named picks the kernel's partitions: TMA (1 warp, so the compute threads keep 240
+    registers), atomic adds (4 warps, 232), or the compute groups themselves; without a dQ buffer no writer."""
+    launched = []
+    monkeypatch.setattr(flash_hopper_backward, "RUNNERS", types.SimpleNamespace(
+        launch=lambda kernel, grid, args, options, device: launched.append(options)))
+    q, k, v, do, lse, delta, dq_acc = _launch_inputs()
+    flash_hopper_backward.dkdv(q, k, v, do, lse, delta, False, 0.125, dq_acc=dq_acc, dq_writer=writer)
+    flash_hopper_backward.dkdv(q, k, v, do, lse, delta, False, 0.125, dq_writer=writer)
+    one_pass, dkdv_only = launched
+    assert (one_pass["ATOMIC_DQ"], one_pass["DQ_WRITER"], one_pass["DQ_TMA"]) == (True, writer is not None,
+                                                                                   writer == "tma")
+    assert one_pass["COMPUTE_REGS"] == registers
+    assert (dkdv_only["ATOMIC_DQ"], dkdv_only["DQ_WRITER"], dkdv_only["DQ_TMA"]) == (False, False, False)
+    assert dkdv_only["COMPUTE_REGS"] == 240
+
+
+def test_the_default_writer_is_tma_and_a_bad_one_is_named(monkeypatch):
+    launched = []
+    monkeypatch.setattr(flash_hopper_backward, "RUNNERS", types.SimpleNamespace(
+        launch=lambda kernel, grid, args, options, device: launched.append(options)))
+    q, k, v, do, lse, delta, dq_acc = _launch_inputs()
+    flash_hopper_backward.dkdv(q, k, v, do, lse, delta, True, 0.125, dq_acc=dq_acc)
+    assert flash_hopper_backward.DQ_WRITER == "tma" and launched[0]["DQ_TMA"]
+    for bad in ("TMA", True, "red"):
+        with pytest.raises(ValueError, match=r"dq_writer: must be one of \(None, 'atomic', 'tma'\)"):
+            flash_hopper_backward.dkdv(q, k, v, do, lse, delta, True, 0.125, dq_acc=dq_acc, dq_writer=bad)
+
+
+def test_later_launches_of_a_kind_of_call_go_through_the_runner(monkeypatch):
+    """The Gluon backward launches through attnkit.kernels.runners: the first call of a kind through the JIT,
+    the next through the kept runner with the call's own tensors; another length is another kind."""
+    kernel = FakeTriton(flash_hopper_backward._attn_bwd_dkdv_ws.arg_names)
+    monkeypatch.setattr(flash_hopper_backward, "_attn_bwd_dkdv_ws", kernel)
+    monkeypatch.setattr(flash_hopper_backward, "RUNNERS", Runners())
+    first, second = _launch_inputs(seed=1), _launch_inputs(seed=2)
+    for inputs in (first, second):
+        flash_hopper_backward.dkdv(*inputs[:6], True, 0.125, dq_acc=inputs[6])
+    q, k, v, do = _inputs(2, 4, 2, 301, 333, 128, seed=3)
+    flash_hopper_backward.dkdv(q, k, v, do, *first[4:6], True, 0.125)
+    assert [how for how, _, _ in kernel.launches] == ["jit", "runner", "jit"]
+    _, grid, args = kernel.launches[1]
+    named = dict(zip(kernel.arg_names, args))
+    assert grid == (3, 2, 2) and len(args) == len(kernel.arg_names)
+    assert named["dq_desc"].base.data_ptr() == second[6].data_ptr() and named["DQ_ACC"] is second[6]
+    assert named["DQ_TMA"] and named["ATOMIC_DQ"] and named["CAUSAL"]
 
 
 # -------------------------------------------------------------------------------- compiled for an H100

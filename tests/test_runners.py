@@ -15,23 +15,22 @@ CPU = torch.device("cpu")
 
 
 class FakeTriton:
-    """Stands in for a kernel: ``kernel[(x,)](...)`` or ``kernel[(x, y)](...)`` is the JIT (it records the
-    launch and returns the compiled kernel, itself here), ``compiled[(x, y, z)](...)`` that kernel's runner
-    (it records its arguments, or raises ``fail``)."""
+    """Stands in for a kernel: ``kernel[grid](*args, **options)`` is the JIT (it records the launch and
+    returns the compiled kernel, itself here), ``compiled[(x, y, z)](*every_parameter)``, with no keyword,
+    that kernel's runner (it records its arguments, or raises ``fail``)."""
 
     def __init__(self, arg_names, fail=None):
         self.arg_names, self.launches, self.fail = list(arg_names), [], fail
 
     def __getitem__(self, grid):
-        def jit(*args, **options):
-            self.launches.append(("jit", grid, args))
-            return self
-
-        def runner(*args):
+        def launch(*args, **options):
+            if options:                     # the JIT takes the constexprs and num_warps by name
+                self.launches.append(("jit", grid, args))
+                return self
             if self.fail:
                 raise self.fail
             self.launches.append(("runner", grid, args))
-        return jit if len(grid) < 3 else runner
+        return launch
 
 
 NAMES = ["x_ptr", "desc", "scale", "n", "stride", "maybe", "BLOCK", "CAUSAL"]

@@ -59,6 +59,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..device import on_device
 from .flash_hopper import _descriptor, _tma_load
 from .flash_hopper import unsupported as _forward_unsupported
+from .runners import RUNNERS
 
 LOG2E = gl.constexpr(1.4426950408889634)
 # (BLOCK_M, PART_N, STAGES, compute groups) by head dim: query rows per step, keys per compute group, slots
@@ -407,7 +408,17 @@ def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=Non
     [B, Hq, Nq] contiguous (delta = Σ_d dO · O per row), written into dk, dv (k's and v's shapes) if given.
     ``config``: (BLOCK_M, PART_N, STAGES, groups), else ``CONFIG`` by head dim. With ``dq_acc`` (fp32, q's
     shape, contiguous, zeroed) dQ is added into it in the same pass, by a writer partition (``dq_writer``:
-    "tma" or "atomic", one of ``DQ_WRITERS``; left out, ``DQ_WRITER``) or, with None, by the compute groups."""
+    "tma" or "atomic", one of ``DQ_WRITERS``; left out, ``DQ_WRITER``) or, with None, by the compute groups.
+    Launched through Triton's JIT once per kind of call, then through the compiled kernel's runner
+    (``runners.RUNNERS``)."""
+    grid, args, options = _dkdv_launch(q, k, v, do, lse, delta, causal, sm_scale, dk, dv, config, dq_acc, dq_writer)
+    with on_device(q.device):
+        RUNNERS.launch(_attn_bwd_dkdv_ws, grid, args, options, q.device)
+    return args[5], args[6]
+
+
+def _dkdv_launch(q, k, v, do, lse, delta, causal, sm_scale, dk, dv, config, dq_acc, dq_writer):
+    """(grid, the kernel's arguments in its order, its constexprs and num_warps) for ``dkdv``."""
     dq_writer = DQ_WRITER if dq_writer is ... else dq_writer
     if dq_writer not in DQ_WRITERS:
         raise ValueError(f"dq_writer: must be one of {DQ_WRITERS}, got {dq_writer!r}")
@@ -419,14 +430,11 @@ def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=Non
     dv = torch.empty_like(v) if dv is None else dv
     q_desc = _descriptor(q.view(-1, head_dim), block_m)
     dq_desc = _dq_descriptor(dq_acc, block_m, head_dim // groups) if writer == "tma" else q_desc
-    grid = (triton.cdiv(n_k, groups * part_n), n_heads_kv, batch)
-    with on_device(q.device):
-        _attn_bwd_dkdv_ws[grid](
-            q_desc, _descriptor(k.view(-1, head_dim), part_n), _descriptor(v.view(-1, head_dim), part_n),
+    args = (q_desc, _descriptor(k.view(-1, head_dim), part_n), _descriptor(v.view(-1, head_dim), part_n),
             _descriptor(do.view(-1, head_dim), block_m), dq_desc,
             dk, dv, dk if dq_acc is None else dq_acc, lse, delta, sm_scale, sm_scale / math.log(2), n_heads,
-            n_heads // n_heads_kv, n_q, n_k,
-            BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
-            COMPUTE_REGS=COMPUTE_REGISTERS[writer], ATOMIC_DQ=dq_acc is not None, DQ_WRITER=writer is not None,
-            DQ_TMA=writer == "tma", DESCENDING=DESCENDING, GROUPS=groups, num_warps=4)
-    return dk, dv
+            n_heads // n_heads_kv, n_q, n_k)
+    options = dict(BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
+                   COMPUTE_REGS=COMPUTE_REGISTERS[writer], ATOMIC_DQ=dq_acc is not None, DQ_WRITER=writer is not None,
+                   DESCENDING=DESCENDING, GROUPS=groups, DQ_TMA=writer == "tma", num_warps=4)
+    return (triton.cdiv(n_k, groups * part_n), n_heads_kv, batch), args, options
