@@ -951,10 +951,10 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1
         batch, n_q, n_k = cu_q.numel() - 1, varlen[2], varlen[3]
     block_m = 16 if triton_interprets() else 64
     dims = dict(HEAD_DIM_V=_padded(head_dim_v), DIM_V=head_dim_v, VARLEN=packed)
-    with on_device(device):
-        _kernels._bwd_preprocess[(triton.cdiv(n_q, block_m), n_heads, batch)](
-            o4, do4, delta, cu_q, *_strides(o4, packed), *_strides(do4, packed), *_row_strides(lse, packed),
-            n_q, BLOCK_M=block_m, **dims)
+    with on_device(device):     # through Triton's JIT once per key, then the compiled kernel's runner
+        RUNNERS.launch(_kernels._bwd_preprocess, (triton.cdiv(n_q, block_m), n_heads, batch),
+                       (o4, do4, delta, cu_q, *_strides(o4, packed), *_strides(do4, packed),
+                        *_row_strides(lse, packed), n_q), dict(BLOCK_M=block_m, **dims), device)
     left, right, band = _band(causal, window)
     qk_scale, cap_scale = _logit_scales(sm_scale, softcap, True)
     desc = _backward_descriptors(desc, design, packed, q4, k4, v4, do4, _heads_view(dq, packed), dk4, dv4)

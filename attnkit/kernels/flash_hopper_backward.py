@@ -41,6 +41,7 @@ sm_90a (tests/test_flash_hopper_backward.py reads its PTX).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -393,13 +394,19 @@ def unsupported(q, k, v, causal: bool) -> str | None:
     return reason and reason.replace("warp-specialised forward", "warp-specialised backward")
 
 
+@functools.cache
+def _dq_layout(block_m: int, cols: int):
+    """The shared-memory layout of a [block_m, cols] fp32 dQ share, built once per shape."""
+    return gl.NVMMASharedLayout.get_default_for([block_m, cols], gl.float32)
+
+
 def _dq_descriptor(dq_acc: torch.Tensor, block_m: int, cols: int):
     """A TMA descriptor over the fp32 dQ buffer as [B · Hq · Nq, D] rows, in [block_m, cols] blocks."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     rows2d = dq_acc.view(-1, dq_acc.shape[-1])
-    layout = gl.NVMMASharedLayout.get_default_for([block_m, cols], gl.float32)
-    return TensorDescriptor(rows2d, list(rows2d.shape), list(rows2d.stride()), [block_m, cols], layout)
+    return TensorDescriptor(rows2d, list(rows2d.shape), list(rows2d.stride()), [block_m, cols],
+                            _dq_layout(block_m, cols))
 
 
 def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=None, config=None, dq_acc=None,
