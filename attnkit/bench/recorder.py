@@ -51,7 +51,7 @@ SCRIPT_RESULTS = {
     "flash_suite_row": "python experiments/host_profile/suite_row.py DIR",
     "flash_spread": "python experiments/flash_hopper_gluon/spread.py DIR --repeats 12",
     "flash_spread_persistent": "python experiments/flash_hopper_gluon/spread.py DIR --repeats 12 --persistent",
-    "flash_spread_backward": "python experiments/flash_hopper_gluon/spread.py DIR --repeats 5 --backward",
+    "flash_spread_backward": "python experiments/flash_hopper_gluon/spread.py DIR --repeats 7 --backward",
     "flash_hopper": "python scripts/gpu_flash_hopper.py --out DIR --configs hopper,ws:64x128x3,128x128x2x8,"
                     "128x128x2x8x0 --check-configs 2",
     "flash_hopper_backward": "python scripts/gpu_flash_hopper_backward.py DIR --n 1024,2048,4096,8192,16384",

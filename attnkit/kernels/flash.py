@@ -821,7 +821,8 @@ def warp_specialized_backward_choice(head_dim: int, n_q: int, n_k: int) -> bool:
     """Where the warp_specialized backward design runs the Gluon dK/dV kernel (if the inputs are in its
     scope), from the H100 measurements beside the Triton two-kernel design (bench_flash_hopper_backward.csv,
     docs/flash_notes.md; fp16, N = Nq = Nk): from 2k the whole backward was 1.02-1.11x as fast at D = 64
-    and 1.03-1.12x at D = 128, causal or not; at 1k 0.97-1.03x."""
+    and 1.03-1.12x at D = 128, causal or not; at 1k 0.97-1.03x (recorded again 2026-11-27: 1.03-1.14x,
+    1.06-1.10x, at 1k 0.98-1.02x)."""
     return head_dim in (64, 128) and min(n_q, n_k) >= 2048
 
 
@@ -877,9 +878,10 @@ BACKWARDS = {
 }
 # Designs whose kernels run on every machine (the interpreter, any GPU); the Gluon ones fall back to two_kernels.
 TRITON_BACKWARDS = tuple(name for name, design in BACKWARDS.items() if not design.gluon)
-# The default: the one pass, on the H100 0.94-1.02x cuDNN's backward by medians of five alternating repeats
-# (D = 64 and 128, N = 1k-16k, causal and not; experiments/flash_hopper_gluon/spread.py --backward), where
-# the deterministic design below ran at 0.83-0.98x; everywhere else both are the two-kernel design. Its dQ
+# The default: the one pass, on the H100 0.933-1.072x cuDNN's backward by medians of seven alternating repeats
+# (D = 64 and 128, N = 1k-16k, causal and not; experiments/flash_hopper_gluon/spread.py --backward,
+# bench_flash_spread_backward.csv), where the deterministic design below ran at 0.743-0.980x; everywhere
+# else both are the two-kernel design. Its dQ
 # additions land in no fixed order, so with torch.use_deterministic_algorithms(True) the default is
 # DETERMINISTIC_BACKWARD (the dK/dV kernel in Gluon, dQ by the Triton dQ kernel: no additions race).
 DEFAULT_BACKWARD = "warp_specialized_atomic"
