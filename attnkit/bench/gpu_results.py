@@ -66,7 +66,8 @@ def hopper_backward_ratios(rows) -> dict:
 
 def spread_ratios(rows, impl: str, baseline: str = "sdpa_cudnn") -> dict:
     """{(head_dim, n, causal): [baseline's time ÷ impl's, one per repeat]} from the alternating repeats of
-    experiments/flash_hopper_gluon/spread.py (bench_flash_spread*.csv); each pair timed one after the other."""
+    experiments/flash_hopper_gluon/spread.py (bench_flash_spread*.csv); each pair timed one after the other.
+    Rows without a head_dim (the forward's first recording) are its D = 128 runs."""
     pairs = {}
     for r in rows:
         key = (int(r.get("head_dim") or 128), int(r["n"]), str(r["causal"]) == "True")

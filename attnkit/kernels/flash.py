@@ -881,9 +881,9 @@ TRITON_BACKWARDS = tuple(name for name, design in BACKWARDS.items() if not desig
 # The default: the one pass, on the H100 0.933-1.072x cuDNN's backward by medians of seven alternating repeats
 # (D = 64 and 128, N = 1k-16k, causal and not; experiments/flash_hopper_gluon/spread.py --backward,
 # bench_flash_spread_backward.csv), where the deterministic design below ran at 0.743-0.980x; everywhere
-# else both are the two-kernel design. Its dQ
-# additions land in no fixed order, so with torch.use_deterministic_algorithms(True) the default is
-# DETERMINISTIC_BACKWARD (the dK/dV kernel in Gluon, dQ by the Triton dQ kernel: no additions race).
+# else both are the two-kernel design. Its dQ additions land in no fixed order, so with
+# torch.use_deterministic_algorithms(True) the default is DETERMINISTIC_BACKWARD (the dK/dV kernel in
+# Gluon, dQ by the Triton dQ kernel: no additions race).
 DEFAULT_BACKWARD = "warp_specialized_atomic"
 DETERMINISTIC_BACKWARD = "warp_specialized"
 # Each design's ``descriptors``: whether its tiles move through host-built tensor descriptors (TMA) where
