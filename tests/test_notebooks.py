@@ -4,7 +4,7 @@ import pytest
 from conftest import ROOT
 
 from attnkit.classroom import notebooks
-from attnkit.classroom.course import LESSONS
+from attnkit.classroom.course import LESSONS, course_entries
 from attnkit.classroom.labgen import main as labgen_main
 
 COMMITTED = [p for p in notebooks.course_notebooks()]
@@ -17,10 +17,10 @@ def _ids(paths):
 
 
 def test_every_file_in_the_notebook_folders_belongs_to_the_course():
-    known = {ROOT / rel for lesson in LESSONS for rel in (lesson.notebook, lesson.lab, lesson.solution) if rel}
+    known = {ROOT / rel for lesson in course_entries() for rel in (lesson.notebook, lesson.lab, lesson.solution) if rel}
     for folder in ("notebooks", "labs", "solutions"):
         for path in (ROOT / folder).glob("*.ipynb"):
-            assert path in known, f"{path.name} is not in attnkit/course.py's LESSONS"
+            assert path in known, f"{path.name} is not in attnkit/classroom/course.py (LESSONS or DEEP_DIVES)"
 
 
 @pytest.mark.parametrize("path", EXECUTED, ids=_ids(EXECUTED))

@@ -41,6 +41,24 @@ class Lesson:
         return f"solutions/lab{self.number:02d}_{self.slug}.ipynb" if self.has_lab else None
 
 
+@dataclass(frozen=True)
+class DeepDive(Lesson):
+    """An optional notebook beside lesson ``number``: how its kernel was tuned and measured.
+
+    A lesson's main line teaches the idea; the engineering behind its recorded numbers (host paths,
+    spreads, sweeps, profiles, compiler output) lives here, linked from the lesson. No lab.
+    """
+    has_lab: bool = False
+
+    @property
+    def heading(self) -> str:
+        return f"Deep dive {self.number} · {self.title}"
+
+    @property
+    def notebook(self) -> str:
+        return f"notebooks/{self.number:02d}b_{self.slug}.ipynb"
+
+
 LESSONS = (
     Lesson(0, "setup", "Setup: what runs where", False, minutes=20,
            objectives=("say where this machine runs the course's kernels (GPU, Triton's interpreter, or not at all)",
@@ -176,6 +194,27 @@ LESSONS = (
 )
 
 
+# Optional deep dives, each beside its lesson (notebooks/NNb_slug.ipynb).
+DEEP_DIVES: tuple[DeepDive, ...] = (
+    DeepDive(5, "forward_tuning", "Tuning the forward kernel on an H100", minutes=60,
+             objectives=("read where the forward's time goes beyond the kernel (the host path per call)",
+                         "judge a ratio of two timings by its spread over repeats",
+                         "see what persistent programs, warp specialisation and TMA change, and measure it"),
+             prerequisites="lesson 5"),
+    DeepDive(6, "backward_tuning", "Tuning the backward kernel on an H100", minutes=45,
+             objectives=("compare the backward designs side by side with cuDNN",
+                         "read hardware counters that explain a design's time",
+                         "judge a ratio of two timings by its spread over repeats"),
+             prerequisites="lesson 6 and deep dive 5"),
+)
+
+
+def course_entries() -> tuple[Lesson, ...]:
+    """Every notebook entry of the course in reading order: each lesson, then its deep dives."""
+    return tuple(entry for lesson in LESSONS
+                 for entry in (lesson, *(d for d in DEEP_DIVES if d.number == lesson.number)))
+
+
 def colab_url(path: str) -> str:
     """The Colab address that opens ``path`` (relative to the repository root) from GitHub."""
     repo = REPO_URL.removeprefix("https://github.com/")
@@ -192,7 +231,7 @@ def readme_toc(root) -> str:
     from pathlib import Path
 
     rows = ["| lesson | time | lab | status |", "|---|---|---|---|"]
-    for lesson in LESSONS:
+    for lesson in course_entries():
         badge = (f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
                  f"({colab_url(lesson.notebook)})")
         lab = f"[Lab {lesson.number:02d}]({lesson.lab}) · [solution]({lesson.solution})" if lesson.has_lab else ""

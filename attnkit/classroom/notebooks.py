@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from .course import BRANCH, LESSONS, REPO_URL, colab_url, pip_spec, readme_toc
+from .course import BRANCH, REPO_URL, DeepDive, colab_url, course_entries, pip_spec, readme_toc
 
 ROOT = Path(__file__).resolve().parents[2]      # the repository (a clone; not in an installed wheel)
 FINGERPRINT_KEY = "attnkit_lab_fingerprint"   # a generated lab's cells, hashed: an edited lab is left alone
@@ -212,7 +212,7 @@ def convert_markers(nb) -> bool:
 
 
 def _lesson_of(relpath: str):
-    for lesson in LESSONS:
+    for lesson in course_entries():
         if relpath in (lesson.notebook, lesson.lab, lesson.solution):
             return lesson
     return None
@@ -229,7 +229,8 @@ def about_block(relpath: str) -> str:
     lines = [ABOUT_BEGIN, ""]
     if relpath == lesson.notebook:
         if lesson.objectives:
-            lines.append("**After this lesson you can**")
+            kind = "deep dive" if isinstance(lesson, DeepDive) else "lesson"
+            lines.append(f"**After this {kind} you can**")
             lines.append("")
             lines += [f"- {_plain(o)}" for o in lesson.objectives]
             lines.append("")
@@ -366,7 +367,7 @@ def restamp_headers(path: str | Path) -> bool:
 def course_notebooks() -> list[Path]:
     """Every committed notebook of the course that exists: lessons, solutions and labs."""
     paths = []
-    for lesson in LESSONS:
+    for lesson in course_entries():
         for rel in (lesson.notebook, lesson.solution, lesson.lab):
             if rel and (ROOT / rel).exists():
                 paths.append(ROOT / rel)

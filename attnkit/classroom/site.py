@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .course import LESSONS, colab_url
+from .course import colab_url, course_entries
 from .notebooks import GLOSSARY_URL, ROOT
 
 CONF_DIR = ROOT / "site"
@@ -41,7 +41,7 @@ ASSET_DIRS = ("figures",)
 def lesson_pages(root: Path = ROOT, *, solutions: bool = True) -> list[str]:
     """Every notebook the site shows, as paths relative to the repository root, in course order."""
     pages = []
-    for lesson in LESSONS:
+    for lesson in course_entries():
         for rel in (lesson.notebook, lesson.lab, lesson.solution if solutions else None):
             if rel and (Path(root) / rel).exists():
                 pages.append(rel)
@@ -68,7 +68,7 @@ def index_source(pages: list[str], guides: list[str], notes: list[str] = ()) -> 
         "| lesson | time | lab | Colab |",
         "|---|---|---|---|",
     ]
-    for lesson in LESSONS:
+    for lesson in course_entries():
         title = (f"[{lesson.heading}]({lesson.notebook})" if lesson.notebook in present
                  else f"{lesson.heading} (in preparation)")
         lab = []
