@@ -6,7 +6,8 @@ datasheet it comes from.
 
     attention_steps(N, d)      -> the steps of standard attention, each with FLOPs and HBM bytes
     fused_attention(N, d)      -> one fused kernel: Q, K, V read once, O written once
-    GPUS["H100 SXM"]           -> peak fp16 tensor FLOP/s, HBM bandwidth, on-chip sizes, source
+    GPUS["H100 SXM"]           -> peak fp16 tensor FLOP/s, HBM bandwidth, on-chip sizes, per-SM limits, source
+    occupancy(gpu, ...)        -> programs (thread blocks) per SM, resident warps and the limiting resource
     roofline_figure(points)    -> matplotlib Figure: the roofs of the GPUs and the points on them
 """
 from __future__ import annotations
@@ -32,6 +33,15 @@ class GPU:
     smem_kb_per_sm: int       # largest shared memory one SM can give its blocks, KiB
     l2_mb: float              # L2 cache, MB
     source: str               # where the figures come from
+    # Per-SM limits of the compute capability (CUDA C++ Programming Guide, "Technical Specifications per
+    # Compute Capability"); every GPU here has 65,536 32-bit registers per SM and at most 255 per thread.
+    capability: tuple = (9, 0)
+    max_warps_per_sm: int = 64
+    max_blocks_per_sm: int = 32
+    smem_kb_per_block: int = 227  # largest shared memory one block may opt in to, KiB
+    boost_ghz: float = 0.0        # boost clock of the datasheet, GHz
+    registers_per_sm: int = 65536
+    max_registers_per_thread: int = 255
 
     @property
     def ridge(self) -> float:
@@ -45,16 +55,81 @@ class GPU:
 
 GPUS = {
     "T4": GPU("T4", 65.0, 8.1, 320.0, "16 GB GDDR6", 40, 64, 4.0,
-              "NVIDIA T4 Tensor Core GPU datasheet (mixed-precision FP16/FP32 65 TFLOPS, GDDR6 320 GB/s)"),
+              "NVIDIA T4 Tensor Core GPU datasheet (mixed-precision FP16/FP32 65 TFLOPS, GDDR6 320 GB/s)",
+              capability=(7, 5), max_warps_per_sm=32, max_blocks_per_sm=16, smem_kb_per_block=64,
+              boost_ghz=1.59),
     "V100 SXM2": GPU("V100 SXM2", 125.0, 15.7, 900.0, "16/32 GB HBM2", 80, 96, 6.0,
-                     "NVIDIA Tesla V100 GPU datasheet (SXM2: tensor 125 TFLOPS, HBM2 900 GB/s)"),
+                     "NVIDIA Tesla V100 GPU datasheet (SXM2: tensor 125 TFLOPS, HBM2 900 GB/s)",
+                     capability=(7, 0), max_warps_per_sm=64, max_blocks_per_sm=32, smem_kb_per_block=96,
+                     boost_ghz=1.53),
+    "L4": GPU("L4", 121.0, 30.3, 300.0, "24 GB GDDR6", 58, 100, 48.0,
+              "NVIDIA L4 Tensor Core GPU datasheet (FP16 tensor 242 TFLOPS with sparsity, so 121 dense; "
+              "GDDR6 300 GB/s)",
+              capability=(8, 9), max_warps_per_sm=48, max_blocks_per_sm=24, smem_kb_per_block=99,
+              boost_ghz=2.04),
+    "A100 SXM 40GB": GPU("A100 SXM 40GB", 312.0, 19.5, 1555.0, "40 GB HBM2", 108, 164, 40.0,
+                         "NVIDIA A100 Tensor Core GPU datasheet (40GB SXM: FP16 tensor 312 TFLOPS dense, "
+                         "HBM2 1,555 GB/s)",
+                         capability=(8, 0), max_warps_per_sm=64, max_blocks_per_sm=32, smem_kb_per_block=163,
+                         boost_ghz=1.41),
     "A100 SXM 80GB": GPU("A100 SXM 80GB", 312.0, 19.5, 2039.0, "80 GB HBM2e", 108, 164, 40.0,
                          "NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB: FP16 tensor 312 TFLOPS dense, "
-                         "HBM2e 2,039 GB/s)"),
+                         "HBM2e 2,039 GB/s)",
+                         capability=(8, 0), max_warps_per_sm=64, max_blocks_per_sm=32, smem_kb_per_block=163,
+                         boost_ghz=1.41),
     "H100 SXM": GPU("H100 SXM", 989.5, 67.0, 3350.0, "80 GB HBM3", 132, 228, 50.0,
                     "NVIDIA H100 Tensor Core GPU datasheet (SXM: FP16 tensor 1,979 TFLOPS with sparsity, "
-                    "so 989.5 dense; HBM3 3.35 TB/s)"),
+                    "so 989.5 dense; HBM3 3.35 TB/s)",
+                    capability=(9, 0), max_warps_per_sm=64, max_blocks_per_sm=32, smem_kb_per_block=227,
+                    boost_ghz=1.98),
 }
+# The roofline plots of lessons 2, 5 and 8: one GPU per generation (the A100 40GB and the L4 are in the
+# table for lesson 4's comparison of the memory levels).
+ROOFLINE_GPUS = ("T4", "V100 SXM2", "A100 SXM 80GB", "H100 SXM")
+
+# Occupancy: how the SM's resources are handed out (CUDA occupancy calculator; CUDA C++ Programming Guide).
+REGISTER_UNIT = 256            # registers are given to a warp in units of 256
+SMEM_RESERVED_PER_BLOCK = 1024  # bytes of shared memory the system keeps per block (compute capability >= 8.0)
+SMEM_UNIT = 128                # shared memory is given to a block in units of 128 bytes
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    blocks_per_sm: int          # programs resident on one SM at once
+    warps_per_sm: int
+    fraction: float             # resident warps / the SM's maximum warps
+    limits: dict                # blocks per SM that each resource alone would allow
+    limited_by: str             # the resource that allows the fewest
+
+
+def occupancy(gpu: GPU, registers_per_thread: int, threads_per_block: int, smem_bytes_per_block: int) -> Occupancy:
+    """How many programs (thread blocks) of a kernel fit on one SM of ``gpu`` at once, and which resource
+    decides: registers (per warp, rounded up to REGISTER_UNIT), shared memory (per block, plus the
+    system's reserve, rounded up to SMEM_UNIT), the SM's warp slots and its block slots."""
+    for name, value, low in (("registers_per_thread", registers_per_thread, 1),
+                             ("threads_per_block", threads_per_block, 1),
+                             ("smem_bytes_per_block", smem_bytes_per_block, 0)):
+        if int(value) != value or value < low:
+            raise ValueError(f"{name}: must be a whole number ≥ {low}, got {value!r}")
+    if registers_per_thread > gpu.max_registers_per_thread:
+        raise ValueError(f"registers_per_thread: at most {gpu.max_registers_per_thread} on the {gpu.name}, "
+                         f"got {registers_per_thread}")
+    if threads_per_block > 1024:
+        raise ValueError(f"threads_per_block: at most 1024, got {threads_per_block}")
+    if smem_bytes_per_block > gpu.smem_kb_per_block * 1024:
+        raise ValueError(f"smem_bytes_per_block: at most {gpu.smem_kb_per_block} KiB a block on the {gpu.name}, "
+                         f"got {smem_bytes_per_block / 1024:g} KiB")
+    warps = math.ceil(threads_per_block / 32)
+    regs_per_warp = math.ceil(registers_per_thread * 32 / REGISTER_UNIT) * REGISTER_UNIT
+    reserve = SMEM_RESERVED_PER_BLOCK if gpu.capability >= (8, 0) else 0
+    smem = math.ceil((smem_bytes_per_block + reserve) / SMEM_UNIT) * SMEM_UNIT
+    limits = {"registers": gpu.registers_per_sm // (regs_per_warp * warps),
+              "shared memory": (gpu.smem_kb_per_sm * 1024) // smem if smem_bytes_per_block else gpu.max_blocks_per_sm,
+              "warp slots": gpu.max_warps_per_sm // warps,
+              "block slots": gpu.max_blocks_per_sm}
+    limited_by = min(limits, key=limits.get)
+    blocks = limits[limited_by]
+    return Occupancy(blocks, blocks * warps, blocks * warps / gpu.max_warps_per_sm, limits, limited_by)
 
 
 # ------------------------------------------------------------------------------ steps of attention
@@ -121,7 +196,7 @@ def attention_flops(N: int, d: int, softmax_flops: int = 2) -> int:
 # ------------------------------------------------------------------------------------ the figures
 def roofline_figure(points=(), gpus=None, *, title: str = "Roofline: fp16 tensor peak and HBM bandwidth",
                     xlim=(0.1, 1e4)):
-    """A log-log roofline of ``gpus`` (names in GPUS, default all) with ``points`` on it.
+    """A log-log roofline of ``gpus`` (names in GPUS, default ROOFLINE_GPUS) with ``points`` on it.
 
     points: (label, intensity) pairs, drawn as vertical lines with their attainable rate on the H100
     roof marked; or (label, intensity, tflops) triples, drawn as measured points.
@@ -129,7 +204,7 @@ def roofline_figure(points=(), gpus=None, *, title: str = "Roofline: fp16 tensor
     import matplotlib.pyplot as plt
     import numpy as np
 
-    names = list(GPUS) if gpus is None else list(gpus)
+    names = list(ROOFLINE_GPUS) if gpus is None else list(gpus)
     for n in names:
         if n not in GPUS:
             raise ValueError(f"gpus: unknown GPU {n!r}; known: {sorted(GPUS)}")
@@ -197,9 +272,10 @@ HIERARCHY_H100 = (
 )
 
 
-def smem_bandwidth(gpu: GPU, boost_ghz: float) -> float:
-    """Aggregate shared-memory bandwidth in bytes/s: SMs × 128 bytes per clock × boost clock."""
-    return gpu.sms * SMEM_BYTES_PER_CLOCK * boost_ghz * 1e9
+def smem_bandwidth(gpu: GPU, boost_ghz: float | None = None) -> float:
+    """Aggregate shared-memory bandwidth in bytes/s: SMs × 128 bytes per clock × boost clock (default the
+    GPU's own boost clock)."""
+    return gpu.sms * SMEM_BYTES_PER_CLOCK * (gpu.boost_ghz if boost_ghz is None else boost_ghz) * 1e9
 
 
 @diagram("memory_hierarchy.png")
