@@ -1,5 +1,6 @@
-"""Context parallelism on torch.distributed (gloo, CPU processes): ring and all-gather attention, both
-layouts, forward and backward, equal to single-process attention for world sizes 2, 3 and 4."""
+"""Context parallelism on torch.distributed (gloo, CPU processes): ring, all-gather and Ulysses attention,
+both layouts, forward and backward, equal to single-process attention for world sizes 2, 3 and 4; the
+bytes each collective moves equal the model's count; uneven shards are refused by name."""
 import time
 
 import pytest
@@ -16,8 +17,10 @@ CASES = [  # (variant, layout, causal, Hq, Hkv)
     ("ring", "zigzag", True, 4, 1),
     ("all_gather_kv", "contiguous", True, 4, 2),
     ("all_gather_kv", "zigzag", True, 2, 2),
+    ("ulysses", "contiguous", False, 12, 12),
+    ("ulysses", "zigzag", True, 24, 12),
 ]
-ATTEND = {"ring": cp.ring_attention, "all_gather_kv": cp.all_gather_kv_attention}
+ATTEND = cp.ATTEND
 
 
 def _inputs(world, hq, hkv, seed, dtype=torch.float64, n_per_chunk=3, d=16):
@@ -57,7 +60,7 @@ def _expected(world, i):
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_ring_and_all_gather_equal_one_process_in_float64(world):
+def test_ring_all_gather_and_ulysses_equal_one_process_in_float64(world):
     per_rank = run_group(_rank_cases, world, args=("torch", torch.float64))
     for i, (variant, layout, *_rest) in enumerate(CASES):
         expected = _expected(world, i)
@@ -172,3 +175,101 @@ def test_tensor_parallel_decode_equals_the_no_cache_model(world):
     assert all(r["tokens"] == expected for r in results)
     assert [r["kv_heads"] for r in results] == ([[0], [1]] if world == 2 else [[0], [0], [1], [1]])
     assert len({r["cache_bytes"] for r in results}) == 1
+
+
+# ------------------------------------------------------------------------------- bytes moved
+def _counted_bytes(rank, world, variant, layout, causal, hq, hkv):
+    """Bytes this rank received in the forward, and in the forward and backward, counted at the
+    torch.distributed calls (float16 inputs: K/V in 2 bytes, the ring's and reduce-scatter's dK/dV in 4)."""
+    from attnkit.distributed.traffic import count_traffic, received_bytes
+
+    q, k, v, do = (cp.shard(t, rank, world, layout) for t in _inputs(world, hq, hkv, seed=0, dtype=torch.float16))
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    with count_traffic() as fwd_log:
+        o = ATTEND[variant](q, k, v, causal=causal, layout=layout, block="torch")
+    with count_traffic() as bwd_log:
+        o.backward(do)
+    checks = [c for c in fwd_log if not c.floating]
+    return received_bytes(fwd_log), received_bytes(bwd_log), [(c.op, c.received) for c in checks]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("variant, layout, causal, hq, hkv", [
+    ("ring", "contiguous", True, 4, 2), ("ring", "zigzag", True, 6, 3),
+    ("all_gather_kv", "contiguous", False, 4, 2), ("all_gather_kv", "zigzag", True, 6, 1),
+    ("ulysses", "zigzag", True, 12, 6)])
+def test_the_bytes_each_collective_moves_equal_the_model(world, variant, layout, causal, hq, hkv):
+    counted = run_group(_counted_bytes, world, args=(variant, layout, causal, hq, hkv))
+    n_total = 2 * world * 3
+    kw = dict(batch=2, kv_heads=hkv, q_heads=hq, seq_len=n_total, head_dim=16, world_size=world,
+              itemsize=2, grad_itemsize=4)
+    fwd = cp.comm_bytes(variant, **kw)
+    both = cp.comm_bytes(variant, backward=True, **kw)
+    for rank, (got_fwd, got_bwd, checks) in enumerate(counted):
+        assert got_fwd == fwd, f"rank {rank}: forward received {got_fwd} bytes, the model says {fwd}"
+        assert got_fwd + got_bwd == both, f"rank {rank}: forward+backward {got_fwd + got_bwd}, model {both}"
+        assert checks == [("all_gather", (world - 1) * 5 * 8)]       # the shape check: five int64 per rank
+
+
+def test_all_gather_backward_is_a_reduce_scatter_and_keeps_no_gathered_kv():
+    def ops(rank, world):
+        from attnkit.distributed.traffic import count_traffic
+
+        q, k, v, do = (cp.shard(t, rank, world, "contiguous") for t in _inputs(world, 4, 2, seed=1))
+        q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+        o = cp.all_gather_kv_attention(q, k, v, causal=True, block="torch")
+        saved = sum(t.numel() for t in o.grad_fn.saved_tensors)
+        with count_traffic() as log:
+            o.backward(do)
+        return [c.op for c in log], saved, sum(t.numel() for t in (q, k, v, o)) + o.shape[:3].numel()
+
+    for called, saved, own in run_group(ops, 2):
+        assert called == ["all_gather", "reduce_scatter"]
+        assert saved == own                  # q, k, v, o and lse of this rank only: no gathered K/V kept
+
+
+# ------------------------------------------------------------------------------- refused inputs
+def _uneven(rank, world, variant):
+    n = 6 if rank == 0 else 4
+    q = torch.zeros(1, 4, n, 8)
+    try:
+        ATTEND[variant](q, q, q, block="torch")
+    except ValueError as exc:
+        return str(exc)
+    return "accepted"
+
+
+@pytest.mark.parametrize("variant", cp.VARIANTS)
+def test_uneven_shards_are_refused_by_every_rank_at_once(variant):
+    start = time.time()
+    messages = run_group(_uneven, 2, args=(variant,), timeout_s=20)
+    assert all("rank 0: n=6, rank 1: n=4" in m for m in messages), messages
+    assert time.time() - start < 15
+
+
+def _ulysses_heads(rank, world, hq, hkv):
+    q, k = torch.zeros(1, hq, 4, 8), torch.zeros(1, hkv, 4, 8)
+    try:
+        cp.ulysses_attention(q, k, k, block="torch")
+    except ValueError as exc:
+        return str(exc)
+    return "accepted"
+
+
+def test_ulysses_needs_heads_divisible_by_the_world_size():
+    assert all("Hkv=2 must be multiples of 4" in m for m in run_group(_ulysses_heads, 4, args=(8, 2)))
+    assert all("Hq=6 and Hkv=6 must be multiples of 4" in m for m in run_group(_ulysses_heads, 4, args=(6, 6)))
+    with pytest.raises(ValueError, match="multiples of 4"):
+        cp.comm_bytes("ulysses", batch=1, q_heads=8, kv_heads=2, seq_len=64, head_dim=8, world_size=4)
+    with pytest.raises(ValueError, match="q_heads"):
+        cp.comm_bytes("ulysses", batch=1, kv_heads=4, seq_len=64, head_dim=8, world_size=4)
+
+
+def test_the_all_gather_model_counts_a_reduce_scatter_not_an_all_reduce():
+    """N = 128k, D = 128, W = 8, MHA with 64 KV heads, fp16 with fp32 gradients: the all-gather's forward
+    and backward receive (W − 1)·s·(2e + g_e), the ring's (W − 1)·s·2e + W·s·g_e (s = one rank's K and V)."""
+    w, s = 8, 2 * 64 * (131072 // 8) * 128
+    kw = dict(batch=1, kv_heads=64, seq_len=131072, head_dim=128, world_size=w, backward=True)
+    assert cp.comm_bytes("all_gather_kv", **kw) == (w - 1) * s * (2 * 2 + 4)
+    assert cp.comm_bytes("ring", **kw) == (w - 1) * s * 2 * 2 + w * s * 4
+    assert cp.comm_bytes("all_gather_kv", **kw) < cp.comm_bytes("ring", **kw)

@@ -3,20 +3,35 @@
 Each rank holds the queries, keys and values of some chunks of the sequence (``layout``):
 - "contiguous": W chunks, rank r holds chunk r;
 - "zigzag": 2W chunks, rank r holds chunks r and 2W − 1 − r, so that under a causal mask every rank
-  has the same work (a contiguous split gives the last rank W times the first rank's work).
+  has the same work.
 
-``ring_attention(q, k, v, *, causal=False, layout="contiguous", block="kernel")``: the rank's output
-for its own queries. K and V travel around the ring (``batch_isend_irecv`` to rank r + 1, from r − 1)
-while the block already here is computed; block results (o, lse) merge by the log-sum-exp rule. It is
-differentiable: the backward sends K, V and their gradients dK, dV around the ring once more, each
-rank adding its queries' share, so each rank ends with the gradients of its own K and V.
-``all_gather_kv_attention(...)``: every rank gathers all K and V first (one collective; memory for the
-whole sequence's K/V), then computes its queries' blocks; gradients go back by one all-reduce.
+Three ways to give each rank's queries every key (``VARIANTS``):
+
+``ring_attention(q, k, v, *, causal=False, layout="contiguous", block="kernel")``: K and V travel around
+the ring (``batch_isend_irecv`` to rank r + 1, from r − 1) while the block already here is computed;
+block results (o, lse) merge by the log-sum-exp rule. On NCCL the sends and receives run on NCCL's own
+stream, so the block's attention (on the current stream) overlaps them; ``wait()`` makes the current
+stream wait for the received block. The backward sends K, V and their gradients dK, dV around the ring
+once more, each rank adding its queries' share, so each rank ends with the gradients of its own K and V.
+
+``all_gather_kv_attention(...)``: every rank gathers all K and V (one all-gather), then computes its
+queries' blocks. The gathered K/V are not kept for the backward: it gathers them again, and the
+gradients of the gathered K/V go back by one reduce-scatter (the gradient of an all-gather is a
+reduce-scatter: rank r's dK is the sum over ranks of their share of shard r).
+
+``ulysses_attention(...)``: an all-to-all trades the sequence split for a head split (rank r receives
+heads r·H/W … (r + 1)·H/W − 1 of the whole sequence), attention runs on whole sequences, and a second
+all-to-all gives each rank back its tokens. Hq and Hkv must be multiples of W. Its backward is the same
+two all-to-alls in reverse.
+
 ``block``: "kernel" runs the course's FlashAttention forward (o and lse) and backward (with the final
 o and lse) on each block; "torch" the same formulas in PyTorch (float32 or float64, for small checks).
 
 Tensors are [B, H, n, D] shards: n = N / W tokens for "contiguous", two halves of N / (2W) for
 "zigzag" in the order of the rank's chunks. ``shard``/``unshard`` convert from and to the full sequence.
+Every rank's shard must have the same shape: each call checks it with one small all-gather and
+raises ValueError naming each rank's length (``check_lengths=False`` skips that collective).
+The same code runs on gloo with CPU tensors and on NCCL with CUDA tensors.
 """
 from __future__ import annotations
 
@@ -27,6 +42,7 @@ import torch.distributed as dist
 
 LAYOUTS = ("contiguous", "zigzag")
 BLOCKS = ("kernel", "torch")
+VARIANTS = ("ring", "all_gather_kv", "ulysses")
 
 
 # ------------------------------------------------------------------------------------------- layouts
@@ -75,24 +91,37 @@ def causal_work(world_size: int, layout: str) -> list[float]:
 
 
 def comm_bytes(variant: str, *, batch: int, kv_heads: int, seq_len: int, head_dim: int, world_size: int,
-               itemsize: int = 2, backward: bool = False, grad_itemsize: int = 4) -> int:
-    """Bytes each rank receives for one attention layer.
+               q_heads: int | None = None, itemsize: int = 2, backward: bool = False, grad_itemsize: int = 4) -> int:
+    """Bytes each rank receives for one attention layer (what ``traffic.count_traffic`` counts).
 
-    ring: W − 1 steps, each a K and a V shard (2·B·Hkv·(N/W)·D·e); the backward sends K and V again
-    with dK and dV (grad_itemsize) around the whole ring (W steps for the gradients).
-    all_gather_kv: the other W − 1 shards of K and V at once (the same bytes, not overlapped with
-    compute); the backward all-reduces the full dK and dV (ring all-reduce: 2·(W − 1)/W of them).
+    With s = 2·B·Hkv·(N/W)·D elements (one rank's K and V) and e = ``itemsize``, g_e = ``grad_itemsize``:
+
+    ring: forward (W − 1)·s·e (W − 1 steps of one K/V shard); backward K and V again, (W − 1)·s·e,
+    and dK, dV (accumulated in g_e) around the whole ring so they return to their owner, W·s·g_e.
+    all_gather_kv: forward the other W − 1 shards at once, (W − 1)·s·e; backward the same all-gather
+    again (the gathered K/V are not kept) and a reduce-scatter of dK, dV, (W − 1)·s·g_e.
+    ulysses (needs ``q_heads``): forward an all-to-all of q, k, v and one of o, each receiving (W − 1)/W
+    of the rank's tokens × heads: (W − 1)·B·(N/W)·D·(2·Hq + 2·Hkv)/W·e; backward the same volume
+    (dO in; dQ, dK, dV out), in e: each head's gradients are complete on one rank, nothing is summed.
     """
-    shard_kv = 2 * batch * kv_heads * (seq_len // world_size) * head_dim
-    w = world_size
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
+    w, n = world_size, seq_len // world_size
+    shard_kv = 2 * batch * kv_heads * n * head_dim
     if variant == "ring":
         fwd = (w - 1) * shard_kv * itemsize
         bwd = (w - 1) * shard_kv * itemsize + w * shard_kv * grad_itemsize
     elif variant == "all_gather_kv":
         fwd = (w - 1) * shard_kv * itemsize
-        bwd = (w - 1) * shard_kv * itemsize + 2 * (w - 1) * shard_kv * grad_itemsize
+        bwd = (w - 1) * shard_kv * itemsize + (w - 1) * shard_kv * grad_itemsize
     else:
-        raise ValueError(f"variant: expected 'ring' or 'all_gather_kv', got {variant!r}")
+        if q_heads is None:
+            raise ValueError("q_heads: Ulysses moves the queries too; give the number of query heads")
+        if q_heads % w or kv_heads % w:
+            raise ValueError(f"world_size: Ulysses splits the heads; Hq={q_heads} and Hkv={kv_heads} must be "
+                             f"multiples of {w}")
+        fwd = (w - 1) * batch * n * head_dim * (2 * q_heads + 2 * kv_heads) // w * itemsize
+        bwd = fwd
     return fwd + bwd if backward else fwd
 
 
@@ -271,15 +300,17 @@ class _Ring(torch.autograd.Function):
         return (torch.cat(dq, dim=2).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None)
 
 
-def _check(q, k, v, causal, layout, block):
+def _check(q, k, v, causal, layout, block, check_lengths=True):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"{name}: expected a tensor [B, H, n, D] (this rank's shard)")
-    if q.shape[2] != k.shape[2] or k.shape != v.shape:
-        raise ValueError(f"q, k, v: shards of one sequence must have the same length n and k, v one shape, "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[2] != k.shape[2] or k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"q, k, v: shards of one sequence must have the same B, length n and D, and k, v one "
+                         f"shape, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"q, k: Hq={q.shape[1]} must be a multiple of Hkv={k.shape[1]}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v: must be on one device, got {q.device}, {k.device}, {v.device}")
     if not isinstance(causal, bool):
         raise ValueError(f"causal: expected True or False, got {causal!r}")
     if layout not in LAYOUTS:
@@ -291,63 +322,165 @@ def _check(q, k, v, causal, layout, block):
     if not dist.is_initialized():
         raise ValueError("torch.distributed: no process group (call dist.init_process_group, or use "
                          "attnkit.distributed.launch.run_group)")
+    if dist.get_backend() == "nccl" and q.device.type != "cuda":
+        raise ValueError(f"q: the NCCL backend moves CUDA tensors only, got a tensor on {q.device}")
+    if check_lengths:
+        _agree_on_shapes(q, k)
+
+
+def _agree_on_shapes(q, k):
+    """Every rank's (B, Hq, Hkv, n, D) must be the same: one all-gather of five integers, then every rank
+    raises the same ValueError (a ring with one longer shard would otherwise wait for bytes never sent)."""
+    mine = torch.tensor([q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3]], dtype=torch.int64,
+                        device=q.device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    shapes = [tuple(int(x) for x in t.tolist()) for t in everyone]
+    if len(set(shapes)) > 1:
+        lengths = ", ".join(f"rank {r}: n={s[3]}" + ("" if s[:3] + s[4:] == shapes[0][:3] + shapes[0][4:]
+                                                      else f" (B, Hq, Hkv, D = {s[:3] + s[4:]})")
+                            for r, s in enumerate(shapes))
+        raise ValueError(f"q, k, v: every rank's shard must have the same shape (pad the sequence to a multiple "
+                         f"of the chunk count, and mask the padding), got {lengths}")
+
+
+def _scale(q, sm_scale):
+    return 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
 
 
 def ring_attention(q, k, v, *, causal: bool = False, layout: str = "contiguous", sm_scale: float | None = None,
-                   block: str = "kernel") -> torch.Tensor:
+                   block: str = "kernel", check_lengths: bool = True) -> torch.Tensor:
     """This rank's attention output [B, Hq, n, D] for its shard of the sequence (see the module doc)."""
-    _check(q, k, v, causal, layout, block)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    return _Ring.apply(q, k, v, causal, layout, scale, block)
+    _check(q, k, v, causal, layout, block, check_lengths)
+    return _Ring.apply(q, k, v, causal, layout, _scale(q, sm_scale), block)
 
 
 # ------------------------------------------------------------------------------------ all-gather
+def _gather_kv(k, v, world):
+    """[K_0, …, K_{W-1}], [V_0, …] of every rank, by one all-gather of this rank's K and V stacked."""
+    kv = torch.stack((k, v)).contiguous()
+    everyone = [torch.empty_like(kv) for _ in range(world)]
+    dist.all_gather(everyone, kv)
+    return [t[0] for t in everyone], [t[1] for t in everyone]
+
+
 class _AllGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, layout, sm_scale, block):
         rank, world, ids = _rank_view(layout)
         fwd, _ = _block_fns(block)
-        ks, vs = [torch.empty_like(k) for _ in range(world)], [torch.empty_like(v) for _ in range(world)]
-        dist.all_gather(ks, k.contiguous())
-        dist.all_gather(vs, v.contiguous())
+        ks, vs = _gather_kv(k, v, world)
         q_chunks, states = _split(q, len(ids)), [None] * len(ids)
         for owner in range(world):
             _local_forward(q_chunks, ids, _split(ks[owner], len(ids)), _split(vs[owner], len(ids)),
                            chunks_of_rank(owner, world, layout), states, causal, sm_scale, fwd)
         o, lse = _assemble(states, q.dtype)
-        ctx.save_for_backward(q, o, lse, *ks, *vs)
-        ctx.causal, ctx.layout, ctx.sm_scale, ctx.block, ctx.world = causal, layout, sm_scale, block, world
+        ctx.save_for_backward(q, k, v, o, lse)        # this rank's K/V only: the backward gathers again
+        ctx.causal, ctx.layout, ctx.sm_scale, ctx.block = causal, layout, sm_scale, block
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, o, lse, *kv = ctx.saved_tensors
-        world = ctx.world
-        ks, vs = kv[:world], kv[world:]
-        rank, _, ids = _rank_view(ctx.layout)
+        q, k, v, o, lse = ctx.saved_tensors
+        rank, world, ids = _rank_view(ctx.layout)
         _, bwd = _block_fns(ctx.block)
         n = len(ids)
+        ks, vs = _gather_kv(k, v, world)
         q_c, o_c, do_c, lse_c, dq, acc = _backward_rows(q, o, lse, do, n)
-        dks = [torch.zeros_like(t, dtype=acc) for t in ks]
-        dvs = [torch.zeros_like(t, dtype=acc) for t in vs]
+        shares = []                                   # this rank's share of dK, dV of every rank's shard
         for owner in range(world):
-            dk_c, dv_c = list(dks[owner].chunk(n, dim=2)), list(dvs[owner].chunk(n, dim=2))
+            dk_c = list(torch.zeros_like(ks[owner], dtype=acc).chunk(n, dim=2))
+            dv_c = list(torch.zeros_like(vs[owner], dtype=acc).chunk(n, dim=2))
             _local_backward(do_c, q_c, o_c, lse_c, ids, _split(ks[owner], n), _split(vs[owner], n),
                             chunks_of_rank(owner, world, ctx.layout), dq, dk_c, dv_c, ctx.causal, ctx.sm_scale, bwd)
-            dks[owner], dvs[owner] = torch.cat(dk_c, dim=2), torch.cat(dv_c, dim=2)
-        grads = torch.stack(dks + dvs)                              # every rank's share of every shard
-        dist.all_reduce(grads)
-        return (torch.cat(dq, dim=2).to(q.dtype), grads[rank].to(ks[0].dtype), grads[world + rank].to(vs[0].dtype),
+            shares.append(torch.stack((torch.cat(dk_c, dim=2), torch.cat(dv_c, dim=2))).contiguous())
+        mine = torch.empty_like(shares[rank])
+        dist.reduce_scatter(mine, shares)             # the gradient of an all-gather: sum the shares of shard r on r
+        return (torch.cat(dq, dim=2).to(q.dtype), mine[0].to(k.dtype), mine[1].to(v.dtype),
                 None, None, None, None)
 
 
 def all_gather_kv_attention(q, k, v, *, causal: bool = False, layout: str = "contiguous",
-                            sm_scale: float | None = None, block: str = "kernel") -> torch.Tensor:
+                            sm_scale: float | None = None, block: str = "kernel",
+                            check_lengths: bool = True) -> torch.Tensor:
     """Like ``ring_attention``, with all K and V gathered on every rank first (see the module doc)."""
-    _check(q, k, v, causal, layout, block)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    return _AllGather.apply(q, k, v, causal, layout, scale, block)
+    _check(q, k, v, causal, layout, block, check_lengths)
+    return _AllGather.apply(q, k, v, causal, layout, _scale(q, sm_scale), block)
 
 
-__all__ = ["LAYOUTS", "chunks_of_rank", "shard", "unshard", "causal_work", "comm_bytes", "ring_attention",
-           "all_gather_kv_attention", "merge", "block_forward_torch", "block_backward_torch"]
+# ------------------------------------------------------------------------------------ Ulysses
+def _seq_to_heads(x, world, layout):
+    """[B, H, n, D] (this rank's tokens, every head) -> [B, H/W, N, D] (every token of this rank's heads)."""
+    parts = [p.contiguous() for p in x.chunk(world, dim=1)]           # part j: the heads rank j will own
+    received = [torch.empty_like(parts[0]) for _ in range(world)]     # from rank i: its tokens of my heads
+    dist.all_to_all(received, parts)
+    return unshard(received, layout)
+
+
+def _heads_to_seq(y, world, layout):
+    """The inverse of ``_seq_to_heads``: [B, H/W, N, D] -> [B, H, n, D]."""
+    parts = [shard(y, r, world, layout).contiguous() for r in range(world)]
+    received = [torch.empty_like(parts[0]) for _ in range(world)]
+    dist.all_to_all(received, parts)
+    return torch.cat(received, dim=1)
+
+
+class _SeqToHeads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, layout):
+        ctx.layout = layout
+        return _seq_to_heads(x, dist.get_world_size(), layout)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _heads_to_seq(grad, dist.get_world_size(), ctx.layout), None
+
+
+class _HeadsToSeq(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y, layout):
+        ctx.layout = layout
+        return _heads_to_seq(y, dist.get_world_size(), layout)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _seq_to_heads(grad, dist.get_world_size(), ctx.layout), None
+
+
+class _WholeSequence(torch.autograd.Function):
+    """One block: attention of whole sequences (this rank's heads), with the block's backward."""
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale, block):
+        fwd, _ = _block_fns(block)
+        o, lse = fwd(q, k, v, causal, sm_scale)
+        o = o.to(q.dtype)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale, ctx.block = causal, sm_scale, block
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        _, bwd = _block_fns(ctx.block)
+        dq, dk, dv = bwd(do.to(q.dtype).contiguous(), q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+
+
+def ulysses_attention(q, k, v, *, causal: bool = False, layout: str = "contiguous", sm_scale: float | None = None,
+                      block: str = "kernel", check_lengths: bool = True) -> torch.Tensor:
+    """Like ``ring_attention``, by two all-to-alls of heads (see the module doc); Hq, Hkv multiples of W."""
+    _check(q, k, v, causal, layout, block, check_lengths)
+    world = dist.get_world_size()
+    if q.shape[1] % world or k.shape[1] % world:
+        raise ValueError(f"q, k: Ulysses gives each of the {world} ranks whole heads; Hq={q.shape[1]} and "
+                         f"Hkv={k.shape[1]} must be multiples of {world} (replicate KV heads, or use the ring)")
+    q_h, k_h, v_h = (_SeqToHeads.apply(t, layout) for t in (q, k, v))
+    o_h = _WholeSequence.apply(q_h, k_h, v_h, causal, _scale(q, sm_scale), block)
+    return _HeadsToSeq.apply(o_h, layout)
+
+
+ATTEND = {"ring": ring_attention, "all_gather_kv": all_gather_kv_attention, "ulysses": ulysses_attention}
+
+__all__ = ["LAYOUTS", "VARIANTS", "ATTEND", "chunks_of_rank", "shard", "unshard", "causal_work", "comm_bytes",
+           "ring_attention", "all_gather_kv_attention", "ulysses_attention", "merge", "block_forward_torch",
+           "block_backward_torch"]
