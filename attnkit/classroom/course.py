@@ -62,7 +62,7 @@ class DeepDive(Lesson):
 LESSONS = (
     Lesson(0, "setup", "Setup: what runs where", False, minutes=20,
            objectives=("say where this machine runs the course's kernels (GPU, Triton's interpreter, or not at all)",
-                       "run and time a first Triton kernel",
+                       "run a first Triton kernel and check it against PyTorch",
                        "tell apart the architecture (GQA), the kernel (FlashAttention) and the cache layout (pages)"),
            prerequisites="Python and NumPy; a browser with Colab or a machine with Python 3.11+",
            questions=("What does `TRITON_INTERPRET=1` change about how a kernel runs, and why is it set "
@@ -106,13 +106,18 @@ LESSONS = (
     Lesson(4, "triton_primer", "A Triton primer", True, minutes=45,
            objectives=("write a Triton kernel with programs, blocks, pointers and masks",
                        "write a fused row softmax that reads each row once",
-                       "test a kernel against a reference in the interpreter and time it on a GPU"),
+                       "test a kernel against a reference in the interpreter and time it on a GPU",
+                       "name what a program runs on (SMs, warps, registers, shared memory, L2, HBM, tensor cores) "
+                       "and compute a kernel's occupancy from its registers and shared memory"),
            prerequisites="lesson 3; PyTorch tensors",
            questions=("What does one Triton program compute, and what decides how many run?",
                       "Why does the last block of a row need a mask, and what does `other=` do?",
                       "The fused softmax moves 4× fewer bytes than the five-pass version: why was it more than 4× "
                       "faster on the H100, and which ceiling does its bandwidth compare with?",
-                      "What can the interpreter tell you about a kernel, and what can it not?")),
+                      "What can the interpreter tell you about a kernel, and what can it not?",
+                      "A kernel's program uses 4 warps, 141 registers a thread and 113 KiB of shared memory. How "
+                      "many programs fit on one H100 SM, which resource decides, and what would you shrink to fit "
+                      "one more?")),
     Lesson(5, "flash_attention", "FlashAttention in Triton", True, minutes=75,
            objectives=("build the FlashAttention forward kernel step by step in Triton",
                        r"add a causal mask aligned to the end, and GQA by head indexing: $r(h) = \lfloor h/g \rfloor$",
