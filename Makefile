@@ -9,10 +9,30 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 .PHONY: setup browser lab test execute labs headers figures bench site grade clean
 
 # The environment: created once, refreshed when pyproject.toml changes. torch is pinned here only.
-$(VENV)/.installed: pyproject.toml
+# Which torch build: a wheel already on this machine's pip paths first (no download); else, on a machine
+# without an NVIDIA driver (no nvidia-smi), PyTorch's CPU build from its CPU index (about a tenth of the
+# CUDA build's size); else PyPI's default (CUDA) build. TORCH_BUILD=cpu or TORCH_BUILD=cuda overrides.
+TORCH_VERSION ?= 2.13.0
+TORCH_BUILD   ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
+TORCH_INDEX   := $(if $(filter cpu,$(TORCH_BUILD)),--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple,)
+PIP           := $(PY) -m pip install --disable-pip-version-check --progress-bar on
+# Students get the lessons and JupyterLab (extra "lab"); `make test`, `make site` and `make grade` add the
+# authors' tools (extra "dev": tests, site builder, browser driver, linter).
+$(VENV)/.torch:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[course]"
+	@echo "== torch $(TORCH_VERSION) ($(TORCH_BUILD) build; TORCH_BUILD=cpu|cuda to choose) =="
+	{ $(PIP) --no-index --no-deps torch==$(TORCH_VERSION) 2>/dev/null && $(PIP) torch==$(TORCH_VERSION); } \
+	    || $(PIP) torch==$(TORCH_VERSION) $(TORCH_INDEX)
+	touch $@
+
+$(VENV)/.installed-lab: pyproject.toml $(VENV)/.torch
+	@echo "== the course and JupyterLab =="
+	$(PIP) -e ".[lab]"
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.installed-lab
+	@echo "== the authors' tools: tests, site, browser driver =="
+	$(PIP) -e ".[dev]"
 	touch $@
 
 # The grader's sandbox is Debian's bubblewrap: installed when missing and when this runs as root with
@@ -25,9 +45,11 @@ setup: $(VENV)/.installed
 
 # JupyterLab as students meet it: no news pop-up, no update check (the course's venv only).
 LAB_QUIET := --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
-lab: setup  ## open the course in JupyterLab (LAB_ARGS=... passes options, e.g. --no-browser --port=8899)
+# The address JupyterLab prints (and opens) is lesson 0 itself, not the Launcher.
+lab: $(VENV)/.installed-lab  ## open the course in JupyterLab (LAB_ARGS=... passes options, e.g. --no-browser --port=8899)
 	$(VENV)/bin/jupyter labextension disable --level=sys_prefix "@jupyterlab/apputils-extension:announcements" >/dev/null
-	$(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_QUIET) $(LAB_ARGS) notebooks/00_setup.ipynb
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_QUIET) \
+	    --LabApp.default_url=/lab/tree/notebooks/00_setup.ipynb $(LAB_ARGS)
 
 # The browser test drives Debian's chromium (never a downloaded browser): installed when missing and
 # when this runs as root with apt-get; otherwise that one test is skipped and says why.

@@ -11,8 +11,17 @@ def _name(requirement: str) -> str:
 
 def pyproject_requirements() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = project["dependencies"] + project["optional-dependencies"]["course"]
+    # The student's environment: the package and its "lab" extra (the authors' "dev" extra is added by pip).
+    reqs = project["dependencies"] + project["optional-dependencies"]["lab"]
     return {r.replace(" ", "") for r in reqs}
+
+
+def test_extras_split_the_students_install_from_the_authors():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {extra: {_name(r) for r in reqs} for extra, reqs in extras.items()}
+    assert {"jupyterlab", "ipykernel"} <= names["lab"]
+    assert not names["lab"] & {"pytest", "nbval", "playwright", "ruff", "myst-nb"}, "test tools are the authors'"
+    assert "attnkit" in names["dev"] and {"pytest", "nbval"} <= names["dev"]
 
 
 def conda_pip_requirements() -> list[str]:
@@ -36,11 +45,13 @@ def test_conda_environment_lists_every_pip_requirement():
 
 def test_conda_environment_pins_the_same_torch_as_the_makefile():
     makefile = (ROOT / "Makefile").read_text()
-    pin = re.search(r"torch==[\d.]+", makefile).group(0)
+    pin = "torch==" + re.search(r"^TORCH_VERSION \?= ([\d.]+)$", makefile, re.M).group(1)
     assert pin in conda_pip_requirements()
     assert "-e ." in conda_pip_requirements()
 
 
 def test_package_ranges_stay_loose():
     # Colab brings its own torch and triton: the package itself never pins exact versions.
-    assert not any("==" in r.split(";")[0] for r in pyproject_requirements())
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    every = pyproject_requirements() | {r for reqs in extras.values() for r in reqs}
+    assert not any("==" in r.split(";")[0] for r in every)
