@@ -69,6 +69,10 @@ RATIO_WRONG = {
     "W": lambda w: w, "W - 1": lambda w: w - 1, "2W": lambda w: 2 * w, "2W + 1": lambda w: 2 * w + 1,
     "2W - 2 (diagonal forgotten)": lambda w: 2 * w - 2, "W squared": lambda w: w * w,
     "balanced": lambda w: 1.0, "triangle number": lambda w: w * (w + 1) / 2,
+    "W - 1/2 (not divided by the first rank's half)": lambda w: w - 0.5,
+    "last rank over the mean (2W - 1) / W": lambda w: (2 * w - 1) / w,
+    "ratio the wrong way up": lambda w: 1 / (2 * w - 1),
+    "four ranks' answer for every W": lambda w: 7.0,
 }
 RATIO_RIGHT = {
     "2W - 1": lambda w: 2 * w - 1,
@@ -167,7 +171,7 @@ def test_merge_accepts(correct):
 
 # ------------------------------------------------------------------------------------ the ring
 def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, mask_all=False,
-              swap=True, merge=None, send_to=+1):
+              swap=True, merge=None, send_to=+1, one_buffer=False, read_before_wait=False, send_last=False):
     """A ring_forward with one mistake (the defaults give the right ring)."""
     merge = merge or merge_logaddexp
 
@@ -179,11 +183,13 @@ def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, 
         for step in range(world if steps is None else steps(world)):
             owner = (rank + owner_sign * step) % world
             requests = []
-            if step < world - 1:
-                nk, nv = torch.empty_like(k), torch.empty_like(v)
+            if step < world - 1 or send_last:
+                nk, nv = (k, v) if one_buffer else (torch.empty_like(k), torch.empty_like(v))
                 dst, src = (rank + send_to) % world, (rank - send_to) % world
                 requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, k, dst), dist.P2POp(dist.isend, v, dst),
                                                    dist.P2POp(dist.irecv, nk, src), dist.P2POp(dist.irecv, nv, src)])
+            if read_before_wait and requests:
+                k, v = nk, nv                                    # computes on the block still arriving
             later = owner >= rank if skip_own else owner > rank
             if not (causal and later):
                 block_causal = causal and (mask_all or (mask_diagonal and owner == rank))
@@ -191,7 +197,7 @@ def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, 
                 o, lse = (o_b, lse_b) if o is None else merge(o, lse, o_b, lse_b)
             for r in requests:
                 r.wait()
-            if requests and swap:
+            if requests and swap and not read_before_wait:
                 k, v = nk, nv
         if o is None:
             return torch.zeros_like(q)
@@ -208,6 +214,64 @@ def ring_average(o_a, lse_a, o_b, lse_b):
     return (o_a + o_b) / 2, torch.logaddexp(lse_a, lse_b)
 
 
+def ring_all_gather(q, k, v, causal):
+    """Every rank's K/V gathered by one collective, then the blocks merged: right numbers, not a ring."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ks, vs = [torch.empty_like(k) for _ in range(world)], [torch.empty_like(v) for _ in range(world)]
+    dist.all_gather(ks, k.contiguous())
+    dist.all_gather(vs, v.contiguous())
+    o = lse = None
+    for owner in range(world):
+        if not (causal and owner > rank):
+            o_b, lse_b = block_forward_torch(q, ks[owner], vs[owner], causal and owner == rank,
+                                             1 / math.sqrt(q.shape[-1]))
+            o, lse = (o_b, lse_b) if o is None else merge_logaddexp(o, lse, o_b, lse_b)
+    return o.to(q.dtype)
+
+
+def ring_p2p_to_everyone(q, k, v, causal):
+    """An all-gather written with sends: every rank sends its K/V to every other rank."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    k, v = k.contiguous(), v.contiguous()
+    got = {rank: (k, v)}
+    ops = []
+    for peer in range(world):
+        if peer != rank:
+            got[peer] = (torch.empty_like(k), torch.empty_like(v))
+            ops += [dist.P2POp(dist.isend, k, peer), dist.P2POp(dist.isend, v, peer),
+                    dist.P2POp(dist.irecv, got[peer][0], peer), dist.P2POp(dist.irecv, got[peer][1], peer)]
+    for r in dist.batch_isend_irecv(ops):
+        r.wait()
+    o = lse = None
+    for owner in range(world):
+        if not (causal and owner > rank):
+            o_b, lse_b = block_forward_torch(q, *got[owner], causal and owner == rank, 1 / math.sqrt(q.shape[-1]))
+            o, lse = (o_b, lse_b) if o is None else merge_logaddexp(o, lse, o_b, lse_b)
+    return o.to(q.dtype)
+
+
+def ring_gather_then_compute(q, k, v, causal):
+    """The K/V passed around the ring and every block kept, computed at the end: a gather in disguise."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    blocks = [(k.contiguous(), v.contiguous())]
+    for _step in range(world - 1):
+        nk, nv = torch.empty_like(k), torch.empty_like(v)
+        cur = blocks[-1]
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, cur[0], (rank + 1) % world),
+                                         dist.P2POp(dist.isend, cur[1], (rank + 1) % world),
+                                         dist.P2POp(dist.irecv, nk, (rank - 1) % world),
+                                         dist.P2POp(dist.irecv, nv, (rank - 1) % world)]):
+            r.wait()
+        blocks.append((nk, nv))
+    o = lse = None
+    for step, (bk, bv) in enumerate(blocks):
+        owner = (rank - step) % world
+        if not (causal and owner > rank):
+            o_b, lse_b = block_forward_torch(q, bk, bv, causal and owner == rank, 1 / math.sqrt(q.shape[-1]))
+            o, lse = (o_b, lse_b) if o is None else merge_logaddexp(o, lse, o_b, lse_b)
+    return o.to(q.dtype)
+
+
 RING_WRONG = {
     "one step short": make_ring(steps=lambda w: w - 1),
     "own block only": ring_local_only,
@@ -218,6 +282,12 @@ RING_WRONG = {
     "received block never used": make_ring(swap=False),
     "outputs averaged": make_ring(merge=ring_average),
     "sends the wrong way round": make_ring(send_to=-1),
+    "all-gather instead of a ring": ring_all_gather,
+    "sends to every rank": ring_p2p_to_everyone,
+    "passes every block on, computes at the end": ring_gather_then_compute,
+    "one buffer sent and received into (a race)": make_ring(one_buffer=True),
+    "computes on the block before wait()": make_ring(read_before_wait=True),
+    "sends on the last step too": make_ring(send_last=True),
 }
 RING_RIGHT = {
     "solution": SOLUTION["ring_forward"],
@@ -256,3 +326,12 @@ def test_a_failing_merge_is_named_by_the_ring_check():
                               merge_blocks=ring_average, ring_forward=broken, seed=0)
     ring = summary.results[-1]
     assert not ring.passed and "exercise 3 (merge_blocks)" in ring.report
+
+
+@pytest.mark.parametrize("mutant, reason", [
+    ("all-gather instead of a ring", "a collective"), ("sends to every rank", "only to its neighbours"),
+    ("passes every block on, computes at the end", "keeps one block"),
+    ("one buffer sent and received into (a race)", "received into while it was being sent"),
+    ("sends on the last step too", "nothing on the last step")])
+def test_a_ring_that_breaks_a_rule_is_told_which(mutant, reason):
+    assert_rejected_on_every_seed(lab10.check_ring_forward, RING_WRONG[mutant], (0,), contains=reason)

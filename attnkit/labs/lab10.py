@@ -13,14 +13,26 @@ Students write four functions:
 Each check runs fixed adversarial cases first (log-sum-exps hundreds apart, empty blocks, causal masks
 where a wrong block owner changes the result, GQA), then cases drawn from ``seed``. ``ring_forward`` runs
 on 2, 3 and 4 processes (torch.distributed, gloo) and is compared with one-process float64 attention;
-the course's own ring, all-gather and merge may not be called while it runs.
+the course's own ring, all-gather and merge may not be called while it runs. Its calls to
+torch.distributed are watched (``attnkit.distributed.traffic``), and the ring's rules enforced:
+
+- no collective (an all-gather, all-to-all, broadcast … holds or moves every rank's K/V at once);
+- sends and receives only with the neighbours r + 1 and r − 1;
+- exactly W − 1 K/V blocks received (none on the last step);
+- when a step's transfers are posted (``batch_isend_irecv``), no earlier received block is still held
+  except the one being sent on (a ring holds one block, not the whole sequence);
+- a buffer handed to a receive holds NaN from the moment the receive is posted until the data arrive,
+  so a buffer that is sent and received into at once, or read before ``wait()``, fails on every run
+  instead of now and then.
 """
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from ..classroom.checking import (
     CheckResult,
@@ -32,6 +44,7 @@ from ..classroom.checking import (
 )
 from ..distributed import context_parallel as _cp
 from ..distributed.launch import run_group
+from ..distributed.traffic import COLLECTIVES, count_traffic, received_bytes
 from ..reference.attention import attention_ref
 from ..tolerances import tolerance
 
@@ -49,7 +62,8 @@ HINT_RING = ("W steps: at step s the K/V held came from rank (r − s) mod W, i.
              "sending the block to rank r + 1 and receiving the next from rank r − 1 "
              "(dist.batch_isend_irecv), compute block_forward(q, k, v, causal and owner == r, scale) unless "
              "causal and owner > r, merge it with your merge_blocks, then wait and swap in the received "
-             "block. Return o in q's dtype.")
+             "block. Receive into new buffers (not the ones you send), read them only after wait(), and keep "
+             "no other block. Return o in q's dtype.")
 
 
 def forbidden() -> tuple:
@@ -140,13 +154,74 @@ def _check_merge(merge_blocks, *, seed: int | None = None) -> CheckResult:
 _BLANK = "not implemented"
 
 
+class RingRuleBroken(RuntimeError):
+    """A ring_forward that gives the right numbers by breaking one of the ring's rules (module doc)."""
+
+
+class _RingRules:
+    """Watches one rank's torch.distributed calls during ring_forward (runs in the rank's process)."""
+
+    def __init__(self, rank, world, block_bytes):
+        self.rank, self.world, self.block_bytes = rank, world, block_bytes
+        self.broken: list[str] = []
+        self.received = []                                   # weak references to earlier receive buffers
+
+    def note(self, message):
+        if message not in self.broken:
+            self.broken.append(message)
+
+    def on_call(self, call, buffers):
+        neighbours = {(self.rank + 1) % self.world, (self.rank - 1) % self.world}
+        if call.op in COLLECTIVES:
+            self.note(f"rank {self.rank} called dist.{call.op}, a collective: this exercise is a ring, where each "
+                      f"rank only sends to and receives from its neighbours (a gather holds every rank's K/V "
+                      f"at once)")
+        elif call.peer is not None and call.peer not in neighbours:
+            self.note(f"rank {self.rank} of {self.world} used dist.{call.op} with rank {call.peer}: in a ring a "
+                      f"rank talks only to its neighbours {sorted(neighbours)}")
+        for t in buffers:                                    # its contents are undefined until wait()
+            if t.is_floating_point():
+                t.fill_(float("nan"))
+
+    def batch(self, original):
+        def batch_isend_irecv(p2p_op_list):
+            ops = list(p2p_op_list)
+            receives = [op.tensor for op in ops if getattr(op.op, "__name__", "") == "irecv"]
+            sends = {id(op.tensor) for op in ops if getattr(op.op, "__name__", "") == "isend"}
+            held = [t() for t in self.received]
+            held = [t for t in held if t is not None and id(t) not in sends]
+            if held:
+                self.note(f"rank {self.rank} still held {len(held)} earlier received buffer(s) of K/V when it "
+                          f"posted the next step: a ring keeps one block (the one it passes on), not every "
+                          f"block it has seen")
+            for t in receives:                               # poisoned before any op of the batch starts
+                if t.is_floating_point():
+                    t.fill_(float("nan"))
+            self.received += [weakref.ref(t) for t in receives]
+            return original(p2p_op_list)
+        return batch_isend_irecv
+
+    def after(self, log):
+        got, want = received_bytes(log), (self.world - 1) * self.block_bytes
+        if not self.broken and got != want:
+            self.note(f"rank {self.rank} received {got:,} bytes of K/V; a ring of {self.world} ranks receives "
+                      f"W − 1 = {self.world - 1} block(s) of {self.block_bytes:,} bytes (nothing on the last step)")
+
+
 def _ring_rank(rank, world, ring_forward, q, k, v, causal):
     q, k, v = (_cp.shard(t, rank, world, "contiguous") for t in (q, k, v))
+    rules = _RingRules(rank, world, k.numel() * k.element_size() + v.numel() * v.element_size())
+    original = dist.batch_isend_irecv
+    dist.batch_isend_irecv = rules.batch(original)
     try:
-        out = ring_forward(q, k, v, causal)
+        with count_traffic(on_call=rules.on_call) as log:
+            out = ring_forward(q, k, v, causal)
     except NotImplementedError:
         return _BLANK
-    return out if out is None else torch.as_tensor(out).detach()
+    finally:
+        dist.batch_isend_irecv = original
+    rules.after(log)
+    return (out if out is None else torch.as_tensor(out).detach()), rules.broken
 
 
 def _run_ring(ring_forward):
@@ -154,9 +229,18 @@ def _run_ring(ring_forward):
         shards = run_group(_ring_rank, world, args=(ring_forward, q, k, v, causal), timeout_s=RING_TIMEOUT_S)
         if any(isinstance(s, str) for s in shards):
             raise NotImplementedError
-        if any(s is None for s in shards):
+        broken = [m for _, rules in shards for m in rules]
+        if broken:
+            raise RingRuleBroken(broken[0])
+        if any(out is None for out, _ in shards):
             return None
-        return _cp.unshard(shards, "contiguous")
+        out = _cp.unshard([out for out, _ in shards], "contiguous")
+        if out.is_floating_point() and torch.isnan(out).any():
+            raise RingRuleBroken("your output holds NaN (the inputs hold none): a block was read from a receive "
+                                 "buffer before its wait() returned, or a buffer was received into while it was "
+                                 "being sent. This check fills a receive buffer with NaN when the receive is "
+                                 "posted; on a real network its contents are undefined until wait() returns")
+        return out
     return call
 
 
