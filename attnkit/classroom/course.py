@@ -118,7 +118,7 @@ LESSONS = (
                       "A kernel's program uses 4 warps, 141 registers a thread and 113 KiB of shared memory. How "
                       "many programs fit on one H100 SM, which resource decides, and what would you shrink to fit "
                       "one more?")),
-    Lesson(5, "flash_attention", "FlashAttention in Triton", True, minutes=75,
+    Lesson(5, "flash_attention", "FlashAttention in Triton", True, minutes=100,
            objectives=("build the FlashAttention forward kernel step by step in Triton",
                        r"add a causal mask aligned to the end, and GQA by head indexing: $r(h) = \lfloor h/g \rfloor$",
                        "read a performance ladder: each optimisation's predicted and measured gain",
@@ -130,7 +130,9 @@ LESSONS = (
                       "need the mask?",
                       r"What does folding $\log_2 e$ into the scale save ($e^x = 2^{x \log_2 e}$), and how much did it "
                       "gain on the H100?",
-                      "Why do persistent programs speed up a causal call at N = 1024 and slow one down at N = 16384?")),
+                      "A program with a 128-row query tile streams all of K and V: what is its arithmetic "
+                      "intensity against HBM at N = 4096, D = 128 in fp16, which side of the H100's ridge is that, "
+                      "and what lets the kernel run faster than that roof allows?")),
     Lesson(6, "flash_backward", "FlashAttention backward", True, minutes=60,
            objectives=("derive dQ, dK and dV of attention",
                        "explain why the forward saves the log-sum-exp and the backward recomputes P",
@@ -201,7 +203,7 @@ LESSONS = (
 
 # Optional deep dives, each beside its lesson (notebooks/NNb_slug.ipynb).
 DEEP_DIVES: tuple[DeepDive, ...] = (
-    DeepDive(5, "forward_tuning", "Tuning the forward kernel on an H100", minutes=60,
+    DeepDive(5, "forward_tuning", "Tuning the forward kernel on an H100", minutes=100,
              objectives=("read where the forward's time goes beyond the kernel (the host path per call)",
                          "judge a ratio of two timings by its spread over repeats",
                          "see what persistent programs, warp specialisation and TMA change, and measure it"),
