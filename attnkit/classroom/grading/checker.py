@@ -1,0 +1,59 @@
+"""The checker's process: the lab's checks with the secret seed, on its own references, with every call
+of the student's code answered from the records the student's process sent (``calls.Replayer``). It
+never sees the notebook and runs none of its code; it alone writes the results.
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..checking import FAILED, NOT_IMPLEMENTED, PASSED, check_exercises
+from . import calls, codec
+from .lab import lab_checks
+from .runner import stand_in
+
+
+def check(spec: dict, send) -> None:
+    module = importlib.import_module(spec["module"])
+    exercises = lab_checks(module, pairs=spec.get("pairs"))
+    frames = spec.get("frames") or []
+    replayer = calls.Replayer(frames)
+    calls._REPLAYER.append(replayer)
+    states = next((f.get("functions") for f in frames if f.get("kind") == "functions"), None)
+    functions, refused = {}, {}
+    for ex in exercises:
+        name = ex.function
+        state = states.get(name) if type(states) is dict else None
+        state = state if type(state) is dict else {"state": "missing"}
+        if state.get("state") == "callable":
+            functions[name] = replayer.wrap(name)
+        elif state.get("state") == "value":
+            try:
+                tree, blobs = codec.unpack(state.get("value"))
+                functions[name] = codec.decode(tree, blobs)
+            except codec.CodecError as exc:
+                refused[name] = f"❌ {name}: a value that cannot be graded ({exc})."
+                functions[name] = stand_in(name, {"state": "refused"})
+        else:
+            if state.get("state") == "refused":
+                refused[name] = _text(state.get("report"), f"❌ {name}: not graded.")
+            else:
+                refused[name] = (f"❌ {name}: the notebook defines no `{name}` (was its cell run without an error, "
+                                 f"and is it still called `{name}`?)")
+            functions[name] = stand_in(name, state)
+    try:
+        summary = check_exercises(tuple(exercises), functions, seed=spec["seed"])
+        results = []
+        for ex, r in zip(exercises, summary.results):
+            status, report = r.status, r.report
+            if ex.function in refused:
+                status, report = FAILED, refused[ex.function]
+            results.append({"name": ex.function, "status": status, "report": str(report)})
+    except Exception as exc:  # noqa: BLE001 - the checks themselves failed: nothing is graded
+        results = [{"name": e.function, "status": FAILED,
+                    "report": f"❌ {e.function}: not graded: the checks stopped ({type(exc).__name__}: {exc})"}
+                   for e in exercises]
+    send.send({"kind": "results", "results": results, "statuses": [PASSED, FAILED, NOT_IMPLEMENTED]})
+
+
+def _text(value, default: str) -> str:
+    return value[:4000] if type(value) is str else default

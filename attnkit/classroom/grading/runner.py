@@ -1,0 +1,202 @@
+"""The workers the grader starts, each in the sandbox with its budgets (``sandbox.run_budgeted``):
+
+- ``notebook``: runs the notebook top to bottom in a Jupyter kernel, for the executed copy and the
+  cells that raised; it grades nothing. The kernel is a process of its own; this worker makes itself
+  undumpable so that the kernel cannot reach its pipes.
+- ``student``: the student's process. It turns the notebook into code (IPython transforms included, so
+  under the budget), guards the course's implementations, loads the code as the module ``submission``,
+  reports ``loaded``, and only then reads the secret seed; it runs the lab's checks with every call of
+  the student's code recorded (``calls.Recorder``) and sends the records and its own verdicts.
+- ``checker`` (in ``checker.py``): never sees the notebook.
+
+Everything a worker tells the grader goes over the pipes the grader passed it (``channel``).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sys
+
+from . import channel, sandbox
+
+
+def _start():
+    spec = json.loads(sys.stdin.buffer.readline())
+    sandbox.apply_limits(spec)
+    progress_fd, channel_fd = channel.worker_fds()
+    return spec, channel.progress_writer(progress_fd), channel_fd
+
+
+def _read_notebook(spec):
+    import nbformat
+
+    text = base64.b64decode(spec["notebook"]).decode("utf-8")
+    return nbformat.reads(text, as_version=4)
+
+
+def main(kind: str) -> None:
+    """Entry point of the processes the grader starts."""
+    spec, say, channel_fd = _start()
+    if kind == "notebook":
+        _notebook(spec, say, channel.Writer(channel_fd))
+    elif kind == "student":
+        _student(spec, say, channel.Writer(channel_fd, os.path.join(os.getcwd(), ".channel-lock")))
+    else:
+        from .checker import check
+
+        check(spec, channel.Writer(channel_fd))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+# ------------------------------------------------------------------------------- step 1: the notebook
+def _notebook(spec: dict, say, send: channel.Writer) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    sandbox.set_undumpable()
+    try:
+        nb = _read_notebook(spec)
+    except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook: reported
+        send.send({"kind": "status", "problem": f"the notebook could not be read: {type(exc).__name__}: {exc}"})
+        return
+    client = NotebookClient(nb, timeout=spec["cell_timeout"], kernel_name=spec["kernel"], allow_errors=True,
+                            interrupt_on_timeout=True, resources={"metadata": {"path": os.getcwd()}})
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    keep = int(spec["keep_mib"]) * 2**20
+
+    def executed(**_):
+        text = nbformat.writes(client.nb)
+        send.send({"kind": "executed", "notebook": text} if len(text) <= keep else
+                  {"kind": "executed", "too_large": len(text)})
+
+    client.on_cell_start = lambda cell, cell_index, **_: say(
+        f"code cell {code.index(cell_index) + 1 if cell_index in code else cell_index}")
+    client.on_cell_executed = executed
+    status = {"kind": "status"}
+    try:
+        client.execute()
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        status["problem"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    executed()
+    send.send(status)
+
+
+# ----------------------------------------------------------------------------- step 2: the student's
+def _student(spec: dict, say, send: channel.Writer) -> None:
+    import importlib
+
+    from ..checking import check_exercises
+    from . import guard
+    from .calls import Recorder
+    from .lab import lab_checks
+    from .submission import load_cells, submission_cells
+
+    module = importlib.import_module(spec["module"])
+    exercises = lab_checks(module, pairs=spec.get("pairs"))
+    try:
+        nb = _read_notebook(spec)
+    except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook: reported
+        send.send({"kind": "problem", "problem": f"the notebook could not be read: {type(exc).__name__}"})
+        return
+    cells = submission_cells(nb)
+    guard.install(module, [tuple(t) for t in spec.get("tools") or []])
+    log = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log, 1)                      # the notebook's prints go to a file in the sandbox
+    os.dup2(log, 2)
+    ns, _ = load_cells(cells, spec["cell_timeout"], say)
+    recorder = Recorder(send.send)
+    functions, states = _functions(exercises, ns, recorder, spec["cell_timeout"], say)
+    send.send({"kind": "functions", "functions": states})
+    say("loaded")
+    seed = int(sys.stdin.readline())
+    say("checks")
+    tracked = _tracked(exercises, say)
+    summary = check_exercises(tracked, functions, seed=seed)
+    for ex, r in zip(exercises, summary.results):
+        send.send({"kind": "verdict", "name": ex.function, "status": r.status, "report": str(r.report)[:4000]})
+    send.send({"kind": "done"})
+
+
+def _tracked(exercises, say):
+    from ..checking import Exercise
+
+    def tracking(exercise):
+        def check(fn, *, seed=None):
+            say(f"check of {exercise.function}")
+            return exercise.check(fn, seed=seed)
+        check.__name__ = getattr(exercise.check, "__name__", "check")
+        return check
+    return tuple(Exercise(e.function, tracking(e), e.depends, e.points) for e in exercises)
+
+
+def _functions(exercises, ns, recorder, timeout: float, say):
+    """The check's view of each exercise's name (a recording wrapper, a value, or a stand-in that
+    raises) and what the checker is told about it."""
+    from . import codec
+    from .calls import _packed
+    from .submission import origin_problem
+
+    functions, states = {}, {}
+    for ex in exercises:
+        name = ex.function
+        if name in states:
+            continue
+        fn = ns.get(name, _MISSING)
+        if fn is _MISSING:
+            states[name] = {"state": "missing"}
+        elif not callable(fn):                       # a value the exercise asks for
+            try:
+                states[name] = {"state": "value", "value": _packed(fn, None)}
+                tree, blobs = codec.unpack(states[name]["value"])
+                functions[name] = codec.decode(tree, blobs)
+                continue
+            except codec.CodecError as exc:
+                states[name] = {"state": "refused", "report": f"❌ {name}: a value that cannot be graded ({exc})."}
+        elif (problem := origin_problem(name, fn)) is not None:
+            states[name] = {"state": "refused", "report": f"❌ {name}: {problem}."}
+        else:
+            states[name] = {"state": "callable"}
+            functions[name] = _timed(recorder.wrap(name, fn), name, timeout, say)
+            continue
+        functions[name] = stand_in(name, states[name])
+    return functions, states
+
+
+_MISSING = object()
+
+
+def stand_in(name: str, state: dict):
+    """What the check gets for an exercise that is missing or refused: a function that raises."""
+    from .codec import StudentError
+
+    def missing(*args, **kwargs):
+        if state.get("state") == "missing":
+            raise StudentError(f"the notebook defines no `{name}`")
+        raise StudentError(f"`{name}` is not graded: see its report")
+    missing.__name__ = name
+    return missing
+
+
+def _timed(fn, name: str, timeout: float, say):
+    """Each call on a budget: a SIGALRM stops a call that runs past ``timeout`` (the grader's watchdog
+    kills the whole process when the call ignores it)."""
+    calls = [0]
+
+    def alarm(signum, frame):
+        raise TimeoutError(f"{name} ran past {timeout:g} s and was stopped")
+
+    def call(*args, **kwargs):
+        calls[0] += 1
+        say(f"call {calls[0]} of {name}")
+        previous = signal.signal(signal.SIGALRM, alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    call.__name__ = name
+    return call
