@@ -273,3 +273,30 @@ def test_the_all_gather_model_counts_a_reduce_scatter_not_an_all_reduce():
     assert cp.comm_bytes("all_gather_kv", **kw) == (w - 1) * s * (2 * 2 + 4)
     assert cp.comm_bytes("ring", **kw) == (w - 1) * s * 2 * 2 + w * s * 4
     assert cp.comm_bytes("all_gather_kv", **kw) < cp.comm_bytes("ring", **kw)
+
+
+# ------------------------------------------------------------------------------- the GPU script
+def test_the_gpu_script_runs_on_gloo_with_tiny_sizes(tmp_path):
+    """scripts/gpu_context_parallel.py --cpu: every scheme checked against one process, every scheme
+    timed, the CSV written with its provenance; the ping-pong's rows and fit on two tiny sizes."""
+    import csv
+    import importlib.util
+
+    from attnkit.distributed import benchmark
+    from attnkit.distributed.alpha_beta import fit_alpha_beta
+
+    spec = importlib.util.spec_from_file_location("gpu_cp", cp.__file__.replace(
+        "attnkit/distributed/context_parallel.py", "scripts/gpu_context_parallel.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(tmp_path), "--cpu", "--seq-lens", "32", "--repeats", "1", "--skip", "pingpong"]) == 0
+    rows = list(csv.DictReader((tmp_path / "bench_context_parallel.csv").open()))
+    checks = [r for r in rows if r["kind"] == "check"]
+    assert len(checks) == 2 * len(benchmark.SCHEMES) and all(r["ok"] == "True" for r in checks)
+    timed = [r for r in rows if r["kind"] == "time"]
+    assert {(r["variant"], r["layout"], r["pass_"]) for r in timed} == {
+        (v, lay, p) for v, lay in benchmark.SCHEMES for p in ("fwd", "fwd+bwd")}
+    assert all(float(r["ms"]) > 0 and r["gpu"] == "cpu" and r["date"] for r in timed)
+    pp = run_group(lambda rank, world: benchmark.pingpong_rank(rank, world, sizes=(4096, 1 << 20), repeats=3), 2)[0]
+    assert [r["kind"] for r in pp] == ["pingpong", "pingpong", "fit"]
+    assert fit_alpha_beta([1e3, 2e3, 3e3], [2e-6, 3e-6, 4e-6]) == pytest.approx((1e-6, 1e9))
