@@ -55,6 +55,7 @@ import warnings
 from dataclasses import dataclass, replace
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .. import validation
 from ..device import bf16_computed_in_fp32, launch_options, on_device, sm_major, to_kernel_device, triton_interprets
@@ -1006,7 +1007,11 @@ class FlashAttentionFunction(torch.autograd.Function):
         return o
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, do):
+        # The backward kernels are not themselves differentiable: a second derivative (a gradient
+        # penalty) raises "trying to differentiate twice a function that was marked with
+        # @once_differentiable" instead of silently being zero.
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward(do, q, k, v, o, lse, *ctx.options)
         return dq, dk, dv, None, None, None, None, None, None
@@ -1036,6 +1041,10 @@ def check_cu_seqlens(name: str, cu_seqlens, total: int, device) -> int:
         raise ValueError(f"{name}: dtype {cu_seqlens.dtype} is not supported; use torch.int32")
     if cu_seqlens.device != device:
         raise ValueError(f"{name}: must be on q's device {device}, got {cu_seqlens.device}")
+    if cu_seqlens.stride(0) != 1:
+        # the kernels read entry b at cu_seqlens + b (as FlashAttention-2, which refuses them too)
+        raise ValueError(f"{name}: must be contiguous (stride 1), got stride {cu_seqlens.stride(0)} (a strided "
+                         f"view or a column of a larger tensor); pass {name}.contiguous()")
     offsets = cu_seqlens.cpu().long()
     if offsets[0] != 0:
         raise ValueError(f"{name}: must start at 0, got {int(offsets[0])}")

@@ -86,7 +86,7 @@ from ..device import (
     to_kernel_device,
     triton_interprets,
 )
-from .paged_extend import FP8, FP8_MAX, fp8_scales, quantize_fp8
+from .paged_extend import FP8, FP8_MAX, fp8_read, fp8_scales, quantize_fp8
 
 ensure_triton_backend()
 
@@ -253,11 +253,11 @@ def dequantize(x8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return x8.float() * scale.to(x8.device, torch.float32)[:, :, None, None]
 
 
-def _quantize_heads(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_heads(x: torch.Tensor, name: str = "x") -> tuple[torch.Tensor, torch.Tensor]:
     """x [B, H, N, D] -> (x8 [B, H, N, D] contiguous e4m3, scale [B, H] fp32 = amax / 448 per (b, h))."""
     b, h, n, d = x.shape
     per_head = x.permute(2, 0, 1, 3).reshape(n, b * h, d)       # [N, B·H, D]: one "KV head" per (b, h)
-    scale = fp8_scales(per_head)                                 # [B·H]
+    scale = fp8_scales(per_head, name)                           # [B·H]; ValueError unless finite
     x8 = quantize_fp8(per_head, scale).reshape(n, b, h, d).permute(1, 2, 0, 3).contiguous()
     return x8, scale.reshape(b, h)
 
@@ -270,7 +270,8 @@ def quantize_for_attention(q, k, v):
         validation.tensor(name, t, 4, "[B, H, N, D]", INPUT_DTYPES)
     validation.same("device", q=q, k=k, v=v)
     _check_shapes(q, k, v, names=("q", "k", "v"))
-    (q8, q_scale), (k8, k_scale), (v8, v_scale) = (_quantize_heads(t) for t in (q, k, v))
+    (q8, q_scale), (k8, k_scale), (v8, v_scale) = (_quantize_heads(t, name)
+                                                   for name, t in (("q", q), ("k", k), ("v", v)))
     v8 = v8.transpose(-1, -2).contiguous().transpose(-1, -2)     # same values, N the fastest dimension
     return q8, k8, v8, q_scale, k_scale, v_scale
 
@@ -379,6 +380,7 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: floa
     where = q8.device
     q8, k8, v8, q_scale, k_scale, v_scale = to_kernel_device(q8, k8, v8, q_scale, k_scale, v_scale)
     emulate = triton_interprets()
+    q8, k8, v8 = (fp8_read(t) for t in (q8, k8, v8))          # NaN bytes on the interpreter (fp8_read)
     batch, heads, n_q, head_dim = q8.shape
     n_k = k8.shape[2]
     buffer_dtype = torch.float32 if out_dtype == torch.bfloat16 and bf16_computed_in_fp32(q8.device) else out_dtype

@@ -126,9 +126,19 @@ def _visible(rows, cols, n_q, n_k, left, right, BAND: tl.constexpr):
 
 @triton.jit
 def _tanh(x):
-    """tanh from one exponential (not every Triton backend has tanh; its interpreter has not)."""
-    e = tl.exp(-2.0 * tl.abs(x))
-    t = (1.0 - e) / (1.0 + e)
+    """tanh to fp32 rounding for every x (not every Triton backend has tanh; its interpreter has not).
+
+    |x| >= 1/4: (1 - e) / (1 + e) with e = exp(-2|x|), where 1 - e >= 0.39 cancels little. |x| < 1/4:
+    the odd Taylor series to x^11 (its first omitted term is below 3e-10 relative there), because 1 - e cancels
+    to nothing as |x| -> 0: with a large softcap, s / softcap is tiny and (1 - e) / (1 + e) is off by
+    about 6e-8 / |x| relative (docs/semantics.md)."""
+    a = tl.abs(x)
+    e = tl.exp(-2.0 * a)
+    big = (1.0 - e) / (1.0 + e)
+    x2 = a * a
+    poly = 62.0 / 2835.0 + x2 * (-1382.0 / 155925.0)
+    small = a * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * poly))))
+    t = tl.where(a < 0.25, small, big)
     return tl.where(x < 0, -t, t)
 
 

@@ -48,6 +48,7 @@ tensors on a machine with a GPU are computed on the GPU and copied back.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -62,6 +63,7 @@ from ..device import (
     to_kernel_device,
     triton_interprets,
 )
+from . import value_checks
 
 ensure_triton_backend()
 
@@ -70,7 +72,8 @@ import triton.language as tl  # noqa: E402
 
 from .flash import check_window  # noqa: E402
 from .flash_kernels import LN2, LOG2E  # noqa: E402
-from .paged_extend import FP8  # noqa: E402
+from .paged_extend import FP8, fp8_read  # noqa: E402
+from .value_checks import raise_pending_errors  # noqa: E402,F401  (re-exported: paged.raise_pending_errors)
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = validation.FLOAT_DTYPES
@@ -242,10 +245,10 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
     Shapes, dtypes and devices are always checked (on the host, no synchronisation). The contents of
     seq_lens and block_table, by ``check_values``:
     - "strict" (True): copied to the host and checked now (a synchronisation on a GPU);
-    - "device": checked on the device into a flag, without synchronising; the next
-      ``raise_pending_errors()`` (or the next strict check) reports a bad call. The kernel clamps lengths
-      and page ids, so a bad table gives a wrong answer that is reported, never a device fault.
-      Skipped while a CUDA graph is being captured (replays do not re-check);
+    - "device": checked on the device, without synchronising, under the contract of
+      ``attnkit.kernels.value_checks``: ``raise_pending_errors()`` reports the first bad call by its
+      index, and nothing else does. The kernel clamps lengths and page ids, so a bad table gives a
+      wrong answer that is reported, never a device fault. Skipped while a CUDA graph is being captured;
     - False: not checked.
     """
     validation.tensor("q", q, 3, "[B, Hq, D]", SUPPORTED_DTYPES)
@@ -286,7 +289,6 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
         return
     if not check_values:
         return
-    raise_pending_errors()
     max_pages = block_table.shape[1]
     lens = seq_lens.detach().to("cpu", torch.int64)
     table = block_table.detach().to("cpu", torch.int64)
@@ -320,48 +322,34 @@ def _check_scales(k_pages, k_scale, v_scale) -> None:
                 raise ValueError(f"{name}: expected {k_pages.shape[2]} scales (one per KV head), got {scale.shape[0]}")
 
 
-_PENDING: list = []      # device-side flags of calls checked with check_values="device", not yet read
-
-
 def _bad_values(block_table, seq_lens, num_pages: int, page_size: int, k_scale=None, v_scale=None):
-    """A one-element bool tensor on the tables' device: some length or used page id is out of range,
-    or a scale of an FP8 cache is not a positive number."""
+    """A 0-d int64 tensor on the tables' device: the ``value_checks.RULES`` bits the values break (0: none)."""
     capacity = block_table.shape[1] * page_size
     lens = seq_lens.to(torch.int64)
     used = torch.arange(block_table.shape[1], device=lens.device)[None, :] * page_size < lens[:, None]
     table = block_table.to(torch.int64)
-    bad = ((lens < 1) | (lens > capacity)).any() | (used & ((table < 0) | (table >= num_pages))).any()
+    rules = ((lens < 1) | (lens > capacity)).any().to(torch.int64)
+    rules = rules + 2 * (used & ((table < 0) | (table >= num_pages))).any().to(torch.int64)
     for scale in (k_scale, v_scale):
         if scale is not None:
-            bad = bad | ~(torch.isfinite(scale) & (scale > 0)).all()
-    return bad[None]
+            rules = rules | 4 * (~(torch.isfinite(scale) & (scale > 0)).all()).to(torch.int64)
+    return rules
 
 
 def _flag_bad_values(block_table, seq_lens, num_pages: int, page_size: int, k_scale=None, v_scale=None) -> None:
-    if block_table.is_cuda and torch.cuda.is_current_stream_capturing():
+    if value_checks.capturing(block_table):
         return
-    _PENDING.append(_bad_values(block_table, seq_lens, num_pages, page_size, k_scale, v_scale))
+    value_checks.flag("paged_decode", _bad_values(block_table, seq_lens, num_pages, page_size, k_scale, v_scale))
 
 
-def raise_pending_errors() -> None:
-    """Read the flags of the calls checked on the device since the last read (one synchronisation) and
-    raise ValueError if any had a length or page id out of range."""
-    if not _PENDING:
-        return
-    flags = torch.cat([f.to("cpu") for f in _PENDING])
-    _PENDING.clear()
-    if bool(flags.any()):
-        raise ValueError(f"seq_lens, block_table: {int(flags.sum())} of the last {len(flags)} paged_decode calls "
-                         f"checked on the device had a length outside 1 .. max_pages * page_size, a used "
-                         f"page id outside [0, num_pages) or a k_scale / v_scale <= 0; their outputs are "
-                         f"wrong. Call with check_values='strict' to find the argument.")
-
-
-def _check_splits(num_splits) -> None:
+def _check_splits(num_splits) -> int | None:
+    """``num_splits`` as a Python int (NumPy's integers accepted) in [1, MAX_SPLITS], or None."""
     if num_splits is None:
-        return
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
+        return None
+    if (isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral)
+            or not 1 <= num_splits <= MAX_SPLITS):
         raise ValueError(f"num_splits: expected None or an integer in [1, {MAX_SPLITS}], got {num_splits!r}")
+    return int(num_splits)
 
 
 def choose_num_splits(batch: int, n_kv: int, max_len: int, device) -> int:
@@ -394,6 +382,7 @@ def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_spl
     if q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device):   # interpreter, or below sm_80
         q = q.float()
         k_pages, v_pages = (t if t.dtype == FP8 else t.float() for t in (k_pages, v_pages))
+    k_pages, v_pages = fp8_read(k_pages), fp8_read(v_pages)           # NaN bytes on the interpreter
     if scaled:                                       # [Hkv], read as scale_ptr + kv: made contiguous
         k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
     else:
@@ -459,7 +448,7 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
                        v_scale=v_scale)
     sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
     window_left = check_window(window)[0]
-    _check_splits(num_splits)
+    num_splits = _check_splits(num_splits)
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
     if num_splits is None:

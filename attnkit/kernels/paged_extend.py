@@ -21,11 +21,20 @@ the online softmax of lesson 5 (exp2, scores pre-scaled by log2 e).
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 from .. import validation
-from ..device import bf16_computed_in_fp32, ensure_triton_backend, launch_options, to_kernel_device
+from ..device import (
+    bf16_computed_in_fp32,
+    ensure_triton_backend,
+    launch_options,
+    on_device,
+    to_kernel_device,
+    triton_interprets,
+)
+from . import value_checks
 
 ensure_triton_backend()
 
@@ -39,20 +48,13 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_scale_ptr, v_scale_ptr,
-                   sm_scale_log2,
-                   s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od,
-                   s_tb, s_tp, s_len, s_cu,
-                   GROUP: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCALED: tl.constexpr):
-    pid_m, seq, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    kv_head = head // GROUP
-    q_start = tl.load(cu_ptr + seq * s_cu)
-    q_len = tl.load(cu_ptr + (seq + 1) * s_cu) - q_start
-    if pid_m * BLOCK_M >= q_len:
-        return
-    ctx = tl.load(lens_ptr + seq * s_len)                     # cached tokens, the new ones included
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)            # new-token index within the chunk
+def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row0, kv_head, head, seq, num_pages,
+                 k_scale, v_scale, sm_scale_log2,
+                 s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od, s_tb, s_tp,
+                 PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """New tokens row0 .. row0 + BLOCK_M - 1 of one sequence's chunk, one query head."""
+    rows = row0 + tl.arange(0, BLOCK_M)                       # new-token index within the chunk
     row_ok = rows < q_len
     pos = ctx - q_len + rows                                  # each row's position: it sees keys <= pos
     d = tl.arange(0, BLOCK_D)
@@ -62,16 +64,12 @@ def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_sc
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    k_scale = 1.0
-    v_scale = 1.0
-    if SCALED:
-        k_scale = tl.load(k_scale_ptr + kv_head)
-        v_scale = tl.load(v_scale_ptr + kv_head)
-    last = tl.minimum(ctx - q_len + pid_m * BLOCK_M + BLOCK_M, ctx)   # keys this block of rows may see
+    last = tl.maximum(tl.minimum(ctx - q_len + row0 + BLOCK_M, ctx), 0)   # keys this block of rows may see
     for start in range(0, last, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
         key_ok = keys < last
         page = tl.load(table_ptr + seq * s_tb + (keys // PAGE) * s_tp, mask=key_ok, other=0)
+        page = tl.where((page >= 0) & (page < num_pages), page, 0).to(tl.int64)   # a bad id reads page 0
         slot = keys % PAGE
         kv_mask = key_ok[:, None] & d_ok[None, :]
         k = tl.load(k_ptr + page[:, None] * s_kp + slot[:, None] * s_ko + kv_head * s_kh + d[None, :] * s_kd,
@@ -93,12 +91,43 @@ def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_sc
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
+@triton.jit
+def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_scale_ptr, v_scale_ptr,
+                   sm_scale_log2, total_q, num_pages, capacity,
+                   s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od,
+                   s_tb, s_tp, s_len, s_cu,
+                   GROUP: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCALED: tl.constexpr):
+    """Program (pid_m, seq, head) computes row blocks pid_m, pid_m + grid_m, ... of sequence seq's chunk, so
+    every row is computed whatever the grid (max_q_len sizes the grid, not the result). What it reads is
+    clamped: offsets to [0, total_q], the context to [0, capacity], page ids to [0, num_pages) -- bad
+    values give a wrong answer (reported by the checks), never an access out of bounds."""
+    pid_m, seq, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    kv_head = head // GROUP
+    q_start = tl.minimum(tl.maximum(tl.load(cu_ptr + seq * s_cu), 0), total_q)
+    q_end = tl.minimum(tl.maximum(tl.load(cu_ptr + (seq + 1) * s_cu), q_start), total_q)
+    q_len = q_end - q_start
+    ctx = tl.minimum(tl.maximum(tl.load(lens_ptr + seq * s_len), 0), capacity)   # cached tokens, new ones too
+    k_scale = 1.0
+    v_scale = 1.0
+    if SCALED:
+        k_scale = tl.load(k_scale_ptr + kv_head)
+        v_scale = tl.load(v_scale_ptr + kv_head)
+    for block in range(pid_m, tl.cdiv(q_len, BLOCK_M), tl.num_programs(0)):
+        _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, block * BLOCK_M, kv_head, head, seq,
+                     num_pages, k_scale, v_scale, sm_scale_log2,
+                     s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od, s_tb, s_tp,
+                     PAGE, D, BLOCK_D, BLOCK_M, BLOCK_N)
+
+
 # ------------------------------------------------------------------------------------ input checks
 def check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale,
-                        check_values: bool = True) -> None:
-    """ValueError naming the argument and the rule. Shapes, dtypes and devices always; with
-    ``check_values`` also the contents of cu_seqlens_q, seq_lens, block_table and the scales (a copy to
-    the host: a synchronisation on a GPU)."""
+                        check_values="strict", max_q_len=None) -> None:
+    """ValueError naming the argument and the rule. Shapes, dtypes and devices always; the contents of
+    cu_seqlens_q, seq_lens, block_table, the scales and ``max_q_len`` (at least the longest chunk) by
+    ``check_values``, as ``paged.check_paged_inputs`` takes it: "strict" (True) copies them to the host
+    (a synchronisation on a GPU); "device" checks them on the device under the contract of
+    ``attnkit.kernels.value_checks`` (``raise_pending_errors()`` reports a bad call); False: not checked."""
     validation.tensor("q", q, 3, "[total_q, Hq, D]", validation.FLOAT_DTYPES)
     validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
     validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
@@ -121,6 +150,9 @@ def check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q
     if len(devices) > 1:
         raise ValueError(f"q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q: must be on one device, "
                          f"got {sorted(map(str, devices))}")
+    validation.kernel_device("q", q)
+    validation.grid_axis("block_table", "sequences B", batch)
+    validation.grid_axis("q", "heads Hq", hq)
     if (k_pages.dtype == FP8) != (k_scale is not None) or (k_scale is None) != (v_scale is None):
         raise ValueError("k_scale, v_scale: required (fp32 [Hkv]) exactly when the cache is float8_e4m3fn")
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
@@ -128,17 +160,33 @@ def check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q
             validation.tensor(name, scale, 1, "[Hkv]", (torch.float32,))
             if scale.shape[0] != hkv:
                 raise ValueError(f"{name}: expected {hkv} scales (one per KV head), got {scale.shape[0]}")
+            if scale.device != q.device:
+                raise ValueError(f"{name}: must be on q's device {q.device}, got {scale.device}")
+    max_q_len = check_max_q_len(max_q_len)
+    if check_values is True:
+        check_values = "strict"
+    if check_values not in ("strict", "device", False):
+        raise ValueError(f"check_values: expected 'strict', 'device', True or False, got {check_values!r}")
+    if check_values == "device":
+        if not value_checks.capturing(q):
+            value_checks.flag("paged_extend", _bad_values(q.shape[0], k_pages.shape[0], k_pages.shape[1],
+                                                          block_table, seq_lens, cu_seqlens_q, k_scale, v_scale,
+                                                          max_q_len))
+        return
     if not check_values:
         return
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if scale is not None and not bool(torch.all(scale > 0)):
-            raise ValueError(f"{name}: every scale must be positive")
-    cu = cu_seqlens_q.cpu()
-    lens = seq_lens.cpu()
+        if scale is not None and not bool(torch.all(torch.isfinite(scale) & (scale > 0))):
+            raise ValueError(f"{name}: every scale must be finite and > 0")
+    cu = cu_seqlens_q.cpu().long()
+    lens = seq_lens.cpu().long()
     q_lens = cu[1:] - cu[:-1]
     if int(cu[0]) != 0 or bool(torch.any(q_lens < 0)) or int(cu[-1]) != q.shape[0]:
         raise ValueError(f"cu_seqlens_q: must start at 0, never decrease and end at total_q={q.shape[0]}, "
                          f"got {cu.tolist()}")
+    longest = int(q_lens.max())
+    if max_q_len is not None and max_q_len < longest:
+        raise ValueError(f"max_q_len: must be at least the longest chunk of cu_seqlens_q ({longest}), got {max_q_len}")
     if bool(torch.any(lens < q_lens)):
         raise ValueError(f"seq_lens: each sequence must hold at least its new tokens (seq_lens >= q lengths), "
                          f"got {lens.tolist()} for {q_lens.tolist()} new tokens")
@@ -151,38 +199,83 @@ def check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q
         raise ValueError(f"block_table: the pages a sequence uses must be in [0, {k_pages.shape[0]})")
 
 
+def check_max_q_len(max_q_len) -> int | None:
+    """``max_q_len``: None or a positive integer (NumPy's too); checked against the chunks by the value checks."""
+    if max_q_len is None:
+        return None
+    return validation.positive_int("max_q_len", max_q_len)
+
+
+def check_blocks(block_m, block_n) -> tuple[int, int]:
+    """``block_m``, ``block_n``: powers of two >= 16 (tl.dot's smallest tile), at most 256."""
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if (isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 16 <= value <= 256
+                or value & (value - 1)):
+            raise ValueError(f"{name}: expected a power of two from 16 to 256 (tl.dot's tiles), got {value!r}")
+    return int(block_m), int(block_n)
+
+
+def _bad_values(total_q: int, num_pages: int, page_size: int, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale,
+                max_q_len):
+    """The ``value_checks.RULES`` bits that the contents break, a 0-d int64 tensor on their device."""
+    cu = cu_seqlens_q.to(torch.int64)
+    lens = seq_lens.to(torch.int64)
+    q_lens = cu[1:] - cu[:-1]
+    capacity = block_table.shape[1] * page_size
+    rules = 1 * ((lens < q_lens) | (lens > capacity)).any().to(torch.int64)
+    used = torch.arange(block_table.shape[1], device=lens.device)[None, :] * page_size < lens[:, None]
+    table = block_table.to(torch.int64)
+    rules = rules | 2 * (used & ((table < 0) | (table >= num_pages))).any().to(torch.int64)
+    for scale in (k_scale, v_scale):
+        if scale is not None:
+            rules = rules | 4 * (~(torch.isfinite(scale) & (scale > 0)).all()).to(torch.int64)
+    rules = rules | 8 * ((cu[0] != 0) | (q_lens < 0).any() | (cu[-1] != total_q)).to(torch.int64)
+    if max_q_len is not None:
+        rules = rules | 16 * (q_lens > max_q_len).any().to(torch.int64)
+    return rules
+
+
 # ------------------------------------------------------------------------------------ the kernel
 def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm_scale: float | None = None,
-                 k_scale=None, v_scale=None, max_q_len: int | None = None, check_values: bool | None = None,
+                 k_scale=None, v_scale=None, max_q_len: int | None = None, check_values=None,
                  block_m: int = 16, block_n: int = 32):
-    """See the module docstring. ``check_values``: check the contents of the index tensors (None: on CPU
-    tensors only, so that a call on the GPU makes no host synchronisation and can be captured in a CUDA
-    graph). ``max_q_len``: the longest chunk, if known (else read from cu_seqlens_q: a synchronisation)."""
+    """See the module docstring. ``check_values``: how the contents of the index tensors are checked
+    (``check_extend_inputs``); None: "strict" for CPU tensors, "device" for CUDA tensors (no host
+    synchronisation, so a call can be captured in a CUDA graph). ``max_q_len``: the longest chunk, if
+    known (else read from cu_seqlens_q: a synchronisation); it sizes the grid, and every row is computed
+    whatever it is, but one smaller than the longest chunk is refused ("strict") or flagged ("device").
+    ``block_m``, ``block_n``: the tile (powers of two from 16 to 256). The kernel clamps what it reads, so
+    bad index values never read or write out of bounds (``attnkit.kernels.value_checks``)."""
     if check_values is None:
-        check_values = getattr(q, "device", torch.device("cpu")).type == "cpu"
-    check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale, check_values)
+        check_values = "device" if getattr(q, "is_cuda", False) else "strict"
+    check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale, check_values,
+                        max_q_len)
     sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
+    block_m, block_n = check_blocks(block_m, block_n)
     dtype, device = q.dtype, q.device
     q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale = to_kernel_device(
         q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale)
     if dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device):
         q = q.float()
         k_pages, v_pages = (t if t.dtype == FP8 else t.float() for t in (k_pages, v_pages))
+    k_pages, v_pages = (fp8_read(t) for t in (k_pages, v_pages))
     total_q, hq, d = q.shape
     batch, hkv, page = block_table.shape[0], k_pages.shape[2], k_pages.shape[1]
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    max_q = max_q_len if max_q_len is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+    max_q = int(max_q_len) if max_q_len is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     scaled = k_scale is not None
     if scaled:                                       # [Hkv], read as scale_ptr + kv_head: made contiguous
         k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
     dummy = torch.ones(1, dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(max(max_q, 1), block_m), batch, hq)
-    _extend_kernel[grid](q, k_pages, v_pages, o, block_table, seq_lens, cu_seqlens_q,
-                         k_scale if scaled else dummy, v_scale if scaled else dummy, sm_scale * LOG2E,
-                         *q.stride(), *k_pages.stride(), *v_pages.stride(), *o.stride(),
-                         *block_table.stride(), seq_lens.stride(0), cu_seqlens_q.stride(0),
-                         GROUP=hq // hkv, PAGE=page, D=d, BLOCK_D=triton.next_power_of_2(d),
-                         BLOCK_M=block_m, BLOCK_N=block_n, SCALED=scaled, **launch_options(num_warps=4))
+    with on_device(q.device):
+        _extend_kernel[grid](q, k_pages, v_pages, o, block_table, seq_lens, cu_seqlens_q,
+                             k_scale if scaled else dummy, v_scale if scaled else dummy, sm_scale * LOG2E,
+                             total_q, k_pages.shape[0], block_table.shape[1] * page,
+                             *q.stride(), *k_pages.stride(), *v_pages.stride(), *o.stride(),
+                             *block_table.stride(), seq_lens.stride(0), cu_seqlens_q.stride(0),
+                             GROUP=hq // hkv, PAGE=page, D=d, BLOCK_D=triton.next_power_of_2(d),
+                             BLOCK_M=block_m, BLOCK_N=block_n, SCALED=scaled, **launch_options(num_warps=4))
     return o.to(dtype).to(device)
 
 
@@ -215,9 +308,26 @@ def paged_extend_ref(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *
 
 
 # ------------------------------------------------------------------------------------ an FP8 cache
-def fp8_scales(x: torch.Tensor) -> torch.Tensor:
-    """One fp32 scale per KV head (dim −2 of x [..., Hkv, D]): amax / 448, so K / scale fits e4m3."""
+def fp8_read(t):
+    """``t`` as a kernel should read it. On Triton's interpreter an e4m3 NaN byte (0x7F / 0xFF) is read as
+    ±480 (the interpreter's conversion has no NaN), so there an fp8 tensor holding a NaN byte is passed as
+    its exact fp16 copy instead (every e4m3 value, NaN included, is exact in fp16): the output is NaN where
+    it reads one, as on a GPU. Other tensors, and every tensor of a compiled kernel, pass unchanged."""
+    if t is None or t.dtype != FP8 or t.device.type != "cpu" or not triton_interprets():
+        return t
+    if bool(((t.view(torch.uint8) & 0x7F) == 0x7F).any()):
+        return t.to(torch.float16)
+    return t
+
+
+def fp8_scales(x: torch.Tensor, name: str = "x") -> torch.Tensor:
+    """One fp32 scale per KV head (dim −2 of x [..., Hkv, D]): amax / 448, so K / scale fits e4m3.
+    ValueError (naming ``name``) if x holds a NaN or an infinity: its scale would be NaN or infinite and
+    every value of its head would be lost (a synchronisation on a GPU)."""
     amax = x.detach().abs().float().reshape(-1, x.shape[-2], x.shape[-1]).amax(dim=(0, 2))
+    if not bool(torch.isfinite(amax).all()):
+        raise ValueError(f"{name}: holds a NaN or an infinity, so it has no finite fp8 scale (amax / 448); "
+                         "quantize finite values only")
     return (amax / FP8_MAX).clamp_min(torch.finfo(torch.float32).tiny)
 
 

@@ -39,6 +39,7 @@ interpreter's bf16 arithmetic is not faithful, so there bf16 is computed in fp32
 """
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass, field
 
@@ -158,9 +159,11 @@ def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, tota
             raise ValueError(f"k_cache: sequence {b} has past_len {int(past_len[b])} but the past buffer "
                              f"holds only {cache_len} rows")
         present_len = cache_len + new_len if total_sequence_length is None else total_sequence_length
-        if isinstance(present_len, bool) or not isinstance(present_len, int) or present_len < int(total.max()):
+        if (isinstance(present_len, bool) or not isinstance(present_len, numbers.Integral)
+                or present_len < int(total.max())):
             raise ValueError(f"total_sequence_length: expected an integer >= the longest sequence "
                              f"({int(total.max())}), got {total_sequence_length!r}")
+        present_len = int(present_len)
 
     if position_ids is None:
         positions = past_len[:, None] + torch.arange(new_len)[None, :]

@@ -13,13 +13,15 @@ import numpy as np
 
 # ----------------------------------------------------------------------------------------- NumPy
 def softmax_np(scores: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Safe softmax: subtract the row maximum before exponentiating. Rows of only -inf give 0."""
+    """Safe softmax: subtract the row maximum before exponentiating. Rows of only -inf give 0; a row
+    holding a NaN gives NaN (as NumPy's and PyTorch's own arithmetic would)."""
     scores = np.asarray(scores, dtype=np.float64)
-    row_max = np.max(scores, axis=axis, keepdims=True)
-    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
-    weights = np.exp(scores - row_max)
+    row_max = np.max(scores, axis=axis, keepdims=True)                 # NaN if the row holds one
+    row_max = np.where(row_max == -np.inf, 0.0, row_max)               # a row that sees nothing
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(scores - row_max)
     total = np.sum(weights, axis=axis, keepdims=True)
-    return np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+    return np.divide(weights, total, out=np.zeros_like(weights), where=total != 0)
 
 
 def causal_mask_np(n_q: int, n_k: int) -> np.ndarray:
@@ -43,7 +45,8 @@ def attention_ref(q, k, v, *, causal: bool = False, sm_scale: float | None = Non
 
     q: [B, Hq, Nq, D]; k, v: [B, Hkv, Nk, D] with Hq % Hkv == 0. Query head h reads KV head
     h // (Hq // Hkv). With ``causal``, query i sees keys j ≤ i + Nk − Nq; a row that sees no key gives 0.
-    Returns float64 [B, Hq, Nq, D] on the CPU.
+    NaN propagates as in PyTorch's SDPA: a NaN in a row's query or in a key it sees makes the row NaN,
+    a NaN in a value it sees too. Returns float64 [B, Hq, Nq, D] on the CPU.
     """
     import torch
 
@@ -75,11 +78,13 @@ def _attention64(q64, k64, v64, causal: bool, sm_scale: float | None):
         n_q, n_k = scores.shape[-2:]
         visible = torch.from_numpy(causal_mask_np(n_q, n_k))
         scores = scores.masked_fill(~visible, -math.inf)
+    # A row that sees no key (all -inf) gives 0; a NaN anywhere in a row's scores gives a NaN row, as
+    # PyTorch's SDPA and every kernel do (amax and the sum propagate it; only total == 0 is replaced).
     row_max = scores.amax(dim=-1, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    row_max = torch.where(row_max == -math.inf, torch.zeros_like(row_max), row_max)
     weights = torch.exp(scores - row_max)
     total = weights.sum(dim=-1, keepdim=True)
-    probs = torch.where(total > 0, weights / total.clamp_min(1e-300), torch.zeros_like(weights))
+    probs = torch.where(total == 0, torch.zeros_like(weights), weights / total.clamp_min(1e-300))
     return probs @ v64
 
 

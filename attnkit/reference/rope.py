@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import torch
 
@@ -40,14 +41,16 @@ def check_mode(mode) -> str:
 
 
 def check_head_dim(head_dim, name: str = "head_dim") -> int:
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+    """``head_dim`` as a Python int: an even integer >= 2 (Python's or NumPy's)."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral) or head_dim < 2 or head_dim % 2:
         raise ValueError(f"{name}: RoPE rotates pairs, so the head dim must be an even integer >= 2, "
                          f"got {head_dim!r}")
-    return head_dim
+    return int(head_dim)
 
 
 def check_base(base) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
+    """``base`` as a Python float: a finite real number > 1 (Python's or NumPy's)."""
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not math.isfinite(base) or base <= 1:
         raise ValueError(f"base: expected a finite number > 1, got {base!r}")
     return float(base)
 
@@ -89,9 +92,10 @@ def rope_cache(max_positions: int, head_dim: int, *, base: float = 10000.0, dtyp
 
     The tables are cached; treat them as read-only.
     """
-    if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
+    if isinstance(max_positions, bool) or not isinstance(max_positions, numbers.Integral) or max_positions < 1:
         raise ValueError(f"max_positions: expected an integer >= 1, got {max_positions!r}")
-    return _cached_tables(max_positions, check_head_dim(head_dim), check_base(base), dtype, str(torch.device(device)))
+    return _cached_tables(int(max_positions), check_head_dim(head_dim), check_base(base), dtype,
+                          str(torch.device(device)))
 
 
 def pair_layout(head_dim: int, mode: str = "half") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

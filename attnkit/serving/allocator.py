@@ -50,6 +50,8 @@ sequence and try again.
 from __future__ import annotations
 
 import hashlib
+import numbers
+import operator
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -60,13 +62,20 @@ class OutOfPagesError(RuntimeError):
     """Raised when a request needs more free pages than the allocator has; nothing was changed."""
 
 
+def _integer(name: str, value, low: int = 0) -> int:
+    """``value`` as a Python int: an integer (Python's or NumPy's; bool refused) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        kind = {0: "a non-negative integer", 1: "a positive integer"}.get(low, f"an integer >= {low}")
+        raise ValueError(f"{name}: expected {kind}, got {value!r}")
+    return int(value)
+
+
 # -------------------------------------------------------------------------------------- allocator
 class BlockAllocator:
     """A free list of page ids 0..num_pages-1 and a reference count per page."""
 
     def __init__(self, num_pages: int):
-        if isinstance(num_pages, bool) or not isinstance(num_pages, int) or num_pages < 1:
-            raise ValueError(f"num_pages: expected a positive integer, got {num_pages!r}")
+        num_pages = _integer("num_pages", num_pages, 1)
         self.num_pages = num_pages
         self._free = list(range(num_pages - 1, -1, -1))     # pop() hands out the lowest id first
         self._refs = [0] * num_pages
@@ -80,13 +89,11 @@ class BlockAllocator:
         return self.num_pages - len(self._free)
 
     def refcount(self, page: int) -> int:
-        self._check_page(page)
-        return self._refs[page]
+        return self._refs[self._check_page(page)]
 
     def allocate(self, n: int) -> list[int]:
         """n fresh pages (reference count 1 each), or OutOfPagesError and no change."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"n: expected a non-negative integer, got {n!r}")
+        n = _integer("n", n)
         if n > len(self._free):
             raise OutOfPagesError(f"out of pages: {n} needed, {len(self._free)} free of {self.num_pages}")
         pages = [self._free.pop() for _ in range(n)]
@@ -116,17 +123,17 @@ class BlockAllocator:
                 self._free.append(p)
 
     def _check_pages(self, pages) -> list[int]:
-        pages = list(pages)
-        for p in pages:
-            self._check_page(p)
+        pages = [self._check_page(p) for p in pages]
         if len(set(pages)) != len(pages):
             dup = next(p for p in pages if pages.count(p) > 1)
             raise ValueError(f"pages: page {dup} is listed more than once; each page may appear once")
         return pages
 
-    def _check_page(self, page) -> None:
-        if isinstance(page, bool) or not isinstance(page, int) or not 0 <= page < self.num_pages:
+    def _check_page(self, page) -> int:
+        """``page`` as a Python int (NumPy's integers accepted), or ValueError unless in [0, num_pages)."""
+        if isinstance(page, bool) or not isinstance(page, numbers.Integral) or not 0 <= page < self.num_pages:
             raise ValueError(f"page: expected an integer in [0, num_pages) = [0, {self.num_pages}), got {page!r}")
+        return int(page)
 
 
 # ------------------------------------------------------------------------------------ page tables
@@ -145,8 +152,7 @@ class PageTables:
     """Per-sequence page tables over a BlockAllocator, with fork (shared pages) and copy-on-write."""
 
     def __init__(self, num_pages: int, page_size: int):
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size: expected a positive integer, got {page_size!r}")
+        page_size = _integer("page_size", page_size, 1)
         self.allocator = BlockAllocator(num_pages)
         self.page_size = page_size
         self.tables: dict = {}           # seq id -> list of page ids
@@ -227,9 +233,10 @@ class PageTables:
         private copy first (copy-on-write). All or nothing: OutOfPagesError leaves everything unchanged.
         """
         self._check_seq(seq_id)
+        n_tokens = _integer("n_tokens", n_tokens)
         needed, cow = self._plan(seq_id, n_tokens)
-        self._make_room(needed)
-        fresh = self.allocator.allocate(needed)            # raises before any change
+        self._make_room(needed)                            # raises before evicting anything
+        fresh = self.allocator.allocate(needed)
         table = self.tables[seq_id]
         if cow:
             new_page = fresh.pop(0)
@@ -252,11 +259,9 @@ class PageTables:
         if len(set(ids)) != len(ids):
             dup = next(s for s in ids if ids.count(s) > 1)
             raise ValueError(f"seq_ids: sequence {dup!r} is listed more than once; each id may appear once")
+        n_tokens = _integer("n_tokens", n_tokens)
         total = sum(self._plan(s, n_tokens)[0] for s in ids)
-        self._make_room(total)
-        if total > self.allocator.num_free:
-            raise OutOfPagesError(f"out of pages: {total} needed for {len(ids)} sequences, "
-                                  f"{self.allocator.num_free} free of {self.num_pages}")
+        self._make_room(total, f" for {len(ids)} sequences")          # raises before evicting anything
         parts = [self.reserve(s, n_tokens) for s in ids]
         return Slots(torch.cat([p.pages for p in parts]), torch.cat([p.offsets for p in parts]))
 
@@ -278,8 +283,7 @@ class PageTables:
     # ---- internals
     def _plan(self, seq_id, n_tokens: int) -> tuple[int, bool]:
         """(fresh pages needed, whether the last page must be copied first) for appending n_tokens."""
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
-            raise ValueError(f"n_tokens: expected a non-negative integer, got {n_tokens!r}")
+        n_tokens = _integer("n_tokens", n_tokens)
         table, length = self.tables[seq_id], self.lengths[seq_id]
         pages_after = -(-(length + n_tokens) // self.page_size)
         needed = pages_after - len(table)
@@ -287,8 +291,14 @@ class PageTables:
         cow = (n_tokens > 0 and partly_filled and self.allocator.refcount(table[-1]) > 1)
         return needed + int(cow), cow
 
-    def _make_room(self, pages: int) -> None:
-        """Evict cached pages no sequence holds until ``pages`` are free (or none is left to evict)."""
+    def _make_room(self, pages: int, what: str = "") -> None:
+        """Evict cached pages no sequence holds until ``pages`` are free; OutOfPagesError first, evicting
+        nothing, when free and evictable pages together are fewer (an operation that raises changes nothing)."""
+        if pages > self.num_available_pages:
+            cached = self.num_available_pages - self.allocator.num_free
+            raise OutOfPagesError(f"out of pages: {pages} needed{what}, {self.allocator.num_free} free"
+                                  + (f" and {cached} evictable" if self.prefix_cache else "")
+                                  + f" of {self.num_pages}")
         if self.prefix_cache and pages > self.allocator.num_free:
             self.prefix_cache.evict(pages - self.allocator.num_free)
 
@@ -315,9 +325,8 @@ class PagedKVCache(PageTables):
     def __init__(self, num_pages: int, page_size: int, num_layers: int, num_kv_heads: int, head_dim: int,
                  dtype=torch.float16, device=None):
         super().__init__(num_pages, page_size)
-        for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        num_layers, num_kv_heads, head_dim = (_integer(name, value, 1) for name, value in (
+            ("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)))
         shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -330,8 +339,9 @@ class PagedKVCache(PageTables):
 
     def write(self, layer: int, slots: Slots, k, v) -> None:
         """Store k, v [n, Hkv, D] (one row per slot) into ``layer`` at ``slots`` (from reserve)."""
-        if not (isinstance(layer, int) and 0 <= layer < self.num_layers):
+        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 0 <= layer < self.num_layers:
             raise ValueError(f"layer: expected an integer in [0, {self.num_layers}), got {layer!r}")
+        layer = int(layer)
         expected = (len(slots), self.num_kv_heads, self.head_dim)
         for name, t in (("k", k), ("v", v)):
             if not isinstance(t, torch.Tensor) or tuple(t.shape) != expected:
@@ -371,6 +381,28 @@ class PagedKVCache(PageTables):
 
 
 # --------------------------------------------------------------------------------- prefix caching
+MAX_TOKEN_ID = 2 ** 31 - 1          # a token id is hashed as 4 bytes
+
+
+def _token_ids(token_ids) -> list[int]:
+    """``token_ids`` as Python ints: each an integer (Python's, NumPy's or a 0-d integer tensor; no float,
+    which would be truncated into a collision, no bool) in [0, 2**31)."""
+    try:
+        items = list(token_ids)
+    except TypeError:
+        raise ValueError(f"token_ids: expected a sequence of integers, got {type(token_ids).__name__}") from None
+    ids = []
+    for i, t in enumerate(items):
+        try:
+            value = None if isinstance(t, bool) else operator.index(t)
+        except TypeError:
+            value = None
+        if value is None or not 0 <= value <= MAX_TOKEN_ID:
+            raise ValueError(f"token_ids: token_ids[{i}] = {t!r}; each token id must be an integer in "
+                             f"[0, 2**31)")
+        ids.append(value)
+    return ids
+
 class PrefixCache:
     """Full pages kept for reuse, keyed by their tokens and the tokens before them (see module doc).
 
@@ -381,6 +413,12 @@ class PrefixCache:
     """
 
     def __init__(self, tables: PageTables):
+        if not isinstance(tables, PageTables):
+            raise ValueError(f"tables: expected PageTables (or a PagedKVCache), got {type(tables).__name__}")
+        if tables.prefix_cache is not None:
+            # a second cache would take over eviction, and the first one's pages would never be released
+            raise ValueError("tables: already have a PrefixCache (one per set of page tables: its pages are "
+                             "released only by its own evictions); use tables.prefix_cache")
         self.tables = tables
         self.allocator = tables.allocator
         self.page_of: OrderedDict[bytes, int] = OrderedDict()     # key -> page, least recently used first
@@ -391,9 +429,10 @@ class PrefixCache:
 
     def page_keys(self, token_ids) -> list[bytes]:
         """One key per full page of ``token_ids``: a hash of the page's tokens chained to the previous key."""
+        ids = _token_ids(token_ids)
         keys, parent, size = [], b"", self.tables.page_size
-        for start in range(0, len(token_ids) - size + 1, size):
-            page = b"".join(int(t).to_bytes(4, "little", signed=True) for t in token_ids[start:start + size])
+        for start in range(0, len(ids) - size + 1, size):
+            page = b"".join(t.to_bytes(4, "little") for t in ids[start:start + size])
             parent = hashlib.sha256(parent + page).digest()
             keys.append(parent)
         return keys

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -168,9 +169,104 @@ class Completion:
         return self.prompt_ids + self.tokens
 
 
+class WaitingQueue:
+    """The scheduler's queue of requests that arrived and do not run, with its history kept in bounded memory.
+
+    A request enters at the back (arrival) or the front (preempted, or not admitted after all) and leaves
+    when admitted. Every entry is recorded once -- its place key (back: increasing, front: decreasing, so
+    sorting by key gives the queue's order), its request id, and the events at which it entered and left
+    -- so ``snapshot()`` costs O(1) memory however long the queue is; a step record holds a snapshot,
+    not a copy of the queue (3,000 waiting requests would otherwise be copied into every step's record).
+    """
+
+    def __init__(self):
+        self.items: list = []                 # the completions waiting now, in order
+        self._log: list = []                  # [place key, rid, entered at event, left at event or None]
+        self._entry: dict = {}                # id(completion) -> its open log entry
+        self._event = 0
+        self._back = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __contains__(self, c) -> bool:
+        return c in self.items
+
+    def _enter(self, c, key: int) -> None:
+        entry = [key, c.request.rid, self._event, None]
+        self._event += 1
+        self._log.append(entry)
+        self._entry[id(c)] = entry
+
+    def append(self, c) -> None:
+        self._back += 1
+        self.items.append(c)
+        self._enter(c, self._back)
+
+    def insert_front(self, c) -> None:
+        self._back += 1
+        self.items.insert(0, c)
+        self._enter(c, -self._back)
+
+    def remove(self, c) -> None:
+        self.items.remove(c)
+        self._entry.pop(id(c))[3] = self._event
+        self._event += 1
+
+    def snapshot(self) -> "WaitingSnapshot":
+        return WaitingSnapshot(self._log, self._event, len(self.items))
+
+
+class WaitingSnapshot:
+    """The request ids that waited at one moment, read back from a ``WaitingQueue``'s log on demand:
+    iterates, indexes, compares and prints as the tuple of those ids (queue order); ``len`` is kept."""
+
+    __slots__ = ("_log", "_event", "_count")
+
+    def __init__(self, log: list, event: int, count: int):
+        self._log, self._event, self._count = log, event, count
+
+    def ids(self) -> tuple[int, ...]:
+        inside = [(key, rid) for key, rid, entered, left in self._log
+                  if entered < self._event and (left is None or left >= self._event)]
+        return tuple(rid for _, rid in sorted(inside))
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self):
+        return iter(self.ids())
+
+    def __getitem__(self, i):
+        return self.ids()[i]
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, WaitingSnapshot)) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.ids())
+
+    def __repr__(self) -> str:
+        return repr(self.ids())
+
+
 @dataclass(frozen=True)
 class StepRecord:
-    """What one scheduler step did (request ids), and the cache after it."""
+    """What one scheduler step did (request ids), and the cache after it. Its size is bounded by
+    ``max_batch``: ``waiting`` is a ``WaitingSnapshot`` (the waiting ids, read on demand from the queue's
+    log), never a copy of the queue."""
 
     step: int
     waiting: tuple[int, ...]        # arrived, not admitted (no batch slot or not enough free pages)
@@ -192,6 +288,19 @@ class ServeResult:
 
 
 # -------------------------------------------------------------------------------------------- engine
+def stop_token(model: TinyModel, stop) -> int | None:
+    """The token id of ``stop``: None (no stop token) or one character of the model's vocabulary (the
+    model's tokens are characters, so a longer string could not be matched by one token)."""
+    if stop is None:
+        return None
+    if not isinstance(stop, str) or len(stop) != 1:
+        raise ValueError(f"stop: expected None or one character (one token of the model), got {stop!r}")
+    try:
+        return model.encode(stop)[0]
+    except ValueError as exc:
+        raise ValueError(f"stop: {exc}") from None
+
+
 def _moved(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``t`` on ``device``; from the host to a GPU through pinned memory, without waiting for the copy."""
     if t.device == device:
@@ -220,14 +329,15 @@ class Engine:
                  backend: Backend | None = None, stop: str | None = "\n", prefix_caching: bool = False,
                  kv_dtype: str = "model", cuda_graphs: bool | None = None):
         for name, value in (("num_pages", num_pages), ("page_size", page_size), ("max_batch", max_batch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+        num_pages, page_size, max_batch = int(num_pages), int(page_size), int(max_batch)
         if cuda_graphs is not None and not isinstance(cuda_graphs, bool):
             raise ValueError(f"cuda_graphs: expected None (on with CUDA), True or False, got {cuda_graphs!r}")
         self.model, self.cfg = model, model.cfg
         self.page_size, self.max_batch = page_size, max_batch
         self.backend = backend or kernel_backend()
-        self.stop_token = model.encode(stop)[0] if stop else None
+        self.stop_token = stop_token(model, stop)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         # The course's paged cache: K and V [layers, num_pages, page_size, Hkv, D], a free list and
@@ -558,14 +668,14 @@ class Engine:
             return "stop"
         return "length" if len(c.tokens) == c.request.max_new_tokens else ""
 
-    def _preempt(self, c: Completion, running: list, queue: list) -> None:
+    def _preempt(self, c: Completion, running: list, queue: WaitingQueue) -> None:
         """Take ``c``'s pages back; it waits at the front of the queue and recomputes its context later."""
         running.remove(c)
         self.cache.free(c.request.rid)
         c.cached, c.preemptions = 0, c.preemptions + 1
-        queue.insert(0, c)
+        queue.insert_front(c)
 
-    def _grow(self, decoding: list, running: list, queue: list) -> list:
+    def _grow(self, decoding: list, running: list, queue: WaitingQueue) -> list:
         """A slot for each decoding request's next token; preempts the latest admitted while pages lack.
         Returns the requests preempted."""
         preempted = []
@@ -602,16 +712,16 @@ class Engine:
         if len({r.rid for r in requests}) != len(requests):
             raise ValueError("requests: request ids (rid) must be distinct")
         if max_tokens_per_step is not None and (isinstance(max_tokens_per_step, bool)
-                                                or not isinstance(max_tokens_per_step, int)
+                                                or not isinstance(max_tokens_per_step, numbers.Integral)
                                                 or max_tokens_per_step < self.max_batch):
             raise ValueError(f"max_tokens_per_step: expected None or an integer >= max_batch={self.max_batch} "
                              f"(room for every decode), got {max_tokens_per_step!r}")
         if self.cache.sequences:
             raise ValueError("run: the engine's cache is in use; make a new Engine")
-        budget_per_step = max_tokens_per_step or math.inf
+        budget_per_step = int(max_tokens_per_step) if max_tokens_per_step else math.inf
         future = [Completion(r, self.model.encode(r.prompt))
                   for r in sorted(requests, key=lambda r: (r.arrival, r.rid))]
-        queue: list[Completion] = []                          # arrived, not running
+        queue = WaitingQueue()                                # arrived, not running
         running: list[Completion] = []                        # admission order
         done: dict[int, Completion] = {}
         steps: list[StepRecord] = []
@@ -660,7 +770,7 @@ class Engine:
                             self.cache.free(c.request.rid)    # the matched pages stay in the prefix cache
                             self.prefix.uncount(len(c.context) - 1, c.cached)
                             c.cached = 0
-                            queue.insert(0, c)
+                            queue.insert_front(c)
                             break
                         c.reused += c.cached
                     c.admitted = step if c.admitted < 0 else c.admitted
@@ -684,7 +794,7 @@ class Engine:
                 c.finished, c.text, c.finish_reason = step, self.model.decode(c.tokens), self._done(c)
                 done[c.request.rid] = c
             steps.append(StepRecord(
-                step, tuple(c.request.rid for c in queue),
+                step, queue.snapshot(),
                 tuple(c.request.rid for c in prefilled), tuple(c.request.rid for c in decoding),
                 tuple(c.request.rid for c in finished), self.cache.pages_in_use,
                 sum(self.cache.lengths.values()), tuple(c.request.rid for c in preempted), chunk_tokens,
@@ -724,10 +834,10 @@ def compare_with_no_cache(model: TinyModel, result: ServeResult, stop: str | Non
 
     Logits are compared over the positions both produced (all of them when the tokens are equal).
     """
-    stop_token = model.encode(stop)[0] if stop else None
+    stop_id = stop_token(model, stop)
     equal, served, reference = {}, [], []
     for rid, c in result.completions.items():
-        ref_tokens, ref_logits = greedy_no_cache(model, c.prompt_ids, c.request.max_new_tokens, stop_token)
+        ref_tokens, ref_logits = greedy_no_cache(model, c.prompt_ids, c.request.max_new_tokens, stop_id)
         equal[rid] = ref_tokens == c.tokens
         n = min(len(ref_tokens), len(c.tokens))
         served.append(torch.stack(c.logits[:n]).to(ref_logits))
@@ -808,6 +918,7 @@ def plot_pages(engine: Engine, result: ServeResult, ax=None):
 
 
 __all__ = ["plot_timeline", "plot_pages", "Engine", "graph_batch_sizes", "rotate_half",
-           "Request", "Completion", "StepRecord", "ServeResult", "Backend",
+           "Request", "Completion", "StepRecord", "WaitingQueue", "WaitingSnapshot", "stop_token",
+           "ServeResult", "Backend",
            "kernel_backend", "torch_backend", "paged_decode_torch", "compare_with_no_cache",
            "Comparison", "kv_memory"]

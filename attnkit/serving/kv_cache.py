@@ -20,13 +20,15 @@ GIB = 2 ** 30
 def kv_cache_bytes(*, num_layers, num_kv_heads, head_dim, tokens, dtype_bytes=2, batch=1) -> int:
     """Bytes of the K and V caches together: 2 · num_layers · num_kv_heads · head_dim · tokens · batch · dtype_bytes.
 
-    Every argument must be a positive integer (ValueError naming it otherwise).
+    Every argument must be a positive integer, Python's or NumPy's (ValueError naming it otherwise). The
+    product is taken in Python integers, which do not wrap (NumPy's int64 would past 2**63).
     """
     args = dict(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, tokens=tokens,
                 dtype_bytes=dtype_bytes, batch=batch)
+    total = 2
     for name, value in args.items():
-        positive_int(name, value)
-    return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * dtype_bytes
+        total *= positive_int(name, value)          # a Python int
+    return total
 
 
 def model_cache_bytes(config, *, tokens: int, batch: int = 1, dtype_bytes: int = 2) -> int:
@@ -37,7 +39,7 @@ def model_cache_bytes(config, *, tokens: int, batch: int = 1, dtype_bytes: int =
 
 def max_batch_size(config, *, context: int, memory_bytes: int, dtype_bytes: int = 2) -> int:
     """The most sequences of ``context`` tokens whose cache fits in ``memory_bytes`` (0 if not even one)."""
-    positive_int("memory_bytes", memory_bytes)
+    memory_bytes = positive_int("memory_bytes", memory_bytes)
     return memory_bytes // model_cache_bytes(config, tokens=context, dtype_bytes=dtype_bytes)
 
 
@@ -109,7 +111,7 @@ def pool_kv_heads(x: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
     """[B, H, N, D] -> [B, Hkv, N, D]: KV head r is the mean of heads r·g .. r·g + g − 1 (g = H / Hkv)."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x: expected a tensor [B, H, N, D], got {getattr(x, 'shape', type(x).__name__)}")
-    positive_int("num_kv_heads", num_kv_heads)
+    num_kv_heads = positive_int("num_kv_heads", num_kv_heads)
     heads = x.shape[1]
     if heads % num_kv_heads:
         raise ValueError(f"num_kv_heads: must divide the {heads} heads of x (H % Hkv == 0), got {num_kv_heads}")
