@@ -581,7 +581,7 @@ def main(argv=None) -> int:
     ex.add_argument("paths", nargs="+")
     ex.add_argument("--timeout", type=int, default=1800)
     hd = sub.add_parser("headers", help="rewrite Colab badges, setup cells and the README's contents "
-                                        "from attnkit/course.py")
+                                        "from attnkit/classroom/course.py")
     hd.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "execute":

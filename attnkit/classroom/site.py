@@ -103,7 +103,7 @@ def stage(src: Path, *, root: Path = ROOT, solutions: bool = True) -> list[str]:
     src.mkdir(parents=True)
     pages = lesson_pages(root, solutions=solutions)
     if not pages:
-        raise ValueError(f"root: no course notebook found under {root} (see attnkit/course.py)")
+        raise ValueError(f"root: no course notebook found under {root} (see attnkit/classroom/course.py)")
     for rel in pages:
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text(offline_notebook((root / rel).read_text(encoding="utf-8"), rel), encoding="utf-8")
