@@ -5,6 +5,7 @@ from mutants.lab01 import (
     RIGHT,
     WRONG,
     attention_loops,
+    hand_rounded,
     positions_float32,
     positions_loops,
     scores_einsum,
@@ -83,16 +84,58 @@ def test_attention_names_the_earlier_exercise_that_fails():
          "    return e / e.sum(axis=1, keepdims=True)\n"
          "def attention(Q, K, V, causal=False):\n    return softmax_rows(scores(Q, K)) @ V\n", namespace)
     report = lab01.check_attention(namespace["attention"], seed=0).report
-    assert report.splitlines()[1] == ("   note: this uses your exercise 1 (scores), which does not pass yet: "
+    assert report.splitlines()[1] == ("   note: this uses your exercise 2 (scores), which does not pass yet: "
                                       "fix that first.")
-    summary = lab01.check_lab(seed=0, scores=namespace["scores"], softmax_rows=namespace["softmax_rows"],
-                              attention=namespace["attention"], sinusoidal_positions=blank)
-    assert "this uses your exercise 1 (scores)" in repr(summary) and "1 of 4 exercises pass." in repr(summary)
-    right = lab01.check_lab(seed=0, scores=scores_einsum, softmax_rows=softmax_loops, attention=attention_loops,
-                            sinusoidal_positions=positions_float32)
+    summary = lab01.check_lab(seed=0, by_hand=blank, scores=namespace["scores"],
+                              softmax_rows=namespace["softmax_rows"], attention=namespace["attention"],
+                              sinusoidal_positions=blank)
+    assert "this uses your exercise 2 (scores)" in repr(summary) and "1 of 5 exercises pass." in repr(summary)
+    right = lab01.check_lab(seed=0, by_hand=hand_rounded, scores=scores_einsum, softmax_rows=softmax_loops,
+                            attention=attention_loops, sinusoidal_positions=positions_float32)
     assert right.passed and "note:" not in repr(right)
 
 
 def test_check_lab_names_a_missing_function():
     with pytest.raises(ValueError, match="functions: no function named sinusoidal_positions"):
-        lab01.check_lab(scores=blank, softmax_rows=blank, attention=blank)
+        lab01.check_lab(by_hand=blank, scores=blank, softmax_rows=blank, attention=blank)
+
+
+def test_numpy_only_is_enforced_and_says_why():
+    for name, label in (("softmax_rows", "torch.softmax, back to NumPy"),
+                        ("softmax_rows", "F.softmax imported inside the function"),
+                        ("softmax_rows", "a helper that uses torch"), ("scores", "returns a torch tensor")):
+        report = CHECKS[name](WRONG[name][label], seed=0).report
+        assert "this lab is NumPy only" in report, (label, report)
+
+
+def test_torch_operators_are_caught_while_the_function_runs_even_when_unseen_in_its_code():
+    # A function whose code names no library (it reaches torch through an object handed in at run
+    # time): the operators it runs are recorded.
+    import torch
+
+    hidden = {"lib": torch}
+
+    def sneaky(S):
+        t = hidden["lib"]
+        return t.softmax(t.from_numpy(S), -1).numpy()
+
+    report = lab01.check_softmax(sneaky, seed=0).report
+    assert "ran PyTorch operators" in report and "NumPy only" in report
+
+
+def test_float32_is_held_to_its_own_bound_and_float64_to_the_tight_one():
+    from mutants.lab01 import softmax_float32
+    S = np.array([[2999.0, 3000.0, 2998.5]])
+    expected = lab01.reference_softmax(S)
+    got32 = softmax_float32(S)
+    assert lab01._compare(got32, expected)                        # float32's rounding of 3000: allowed
+    assert not lab01._compare(got32.astype(np.float64), expected)  # the same numbers claimed as float64
+    assert not lab01._compare(got32.astype(np.float16), expected)
+    assert lab01.bound_for(got32, expected) < 2e-3                # 4·u·(2·3000 + 7) + 1e-5
+
+
+def test_by_hand_reports_which_entry_is_off_without_the_answer():
+    report = lab01.check_by_hand(WRONG["by_hand"]["output columns swapped"], seed=0).report
+    assert "the output: your entry 0 (0.4911)" in report and "1.0447" not in report
+    report = lab01.check_by_hand(WRONG["by_hand"]["computed with NumPy"], seed=0).report
+    assert "type the numbers you found" in report

@@ -1,23 +1,40 @@
 """Checks for lab 01, attention by hand.
 
-    scores(Q, K)                              exercise 1: S = Q Kᵀ / √d
-    softmax_rows(S)                           exercise 2: a softmax of each row that never overflows
-    attention(Q, K, V, causal=False)          exercise 3: softmax(Q Kᵀ/√d) V, with the causal mask
-    sinusoidal_positions(n_positions, d_model) exercise 4: the sinusoidal position table
+    by_hand()                                 exercise 1: one query of the 4×4 example, typed to 4 decimals
+    scores(Q, K)                              exercise 2: S = Q Kᵀ / √d
+    softmax_rows(S)                           exercise 3: a softmax of each row that never overflows
+    attention(Q, K, V, causal=False)          exercise 4: softmax(Q Kᵀ/√d) V, with the causal mask
+    sinusoidal_positions(n_positions, d_model) exercise 5: the sinusoidal position table
 
 Each check runs fixed adversarial cases first (shapes where Nq, Nk, d and dv all differ, rows whose
-maxima are thousands apart, scores that overflow ``exp``), then cases drawn from ``seed`` (fresh ones
-when None), and compares with a float64 reference. A float32 answer is held to the float32 bound; the
-student's function may not call the course's own implementations.
+maxima are thousands apart, scores that overflow ``exp``, a causal row whose hidden keys score
+thousands above its visible ones), then cases drawn from ``seed`` (fresh ones when None), and compares
+with a float64 reference.
+
+Precision: a float64 answer is held to ``TOL``. An answer returned as float32 is held to the float32
+bound of ``attnkit.tolerances`` plus the rounding float32 cannot avoid on these inputs: the unit
+roundoff u = 2⁻²⁴ times the condition of the case (``_Expected.condition``, e.g. the largest |score| for
+a softmax: scores near 3000 are stored with an error of 3000·u ≈ 2e-4). A float16 answer gets no
+allowance.
+
+NumPy only: the lab asks for NumPy (and ``math``). While a check runs the student's function, every
+PyTorch operator is recorded (a ``TorchDispatchMode``), the function and every function it uses are
+read for names of other array libraries (``torch``, ``scipy``, ``jax``, …), and what it returns must be
+a NumPy array; any of these fails the check with a message that says which. The course's own
+implementations raise while the student's function runs.
 """
 from __future__ import annotations
 
 import math
 import sys
+import types
+from contextlib import contextmanager
 
 import numpy as np
 
 from ..classroom.checking import (
+    FAILED,
+    PASSED,
     CheckResult,
     Exercise,
     case,
@@ -25,17 +42,17 @@ from ..classroom.checking import (
     exercise_check,
     fixed_and_random,
     module_functions,
+    not_implemented,
     run_check,
-    within_dtype_tolerance,
 )
 from ..reference import attention as _attention
 from ..reference import example_4x4 as _example
 from ..reference import online_softmax as _online
 from ..reference import tiled_numpy as _tiled
-from ..tolerances import tolerance
+from ..tolerances import REL_TOL, dtype_name, rel_error, tolerance
 
 TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: far below any real bug
-COMPARE = within_dtype_tolerance(TOL)
+UNIT_ROUNDOFF_FLOAT32 = float(np.finfo(np.float32).eps) / 2          # u = 2⁻²⁴
 
 HINT_SCORES = "S[i, j] is the dot product of query i and key j, divided by √d with d = Q.shape[1]."
 HINT_SOFTMAX = ("normalise along each row (axis=-1), and subtract EACH ROW's own maximum "
@@ -48,8 +65,29 @@ HINT_POSITIONS = ("even columns 2i hold sin(pos / 10000^(2i/d_model)), odd colum
                   "same angle; positions start at 0.")
 
 
+def _norm_ratio(absolute, exact) -> float:
+    """‖absolute‖ / ‖exact‖ (1 when exact is 0): how much a relative error per term can grow."""
+    exact_norm = float(np.linalg.norm(exact))
+    return float(np.linalg.norm(absolute)) / exact_norm if exact_norm > 0 else 1.0
+
+
 def reference_scores(Q, K):
-    return np.asarray(Q, dtype=np.float64) @ np.asarray(K, dtype=np.float64).T / math.sqrt(Q.shape[-1])
+    Q, K = np.asarray(Q, dtype=np.float64), np.asarray(K, dtype=np.float64)
+    d = Q.shape[-1]
+    S = Q @ K.T / math.sqrt(d)
+    # float32: Q, K rounded and a d-term dot product: (d + 2)·u·(|Q| |K|ᵀ) per score.
+    return _expected(S, (d + 2) * _norm_ratio(np.abs(Q) @ np.abs(K).T / math.sqrt(d), S))
+
+
+def _softmax_condition(S) -> float:
+    """Scores stored in float32 move by u·|s|: each weight moves by up to 2·u·max|s| relatively; exp,
+    the sum over the row and the division add (row length + 4)·u."""
+    finite = np.abs(S[np.isfinite(S)])
+    return 2 * float(finite.max(initial=0.0)) + S.shape[-1] + 4
+
+
+def reference_softmax(S):
+    return _expected(_attention.softmax_np(S), _softmax_condition(np.asarray(S, dtype=np.float64)))
 
 
 def reference_positions(n_positions, d_model):
@@ -58,11 +96,19 @@ def reference_positions(n_positions, d_model):
     pe = np.zeros((n_positions, d_model))
     pe[:, 0::2] = np.sin(pos * inv_freq)
     pe[:, 1::2] = np.cos(pos * inv_freq)
-    return pe
+    # float32: an angle of up to n_positions − 1 radians is stored with an error of u·angle.
+    return _expected(pe, math.sqrt(2) * (n_positions + 2))
 
 
 def _reference_attention(Q, K, V, causal=False):
-    return _attention.attention_np(Q, K, V, causal=causal)
+    Q, K, V = (np.asarray(a, dtype=np.float64) for a in (Q, K, V))
+    out = _attention.attention_np(Q, K, V, causal=causal)
+    d, n_k = Q.shape[-1], K.shape[0]
+    score_error = (d + 2) * float((np.abs(Q) @ np.abs(K).T).max(initial=0.0)) / math.sqrt(d)
+    P = _attention.softmax_np(np.where(np.triu(np.ones((len(Q), n_k), dtype=bool), k=1), -np.inf,
+                                       Q @ K.T / math.sqrt(d)) if causal else Q @ K.T / math.sqrt(d))
+    growth = _norm_ratio(P @ np.abs(V), out)
+    return _expected(out, (2 * score_error + 2 * n_k + 6) * growth)
 
 
 def forbidden() -> tuple:
@@ -71,9 +117,165 @@ def forbidden() -> tuple:
     return module_functions(_attention, _online, _tiled, sys.modules[__name__])
 
 
+# ------------------------------------------------------------------------------------ precision
+class _Expected(np.ndarray):
+    """A reference result that carries ``condition``: how many unit roundoffs of relative error an
+    answer computed in float32 cannot avoid on this case (the inputs' rounding, amplified)."""
+
+    condition: float = 1.0
+
+
+def _expected(values, condition: float) -> _Expected:
+    out = np.asarray(values, dtype=np.float64).view(_Expected)
+    out.condition = float(condition)
+    return out
+
+
+def bound_for(got, expected) -> float:
+    """The relative error allowed to ``got``: TOL for float64; for a float32 answer the float32 bound
+    of ``attnkit.tolerances`` plus 4·u·condition (u = 2⁻²⁴); other dtypes (float16) get TOL."""
+    try:
+        name = dtype_name(getattr(got, "dtype", None))
+    except ValueError:
+        name = ""
+    if name != "float32":
+        return TOL
+    return REL_TOL["float32"] + 4 * UNIT_ROUNDOFF_FLOAT32 * float(getattr(expected, "condition", 1.0))
+
+
+def _compare(got, expected) -> bool:
+    err = rel_error(got, expected)
+    return bool(np.isfinite(err) and err <= bound_for(got, expected))
+
+
+# ------------------------------------------------------------------------------------ NumPy only
+OTHER_LIBRARIES = ("torch", "scipy", "jax", "jaxlib", "tensorflow", "sklearn", "cupy", "numba", "mlx",
+                   "triton")
+
+
+def _library(value) -> str | None:
+    """The top-level package of a module or of a function/class, when it is one of OTHER_LIBRARIES."""
+    if isinstance(value, types.ModuleType):
+        name = value.__name__
+    else:
+        name = getattr(value, "__module__", None) or ""
+        if not isinstance(name, str):
+            name = ""
+        owner = getattr(value, "__objclass__", None) or getattr(value, "__self__", None)
+        if not name and owner is not None:
+            name = getattr(owner, "__module__", "") if not isinstance(owner, types.ModuleType) else owner.__name__
+    top = name.split(".")[0]
+    return top if top in OTHER_LIBRARIES else None
+
+
+def _codes(code: types.CodeType):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+def other_libraries_used(fn, _seen=None) -> list[str]:
+    """Names of other array libraries that ``fn``, and every Python function it names, refers to:
+    a global bound to such a module or function, an ``import`` of one, or its name as a string
+    (``__import__("torch")``). The course's own functions are not followed (they raise while the
+    student's function runs)."""
+    seen = set() if _seen is None else _seen
+    found: list[str] = []
+    if id(fn) in seen or len(seen) > 200:
+        return found
+    seen.add(id(fn))
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return found
+    module = getattr(fn, "__module__", "") or ""
+    if module.split(".")[0] in OTHER_LIBRARIES + ("numpy", "attnkit"):
+        return found
+    namespace = getattr(fn, "__globals__", {}) or {}
+    builtins_ = namespace.get("__builtins__", {})
+    builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
+    values = [cell.cell_contents for cell in (getattr(fn, "__closure__", None) or ())
+              if _cell_filled(cell)]
+    for c in _codes(code):
+        for name in c.co_names:
+            if name.split(".")[0] in OTHER_LIBRARIES and name not in namespace:
+                found.append(f"`import {name}`")
+            if name in namespace:
+                values.append(namespace[name])
+            elif name in builtins_:
+                values.append(builtins_[name])
+        for const in c.co_consts:
+            if isinstance(const, str) and const.split(".")[0] in OTHER_LIBRARIES:
+                found.append(f"the module name {const!r}")
+    for value in values:
+        library = _library(value)
+        if library is not None:
+            label = getattr(value, "__name__", type(value).__name__)
+            found.append(f"{library}'s {label}" if not isinstance(value, types.ModuleType) else f"the module {label}")
+        elif isinstance(value, (types.FunctionType, types.MethodType)):
+            found += other_libraries_used(value, seen)
+    return list(dict.fromkeys(found))
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:             # a closure variable not assigned yet
+        return False
+    return True
+
+
+@contextmanager
+def _torch_operators_recorded(seen: list):
+    """While the block runs, every PyTorch operator (on any tensor) is appended to ``seen`` by name and
+    then runs as usual. Only when PyTorch is loaded: without it no tensor can be made."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            seen.append(str(getattr(func, "__name__", func)))
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        yield
+
+
+def _numpy_only(student_fn, problems: list):
+    """``student_fn`` run with PyTorch's operators recorded and its result's type checked; what breaks
+    the rule goes into ``problems`` (the check fails on it after comparing)."""
+    def call(*args, **kwargs):
+        ops: list = []
+        with _torch_operators_recorded(ops):
+            out = student_fn(*args, **kwargs)
+        if ops:
+            problems.append(f"your function ran PyTorch operators ({', '.join(dict.fromkeys(ops[:5]))})")
+        if out is not None and not isinstance(out, np.ndarray):
+            problems.append(f"your function returned a {type(out).__module__}.{type(out).__qualname__}, "
+                            f"not a NumPy array")
+        return out
+    return call
+
+
+NUMPY_ONLY = ("this lab is NumPy only (and `math`): write it with np.exp, np.max, @, … and return a "
+              "NumPy array.")
+
+
 def _check(name, student_fn, reference_fn, fixed, drawn, hint) -> CheckResult:
-    return run_check(name, student_fn, reference_fn, fixed + drawn, tol=TOL, hint=hint, compare=COMPARE,
-                     forbidden=forbidden(), fixed=len(fixed))
+    used = other_libraries_used(student_fn)
+    if used:
+        return CheckResult(name, FAILED, f"❌ {name}: your function uses {', '.join(used)}: {NUMPY_ONLY}\n"
+                                         f"   hint: {hint}")
+    problems: list[str] = []
+    result = run_check(name, _numpy_only(student_fn, problems), reference_fn, fixed + drawn, tol=TOL,
+                       hint=hint, compare=_compare, forbidden=forbidden(), fixed=len(fixed))
+    if problems and result.status != "not implemented":
+        return CheckResult(name, FAILED, f"❌ {name}: {problems[0]}: {NUMPY_ONLY}\n   hint: {hint}")
+    return result
 
 
 def _qkv(rng, n_q, n_k, d, d_v=None, scale=1.0):
@@ -93,6 +295,69 @@ FIXED_SHAPES = [(3, 5, 8, 2), (6, 4, 2, 3), (1, 7, 16, 5), (5, 3, 9, 4)]
 
 
 # ------------------------------------------------------------------------------------ exercise 1
+# A fifth query joins the lesson's example (its K and V unchanged): the lesson never prints its row.
+HAND_QUERY = np.array([2.0, 0.0, 0.0, 1.0])
+HAND_TOL = 1e-4            # 4 decimals, rounded once at the end: within one unit of the 4th decimal
+HAND_PARTS = (("scores", 4, "s_j = q·k_j / √d (d = 4, so divide by 2)"),
+              ("weights", 4, "p_j = exp(s_j − max s) / Σ exp(s_k − max s); the four add up to 1"),
+              ("output", 2, "o = Σ p_j v_j, a vector of d_v = 2 numbers"))
+HINT_HAND = ("with a pencil or a calculator: first the four scores of q = (2, 0, 0, 1) against the keys of "
+             "the example, then the weights, then the output; keep full precision and round to 4 "
+             "decimals only at the end.")
+
+
+def reference_by_hand() -> dict:
+    s = _example.K @ HAND_QUERY / math.sqrt(len(HAND_QUERY))
+    p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    return {"scores": s, "weights": p, "output": p @ _example.V}
+
+
+def _typed_numbers(fn) -> str | None:
+    """None when ``fn`` only returns numbers typed into it; otherwise what it computes with."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return None                                   # not a plain function (the grader's proxy): see the values
+    names = sorted({n for c in _codes(code) for n in c.co_names})
+    return ", ".join(names) if names else None
+
+
+def _check_by_hand(by_hand, *, seed: int | None = None) -> CheckResult:
+    """by_hand() -> (scores, weights, output) of the query (2, 0, 0, 1) against the example's K and V,
+    typed to 4 decimals: 4, 4 and 2 numbers. ``seed`` is accepted for the common interface."""
+    name = "by_hand"
+    try:
+        got = by_hand()
+    except NotImplementedError:
+        return not_implemented(name)
+    except Exception as exc:  # a typo in the student's numbers: report it
+        return CheckResult(name, FAILED, f"❌ {name}: your function raised {type(exc).__name__}: {exc}\n"
+                                         f"   hint: {HINT_HAND}")
+    uses = _typed_numbers(by_hand)
+    if uses:
+        return CheckResult(name, FAILED, f"❌ {name}: type the numbers you found (this exercise is done by "
+                                         f"hand); your function computes with {uses}.\n   hint: {HINT_HAND}")
+    want = reference_by_hand()
+    if not (isinstance(got, (tuple, list)) and len(got) == 3):
+        return CheckResult(name, FAILED, f"❌ {name}: return three lists (scores, weights, output), got "
+                                         f"{type(got).__name__}.\n   hint: {HINT_HAND}")
+    for (part, size, rule), values in zip(HAND_PARTS, got):
+        try:
+            numbers = [float(v) for v in values]
+        except (TypeError, ValueError):
+            numbers = None
+        if numbers is None or len(numbers) != size:
+            return CheckResult(name, FAILED, f"❌ {name}: the {part} must be a list of {size} numbers, got "
+                                             f"{values!r}.\n   hint: {rule}")
+        wrong = [j for j, (g, w) in enumerate(zip(numbers, want[part])) if not abs(g - w) <= HAND_TOL]
+        if wrong:
+            j = wrong[0]
+            return CheckResult(name, FAILED,
+                               f"❌ {name}: the {part}: your entry {j} ({numbers[j]:.4f}) is off by more than "
+                               f"{HAND_TOL:g} ({len(wrong)} of {size} entries are).\n   hint: {rule}")
+    return CheckResult(name, PASSED, f"✅ {name}: the scores, the weights and the output are right to 4 decimals.")
+
+
+# ------------------------------------------------------------------------------------ exercise 2
 def _check_scores(scores, *, seed: int | None = None) -> CheckResult:
     """scores(Q, K) -> S = Q Kᵀ / √d, shape [Nq, Nk]."""
     fixed = [case(_example.Q.astype(float), _example.K.astype(float), label="the 4×4 example of lesson 1")]
@@ -107,7 +372,7 @@ def _check_scores(scores, *, seed: int | None = None) -> CheckResult:
     return _check("scores", scores, reference_scores, fixed, drawn, HINT_SCORES)
 
 
-# ------------------------------------------------------------------------------------ exercise 2
+# ------------------------------------------------------------------------------------ exercise 3
 def _spread_rows(rng, rows, cols, spread):
     """Scores whose rows sit at very different heights: row maxima up to ``spread`` apart."""
     offsets = rng.uniform(-spread, spread, (rows, 1))
@@ -128,6 +393,8 @@ def _check_softmax(softmax_rows, *, seed: int | None = None) -> CheckResult:
         case(_spread_rows(rng, 5, 2, 900), label="5×2 scores (more rows than columns), rows far apart"),
         case(rng.standard_normal((1, 7)) * 4, label="a single row of 7 scores"),
         case(masked, label="4×4 scores with -inf above the diagonal (a causal mask)"),
+        case(np.array([[-1000.0, 0.0, 1000.0], [5.0, -1500.0, 1400.0]]),
+             label="2 rows whose scores spread over 2900 (a shift by the row's mean, not its maximum, overflows)"),
     ]
     rng = np.random.default_rng(seed)
     drawn = []
@@ -135,15 +402,25 @@ def _check_softmax(softmax_rows, *, seed: int | None = None) -> CheckResult:
         rows, cols = (int(x) for x in rng.integers(2, 10, 2))
         S = _spread_rows(rng, rows, cols, float(rng.uniform(800, 3000)))
         drawn.append(case(S, label=f"{rows}×{cols} scores, rows far apart"))
-    return _check("softmax_rows", softmax_rows, _attention.softmax_np, fixed, drawn, HINT_SOFTMAX)
+    return _check("softmax_rows", softmax_rows, reference_softmax, fixed, drawn, HINT_SOFTMAX)
 
 
-# ------------------------------------------------------------------------------------ exercise 3
+# ------------------------------------------------------------------------------------ exercise 4
 def _far_apart_rows(rng, n_q, n_k, d=4, d_v=3):
     """Q, K, V where the rows of S sit near 0, ±1000 and ±2000: one maximum for all rows underflows."""
     Q, K, V = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d)), rng.standard_normal((n_k, d_v))
     K[:, 0] = rng.uniform(1.0, 1.5, n_k)                      # every key leans the same way
     Q[:, 0] = np.resize([0.0, 2000.0, -2000.0, 4000.0, -4000.0], n_q)
+    return Q, K, V
+
+
+def _hidden_keys_far_above(rng, n, d=4, d_v=3, gap=4000.0):
+    """Causal Q, K, V where every key j scores j·gap/√d·… above key 0 for every query: the keys a query
+    may not see score thousands above those it sees, so a finite additive mask (−1000, −10⁴) leaves
+    them the largest weights."""
+    Q, K, V = rng.standard_normal((n, d)), rng.standard_normal((n, d)), rng.standard_normal((n, d_v))
+    Q[:, 0] = 2.0 * math.sqrt(d)
+    K[:, 0] = gap * np.arange(n) / 2.0                            # s[i, j] ≈ gap·j: rising along the keys
     return Q, K, V
 
 
@@ -159,6 +436,9 @@ def _check_attention(attention, *, seed: int | None = None) -> CheckResult:
     causal += [case(*_far_apart_rows(rng, 6, 6), causal=True, label="6×6, rows thousands apart, causal")]
     causal += [case(*_qkv(rng, 6, 6, 3, 2, scale=6.0), causal=True, label="6×6, scores in the tens, causal")]
     causal += [case(*_qkv(rng, 1, 1, 4, 3), causal=True, label="one query and one key, causal")]
+    causal += [case(*_hidden_keys_far_above(rng, 5), causal=True,
+                    label="5×5, causal, each hidden key scoring 4000 more than the key before it "
+                          "(a mask of -1000 or -10⁴ does not hide it)")]
     rng = np.random.default_rng(seed)
     drawn_plain, drawn_causal = [], []
     for _ in range(3):
@@ -179,7 +459,7 @@ def _check_attention(attention, *, seed: int | None = None) -> CheckResult:
                                                    f"{fixed_and_random(n_fixed, n_drawn)}.")
 
 
-# ------------------------------------------------------------------------------------ exercise 4
+# ------------------------------------------------------------------------------------ exercise 5
 def _check_positions(sinusoidal_positions, *, seed: int | None = None) -> CheckResult:
     """sinusoidal_positions(n_positions, d_model) -> PE [n_positions, d_model] (float64 or float32)."""
     # Several positions and d_model ≥ 4, so that a wrong exponent (i/d instead of 2i/d) or base shows;
@@ -194,12 +474,14 @@ def _check_positions(sinusoidal_positions, *, seed: int | None = None) -> CheckR
 
 # ------------------------------------------------------------------------------------ the lab
 EXERCISES = (
+    Exercise(function="by_hand", check=_check_by_hand),
     Exercise(function="scores", check=_check_scores),
     Exercise(function="softmax_rows", check=_check_softmax),
     Exercise(function="attention", check=_check_attention, depends=("scores", "softmax_rows")),
     Exercise(function="sinusoidal_positions", check=_check_positions),
 )
 
+check_by_hand = exercise_check(EXERCISES, "by_hand")
 check_scores = exercise_check(EXERCISES, "scores")
 check_softmax = exercise_check(EXERCISES, "softmax_rows")
 check_attention = exercise_check(EXERCISES, "attention")
@@ -207,6 +489,6 @@ check_positions = exercise_check(EXERCISES, "sinusoidal_positions")
 
 
 def check_lab(*, seed: int | None = None, **functions):
-    """Every exercise's check: ``check_lab(scores=scores, softmax_rows=softmax_rows, attention=attention,
-    sinusoidal_positions=sinusoidal_positions)``."""
+    """Every exercise's check: ``check_lab(by_hand=by_hand, scores=scores, softmax_rows=softmax_rows,
+    attention=attention, sinusoidal_positions=sinusoidal_positions)``."""
     return check_exercises(EXERCISES, functions, seed=seed)

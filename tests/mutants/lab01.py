@@ -6,6 +6,8 @@ notebook would.
 import math
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 
 def _softmax(S):
@@ -17,7 +19,7 @@ def _causal(S):
     return np.where(np.tril(np.ones(S.shape, dtype=bool)), S, -np.inf)
 
 
-# ------------------------------------------------------------------------------------ exercise 1: scores
+# ------------------------------------------------------------------------------------ exercise 2: scores
 def scores_einsum(Q, K):
     return np.einsum("id,jd->ij", Q, K) / np.sqrt(K.shape[1])
 
@@ -41,6 +43,10 @@ def scores_float32(Q, K):
 SCORES_RIGHT = {"einsum": scores_einsum, "loops": scores_loops, "scale Q first": scores_scale_q_first,
                 "float32": scores_float32}
 
+
+def scores_torch(Q, K):
+    return (torch.from_numpy(Q) @ torch.from_numpy(K).T / math.sqrt(Q.shape[1])).numpy()
+
 SCORES_WRONG = {
     "no scaling": lambda Q, K: Q @ K.T,
     "divided by d": lambda Q, K: Q @ K.T / Q.shape[1],
@@ -54,10 +60,12 @@ SCORES_WRONG = {
     "float16": lambda Q, K: Q.astype(np.float16) @ K.astype(np.float16).T / np.float16(math.sqrt(Q.shape[1])),
     "calls the course's softmax-free reference": lambda Q, K: __import__(
         "attnkit.labs.lab01", fromlist=["x"]).reference_scores(Q, K),
+    "PyTorch's matmul, back to NumPy": scores_torch,
+    "returns a torch tensor": lambda Q, K: torch.from_numpy(Q) @ torch.from_numpy(K).T / math.sqrt(Q.shape[1]),
 }
 
 
-# ------------------------------------------------------------------------------------ exercise 2: softmax
+# ------------------------------------------------------------------------------------ exercise 3: softmax
 def softmax_loops(S):
     out = np.empty_like(S, dtype=float)
     for i, row in enumerate(S):
@@ -92,6 +100,43 @@ def softmax_in_place(S):
 
 SOFTMAX_RIGHT["writes into its input"] = softmax_in_place
 
+
+def softmax_float32(S):
+    S = S.astype(np.float32)
+    e = np.exp(S - S.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+SOFTMAX_RIGHT["float32"] = softmax_float32
+
+
+def softmax_torch(S):
+    return torch.softmax(torch.from_numpy(S), dim=-1).numpy()
+
+
+def softmax_functional_imported_inside(S):
+    import torch.nn.functional as functional
+    return functional.softmax(torch.tensor(S), -1).numpy()
+
+
+def softmax_dynamic_import(S):
+    t = __import__("torch")
+    return t.exp(t.log_softmax(t.as_tensor(S), -1)).numpy()
+
+
+def _helper_exp(x):
+    return torch.exp(torch.from_numpy(x)).numpy()
+
+
+def softmax_helper_uses_torch(S):
+    e = _helper_exp(S - S.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def softmax_mean_shift(S):
+    e = np.exp(S - S.mean(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
 SOFTMAX_WRONG = {
     "one global maximum": lambda S: np.exp(S - S.max()) / np.exp(S - S.max()).sum(axis=1, keepdims=True),
     "no maximum (overflows)": lambda S: np.exp(S) / np.exp(S).sum(axis=1, keepdims=True),
@@ -113,10 +158,20 @@ SOFTMAX_WRONG = {
         S - S.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)),
     "calls the course's softmax_np": lambda S: __import__(
         "attnkit.reference.attention", fromlist=["x"]).softmax_np(S),
+    "torch.softmax, back to NumPy": softmax_torch,
+    "F.softmax imported inside the function": softmax_functional_imported_inside,
+    "torch through __import__": softmax_dynamic_import,
+    "a helper that uses torch": softmax_helper_uses_torch,
+    "a global alias of F.softmax": lambda S: F.softmax(torch.from_numpy(S), dim=-1).numpy(),
+    "returns a torch tensor": lambda S: torch.from_numpy(S).softmax(-1),
+    "shifted by the row's mean": softmax_mean_shift,
+    "float16": lambda S: softmax_float32(S).astype(np.float16),
+    "nan_to_num after one global maximum": lambda S: np.nan_to_num(
+        np.exp(S - S.max()) / np.exp(S - S.max()).sum(axis=1, keepdims=True)),
 }
 
 
-# ------------------------------------------------------------------------------------ exercise 3: attention
+# ------------------------------------------------------------------------------------ exercise 4: attention
 def attention_loops(Q, K, V, causal=False):
     out = np.zeros((len(Q), V.shape[1]))
     for i in range(len(Q)):
@@ -145,8 +200,27 @@ def attention_log_sum_exp(Q, K, V, causal=False):
     return np.exp(S - lse) @ V
 
 
+def attention_float32(Q, K, V, causal=False):
+    Q, K, V = (a.astype(np.float32) for a in (Q, K, V))
+    S = Q @ K.T / np.float32(math.sqrt(Q.shape[1]))
+    if causal:
+        S = np.where(np.triu(np.ones(S.shape, dtype=bool), k=1), -np.inf, S)
+    return _softmax(S) @ V
+
+
 ATTENTION_RIGHT = {"loops": attention_loops, "einsum, -1e30 mask": attention_einsum_big_negative,
-                   "log-sum-exp": attention_log_sum_exp}
+                   "log-sum-exp": attention_log_sum_exp, "float32": attention_float32}
+
+
+def _additive_mask(value):
+    def mask(S):
+        return S + np.triu(np.full(S.shape, value), k=1)
+    return mask
+
+
+def attention_sdpa(Q, K, V, causal=False):
+    q, k, v = (torch.from_numpy(a)[None] for a in (Q, K, V))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)[0].numpy()
 
 
 def _attention(Q, K, V, causal, mask=_causal, softmax=_softmax, scale=None):
@@ -174,10 +248,18 @@ ATTENTION_WRONG = {
         _causal(Q @ K.T / math.sqrt(Q.shape[1])) if causal else Q @ K.T / math.sqrt(Q.shape[1])),
     "calls the course's attention_np": lambda Q, K, V, causal=False: __import__(
         "attnkit.reference.attention", fromlist=["x"]).attention_np(Q, K, V, causal=causal),
+    "additive mask of -1000": lambda Q, K, V, causal=False: _attention(Q, K, V, causal, mask=_additive_mask(-1000.0)),
+    "additive mask of -10⁴": lambda Q, K, V, causal=False: _attention(Q, K, V, causal, mask=_additive_mask(-1e4)),
+    "masked scores set to the row minimum": lambda Q, K, V, causal=False: _attention(
+        Q, K, V, causal,
+        mask=lambda S: np.where(np.tril(np.ones(S.shape, dtype=bool)), S, S.min(axis=1, keepdims=True))),
+    "PyTorch's scaled_dot_product_attention": attention_sdpa,
+    "float32 with a -1000 mask": lambda Q, K, V, causal=False: _attention(
+        *(a.astype(np.float32) for a in (Q, K, V)), causal, mask=_additive_mask(-1000.0)),
 }
 
 
-# ------------------------------------------------------------------------------------ exercise 4: positions
+# ------------------------------------------------------------------------------------ exercise 5: positions
 def positions_loops(n, d):
     pe = np.empty((n, d))
     for pos in range(n):
@@ -233,7 +315,52 @@ POSITIONS_WRONG = {
         "attnkit.labs.lab01", fromlist=["x"]).reference_positions(n, d),
 }
 
-RIGHT = {"scores": SCORES_RIGHT, "softmax_rows": SOFTMAX_RIGHT, "attention": ATTENTION_RIGHT,
+# ------------------------------------------------------------------------------------ exercise 1: by hand
+def hand_rounded():
+    return [2.0, 0.0, 1.5, 0.5], [0.5089, 0.0689, 0.3087, 0.1136], [1.0447, 0.4911]
+
+
+def hand_cut_off():
+    return [2.0, 0.0, 1.5, 0.5], [0.5089, 0.0688, 0.3086, 0.1135], [1.0446, 0.4910]
+
+
+def hand_fractions_and_tuples():
+    scores = (2, 0, 3 / 2, 1 / 2)
+    return scores, (0.50891, 0.06887, 0.30867, 0.11355), (1.04468, 0.49109)
+
+
+def hand_computed():
+    s = np.array([2.0, 0.0, 1.5, 0.5])
+    p = np.exp(s) / np.exp(s).sum()
+    return s, p, p @ np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 1.0]])
+
+
+def hand_course_reference():
+    return tuple(__import__("attnkit.labs.lab01", fromlist=["x"]).reference_by_hand().values())
+
+
+HAND_RIGHT = {"rounded": hand_rounded, "cut off after 4 decimals": hand_cut_off,
+              "fractions and tuples": hand_fractions_and_tuples}
+
+HAND_WRONG = {
+    "computed with NumPy": hand_computed,
+    "the course's reference": hand_course_reference,
+    "not divided by √d": lambda: ([4.0, 0.0, 3.0, 1.0], [0.7054, 0.0129, 0.2595, 0.0351], [1.1761, 0.2946]),
+    "divided by d": lambda: ([1.0, 0.0, 0.75, 0.25], [0.3671, 0.1350, 0.2859, 0.1733], [1.3137, 0.6329]),
+    "weights without exp (s / Σ s)": lambda: ([2.0, 0.0, 1.5, 0.5], [0.5, 0.0, 0.375, 0.125], [1.125, 0.5]),
+    "weights not normalised": lambda: ([2.0, 0.0, 1.5, 0.5], [1.0, 0.1353, 0.6065, 0.2231], [2.0527, 0.9650]),
+    "e^s rounded to 2 decimals first": lambda: ([2.0, 0.0, 1.5, 0.5], [0.5087, 0.0688, 0.3084, 0.1136],
+                                                [1.0445, 0.4911]),
+    "output columns swapped": lambda: ([2.0, 0.0, 1.5, 0.5], [0.5089, 0.0689, 0.3087, 0.1136], [0.4911, 1.0447]),
+    "keys in reverse order": lambda: ([0.5, 1.5, 0.0, 2.0], [0.1136, 0.3087, 0.0689, 0.5089], [1.0447, 0.4911]),
+    "output of the lesson's first query": lambda: ([2.0, 0.0, 1.5, 0.5], [0.5089, 0.0689, 0.3087, 0.1136],
+                                                   [1.2696, 0.8427]),
+    "only two scores": lambda: ([2.0, 0.0], [0.5089, 0.0689, 0.3087, 0.1136], [1.0447, 0.4911]),
+    "truncated to 2 decimals": lambda: ([2.0, 0.0, 1.5, 0.5], [0.50, 0.06, 0.30, 0.11], [1.04, 0.49]),
+}
+
+
+RIGHT = {"by_hand": HAND_RIGHT, "scores": SCORES_RIGHT, "softmax_rows": SOFTMAX_RIGHT, "attention": ATTENTION_RIGHT,
          "sinusoidal_positions": POSITIONS_RIGHT}
-WRONG = {"scores": SCORES_WRONG, "softmax_rows": SOFTMAX_WRONG, "attention": ATTENTION_WRONG,
+WRONG = {"by_hand": HAND_WRONG, "scores": SCORES_WRONG, "softmax_rows": SOFTMAX_WRONG, "attention": ATTENTION_WRONG,
          "sinusoidal_positions": POSITIONS_WRONG}
