@@ -142,9 +142,12 @@ LESSONS = (
                       r"$D = \mathrm{rowsum}(dO \circ O)$?",
                       "Why does the backward need only the log-sum-exp of each row, not P?",
                       "Why are dK and dV computed in one loop and dQ in another?",
-                      "Why did the one-pass backward get faster when its dQ additions left the compute groups, "
-                      "first for a writer partition and then for the TMA unit, although the number of matrix "
-                      "products stayed the same?")),
+                      "Floating-point addition is not associative. Why can a one-pass backward that adds dQ "
+                      "atomically give different gradients on two runs, and what do the two-loop design and "
+                      "FlashAttention-3's deterministic mode each pay to make them reproducible?",
+                      "A one-pass backward does 5 matrix products per pair of tiles, the two-loop design 7. What "
+                      "ratio of their times does that predict, why is the measured ratio smaller, and which FLOP "
+                      "count should a benchmark of either report?")),
     Lesson(7, "gqa_kv_cache", "GQA and the KV cache", True, minutes=70,
            objectives=(r"map query heads to key/value heads with $r(h) = \lfloor h/g \rfloor$",
                        "size a KV cache for a real model configuration",
