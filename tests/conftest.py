@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # tests/test_no_triton.py (the second longest) stays in its place: it waits for the environment that
 # tests/test_colab_install.py builds on a fresh machine, and by then that is built.
 LONGEST_FIRST = ("tests/test_colab_install.py", "notebooks/09_capstone_serving.ipynb",
-                 "notebooks/05_flash_attention.ipynb", "notebooks/10_beyond_one_gpu.ipynb")
+                 "notebooks/05b_forward_tuning.ipynb", "notebooks/05_flash_attention.ipynb",
+                 "notebooks/10_beyond_one_gpu.ipynb")
 
 
 def _file_rank(item) -> int:

@@ -81,7 +81,7 @@ def test_headers_convert_markers_to_tags_keep_outputs_and_are_idempotent():
         for cell in nb.cells:
             if cell.cell_type == "code":
                 assert notebooks.IGNORE_MARKER not in cell.source, rel
-        assert nb.cells[0].source.split("\n")[2].startswith(("# Lesson ", "# Lab ")), rel
+        assert nb.cells[0].source.split("\n")[2].startswith(("# Lesson ", "# Lab ", "# Deep dive ")), rel
 
 
 def test_every_lesson_opens_with_objectives_and_time_and_ends_with_questions():
