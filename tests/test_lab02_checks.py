@@ -213,10 +213,20 @@ PREDICTION_WRONG = {
     "A100's roofline": _predict(_flops, _bytes, gpu=iomodel.GPUS["A100 SXM 80GB"]),
     "seconds, not milliseconds": lambda n: _predict(_flops, _bytes)(n) / 1e3,
     "a guess, the same at every n": lambda n: 0.4,
+    # unit slips and counts off by less than the old band (0.5 to 1 × measured) could see
+    "GB/s read as GiB/s": lambda n: _bytes(n) / (H100.hbm_gbs * 2**30) * 1e3,
+    "TB/s read as TiB/s": lambda n: _bytes(n) / (3.35 * 2**40) * 1e3,
+    "Kᵀ written and read back": _predict(_flops, lambda n: _bytes(n) + 32 * 2 * 2 * n * 128),
+    "3 TB/s (a rounded-down bandwidth)": lambda n: _bytes(n) / 3.0e12 * 1e3,
+    "the H100 PCIe's 2 TB/s": lambda n: _bytes(n) / 2.0e12 * 1e3,
+    "Q only, K forgotten": _predict(_flops, lambda n: 32 * 2 * (n * 128 + n * n)),
+    "a fraction of the measurement (0.8 × a recalled time)": lambda n: 0.8 * 1.31 * _bytes(n) / 3.35e12 * 1e3,
 }
 
 PREDICTION_RIGHT = {
     "by hand": _predict(_flops, _bytes),
+    "datasheet figures rounded (3.35e12 B/s, 989e12 FLOP/s)": lambda n: 1e3 * max(
+        _flops(n) / 989e12, _bytes(n) / 3.35e12),
     "attainable rate": lambda n: _flops(n) / (H100.attainable_tflops(_flops(n) / _bytes(n)) * 1e12) * 1e3,
     "bytes over bandwidth": lambda n: _bytes(n) / 3.35e12 * 1e3,
 }
@@ -290,3 +300,18 @@ def test_ready_made_answers_are_refused():
     assert not result.passed and "ForbiddenCall" in result.report, result.report
     assert lab02.check_prediction(PREDICTION_RIGHT["by hand"]).passed          # restored afterwards
     assert read_results("naive_attention")
+
+
+def test_reports_give_each_quantity_in_its_own_unit():
+    result = lab02.check_roofline(ROOFLINE_WRONG["GB/s taken as GiB/s"], seed=0)
+    assert "seconds: expected 1.06418e-05 s, got 9.91094e-06 s (0.9313 × the expected value)" in result.report
+    assert "relative error" not in result.report and " 0. " not in result.report
+    result = lab02.check_matmul_cost(MATMUL_WRONG["C not written"], seed=0)
+    assert "bytes: expected 142 bytes, got 112 bytes (0.7887 × the expected value)" in result.report
+    assert "FLOPs:" not in result.report                  # the FLOPs are right: not listed
+
+
+def test_a_prediction_off_by_a_unit_slip_is_reported_in_milliseconds():
+    report = lab02.check_prediction(PREDICTION_WRONG["GB/s read as GiB/s"]).report
+    assert "n = 512: your prediction, 0.0070 ms, is 0.0005159 ms below the roofline bound (0.9313 × the bound" \
+        in report, report
