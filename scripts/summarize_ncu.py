@@ -1,5 +1,5 @@
 """Summarise Nsight Compute's raw metrics (scripts/merge_ncu_csv.py's output) into the course's profile CSV:
-one row per profiled kernel with the numbers lesson 6 and docs/flash_notes.md discuss.
+one row per profiled kernel with the numbers deep dive 6 and docs/flash_notes.md discuss.
 
     python scripts/summarize_ncu.py NCU_RAW.csv PROVENANCE.csv OUTDIR   # writes OUTDIR/bench_flash_profile.csv
 
