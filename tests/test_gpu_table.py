@@ -55,3 +55,26 @@ def test_occupancy_names_the_limiting_resource():
 def test_occupancy_rejects_impossible_kernels(args, message):
     with pytest.raises(ValueError, match=message):
         occupancy(GPUS["H100 SXM"], *args)
+
+
+def test_gpu_from_device_reads_the_properties_and_keeps_the_tables_peaks(monkeypatch):
+    import types
+
+    import torch
+
+    props = types.SimpleNamespace(name="NVIDIA L4", major=8, minor=9, multi_processor_count=58,
+                                  max_threads_per_multi_processor=1536, warp_size=32,
+                                  shared_memory_per_multiprocessor=102400, L2_cache_size=48 * 2**20,
+                                  total_memory=23_000_000_000)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    g = iomodel.gpu_from_device()
+    assert (g.name, g.capability, g.sms, g.max_warps_per_sm, g.smem_kb_per_sm) == ("NVIDIA L4", (8, 9), 58, 48, 100)
+    assert g.tensor_tflops == GPUS["L4"].tensor_tflops and g.max_blocks_per_sm == 24
+    assert occupancy(g, 32, 128, 0).limits["warp slots"] == 12
+    with pytest.raises(ValueError, match="index"):
+        iomodel.gpu_from_device(1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        iomodel.gpu_from_device()

@@ -8,6 +8,7 @@ datasheet it comes from.
     fused_attention(N, d)      -> one fused kernel: Q, K, V read once, O written once
     GPUS["H100 SXM"]           -> peak fp16 tensor FLOP/s, HBM bandwidth, on-chip sizes, per-SM limits, source
     occupancy(gpu, ...)        -> programs (thread blocks) per SM, resident warps and the limiting resource
+    gpu_from_device()          -> this machine's GPU as a table entry, from torch.cuda.get_device_properties
     roofline_figure(points)    -> matplotlib Figure: the roofs of the GPUs and the points on them
 """
 from __future__ import annotations
@@ -131,6 +132,31 @@ def occupancy(gpu: GPU, registers_per_thread: int, threads_per_block: int, smem_
     blocks = limits[limited_by]
     return Occupancy(blocks, blocks * warps, blocks * warps / gpu.max_warps_per_sm, limits, limited_by)
 
+
+
+def gpu_from_device(index: int = 0) -> GPU:
+    """This machine's CUDA GPU ``index`` as a GPU record: what ``torch.cuda.get_device_properties`` reports
+    (name, compute capability, SMs, warps and shared memory per SM, L2), the rest (peaks, block slots) from
+    the table's entry of the same compute capability (the H100's when none matches)."""
+    import dataclasses
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("index: no CUDA GPU on this machine; use a GPUS entry instead")
+    if not 0 <= index < torch.cuda.device_count():
+        raise ValueError(f"index: must be in [0, {torch.cuda.device_count()}), got {index}")
+    p = torch.cuda.get_device_properties(index)
+    cc = (p.major, p.minor)
+    like = next((g for g in GPUS.values() if g.capability == cc), GPUS["H100 SXM"])
+    smem = getattr(p, "shared_memory_per_multiprocessor", like.smem_kb_per_sm * 1024)
+    return dataclasses.replace(like, name=p.name, capability=cc, sms=p.multi_processor_count,
+                               max_warps_per_sm=p.max_threads_per_multi_processor // p.warp_size,
+                               smem_kb_per_sm=smem // 1024,
+                               l2_mb=getattr(p, "L2_cache_size", int(like.l2_mb * 1e6)) / 1e6,
+                               memory=f"{p.total_memory / 1e9:.0f} GB",
+                               source="torch.cuda.get_device_properties (peaks from the table's "
+                                      f"{like.name} entry)")
 
 # ------------------------------------------------------------------------------ steps of attention
 @dataclass(frozen=True)
