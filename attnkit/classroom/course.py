@@ -60,7 +60,7 @@ class DeepDive(Lesson):
 
 
 LESSONS = (
-    Lesson(0, "setup", "Setup: what runs where", False, minutes=20,
+    Lesson(0, "setup", "Setup: what runs where", False, minutes=35,
            objectives=("say where this machine runs the course's kernels (GPU, Triton's interpreter, or not at all)",
                        "run a first Triton kernel and check it against PyTorch",
                        "tell apart the architecture (GQA), the kernel (FlashAttention) and the cache layout (pages)"),
@@ -70,7 +70,7 @@ LESSONS = (
                       "Why can a bf16 kernel not compile on a T4 while `torch.cuda.is_bf16_supported()` says True?",
                       "GQA, FlashAttention and paged attention: which changes the model's weights, which the kernel, "
                       "which only where K and V live?")),
-    Lesson(1, "attention_by_hand", "Attention by hand", True, minutes=45,
+    Lesson(1, "attention_by_hand", "Attention by hand", True, minutes=65,
            objectives=(r"compute $S = QK^\top/\sqrt{d}$, $P = \mathrm{softmax}(S)$ and $O = PV$ for a 4×4 "
                        "example by hand, to 4 decimals",
                        r"explain why scores are scaled by $\sqrt{d}$",
@@ -82,7 +82,7 @@ LESSONS = (
                       "A causal mask sets some scores to −∞ before the softmax, not some probabilities to 0 after it. "
                       "Why does the order matter?",
                       "How many numbers does P hold for N = 4096 tokens, and why does that matter for lesson 2?")),
-    Lesson(2, "io_bound", "Why attention is IO-bound", True, minutes=50,
+    Lesson(2, "io_bound", "Why attention is IO-bound", True, minutes=110,
            objectives=("count the FLOPs and HBM bytes of each step of naive attention",
                        "compute arithmetic intensity and place a kernel on a GPU's roofline",
                        "explain why writing S and P to HBM, not the FLOPs, limits naive attention"),
@@ -93,7 +93,7 @@ LESSONS = (
                       "and by how much?",
                       "Doubling N multiplies naive attention's time by about how much, and why?",
                       "Which of the three ways out is exact, and which bytes does it remove?")),
-    Lesson(3, "online_softmax", "Online softmax and tiled attention in NumPy", True, minutes=60,
+    Lesson(3, "online_softmax", "Online softmax and tiled attention in NumPy", True, minutes=90,
            objectives=("compute a safe softmax in one pass with the running max m and sum ℓ",
                        r"merge two partial results $(m, \ell, z)$ with the merge rule",
                        "tile attention into b_q × b_k blocks and reproduce lesson 1's O exactly",
@@ -103,7 +103,7 @@ LESSONS = (
                       r"When the running maximum grows from $m$ to $m'$, what happens to $\ell$ and $z$, and why?",
                       "In tiled attention, which tensors never reach HBM?",
                       "How does the tiled traffic depend on the SRAM size $M$?")),
-    Lesson(4, "triton_primer", "A Triton primer", True, minutes=45,
+    Lesson(4, "triton_primer", "A Triton primer", True, minutes=105,
            objectives=("write a Triton kernel with programs, blocks, pointers and masks",
                        "write a fused row softmax that reads each row once",
                        "test a kernel against a reference in the interpreter and time it on a GPU",
