@@ -189,16 +189,23 @@ LESSONS = (
                       "removes it?")),
     Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=60,
            objectives=("merge attention computed on different devices with the log-sum-exp rule",
-                       "run ring attention, forward and backward, and the all-gather K/V variant",
+                       "run ring attention, forward and backward, the all-gather K/V variant (its gradient a "
+                       "reduce-scatter) and Ulysses' all-to-all of heads",
+                       "count the bytes each scheme moves, and check the count against the calls it makes",
                        "balance causal work over ranks with the zig-zag split",
-                       "predict when a ring hides its communication (α–β model) and size the KV cache per GPU "
-                       "under tensor parallelism"),
+                       "predict when a ring hides its communication (α–β model, with α and the rate at the "
+                       "block's size) and size the KV cache per GPU under tensor parallelism"),
            prerequisites="lessons 3, 5, 6 and 7; `torch.distributed` is introduced here",
            questions=("Which two numbers per row must travel with a block's output so that another rank can "
                       "merge it exactly?",
                       "With a contiguous split and a causal mask, how much more work does the last of W ranks do "
                       "than the first, and how does the zig-zag split fix it?",
-                      "Why does grouped-query attention make all-gathering K and V affordable?",
+                      "Why does grouped-query attention make all-gathering K and V affordable, and why is the "
+                      "all-gather's gradient a reduce-scatter rather than an all-reduce?",
+                      "For which world sizes does Ulysses move fewer bytes than a ring, and what stops it "
+                      "from using more ranks than there are KV heads?",
+                      "Why can a ring that hides its transfers at 8,192 tokens per rank fail to at 512, even "
+                      "with a link of unlimited bandwidth?",
                       "Llama 3 70B has 8 KV heads: how does its KV cache per GPU change from 8 to 16 "
                       "tensor-parallel GPUs, and why?")),
 )
