@@ -163,9 +163,8 @@ class Recorder:
         return value
 
     def call(self, name: str, fn, args, kwargs):
-        digest = codec.key(name, args, kwargs, _handle_of)
-        n = self.counts.get(digest, 0)
-        self.counts[digest] = n + 1
+        digest, shape = codec.keys(name, args, kwargs, _handle_of)
+        n, m = _count(self.counts, digest), _count(self.counts, "shape:" + shape)
         saved = _random_state()
         try:
             result, error = fn(*self.unwrap(args), **self.unwrap(kwargs)), None
@@ -173,7 +172,7 @@ class Recorder:
             result, error = None, exc
         finally:
             _restore_random_state(saved)
-        frame = {"kind": "call", "key": digest, "n": n, "name": name[:200],
+        frame = {"kind": "call", "key": digest, "n": n, "shape": shape, "m": m, "name": name[:200],
                  "after": _packed((args, kwargs), self.handle)}
         if error is not None:
             from ..checking import student_error
@@ -181,7 +180,7 @@ class Recorder:
             frame["raised"] = codec.encode_exception(student_error(error))
         else:
             try:
-                frame["returned"] = _packed(result, self.handle)
+                frame["returned"] = _packed(result, self.handle, codec.ArgumentRefs(args, kwargs))
             except codec.CodecError as exc:
                 frame["raised"] = codec.encode_exception(TypeError(f"{name} returned a value that cannot be "
                                                                    f"graded: {exc}"))
@@ -211,8 +210,8 @@ class RecordingProxy(_Remote):
         return recorder.call(f"#{number}.{op}", lambda *a: _perform(target, op, a), args, {})
 
 
-def _packed(value, handle) -> dict:
-    tree, blobs = codec.encode(value, handle)
+def _packed(value, handle, refs=None) -> dict:
+    tree, blobs = codec.encode(value, handle, refs)
     return codec.pack(tree, blobs)
 
 
@@ -260,8 +259,16 @@ def answer(frame: dict, args, kwargs, make_handle):
     if "raised" in frame:
         raise codec.decode_exception(frame["raised"])
     tree, blobs = codec.unpack(frame.get("returned"))
-    value = codec.decode(tree, blobs, make_handle)
-    return _STOP if type(value) is tuple and value == _STOP else value
+    value = codec.decode(tree, blobs, make_handle, codec.ArgumentRefs(args, kwargs))
+    return _STOP if type(value) is tuple and len(value) == 1 and type(value[0]) is str and value[0] == _STOP[0] \
+        else value
+
+
+def _count(counts: dict, key: str) -> int:
+    """How many calls had ``key`` before this one (and count this one)."""
+    n = counts.get(key, 0)
+    counts[key] = n + 1
+    return n
 
 
 def assign(target, new, depth: int = 0) -> None:
@@ -354,15 +361,16 @@ class Replayer:
     def __init__(self, frames: list):
         self.records = {}
         for frame in frames:
-            if frame.get("kind") == "call" and type(frame.get("key")) is str and type(frame.get("n")) is int:
+            if frame.get("kind") == "call" and all(type(frame.get(k)) is str for k in ("key", "shape")) and \
+                    all(type(frame.get(k)) is int for k in ("n", "m")):
                 self.records.setdefault((frame["key"], frame["n"]), frame)
+                self.records.setdefault(("shape:" + frame["shape"], frame["m"]), frame)
         self.counts: dict[str, int] = {}
 
     def call(self, name: str, args, kwargs):
-        digest = codec.key(name, args, kwargs, _handle_of)
-        n = self.counts.get(digest, 0)
-        self.counts[digest] = n + 1
-        frame = self.records.get((digest, n))
+        digest, shape = codec.keys(name, args, kwargs, _handle_of)
+        n, m = _count(self.counts, digest), _count(self.counts, "shape:" + shape)
+        frame = self.records.get((digest, n)) or self.records.get(("shape:" + shape, m))
         if frame is None:
             raise NoRecordedAnswer(f"{name.split('.')[0]}: the notebook's process gave no answer for this call "
                                    f"(it stopped, ran out of its budget, or answered other inputs)")

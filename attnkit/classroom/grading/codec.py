@@ -62,7 +62,7 @@ def _array_root(a):
     root = a
     while isinstance(root.base, np.ndarray):
         root = root.base
-    if root.base is not None and not isinstance(root.base, (bytes, bytearray)):
+    if root.base is not None and not isinstance(root.base, (bytes, bytearray, memoryview)):
         return None, 0
     if not (root.flags.c_contiguous or root.flags.f_contiguous):
         return None, 0
@@ -74,8 +74,9 @@ class Encoder:
     """Turns a value into (tree, blobs). ``handle(obj) -> int`` names what cannot cross (None: an
     opaque marker, which is enough for a key)."""
 
-    def __init__(self, handle=None):
+    def __init__(self, handle=None, refs=None):
         self.handle = handle
+        self.refs = refs                # an ArgumentRefs: values that are (views of) the call's arguments
         self.blobs: list[bytes] = []
         self._roots: dict = {}          # id(root) -> blob index (views of one buffer share it)
         self._keep: list = []           # the roots, alive while their ids are in use
@@ -92,6 +93,10 @@ class Encoder:
         kind = type(v)
         if v is None or kind in (bool, int, float, str):
             return v
+        if self.refs is not None:
+            ref = self.refs.find(v)
+            if ref is not None:
+                return ref
         if kind is complex:
             return {"$": "c", "re": v.real, "im": v.imag}
         if kind in (bytes, bytearray):
@@ -179,18 +184,84 @@ class Encoder:
         return {"$": "o", "c": path, "k": list(state), "v": [self.encode(x, depth + 1) for x in state.values()]}
 
 
-def encode(value, handle=None) -> tuple[object, list[bytes]]:
-    enc = Encoder(handle)
+def encode(value, handle=None, refs=None) -> tuple[object, list[bytes]]:
+    enc = Encoder(handle, refs)
     return enc.encode(value), enc.blobs
 
 
-def key(name: str, args, kwargs, handle=None) -> str:
-    """A digest of a call: its name and everything in its arguments (both sides compute the same)."""
+class ArgumentRefs:
+    """A call's arguments by path, so that a returned value that *is* one of them (``return out``), or a
+    tensor view of one's storage, comes back as that argument on the other side too."""
+
+    def __init__(self, args, kwargs):
+        self.root = (tuple(args), dict(kwargs))
+        self.paths: dict[int, list] = {}
+        self.storages: dict = {}
+        self._walk(self.root, [], 0)
+
+    def _walk(self, value, path, depth):
+        if depth > 4 or len(self.paths) > 10_000:
+            return
+        if path and type(value) not in (bool, int, float, str, type(None)):
+            self.paths.setdefault(id(value), path)
+        torch = _torch()
+        if torch is not None and isinstance(value, torch.Tensor):
+            self.storages.setdefault((value.untyped_storage().data_ptr(), str(value.device)), path)
+        if type(value) in (tuple, list):
+            for i, item in enumerate(value):
+                self._walk(item, path + [i], depth + 1)
+        elif type(value) is dict:
+            for k, item in value.items():
+                if type(k) in (str, int):
+                    self._walk(item, path + [k], depth + 1)
+
+    def find(self, v):
+        path = self.paths.get(id(v))
+        if path is not None:
+            return {"$": "r", "p": path}
+        torch = _torch()
+        if torch is not None and isinstance(v, torch.Tensor) and v.layout == torch.strided and \
+                v.device.type != "meta":
+            path = self.storages.get((v.untyped_storage().data_ptr(), str(v.device)))
+            if path is not None:
+                return {"$": "rv", "p": path, "sh": list(v.shape), "st": list(v.stride()),
+                        "off": int(v.storage_offset())}
+        return None
+
+    def resolve(self, tree):
+        value = self.root
+        for step in _list(tree, "p"):
+            try:
+                value = value[step]
+            except (KeyError, IndexError, TypeError):
+                raise CodecError("a reference to an argument that is not there") from None
+        if tree["$"] == "r":
+            return value
+        torch = _torch()
+        if torch is None or not isinstance(value, torch.Tensor):
+            raise CodecError("a view of an argument that is not a tensor")
+        shape, strides, offset = _ints(tree, "sh"), _ints(tree, "st"), tree.get("off")
+        storage = value.untyped_storage()
+        itemsize = value.element_size()
+        if type(offset) is not int or offset < 0 or len(shape) != len(strides) or min(strides, default=0) < 0 or \
+                (0 not in shape and (offset + sum((n - 1) * st for n, st in zip(shape, strides)) + 1) * itemsize
+                 > storage.nbytes()):
+            raise CodecError("a view that does not fit its argument's storage")
+        return torch.empty(0, dtype=value.dtype, device=value.device).set_(storage, offset, tuple(shape),
+                                                                          tuple(strides))
+
+
+def keys(name: str, args, kwargs, handle=None) -> tuple[str, str]:
+    """Two digests of a call, the same on both sides: of its name and everything in its arguments; and
+    of its name and its arguments with buffers by size only (a buffer made by ``np.empty`` holds other
+    bytes in each process: such calls are told apart by their order instead)."""
     tree, blobs = encode((name, tuple(args), dict(kwargs)), handle)
-    digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode())
+    text = json.dumps(tree, sort_keys=True).encode()
+    content, shape = hashlib.sha256(text), hashlib.sha256(text)
     for b in blobs:
-        digest.update(hashlib.sha256(b).digest())
-    return digest.hexdigest()
+        content.update(hashlib.sha256(b).digest())
+        shape.update(len(b).to_bytes(8, "big"))
+    return content.hexdigest(), shape.hexdigest()
 
 
 def pack(tree, blobs) -> dict:
@@ -209,9 +280,10 @@ def unpack(message) -> tuple[object, list[bytes]]:
 class Decoder:
     """Rebuilds values from (tree, blobs); ``handle(i)`` makes the stand-in for handle ``i``."""
 
-    def __init__(self, blobs: list[bytes], handle=None):
+    def __init__(self, blobs: list[bytes], handle=None, refs: ArgumentRefs | None = None):
         self.blobs = blobs
         self.handle = handle
+        self.refs = refs
         self._arrays: dict = {}          # blob index -> uint8 root array (views share it)
         self._storages: dict = {}        # (blob index, device) -> uint8 tensor
 
@@ -256,6 +328,8 @@ class Decoder:
             return self.handle(tree["i"])
         if tag == "x":
             return None
+        if tag in ("r", "rv") and self.refs is not None:
+            return self.refs.resolve(tree)
         raise CodecError(f"unknown tag {tag!r}")
 
     def _blob(self, tree) -> bytes:
@@ -331,8 +405,8 @@ class Decoder:
         return obj
 
 
-def decode(tree, blobs, handle=None):
-    return Decoder(blobs, handle).decode(tree)
+def decode(tree, blobs, handle=None, refs=None):
+    return Decoder(blobs, handle, refs).decode(tree)
 
 
 def _list(tree, name) -> list:
@@ -379,11 +453,14 @@ def _device(text) -> str:
 def _trusted_base(kind: type) -> str:
     """``module:qualname`` of the nearest class in ``kind``'s MRO that Python or the course defines."""
     for base in kind.__mro__:
-        module = getattr(base, "__module__", "")
-        if module == "builtins" or _course_name(module):
-            if not issubclass(base, Exception):
-                return "builtins:Exception"
-            return f"{module}:{base.__qualname__}"
+        module, qualname = getattr(base, "__module__", ""), getattr(base, "__qualname__", "")
+        try:                           # a class that only claims such a module is passed over
+            real = getattr(builtins, qualname, None) if module == "builtins" else \
+                _resolve(f"{module}:{qualname}") if _course_name(module) else None
+        except Exception:  # noqa: BLE001 - no such name
+            real = None
+        if real is base:
+            return f"{module}:{qualname}" if issubclass(base, Exception) else "builtins:Exception"
     return "builtins:Exception"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from .reports import Grade, cell_errors, one_line
 from .sandbox import (
     Budgets,
     Run,
+    UnsafeFile,
     cgroup_problem,
     drops_to_nobody,
     nproc_limit,
@@ -35,6 +37,7 @@ from .sandbox import (
     sandbox_problem,
 )
 
+ROLE = "ATTNKIT_GRADING_ROLE"       # "student" or "checker": which process of a grading this is
 DEFAULT_TIMEOUT = 600              # seconds per cell: the Triton interpreter is slow on a CPU
 DEFAULT_NOTEBOOK_TIMEOUT = 1800    # seconds per notebook, for each step
 DEFAULT_MEMORY_MIB = 4096          # the whole process tree of a step (importing torch maps about 1 GiB)
@@ -86,7 +89,10 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
     path = Path(notebook)
     if path.suffix != ".ipynb":
         raise ValueError(f"notebook: {str(notebook)!r} is not a Jupyter notebook (.ipynb)")
-    data = safe_read(path, int(max_notebook_mib * 2**20))
+    try:
+        data = safe_read(path, int(max_notebook_mib * 2**20))
+    except UnsafeFile as exc:
+        raise UnsafeFile(f"notebook: {exc}") from None
     if sandbox is None:
         sandbox = sandbox_problem() is None
     elif sandbox and sandbox_problem():
@@ -111,15 +117,25 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
             running = pool.submit(run_budgeted, worker_argv("notebook"), budgets, sandbox=sandbox, spec=spec,
                                   workdir=folders[0])
             student = pool.submit(run_budgeted, worker_argv("student"), budgets, sandbox=sandbox, spec=spec,
-                                  workdir=folders[1], seed_line=f"{result.seed}\n".encode())
+                                  workdir=folders[1], seed_line=f"{result.seed}\n".encode(), env={ROLE: "student"})
             run, student = running.result(), student.result()
         checker = run_budgeted(worker_argv("checker"), budgets, sandbox=sandbox, workdir=folders[2],
                                spec={"module": module.__name__, "pairs": pairs, "seed": result.seed,
-                                     "frames": student.frames})
+                                     "frames": student.frames}, env=checker_env())
     _record_run(result, run, budgets.keep_mib)
     _record_checks(result, exercises, student, checker)
     result.seconds = time.monotonic() - started
     return result
+
+
+def checker_env() -> dict:
+    """The checker runs no kernel of the student's: where kernels are interpreted, it is told they are
+    not (TRITON_INTERPRET=0), so that a check watches the interpreter's loads and stores only where the
+    student's kernel ran, in the student's process, as it does where kernels are compiled."""
+    env = {ROLE: "checker"}
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        env["TRITON_INTERPRET"] = "0"
+    return env
 
 
 def _not_graded(exercises, reason: str) -> list[CheckResult]:

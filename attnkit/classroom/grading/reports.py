@@ -89,7 +89,7 @@ class Grade:
     def summary(self) -> str:
         lines = [f"{self.lab} · {one_line(self.notebook)}"]
         if self.problem:
-            lines.append(f"⚠️ {plain(self.problem)}")
+            lines.append(f"⚠️ {one_line(self.problem, 2000)}")
         lines += [plain(r.report) for r in self.results]
         points = not all(e.points == 1 for e in self.exercises)
         lines.append(f"Score: {self.score} of {self.total} points." if points
@@ -149,7 +149,7 @@ def junit_xml(grades: list[Grade]) -> ET.ElementTree:
             first = one_line(g.problem) if g.problem else g.errors[0].line()
             failure = ET.SubElement(case, "failure", type="error", message=first)
             failure.text = "\n\n".join(([plain(g.problem)] if g.problem else []) +
-                                       [e.traceback or e.line() for e in g.errors])
+                                       [plain(e.traceback, 20000) or e.line() for e in g.errors])
         suite.set("tests", str(len(g.results) + 1))
         suite.set("failures", str(failures))
         suite.set("errors", "0")

@@ -379,24 +379,27 @@ def nproc_limit(budgets: Budgets, sandbox: bool) -> int | None:
 
 
 def run_budgeted(argv: list[str], budgets: Budgets, *, sandbox: bool, spec: dict, workdir: Path,
-                 seed_line: bytes | None = None, progress_tail: list | None = None) -> Run:
+                 seed_line: bytes | None = None, progress_tail: list | None = None, env: dict | None = None) -> Run:
     """Run ``argv`` (a worker) with ``spec`` on its stdin, in bwrap when ``sandbox`` (else in ``workdir``),
     and watch it: the budgets above, the progress pipe, the channel. ``seed_line`` is written to its
-    stdin once it reports ``loaded`` on the progress pipe (never before)."""
+    stdin once it reports ``loaded`` on the progress pipe (never before). ``env``: variables to add."""
     nproc = nproc_limit(budgets, sandbox)
     spec = dict(spec, memory_mib=budgets.memory_mib, staging_mib=budgets.staging_mib, nproc=nproc,
                 drop_to_nobody=bool(sandbox and drops_to_nobody()))
     progress_r, progress_w = os.pipe()
     channel_r, channel_w = os.pipe()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
            "PYTHONDONTWRITEBYTECODE": "1", "JUPYTER_PLATFORM_DIRS": "1", "ATTNKIT_GRADING": "1",
            "ATTNKIT_GRADING_FDS": f"{progress_w},{channel_w}",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     home = SANDBOX_HOME if sandbox else str(workdir)
-    env.update(HOME=f"{home}/.home", TRITON_CACHE_DIR=f"{home}/.triton", TMPDIR="/tmp" if sandbox else str(workdir))
+    base.update(HOME=f"{home}/.home", TRITON_CACHE_DIR=f"{home}/.triton", TMPDIR="/tmp" if sandbox else str(workdir))
+    extra = env or {}
+    env = base
     for key in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES"):
         if key in os.environ:
             env[key] = os.environ[key]
+    env.update(extra)
     group = make_cgroup(f"attnkit-grade-{os.getpid()}-{time.monotonic_ns()}", budgets)
     full = sandbox_argv(argv, budgets) if sandbox else argv
 
