@@ -86,6 +86,17 @@ GROW_WRONG = {
                                                 "            kept.append(s)\n        except OutOfPagesError:\n"
                                                 "            pool.free(s.rid)\n            preempted.append(s)\n"
                                                 "    return kept, preempted")],
+    "reserve one by one, preempt and retry on failure (not all or nothing)": [
+        ("kept, preempted = list(running), []", "from attnkit.serving.allocator import OutOfPagesError\n"
+                                                "    kept, preempted = list(running), []\n    while kept:\n"
+                                                "        try:\n            for s in kept:\n"
+                                                "                pool.reserve(s.rid, 1)\n"
+                                                "            return kept, preempted\n"
+                                                "        except OutOfPagesError:\n            v = kept.pop()\n"
+                                                "            pool.free(v.rid)\n            preempted.append(v)\n"
+                                                "    return kept, preempted")],
+    "latest arrival preempted first": [(POP, "i = max(range(len(kept)), key=lambda i: kept[i].arrival)\n"
+                                             "        victim = kept.pop(i)\n        needs.pop(i)")],
 }
 GROW_RIGHT = {
     "solution": [],
@@ -99,6 +110,15 @@ GROW_RIGHT = {
          "free = pool.num_free_pages\n    cut = len(kept)\n    while cut and sum(needs[:cut]) > free:\n"
          "        cut -= 1\n        free += len(pool.pages_of(kept[cut].rid))\n"
          "    while len(kept) > cut:")],
+    "reserve_many, all or nothing, preempt on failure": [
+        ("kept, preempted = list(running), []", "from attnkit.serving.allocator import OutOfPagesError\n"
+                                                "    kept, preempted = list(running), []\n    while kept:\n"
+                                                "        try:\n"
+                                                "            pool.reserve_many([s.rid for s in kept], 1)\n"
+                                                "            return kept, preempted\n"
+                                                "        except OutOfPagesError:\n            v = kept.pop()\n"
+                                                "            pool.free(v.rid)\n            preempted.append(v)\n"
+                                                "    return kept, preempted")],
 }
 
 # ------------------------------------------------------------------------------ exercise 3: admit
@@ -119,6 +139,12 @@ ADMIT_WRONG = {
     "running requests ignored": [(BATCH, "if len(admitted) >= max_batch:")],
     "from the back of the queue": [("for s in waiting:", "for s in reversed(waiting):")],
     "room for one token more": [(ADD, ADD.replace("len(s.tokens)", "len(s.tokens) + 1"))],
+    "tries to reserve, stops on failure without freeing (the pool changed part-way)": [
+        (FITS + "\n            break                                # first come, first served: no overtaking\n"
+                "        pool.add_sequence(s.rid)\n        " + ADD,
+         "pool.add_sequence(s.rid)\n        try:\n            " + ADD + "\n        except Exception:\n"
+         "            break")],
+    "one page kept spare": [(FITS, FITS.replace("pool.num_free_pages", "pool.num_free_pages - 1"))],
 }
 ADMIT_RIGHT = {
     "solution": [],
@@ -132,7 +158,23 @@ ADMIT_RIGHT = {
 
 # ---------------------------------------------------------------------------- exercise 4: the step
 QUEUE = "queue = sorted(waiting + preempted, key=queue_order)"
+STEP = ("kept, preempted = grow(running, pool)\n    " + QUEUE
+        + "\n    admitted = admit(queue, len(kept), pool, max_batch)")
+_OWN_ADMIT = ("\n    admitted = []\n    for s in queue:\n        if len(kept) + len(admitted) >= max_batch:\n"
+              "            break\n        need = pages_needed(len(s.tokens), 0, pool.page_size)\n"
+              "        if need > free:\n            break\n        pool.add_sequence(s.rid)\n"
+              "        pool.reserve(s.rid, len(s.tokens))\n        free -= need\n        admitted.append(s)")
 STEP_WRONG = {
+    "queue ordered by id": [(QUEUE, "queue = sorted(waiting + preempted, key=lambda s: s.rid)")],
+    "queue ordered by arrival alone": [(QUEUE, "queue = sorted(waiting + preempted, key=lambda s: s.arrival)")],
+    "preempted at the front, by id": [(QUEUE, "queue = sorted(preempted, key=lambda s: s.rid) + waiting")],
+    "its own free-page count, taken before grow": [
+        (STEP, "free = pool.num_free_pages\n    kept, preempted = grow(running, pool)\n    " + QUEUE + _OWN_ADMIT)],
+    "its own free-page count, without the victims' pages": [
+        (STEP, "free = pool.num_pages - sum(len(pool.pages_of(s.rid)) for s in running)\n"
+               "    kept, preempted = grow(running, pool)\n"
+               "    free -= sum(1 for s in kept if pool.length(s.rid) % pool.page_size == 1 or pool.page_size == 1)"
+               "\n    " + QUEUE + _OWN_ADMIT)],
     "preempted at the back of the queue": [(QUEUE, "queue = waiting + preempted")],
     "preempted at the front, newest first": [(QUEUE, "queue = preempted + waiting")],
     "preempted dropped": [(QUEUE, "queue = sorted(waiting, key=queue_order)")],
@@ -150,6 +192,8 @@ STEP_WRONG = {
 }
 STEP_RIGHT = {
     "solution": [],
+    "its own free-page count, kept right": [
+        (STEP, "kept, preempted = grow(running, pool)\n    free = pool.num_free_pages\n    " + QUEUE + _OWN_ADMIT)],
     "sort in place, by fields": [
         (QUEUE, "queue = list(waiting) + list(preempted)\n    queue.sort(key=lambda s: (s.arrival, s.rid))"),
         ("waiting=[s for s in queue if s not in admitted]", "waiting=queue[len(admitted):]")],

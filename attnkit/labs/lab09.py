@@ -577,8 +577,12 @@ class _TinyRunner:
 # ------------------------------------------------------------------------------------ exercise 4
 def _workloads(rng):
     """(label, requests, num_pages, page_size, max_batch)."""
-    def reqs(spec):
-        return [Seq(i, [(11 * i + 5 * j) % LEDGER_VOCAB for j in range(p)], m, a) for i, (p, m, a) in enumerate(spec)]
+    def reqs(spec, ids=None):
+        # ids: each request's rid, when it should not follow the order of arrival (the queue's order is
+        # by arrival, then rid: an answer that sorts by rid alone or keeps list order shows here).
+        ids = list(range(len(spec))) if ids is None else [int(r) for r in ids]
+        return [Seq(r, [(11 * r + 5 * j) % LEDGER_VOCAB for j in range(p)], m, a)
+                for r, (p, m, a) in zip(ids, spec)]
 
     cases = [
         ("all at once, preemption on growth", reqs([(21, 24, 0)] * 8), 20, 8, 8),
@@ -587,14 +591,18 @@ def _workloads(rng):
         ("the batch limit binds", reqs([(3, 5, 0)] * 6), 30, 4, 2),
         ("page size 1, tight pool", reqs([(3, 6, 0), (2, 7, 0), (4, 3, 1), (1, 9, 2)]), 12, 1, 3),
         ("short and long mixed", reqs([(30, 3, 0), (2, 30, 0), (9, 16, 1), (17, 4, 1), (1, 20, 5)]), 14, 4, 4),
+        ("ids in the reverse order of arrival, preemptions", reqs(
+            [(6, 14, 0), (6, 14, 1), (5, 12, 2), (3, 10, 2), (7, 8, 4), (2, 9, 6)], ids=[9, 7, 6, 5, 3, 1]),
+         10, 4, 4),
     ]
     for i in range(3):
         ps = int(rng.choice([1, 2, 4, 8]))
         spec = [(int(rng.integers(1, 4 * ps + 1)), int(rng.integers(1, 4 * ps + 1)), int(rng.integers(0, 6)))
                 for _ in range(int(rng.integers(2, 8)))]
         largest = max(-(-(p + m - 1) // ps) for p, m, _ in spec)
-        cases.append((f"random {i + 1}", reqs(spec), largest + int(rng.integers(0, 2 * largest + 1)), ps,
-                      int(rng.integers(1, 6))))
+        ids = rng.permutation(len(spec)) * 3 + 1                  # ids unrelated to the order of arrival
+        cases.append((f"random {i + 1}, ids out of arrival order", reqs(spec, ids),
+                      largest + int(rng.integers(0, 2 * largest + 1)), ps, int(rng.integers(1, 6))))
     return cases
 
 
@@ -618,6 +626,17 @@ def _step_cases():
         # the batch limit counts the requests kept
         ("a full batch admits nobody", 8, [_seq(0, 3, 1), arriving(_seq(1, 3, 1), 1)],
          [arriving(_seq(2, 3, 0), 2)], 6, 2),
+        # ids against arrival: rid 4 (arrival 2) is preempted and queues before rid 2 (arrival 5), whose
+        # one page would fit: a queue sorted by id admits rid 2 ahead of its turn
+        ("arrival order is not id order", 4, [_seq(7, 8, 1), arriving(_seq(4, 4, 1), 2)],
+         [arriving(_seq(2, 1, 0), 5)], 1, 4),
+        # two preempted whose ids run against their arrivals: the queue is by arrival (rid 5, then rid 3)
+        ("two preempted, ids against arrival", 4,
+         [_seq(9, 8, 1), arriving(_seq(5, 4, 1), 1), arriving(_seq(3, 4, 1), 2)], [], 0, 4),
+        # a waiting request that arrived before the victim goes first in the queue, into the pages the
+        # victim gave back: an answer that counts free pages itself, before the preemption, misses them
+        ("the victim's pages admit an earlier arrival", 4, [_seq(0, 8, 1), arriving(_seq(1, 8, 1), 3)],
+         [arriving(_seq(2, 3, 0), 1)], 1, 4),
     ]
 
 
@@ -720,8 +739,9 @@ def check_prediction(predict: Callable, *, seed: int | None = None) -> CheckResu
 
 
 def worst_case_step(running, waiting, pool, max_batch) -> StepPlan:
-    """Lesson 9's engine as a step: admit only when the request's worst case (prompt + max_new_tokens − 1
-    cached tokens) fits beside what the running requests may still claim; never preempts."""
+    """Worst-case reservation as a step (the baseline of the measurement): admit only when the request's
+    worst case (prompt + max_new_tokens − 1 cached tokens) fits beside what the running requests may
+    still claim; never preempts."""
     ps = pool.page_size
 
     def worst(s):
