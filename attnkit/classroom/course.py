@@ -187,7 +187,7 @@ LESSONS = (
                       "How do tokens per second change with batch size in decode, and why?",
                       "The GPU was busy a tenth of a recorded decode step: where did the rest go, and what "
                       "removes it?")),
-    Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=60,
+    Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=80,
            objectives=("merge attention computed on different devices with the log-sum-exp rule",
                        "run ring attention, forward and backward, the all-gather K/V variant (its gradient a "
                        "reduce-scatter) and Ulysses' all-to-all of heads",
