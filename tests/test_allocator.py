@@ -290,3 +290,96 @@ def test_cache_feeds_paged_decode():
         assert rel_error(o, paged_decode_ref(*args)) <= tolerance(torch.float16)
         k0, _ = cache.gather(2, layer)
         assert k0.shape == (16, HKV, D)
+
+
+# ------------------------------------------------------------------------------------ hostile input
+def _cache_with_evictable_pages():
+    """4 pages, page size 2: sequence "old" of 4 tokens registered in a PrefixCache, then freed: its two
+    pages stay cached and evictable; two pages are free."""
+    from attnkit.serving.allocator import PrefixCache
+
+    tables = PageTables(num_pages=4, page_size=2)
+    prefix = PrefixCache(tables)
+    tables.add_sequence("old")
+    tables.reserve("old", 4)
+    prefix.register("old", [5, 6, 7, 8])
+    tables.free("old")
+    assert (tables.num_free_pages, prefix.num_cached, prefix.num_evictable) == (2, 2, 2)
+    return tables, prefix
+
+
+@pytest.mark.parametrize("op", ["reserve", "reserve_many"])
+def test_a_reserve_that_runs_out_evicts_nothing(op):
+    """OutOfPagesError comes before anything changes: the prefix cache keeps its evictable pages."""
+    tables, prefix = _cache_with_evictable_pages()
+    tables.add_sequence("new")
+    tables.add_sequence("other")
+    before = (dict(prefix.page_of), list(tables.allocator._free), list(tables.allocator._refs))
+    with pytest.raises(OutOfPagesError, match="out of pages: [56] needed.*2 free and 2 evictable of 4"):
+        if op == "reserve":
+            tables.reserve("new", 10)                          # 5 pages: more than 2 free + 2 evictable
+        else:
+            tables.reserve_many(["new", "other"], 5)           # 3 + 3 pages
+    assert (dict(prefix.page_of), list(tables.allocator._free), list(tables.allocator._refs)) == before
+    assert tables.length("new") == 0
+    assert prefix.match("new", [5, 6, 7, 8, 9]) == 4           # the cached prefix is still there
+    tables.reserve("other", 4)                                 # 2 pages: evicts nothing still held
+
+
+@pytest.mark.parametrize("ids, message", [
+    ([5, 6, 7.0, 8], r"token_ids\[2\] = 7.0"),                 # a float would be truncated: a collision
+    ([5, 6, 7.9, 8], r"token_ids\[2\] = 7.9"),
+    ([5, 2 ** 31, 7, 8], r"token_ids\[1\] = 2147483648"),
+    ([5, -1, 7, 8], r"token_ids\[1\] = -1"),
+    ([True, 6, 7, 8], r"token_ids\[0\] = True"),
+])
+def test_prefix_cache_refuses_token_ids_that_are_not_int32(ids, message):
+    tables, prefix = _cache_with_evictable_pages()
+    tables.add_sequence("new")
+    for call in (lambda: prefix.match("new", ids), lambda: prefix.page_keys(ids)):
+        with pytest.raises(ValueError, match=message + r"; each token id must be an integer in \[0, 2\*\*31\)"):
+            call()
+    assert tables.length("new") == 0 and prefix.lookup_tokens == 0
+
+
+def test_prefix_cache_takes_numpy_and_tensor_token_ids_as_ints():
+    import numpy as np
+
+    tables, prefix = _cache_with_evictable_pages()
+    keys = prefix.page_keys([5, 6, 7, 8])
+    assert prefix.page_keys(np.array([5, 6, 7, 8])) == keys
+    assert prefix.page_keys(torch.tensor([5, 6, 7, 8])) == keys
+    tables.add_sequence("new")
+    assert prefix.match("new", np.array([5, 6, 7, 8, 1], dtype=np.int64)) == 4
+
+
+def test_a_second_prefix_cache_on_the_same_tables_is_refused():
+    """A second cache would take over eviction and strand the first one's pages (never released)."""
+    from attnkit.serving.allocator import PrefixCache
+
+    tables, prefix = _cache_with_evictable_pages()
+    with pytest.raises(ValueError, match="tables: already have a PrefixCache"):
+        PrefixCache(tables)
+    assert tables.prefix_cache is prefix
+
+
+def test_numpy_integers_are_taken_as_page_ids_layers_and_sizes():
+    import numpy as np
+
+    alloc = BlockAllocator(np.int64(4))
+    pages = alloc.allocate(np.int32(2))
+    alloc.share([np.int64(p) for p in pages])
+    assert alloc.refcount(np.int16(pages[0])) == 2
+    alloc.release(np.array(pages))
+    alloc.release([pages[0], np.int64(pages[1])])
+    assert alloc.num_free == 4 and all(type(p) is int for p in alloc._free)
+    cache = PagedKVCache(num_pages=np.int64(3), page_size=np.int64(2), num_layers=np.int64(LAYERS),
+                         num_kv_heads=HKV, head_dim=D, dtype=torch.float32)
+    cache.add_sequence(0)
+    slots = cache.reserve(0, np.int64(3))
+    k, v = tokens(torch.Generator().manual_seed(1), 3)
+    cache.write(np.int64(1), slots, k[1], v[1])
+    assert torch.equal(cache.gather(0, 1)[0], k[1])
+    for bad in (1.0, True, 2.5):
+        with pytest.raises(ValueError, match="page: expected an integer"):
+            alloc.refcount(bad)

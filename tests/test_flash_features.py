@@ -383,3 +383,47 @@ def test_kernels_compile_for_an_h100():
     result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("compiled") == 4
+
+
+# ------------------------------------------------------------------------------------ hostile input
+def _strided_cu(values, how):
+    """``values`` as an int32 view whose entries are not adjacent: every other entry of a longer tensor,
+    or the first column of a [B + 1, 2] tensor (filler in between that the kernels would read)."""
+    filler = torch.full((len(values), 2), 10 ** 6, dtype=torch.int32)
+    filler[:, 0] = torch.tensor(values, dtype=torch.int32)
+    return filler[:, 0] if how == "column" else filler.flatten()[::2]
+
+
+@pytest.mark.parametrize("how", ["every_other", "column"])
+@pytest.mark.parametrize("which", ["cu_seqlens_q", "cu_seqlens_k"])
+def test_varlen_refuses_non_contiguous_cu_seqlens(how, which):
+    """The kernels read entry b at cu_seqlens + b, so a strided view would be read as its filler (out of
+    bounds reads and writes): refused, as FlashAttention-2 refuses it."""
+    args = _packed()
+    view = _strided_cu(args[which].tolist(), how)
+    assert view.tolist() == args[which].tolist() and view.stride(0) == 2
+    args[which] = view
+    with pytest.raises(ValueError, match=f"{which}: must be contiguous \\(stride 1\\)"):
+        flash_attention_varlen(**args)
+
+
+@pytest.mark.parametrize("softcap", [1e3, 1e8])
+def test_a_large_softcap_keeps_fp32_accuracy(softcap):
+    """softcap · tanh(s / softcap) with s / softcap tiny: (1 - e) / (1 + e) alone lost about 6e-8 / |x|
+    relative (1.9e-5 at 1e3, 0.72 at 1e8); the kernel's tanh must stay at fp32 rounding (flash_kernels._tanh)."""
+    q, k, v = dense_case(11, 1, 2, 1, 20, 20, 16)
+    o, _ = flash_attention_forward(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), causal=True, softcap=softcap)
+    ref = attention_torch(q.double(), k.double(), v.double(), causal=True, softcap=softcap)
+    assert_close(o, ref, torch.float32, DEVICE, f"softcap {softcap:g}")
+
+
+def test_double_backward_is_a_clear_error():
+    """The backward kernels are not differentiable: a second derivative raises instead of being zero."""
+    q, k, v = (t.to(DEVICE).requires_grad_() for t in dense_case(12, 1, 2, 1, 9, 9, 16))
+    o = flash_attention(q, k, v, causal=True)
+    (dq,) = torch.autograd.grad(o.pow(2).sum(), q, create_graph=True)      # dO = 2o depends on q
+    penalty = dq.pow(2).sum() + o.sum()       # without the error, the penalty's term would add nothing
+    with pytest.raises(RuntimeError, match="second derivatives .* are not implemented"):
+        torch.autograd.grad(penalty, q, retain_graph=True)
+    with pytest.raises(RuntimeError, match="second derivatives .* are not implemented"):
+        penalty.backward()

@@ -399,3 +399,26 @@ def test_more_heads_than_one_grid_axis_holds_are_refused():
     q8, k8, v8, qs, ks, vs = quantize_for_attention(q, k, v)
     with pytest.raises(ValueError, match=r"q8: heads H = 65536 is more than one launch runs \(65535"):
         flash_attention_fp8(q8, k8, v8, qs, ks, vs)
+
+
+# ------------------------------------------------------------------------------------ hostile input
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_quantize_refuses_values_without_a_finite_scale(which, value):
+    """A NaN or an infinity would make its head's scale NaN or infinite (every value of the head lost)."""
+    q, k, v = make_inputs(3, 1, 2, 1, 9, 9, 64)
+    {"q": q, "k": k, "v": v}[which][0, 0, 4, 5] = value
+    with pytest.raises(ValueError, match=f"{which}: holds a NaN or an infinity"):
+        quantize_for_attention(q, k, v)
+
+
+def test_an_fp8_nan_byte_gives_a_nan_row():
+    """e4m3's NaN byte in k8: the rows whose scores read it are NaN, as on a GPU (the interpreter alone
+    would read it as 480: paged_extend.fp8_read); the other rows are unchanged."""
+    q8, k8, v8, qs, ks, vs = quantize_for_attention(*make_inputs(4, 1, 2, 1, 20, 20, 64))
+    clean = flash_attention_fp8(q8, k8, v8, qs, ks, vs, causal=True)
+    k8 = k8.clone()
+    k8.view(torch.uint8)[0, 0, 7, 3] = 0x7F           # key 7: causal rows 7 .. 19 see it
+    got = flash_attention_fp8(q8, k8, v8, qs, ks, vs, causal=True)
+    assert torch.isnan(got[:, :, 7:]).all()
+    assert torch.equal(got[:, :, :7], clean[:, :, :7])

@@ -359,3 +359,15 @@ def test_more_sequences_or_heads_than_one_grid_axis_holds_are_refused():
     q, k, v, k_cache, v_cache = (t[:1].expand(65536, *t.shape[1:]) for t in make(1))
     with pytest.raises(ValueError, match=r"q: batch B = 65536 is more than one launch runs \(65535"):
         rope_append.rope_append(q, k, v, k_cache, v_cache, share_buffer=False, backend="torch")
+
+
+def test_kv_cache_bytes_takes_numpy_integers_without_wrapping():
+    """NumPy's int64 wraps past 2**63; the product is taken in Python integers."""
+    import numpy as np
+
+    args = dict(num_layers=np.int64(80), num_kv_heads=np.int64(64), head_dim=np.int32(128), tokens=2 ** 40,
+                dtype_bytes=np.int64(2), batch=np.int64(8))
+    got = kv_cache.kv_cache_bytes(**args)
+    assert type(got) is int and got == 2 * 80 * 64 * 128 * 2 ** 40 * 2 * 8 > 2 ** 63
+    with pytest.raises(ValueError, match="tokens: expected a positive integer"):
+        kv_cache.kv_cache_bytes(**{**args, "tokens": np.float64(4.0)})

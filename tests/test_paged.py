@@ -307,3 +307,20 @@ def test_check_values_is_named():
     gen = torch.Generator().manual_seed(13)
     with pytest.raises(ValueError, match="check_values"):
         paged_decode(*make_case(gen, [4]), check_values="sometimes")
+
+
+def test_device_checks_keep_bounded_state_and_name_the_first_bad_call():
+    """300 device-checked calls leave one three-number tensor per device, not 300 flags; the error names
+    the first bad call by its index and kernel, and counts the others."""
+    from attnkit.kernels import value_checks
+
+    gen = torch.Generator().manual_seed(13)
+    good = make_case(gen, [9, 30])
+    bad = (*good[:4], torch.tensor([9, 10 ** 4], dtype=torch.int32, device=DEVICE))
+    paged.raise_pending_errors()
+    for i in range(300):
+        paged.check_paged_inputs(*(bad if i in (149, 200) else good), check_values="device")
+    assert [tuple(t.shape) for t in value_checks._STATE.values()] == [(3,)]
+    with pytest.raises(ValueError, match="2 of the last 300 calls .* The first was paged_decode call 150 of 300"):
+        paged.raise_pending_errors()
+    assert not value_checks._STATE and not value_checks._CALLS

@@ -82,3 +82,86 @@ def test_bad_input_is_named(change, rule):
     with pytest.raises(ValueError, match=rule):
         paged_extend(a["q"], a["k"], a["v"], a["table"], a["lens"], a["cu"], k_scale=a["k_scale"],
                      v_scale=a["k_scale"])
+
+
+# ------------------------------------------------------------------------------------ hostile input
+@pytest.mark.parametrize("max_q_len", [5, 0, -3, 2.5, True])
+def test_max_q_len_is_checked_against_the_chunks(max_q_len):
+    """max_q_len bounds the longest chunk (17 here): a smaller one, 0, a negative or a float is refused."""
+    args = _problem(6, [5, 1, 17], [5, 9, 40])
+    with pytest.raises(ValueError, match="max_q_len"):
+        paged_extend(*args, max_q_len=max_q_len)
+
+
+def test_every_row_is_computed_whatever_max_q_len():
+    """max_q_len sizes the grid only: unchecked, a too small one still computes every row (the programs
+    stride over the row blocks), and the device check flags it."""
+    from attnkit.kernels import paged
+
+    args = _problem(6, [5, 1, 17], [5, 9, 40])
+    paged.raise_pending_errors()
+    got = paged_extend(*args, max_q_len=1, check_values=False)
+    assert_close(got, paged_extend_ref(*args), torch.float32)
+    paged_extend(*args, max_q_len=1, check_values="device")
+    with pytest.raises(ValueError, match="paged_extend call 1 of 1: max_q_len"):
+        paged.raise_pending_errors()
+
+
+@pytest.mark.parametrize("tiles", [dict(block_n=3), dict(block_m=0), dict(block_m=8), dict(block_n=512),
+                                   dict(block_m=16.0), dict(block_n=True)])
+def test_tile_sizes_are_checked(tiles):
+    args = _problem(6, [3, 2], [9, 12])
+    with pytest.raises(ValueError, match=f"{next(iter(tiles))}: expected a power of two from 16 to 256"):
+        paged_extend(*args, **tiles)
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("nan"), 0.0])
+def test_scales_must_be_finite_and_positive(scale):
+    q, k, v, table, lens, cu = _problem(7, [3, 2], [9, 12])
+    k_scale, v_scale = fp8_scales(k), fp8_scales(v)
+    k8, v8 = quantize_fp8(k, k_scale), quantize_fp8(v, v_scale)
+    bad = v_scale.clone()
+    bad[1] = scale
+    with pytest.raises(ValueError, match="v_scale: every scale must be finite and > 0"):
+        paged_extend(q, k8, v8, table, lens, cu, k_scale=k_scale, v_scale=bad)
+
+
+def test_bad_page_ids_and_offsets_unchecked_stay_in_bounds():
+    """Unchecked (check_values=False, or "device" before the flag is read) bad values are clamped in the
+    kernel: page ids past the pool, lengths past the table and offsets past total_q read and write
+    nothing out of bounds; "device" reports them."""
+    from attnkit.kernels import paged
+
+    q, k, v, table, lens, cu = _problem(8, [3, 4], [9, 12], num_pages=8)
+    table = table.clone()
+    table[0, 0] = 10 ** 6                      # a used page past the pool
+    table[1, 1] = -(10 ** 6)
+    long_lens = torch.tensor([9, 10 ** 5], dtype=torch.int32)
+    far_cu = torch.tensor([0, 3, 10 ** 6], dtype=torch.int32)
+    paged.raise_pending_errors()
+    for bad in (dict(table=table), dict(lens=long_lens), dict(cu=far_cu)):
+        a = dict(table=table if "table" in bad else _problem(8, [3, 4], [9, 12], num_pages=8)[3], lens=lens, cu=cu)
+        a.update(bad)
+        for mode in (False, "device"):
+            out = paged_extend(q, k, v, a["table"], a["lens"], a["cu"], check_values=mode, max_q_len=4)
+            assert out.shape == q.shape
+        with pytest.raises(ValueError, match="paged_extend call 1 of 1"):
+            paged.raise_pending_errors()
+        with pytest.raises(ValueError):
+            paged_extend(q, k, v, a["table"], a["lens"], a["cu"], check_values="strict")
+
+
+def test_an_fp8_nan_byte_gives_nan_not_480():
+    """On Triton's interpreter an e4m3 NaN byte reads as 480 unless the kernel's caller takes care
+    (paged_extend.fp8_read): the rows that read the NaN are NaN, as on a GPU; the others are exact."""
+    q, k, v, table, lens, cu = _problem(9, [3, 2], [9, 12])
+    k_scale, v_scale = fp8_scales(k), fp8_scales(v)
+    k8, v8 = quantize_fp8(k, k_scale), quantize_fp8(v, v_scale)
+    page = int(table[1, 0])                     # sequence 1's first token: only sequence 1 reads it
+    k8.view(torch.uint8)[page, 0, 0, 0] = 0x7F  # e4m3's NaN: every score of KV head 0 with that key
+    got = paged_extend(q, k8, v8, table, lens, cu, k_scale=k_scale, v_scale=v_scale)
+    assert torch.isnan(got[3:, :2]).all(), "the rows of sequence 1, KV head 0, must be NaN"
+    ref = paged_extend_ref(q, k8, v8, table, lens, cu, k_scale=k_scale, v_scale=v_scale)
+    assert_close(got[:3], ref[:3], torch.float32)
+    got_decode = paged_decode(q[[2, 4]], k8, v8, table, lens, k_scale=k_scale, v_scale=v_scale)
+    assert torch.isnan(got_decode[1, :2]).all() and torch.isfinite(got_decode[0]).all()

@@ -65,3 +65,28 @@ def test_attention_grads_ref_matches_finite_differences(causal):
         ahead, behind = (attention_ref(*args, causal=causal) for args in moved)
         slope = ((ahead - behind) * do).sum() / (2 * eps)
         assert abs(slope.item() - (grad * direction).sum().item()) < 1e-6
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+def test_nan_propagates_as_in_sdpa(where):
+    """A NaN in a query row, or in a key or a value that a row sees: the reference gives NaN exactly where
+    SDPA's math backend (PyTorch's definition) does; with ``causal``, SDPA runs row by row over the keys the
+    row sees (a key outside the mask is never read, as in the kernels). The reference used to turn a NaN
+    row into 0, hiding NaN propagation from every test that compares with it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=gen, dtype=torch.float64) for n in (5, 6, 6))
+    {"q": q, "k": k, "v": v}[where][0, 1, 2, 3] = float("nan")
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    with sdpa_kernel(SDPBackend.MATH):
+        plain = sdpa(q, k, v)
+        causal = torch.cat([sdpa(q[:, :, i:i + 1], k[:, :, :i + 2], v[:, :, :i + 2]) for i in range(5)], dim=2)
+    for is_causal, expected in ((False, plain), (True, causal)):
+        got = attention_ref(q, k, v, causal=is_causal)
+        assert torch.isnan(got).any() and torch.equal(torch.isnan(got), torch.isnan(expected)), (where, is_causal)
+        finite = ~torch.isnan(expected)
+        assert torch.allclose(got[finite], expected[finite], atol=1e-12)
+    rows = np.array([[0.0, np.nan, 1.0], [0.0, 1.0, 2.0], [-np.inf, -np.inf, -np.inf]])
+    p = softmax_np(rows)
+    assert np.isnan(p[0]).all() and np.allclose(p[1].sum(), 1.0) and (p[2] == 0).all()

@@ -128,3 +128,19 @@ def test_low_precision_inputs_keep_their_dtype_and_device():
 def test_bad_input_gets_a_clear_error(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         call()
+
+
+def test_numpy_integers_and_floats_are_taken_as_sizes_and_bases():
+    """A configuration read from NumPy (np.int64 head dims, np.int64 or np.float32 bases) gives the same
+    tables as Python numbers; bool, NaN and bases <= 1 stay refused."""
+    cos, sin = rope_cache(16, 8, base=10000)
+    for base in (np.int64(10000), np.float32(10000.0), np.float64(10000.0)):
+        c, s = rope_cache(np.int64(16), np.int32(8), base=base)
+        assert torch.equal(c, cos) and torch.equal(s, sin)
+    assert torch.equal(inv_frequencies(np.int64(8), np.int64(500000)), inv_frequencies(8, 500000.0))
+    x = torch.randn(3, 8, dtype=torch.float64)
+    assert torch.equal(apply_rope(x, torch.arange(3)[:, None], base=np.int64(10000)),
+                       apply_rope(x, torch.arange(3)[:, None], base=10000.0))
+    for bad in (True, np.float64("nan"), np.int64(1)):
+        with pytest.raises(ValueError, match="base: expected a finite number > 1"):
+            rope_cache(16, 8, base=bad)

@@ -369,3 +369,52 @@ def test_the_timeline_spans_the_scheduler_steps_and_marks_preemptions():
     busy = Engine(model, num_pages=10, page_size=8, max_batch=4, backend=torch_backend()).run(preempting)
     crosses = [line for line in plot_timeline(busy).lines if line.get_marker() == "x" and len(line.get_xdata())]
     assert len(crosses) == sum(len(s.preempted) for s in busy.steps) > 0
+
+
+# ------------------------------------------------------------------------------------ hostile input
+@pytest.mark.parametrize("stop", ["xy", "", 7])
+def test_a_stop_that_is_not_one_token_is_refused(stop):
+    """The model's tokens are characters: "xy" used to stop on "x" alone."""
+    with pytest.raises(ValueError, match="stop: expected None or one character"):
+        Engine(tiny_model(), num_pages=8, page_size=4, backend=torch_backend(), stop=stop)
+
+
+def test_step_records_hold_a_snapshot_of_the_queue_not_a_copy():
+    """A queue of thousands of waiting requests is logged once (one entry per time a request enters);
+    each step's record keeps three references; its ``waiting`` reads back exactly what the queue held."""
+    import random as rnd
+
+    from attnkit.serving.engine import WaitingQueue, WaitingSnapshot
+
+    class Item:
+        def __init__(self, rid):
+            self.request = Request(rid, "a", 1)
+
+    rng = rnd.Random(0)
+    queue, plain, snapshots, entered = WaitingQueue(), [], [], 0
+    items = [Item(i) for i in range(3000)]
+    for item in items:                                     # every request arrives at once
+        queue.append(item)
+        plain.append(item)
+        entered += 1
+    for _ in range(400):                                   # admissions, preemptions, snapshots
+        op = rng.random()
+        if op < 0.5 and plain:
+            c = plain[rng.randrange(min(4, len(plain)))]
+            queue.remove(c)
+            plain.remove(c)
+        elif op < 0.7:
+            c = rng.choice([i for i in items[:50] if i not in plain] or [None])
+            if c is not None:
+                queue.insert_front(c)
+                plain.insert(0, c)
+                entered += 1
+        snapshots.append((queue.snapshot(), tuple(i.request.rid for i in plain)))
+    assert len(queue._log) == entered                      # not 400 copies of a 3,000-long queue
+    for snap, expected in snapshots[::37]:
+        assert isinstance(snap, WaitingSnapshot) and len(snap) == len(expected) and snap == expected
+        assert tuple(snap) == expected and list(snap)[:3] == list(expected[:3])
+    assert repr(snapshots[-1][0]) == repr(snapshots[-1][1])
+    engine, _, result = _run()
+    assert all(isinstance(s.waiting, WaitingSnapshot) for s in result.steps)
+    assert any(len(s.waiting) for s in result.steps)

@@ -55,7 +55,6 @@ import warnings
 from dataclasses import dataclass, replace
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from .. import validation
 from ..device import bf16_computed_in_fp32, launch_options, on_device, sm_major, to_kernel_device, triton_interprets
@@ -1007,14 +1006,30 @@ class FlashAttentionFunction(torch.autograd.Function):
         return o
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, do):
-        # The backward kernels are not themselves differentiable: a second derivative (a gradient
-        # penalty) raises "trying to differentiate twice a function that was marked with
-        # @once_differentiable" instead of silently being zero.
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse, *ctx.options)
+        with torch.no_grad():
+            dq, dk, dv = _backward(do, q, k, v, o, lse, *ctx.options)
+        if torch.is_grad_enabled():       # create_graph=True: the gradients may be differentiated again
+            dq, dk, dv = _NoSecondDerivative.apply(dq, dk, dv, q, k, v, do)
         return dq, dk, dv, None, None, None, None, None, None
+
+
+class _NoSecondDerivative(torch.autograd.Function):
+    """dq, dk, dv unchanged, joined in the graph to q, k, v and dO, so that differentiating them again (a
+    gradient penalty) raises instead of silently contributing zero. (torch.autograd.function's
+    ``once_differentiable`` alone is not enough: its error node hangs off detached copies, so
+    ``torch.autograd.grad(penalty, q)`` never reaches it and returns the penalty's term as 0.)"""
+
+    @staticmethod
+    def forward(ctx, dq, dk, dv, *inputs):
+        return dq.clone(), dk.clone(), dv.clone()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("flash_attention: second derivatives (differentiating its gradients again, as a "
+                           "gradient penalty does) are not implemented: the backward kernels are not "
+                           "differentiable")
 
 
 def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = None, window=(-1, -1),

@@ -45,8 +45,9 @@ def attention_ref(q, k, v, *, causal: bool = False, sm_scale: float | None = Non
 
     q: [B, Hq, Nq, D]; k, v: [B, Hkv, Nk, D] with Hq % Hkv == 0. Query head h reads KV head
     h // (Hq // Hkv). With ``causal``, query i sees keys j ≤ i + Nk − Nq; a row that sees no key gives 0.
-    NaN propagates as in PyTorch's SDPA: a NaN in a row's query or in a key it sees makes the row NaN,
-    a NaN in a value it sees too. Returns float64 [B, Hq, Nq, D] on the CPU.
+    NaN propagates as in PyTorch's SDPA (its math backend): a NaN in a row's query or in a key the row
+    sees makes the row NaN; a NaN in a value makes that column NaN in the rows that see its key. Keys a
+    row does not see are never read (docs/semantics.md). Returns float64 [B, Hq, Nq, D] on the CPU.
     """
     import torch
 
@@ -74,6 +75,7 @@ def _attention64(q64, k64, v64, causal: bool, sm_scale: float | None):
     v64 = v64.repeat_interleave(group, dim=1)
     scale = 1.0 / math.sqrt(q64.shape[-1]) if sm_scale is None else sm_scale
     scores = q64 @ k64.transpose(-1, -2) * scale               # [B, Hq, Nq, Nk]
+    visible = None
     if causal:
         n_q, n_k = scores.shape[-2:]
         visible = torch.from_numpy(causal_mask_np(n_q, n_k))
@@ -85,7 +87,15 @@ def _attention64(q64, k64, v64, causal: bool, sm_scale: float | None):
     weights = torch.exp(scores - row_max)
     total = weights.sum(dim=-1, keepdim=True)
     probs = torch.where(total == 0, torch.zeros_like(weights), weights / total.clamp_min(1e-300))
-    return probs @ v64
+    # A NaN in a value reaches the rows that see its key (a row never reads a key it does not see;
+    # probs @ v alone would spread it to every row through 0 · NaN).
+    bad_v = torch.isnan(v64)
+    if not bad_v.any():
+        return probs @ v64
+    seen = torch.ones(probs.shape[-2:], dtype=torch.float64) if visible is None else visible.double()
+    reached = (seen @ bad_v.double()) > 0                       # [B, Hq, Nq, Dv]
+    out = probs @ torch.where(bad_v, torch.zeros_like(v64), v64)
+    return torch.where(reached, torch.full_like(out, math.nan), out)
 
 
 def lse_ref(q, k, *, causal: bool = False, sm_scale: float | None = None):
