@@ -252,36 +252,33 @@ def test_arrays_and_tensors_cross_as_their_whole_buffers_with_offset_shape_and_s
             codec.decode(bad, [b"\0" * 8])
 
 
-def test_a_call_recorded_in_the_students_process_is_answered_in_the_checkers_with_its_writes():
-    import numpy as np
+def test_a_call_made_in_the_students_process_gives_the_checkers_arguments_its_writes():
+    import torch
 
     from attnkit.classroom.grading import calls
 
-    frames = []
-    recorder = calls.Recorder(frames.append)
     ns = {}
-    exec(compile("def fill(x, out):\n    out[:] = 2 * x\n    out.base[0, 0] = 99.0\n    return out.sum()\n"
+    exec(compile("import torch\ndef fill(x, out):\n    out.copy_(2 * x)\n"
+                 "    torch.empty(0, dtype=out.dtype).set_(out.untyped_storage())[0] = 99.0\n    return out\n"
                  "class Pool:\n    def __init__(self, n):\n        self.n = n\n"
                  "    def take(self):\n        self.n -= 1\n        return self.n\n",
                  f"{grading.CELL_PREFIX}1>", "exec"), ns)
-
-    def check(fill, Pool):                       # what a check does, in both processes alike
-        buffer = np.full((4, 4), -1.0)
-        x = np.arange(3.0)
-        total = fill(x, buffer[1:, 1])
-        pool = Pool(5)
-        return buffer, total, [pool.take(), pool.take()], len(frames)
-
-    mine = check(recorder.wrap("fill", ns["fill"]), recorder.wrap("Pool", ns["Pool"]))
-    replayer = calls.Replayer(frames)
-    calls._REPLAYER[:] = [replayer]
-    theirs = check(replayer.wrap("fill"), replayer.wrap("Pool"))
-    assert np.array_equal(mine[0], theirs[0]) and theirs[0][0, 0] == 99.0      # written outside the view too
-    assert (theirs[0][2, 1], theirs[0][3, 3]) == (2.0, -1.0)
-    assert mine[1:3] == theirs[1:3] == (6.0, [4, 3])
-    replayer.counts.clear()
-    with pytest.raises(calls.NoRecordedAnswer):                       # other inputs: no answer
-        replayer.wrap("fill")(np.arange(3.0) + 1, np.zeros(2))
+    server = calls.Server({"fill": ns["fill"], "Pool": ns["Pool"]}, send=None)
+    replies = []
+    caller = calls.Caller(lambda request: replies.append(server.answer(request)), replies.pop)
+    calls._CALLER[:] = [caller]
+    buffer = torch.full((16,), -1.0)                      # an output view inside a poisoned buffer
+    out = buffer.as_strided((3,), (4,), 5)
+    got = caller.wrap("fill")(torch.arange(3.0), out)
+    assert got is out and buffer[0] == 99.0 and out.tolist() == [0.0, 2.0, 4.0]   # its writes, outside too
+    assert buffer[15] == -1.0
+    pool = caller.wrap("Pool")(5)                         # the student's object stays there: a handle
+    assert type(pool) is calls.RemoteHandle and (pool.take(), pool.take(), pool.n) == (4, 3, 3)
+    with pytest.raises(TypeError, match="not an exercise's function"):
+        caller.wrap("solutions")()
+    closed = calls.Caller(lambda request: None, lambda: None)
+    with pytest.raises(calls.NoAnswer, match="stopped answering"):
+        closed.wrap("fill")(1)
 
 
 def test_a_students_exception_crosses_as_its_name_base_class_message_and_line():

@@ -1,18 +1,15 @@
-"""Calls of the student's code, recorded in the student's process and replayed in the checker's.
+"""Calls of the student's code, made in the student's process on the checker's behalf.
 
-The lab's check runs in both processes with the same secret seed. In the student's process (after the
-notebook's code has loaded) every call of a student's function is made for real and *recorded*: a digest
-of the call (the name and every byte of its arguments), what it returned or raised, and the state of its
-arguments afterwards (buffers it wrote into), all as plain data (``codec``). In the checker's process the
-same check runs, and each call of the student's function is *answered* from the record whose digest
-matches: the arguments get the recorded contents back, the result is decoded, a raise is raised again.
-No code of the student's runs in the checker, and the checker computes its verdict from its own
-references; a record that does not match a call the checker makes answers nothing (the call fails).
+The lab's check runs in the checker's process with the secret seed. Each time it calls a student's
+function, the call goes to the student's process as plain data (``codec``): the arguments, every byte
+of every buffer included. The student's process makes the call and answers with what it returned or
+raised and the state of the arguments afterwards (a function that writes into an output view of a
+poisoned buffer, or past its edges, is seen doing exactly that); the checker gives its own arguments
+that state and returns the result. No code of the student's runs in the checker, and nothing of the
+checker's (its references, its expected values, the seed) reaches the student's process.
 
-The student's process sees exactly what the checker will see: its check gets the decoded copy of each
-result, not the object itself. An object of the student's own class stays in the student's process and
-crosses as a handle; each use of it (attribute, call, ``len``, iteration, comparison) is one more
-recorded call.
+An object of the student's own class stays in the student's process and crosses as a handle; each
+use of it (attribute, call, ``len``, iteration, comparison) is one more call.
 """
 from __future__ import annotations
 
@@ -109,105 +106,76 @@ def _perform(target, op: str, args):
     raise ValueError(f"op: unknown operation {op!r}")
 
 
-def _holds_remote(value, depth: int = 0) -> bool:
-    if isinstance(value, _Remote):
-        return True
-    if depth < 40 and type(value) in (tuple, list):
-        return any(_holds_remote(v, depth + 1) for v in value)
-    if depth < 40 and type(value) is dict:
-        return any(_holds_remote(v, depth + 1) for v in value.values())
-    return False
-
-
 def _handle_of(value):
     return object.__getattribute__(value, "_handle") if isinstance(value, _Remote) else None
 
 
 # --------------------------------------------------------------------------------- the student's side
-class Recorder:
-    """In the student's process: makes the calls, sends each record, hands the check decoded copies."""
+class Server:
+    """In the student's process: answers the checker's calls of the student's functions and objects.
 
-    def __init__(self, send):
+    Each request names a function (``fn``) or a handle's operation (``#3.call``) and carries its
+    arguments as plain data; the answer carries the result (or the exception) and the arguments' state
+    after the call. Nothing else of the checker's ever reaches this process.
+    """
+
+    def __init__(self, functions: dict, send, before=None):
+        self.functions = functions               # exercise name -> the student's function
         self.send = send
+        self.before = before                     # called with the request's name before each call
         self.objects: dict[int, object] = {}     # handle -> the student's object
         self.handles: dict[int, int] = {}        # id(object) -> handle
-        self.counts: dict[str, int] = {}
 
     def handle(self, value) -> int:
-        existing = _handle_of(value)
-        if existing is not None:
-            return existing
         if id(value) not in self.handles:
             number = len(self.objects) + 1
             self.objects[number] = value
             self.handles[id(value)] = number
         return self.handles[id(value)]
 
-    def proxy(self, number: int):
+    def obj(self, number: int):
         if number not in self.objects:
             raise codec.CodecError(f"no object has handle {number}")
-        return RecordingProxy(number, self)
+        return self.objects[number]
 
-    def unwrap(self, value, depth: int = 0):
-        """``value`` with each stand-in replaced by the student's object it stands for (the same
-        containers where they hold none, so that a function that appends to a list is seen doing it)."""
-        if not _holds_remote(value):
-            return value
-        number = _handle_of(value)
-        if number is not None:
-            return self.objects[number]
-        if depth < 40 and type(value) in (tuple, list):
-            return type(value)(self.unwrap(v, depth + 1) for v in value)
-        if depth < 40 and type(value) is dict:
-            return {k: self.unwrap(v, depth + 1) for k, v in value.items()}
-        return value
+    def target(self, name: str):
+        if name.startswith("#"):
+            number, _, op = name[1:].partition(".")
+            target = self.obj(int(number))
+            return lambda *a, **k: _perform(target, op, a)
+        if name not in self.functions:
+            raise codec.CodecError(f"{name!r} is not an exercise's function")
+        return self.functions[name]
 
-    def call(self, name: str, fn, args, kwargs):
-        digest, shape = codec.keys(name, args, kwargs, _handle_of)
-        n, m = _count(self.counts, digest), _count(self.counts, "shape:" + shape)
-        saved = _random_state()
+    def answer(self, request: dict) -> dict:
+        """The reply to one request (never raises for what the student's code does)."""
+        name = str(request.get("name"))[:200]
         try:
-            result, error = fn(*self.unwrap(args), **self.unwrap(kwargs)), None
-        except BaseException as exc:  # noqa: BLE001 - recorded, then raised again as the checker will see it
+            fn = self.target(name)
+            tree, blobs = codec.unpack(request.get("args"))
+            args = codec.decode(tree, blobs, self.obj)
+            args, kwargs = (args[0], args[1]) if type(args) is tuple and len(args) == 2 else ((), {})
+        except (codec.CodecError, ValueError) as exc:
+            return {"kind": "answer", "raised": codec.encode_exception(TypeError(f"a request that is not plain "
+                                                                                 f"data: {exc}"))}
+        if self.before is not None:
+            self.before(name)
+        try:
+            result, error = fn(*args, **kwargs), None
+        except BaseException as exc:  # noqa: BLE001 - sent to the checker as plain data
             result, error = None, exc
-        finally:
-            _restore_random_state(saved)
-        frame = {"kind": "call", "key": digest, "n": n, "shape": shape, "m": m, "name": name[:200],
-                 "after": _packed((args, kwargs), self.handle)}
+        frame = {"kind": "answer", "after": _packed((args, kwargs), self.handle)}
         if error is not None:
             from ..checking import student_error
 
             frame["raised"] = codec.encode_exception(student_error(error))
-        else:
-            try:
-                frame["returned"] = _packed(result, self.handle, codec.ArgumentRefs(args, kwargs))
-            except codec.CodecError as exc:
-                frame["raised"] = codec.encode_exception(TypeError(f"{name} returned a value that cannot be "
-                                                                   f"graded: {exc}"))
-        self.send(frame)
-        return answer(frame, args, kwargs, self.proxy)
-
-    def wrap(self, name: str, fn):
-        recorder = self
-
-        def call(*args, **kwargs):
-            return recorder.call(name, fn, args, kwargs)
-        call.__name__ = call.__qualname__ = name
-        return call
-
-
-class RecordingProxy(_Remote):
-    __slots__ = ("_recorder",)
-
-    def __init__(self, handle: int, recorder: Recorder):
-        super().__init__(handle)
-        object.__setattr__(self, "_recorder", recorder)
-
-    def _op(self, op: str, *args):
-        number = object.__getattribute__(self, "_handle")
-        recorder = object.__getattribute__(self, "_recorder")
-        target = recorder.objects[number]
-        return recorder.call(f"#{number}.{op}", lambda *a: _perform(target, op, a), args, {})
+            return frame
+        try:
+            frame["returned"] = _packed(result, self.handle, codec.ArgumentRefs(args, kwargs))
+        except codec.CodecError as exc:
+            frame["raised"] = codec.encode_exception(TypeError(f"{name} returned a value that cannot be graded: "
+                                                               f"{exc}"))
+        return frame
 
 
 def _packed(value, handle, refs=None) -> dict:
@@ -215,47 +183,16 @@ def _packed(value, handle, refs=None) -> dict:
     return codec.pack(tree, blobs)
 
 
-def _random_state():
-    """The global random generators' states: a student's function that draws from them must not move
-    the check's later draws (the checker's process does not run it)."""
-    import random
-
-    import numpy as np
-
-    torch = sys.modules.get("torch")
-    state = [random.getstate(), np.random.get_state(), None, None]
-    if torch is not None:
-        state[2] = torch.random.get_rng_state()
-        try:
-            state[3] = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        except Exception:  # noqa: BLE001 - no CUDA
-            state[3] = None
-    return state
-
-
-def _restore_random_state(state) -> None:
-    import random
-
-    import numpy as np
-
-    random.setstate(state[0])
-    np.random.set_state(state[1])
-    torch = sys.modules.get("torch")
-    if torch is not None and state[2] is not None:
-        torch.random.set_rng_state(state[2])
-        if state[3] is not None:
-            torch.cuda.set_rng_state_all(state[3])
-
-
 # --------------------------------------------------------------------------------------- both sides
 def answer(frame: dict, args, kwargs, make_handle):
-    """What a call returns in the check, from its record: the arguments get their recorded contents,
-    then the recorded result is returned or the recorded exception raised."""
-    tree, blobs = codec.unpack(frame.get("after"))
-    after = codec.decode(tree, blobs, make_handle)
-    if type(after) is tuple and len(after) == 2:
-        assign(args, after[0])
-        assign(kwargs, after[1])
+    """What a call returns in the check, from its answer: the arguments get the contents they had after
+    the call, then the result is returned or the exception raised."""
+    if "after" in frame:                     # absent when the request itself was refused
+        tree, blobs = codec.unpack(frame.get("after"))
+        after = codec.decode(tree, blobs, make_handle)
+        if type(after) is tuple and len(after) == 2:
+            assign(args, after[0])
+            assign(kwargs, after[1])
     if "raised" in frame:
         raise codec.decode_exception(frame["raised"])
     tree, blobs = codec.unpack(frame.get("returned"))
@@ -263,12 +200,6 @@ def answer(frame: dict, args, kwargs, make_handle):
     return _STOP if type(value) is tuple and len(value) == 1 and type(value[0]) is str and value[0] == _STOP[0] \
         else value
 
-
-def _count(counts: dict, key: str) -> int:
-    """How many calls had ``key`` before this one (and count this one)."""
-    n = counts.get(key, 0)
-    counts[key] = n + 1
-    return n
 
 
 def assign(target, new, depth: int = 0) -> None:
@@ -351,49 +282,64 @@ def _assign_tensor(torch, target, new) -> None:
 
 
 # --------------------------------------------------------------------------------------- the checker
-class NoRecordedAnswer(Exception):
-    """The checker made a call the student's process never answered."""
+class NoAnswer(Exception):
+    """The student's process gave no answer (it stopped, or ran past its budget)."""
 
 
-class Replayer:
-    """In the checker's process: answers each call of the student's code from the records."""
+class Caller:
+    """In the checker's process: each call of the student's code is sent to the student's process and
+    its answer applied. Forked children of the checker (a check that runs the student's function on
+    several ranks) share the connection: one request and its answer at a time, under a lock."""
 
-    def __init__(self, frames: list):
-        self.records = {}
-        for frame in frames:
-            if frame.get("kind") == "call" and all(type(frame.get(k)) is str for k in ("key", "shape")) and \
-                    all(type(frame.get(k)) is int for k in ("n", "m")):
-                self.records.setdefault((frame["key"], frame["n"]), frame)
-                self.records.setdefault(("shape:" + frame["shape"], frame["m"]), frame)
-        self.counts: dict[str, int] = {}
+    def __init__(self, send, receive, lock_path: str | None = None):
+        self.send, self.receive, self.lock_path = send, receive, lock_path
+        self.closed = False
 
     def call(self, name: str, args, kwargs):
-        digest, shape = codec.keys(name, args, kwargs, _handle_of)
-        n, m = _count(self.counts, digest), _count(self.counts, "shape:" + shape)
-        frame = self.records.get((digest, n)) or self.records.get(("shape:" + shape, m))
-        if frame is None:
-            raise NoRecordedAnswer(f"{name.split('.')[0]}: the notebook's process gave no answer for this call "
-                                   f"(it stopped, ran out of its budget, or answered other inputs)")
+        if self.closed:
+            raise NoAnswer(f"{name.split('.')[0]}: the notebook's process stopped answering")
+        request = {"kind": "call", "name": name, "args": _packed((tuple(args), dict(kwargs)), _handle_of)}
+        lock = None
+        if self.lock_path is not None:
+            import fcntl
+            import os
+
+            lock = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            return answer(frame, args, kwargs, ReplayHandle)
+            self.send(request)
+            frame = self.receive()
+        except OSError:
+            frame = None
+        finally:
+            if lock is not None:
+                import os
+
+                os.close(lock)
+        if type(frame) is not dict or frame.get("kind") != "answer":
+            self.closed = True
+            raise NoAnswer(f"{name.split('.')[0]}: the notebook's process stopped answering (it ended, or ran "
+                           f"past its budget)")
+        try:
+            return answer(frame, args, kwargs, RemoteHandle)
         except codec.CodecError as exc:
-            raise NoRecordedAnswer(f"{name}: the recorded answer is not plain data ({exc})") from None
+            raise NoAnswer(f"{name}: the answer is not plain data ({exc})") from None
 
     def wrap(self, name: str):
-        replayer = self
+        caller = self
 
         def call(*args, **kwargs):
-            return replayer.call(name, args, kwargs)
+            return caller.call(name, args, kwargs)
         call.__name__ = call.__qualname__ = name
         return call
 
 
-_REPLAYER: list = []          # the checker process's replayer, for the handles it decodes
+_CALLER: list = []          # the checker process's caller, for the handles it decodes
 
 
-class ReplayHandle(_Remote):
+class RemoteHandle(_Remote):
     __slots__ = ()
 
     def _op(self, op: str, *args):
         number = object.__getattribute__(self, "_handle")
-        return _REPLAYER[0].call(f"#{number}.{op}", args, {})
+        return _CALLER[0].call(f"#{number}.{op}", args, {})

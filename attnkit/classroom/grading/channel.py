@@ -16,10 +16,34 @@ def spec_line(spec: dict) -> bytes:
     return json.dumps(spec).encode() + b"\n"
 
 
-def worker_fds() -> tuple[int, int]:
-    """(progress, channel) file descriptors the grader passed to this worker."""
-    progress, chan = os.environ["ATTNKIT_GRADING_FDS"].split(",")
-    return int(progress), int(chan)
+def worker_fds() -> tuple[int, int, int | None]:
+    """(progress, channel, calls) file descriptors the grader passed to this worker; calls is the
+    connection between the student's process and the checker's (None for the notebook's run)."""
+    fds = [int(f) for f in os.environ["ATTNKIT_GRADING_FDS"].split(",")]
+    return fds[0], fds[1], fds[2] if len(fds) > 2 else None
+
+
+def read_frame(fd: int, limit: int) -> dict | None:
+    """The next frame on ``fd``, waiting for it; None at the end or past ``limit`` bytes."""
+    def exactly(n: int) -> bytes | None:
+        chunks = []
+        while n:
+            chunk = os.read(fd, min(n, 2**20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    try:
+        head = exactly(HEADER.size)
+        if head is None or HEADER.unpack(head)[0] > limit:
+            return None
+        data = exactly(HEADER.unpack(head)[0])
+        frame = json.loads(data) if data is not None else None
+    except (OSError, ValueError):
+        return None
+    return frame if type(frame) is dict else None
 
 
 class Writer:

@@ -1,31 +1,38 @@
-"""The checker's process: the lab's checks with the secret seed, on its own references, with every call
-of the student's code answered from the records the student's process sent (``calls.Replayer``). It
-never sees the notebook and runs none of its code; it alone writes the results.
+"""The checker's process: the lab's checks with the secret seed, on its own references, each call of the
+student's code made in the student's process (``calls.Caller``). It never sees the notebook and runs
+none of its code; its verdicts alone can give a mark. When they are final it sends the seed to the
+student's process, for the lab's own check there (which can only fail an exercise).
 """
 from __future__ import annotations
 
 import importlib
 
 from ..checking import FAILED, NOT_IMPLEMENTED, PASSED, check_exercises
-from . import calls, codec
+from . import calls, channel, codec
 from .lab import lab_checks
 from .runner import stand_in
 
+ANSWER_LIMIT = 2**30       # the largest answer from the student's process
 
-def check(spec: dict, send) -> None:
+
+def check(spec: dict, send, calls_fd: int) -> None:
+    import os
+
     module = importlib.import_module(spec["module"])
     exercises = lab_checks(module, pairs=spec.get("pairs"))
-    frames = spec.get("frames") or []
-    replayer = calls.Replayer(frames)
-    calls._REPLAYER.append(replayer)
-    states = next((f.get("functions") for f in frames if f.get("kind") == "functions"), None)
+    to_student = channel.Writer(calls_fd)
+    first = channel.read_frame(calls_fd, ANSWER_LIMIT) or {}
+    states = first.get("functions") if first.get("kind") == "functions" else None
+    caller = calls.Caller(to_student.send, lambda: channel.read_frame(calls_fd, ANSWER_LIMIT),
+                          os.path.join(os.getcwd(), ".calls-lock"))
+    calls._CALLER.append(caller)
     functions, refused = {}, {}
     for ex in exercises:
         name = ex.function
         state = states.get(name) if type(states) is dict else None
         state = state if type(state) is dict else {"state": "missing"}
         if state.get("state") == "callable":
-            functions[name] = replayer.wrap(name)
+            functions[name] = caller.wrap(name)
         elif state.get("state") == "value":
             try:
                 tree, blobs = codec.unpack(state.get("value"))
@@ -53,6 +60,10 @@ def check(spec: dict, send) -> None:
                     "report": f"❌ {e.function}: not graded: the checks stopped ({type(exc).__name__}: {exc})"}
                    for e in exercises]
     send.send({"kind": "results", "results": results, "statuses": [PASSED, FAILED, NOT_IMPLEMENTED]})
+    try:
+        to_student.send({"kind": "done", "seed": spec["seed"]})
+    except OSError:                          # the student's process has ended
+        pass
 
 
 def _text(value, default: str) -> str:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import base64
 import builtins
-import hashlib
 import importlib
-import json
 
 MAX_DEPTH = 40
 NUMERIC_KINDS = "biufc"            # NumPy dtype kinds that cross: bool, ints, floats, complex
@@ -134,7 +132,8 @@ class Encoder:
         index = self.blob(("a", id(root)), lambda: root.tobytes(order=order))
         self._keep.append(root)
         return {"$": "a", "dt": a.dtype.str, "sh": list(a.shape), "st": list(a.strides), "off": int(offset),
-                "i": index, "ro": not a.flags.writeable}
+                "i": index, "ro": not a.flags.writeable,
+                "root": [root.dtype.str, list(root.shape), order] if root.dtype.kind in NUMERIC_KINDS else None}
 
     def _torch_value(self, v, torch, depth):
         if isinstance(v, torch.Tensor):
@@ -251,19 +250,6 @@ class ArgumentRefs:
                                                                           tuple(strides))
 
 
-def keys(name: str, args, kwargs, handle=None) -> tuple[str, str]:
-    """Two digests of a call, the same on both sides: of its name and everything in its arguments; and
-    of its name and its arguments with buffers by size only (a buffer made by ``np.empty`` holds other
-    bytes in each process: such calls are told apart by their order instead)."""
-    tree, blobs = encode((name, tuple(args), dict(kwargs)), handle)
-    text = json.dumps(tree, sort_keys=True).encode()
-    content, shape = hashlib.sha256(text), hashlib.sha256(text)
-    for b in blobs:
-        content.update(hashlib.sha256(b).digest())
-        shape.update(len(b).to_bytes(8, "big"))
-    return content.hexdigest(), shape.hexdigest()
-
-
 def pack(tree, blobs) -> dict:
     return {"tree": tree, "blobs": [base64.b64encode(b).decode() for b in blobs]}
 
@@ -346,7 +332,7 @@ class Decoder:
             raise CodecError("an array's shape, strides and offset do not agree")
         i = tree.get("i")
         if i not in self._arrays:
-            self._arrays[i] = np.frombuffer(bytearray(self._blob(tree)), dtype=np.uint8)
+            self._arrays[i] = _root_array(self._blob(tree), tree.get("root"))
         try:                                 # NumPy checks that the view stays inside the buffer
             a = np.ndarray(tuple(shape), dtype=dtype, buffer=self._arrays[i], offset=offset, strides=tuple(strides))
         except (TypeError, ValueError) as exc:
@@ -403,6 +389,19 @@ class Decoder:
                 raise CodecError("an attribute name is not an identifier")
             object.__setattr__(obj, name, self.decode(value, depth + 1))
         return obj
+
+
+def _root_array(data: bytes, root):
+    """The buffer an array views, as the array it was (dtype, shape, order) where that is valid."""
+    np = _np()
+    flat = np.frombuffer(bytearray(data), dtype=np.uint8)
+    try:
+        dtype, shape, order = _numeric_dtype(root[0]), [int(n) for n in root[1]], root[2]
+        if order in ("C", "F") and dtype.itemsize * int(np.prod(shape)) == len(data) and len(shape) <= 64:
+            return flat.view(dtype).reshape(shape, order=order)
+    except (TypeError, ValueError, IndexError, CodecError):
+        pass
+    return flat
 
 
 def decode(tree, blobs, handle=None, refs=None):

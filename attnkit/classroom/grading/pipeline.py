@@ -1,11 +1,13 @@
 """Grading one notebook: three processes, each sandboxed and on the budgets (``sandbox``):
 
 1. the notebook runs top to bottom in a Jupyter kernel (the executed copy, the cells that raised);
-2. at the same time, the student's process loads the notebook's code, then runs the lab's checks on it
-   with the secret seed, recording every call of the student's code (``runner``, ``calls``);
-3. then the checker's process runs the same checks on its own references, each call of the student's
-   code answered from those records (``checker``); only its verdict can give a mark. An exercise whose
-   check failed in the student's process (a forbidden call, a memory cap, a crash) fails too.
+2. at the same time, the student's process loads the notebook's code and answers calls of it
+   (``runner``, ``calls``);
+3. and the checker's process runs the lab's checks with the secret seed on its own references, each
+   call of the student's code sent to the student's process over a connection the grader made
+   (``checker``); only its verdicts can give a mark. Then the student's process runs the lab's check
+   itself, for what the check watches where the code runs: an exercise whose check fails there (a
+   forbidden call, a memory cap, a kernel that stores nothing) fails too.
 
 The grader reads the submission once (``sandbox.safe_read``) and nothing else the student's code could
 have written: everything comes back over its pipes, under caps.
@@ -16,6 +18,7 @@ import base64
 import json
 import os
 import secrets
+import socket
 import sys
 import tempfile
 import time
@@ -113,15 +116,18 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
         folders = [Path(tmp) / name for name in ("run", "student", "check")]
         for folder in folders:
             folder.mkdir()
-        with ThreadPoolExecutor(2) as pool:
+        student_end, checker_end = socket.socketpair()
+        with student_end, checker_end, ThreadPoolExecutor(3) as pool:
             running = pool.submit(run_budgeted, worker_argv("notebook"), budgets, sandbox=sandbox, spec=spec,
                                   workdir=folders[0])
             student = pool.submit(run_budgeted, worker_argv("student"), budgets, sandbox=sandbox, spec=spec,
-                                  workdir=folders[1], seed_line=f"{result.seed}\n".encode(), env={ROLE: "student"})
-            run, student = running.result(), student.result()
-        checker = run_budgeted(worker_argv("checker"), budgets, sandbox=sandbox, workdir=folders[2],
-                               spec={"module": module.__name__, "pairs": pairs, "seed": result.seed,
-                                     "frames": student.frames}, env=checker_env())
+                                  workdir=folders[1], calls_fd=os.dup(student_end.fileno()), env={ROLE: "student"})
+            checker = pool.submit(run_budgeted, worker_argv("checker"), budgets, sandbox=sandbox, workdir=folders[2],
+                                  spec={"module": module.__name__, "pairs": pairs, "seed": result.seed},
+                                  calls_fd=os.dup(checker_end.fileno()), env=checker_env())
+            student_end.close()
+            checker_end.close()
+            run, student, checker = running.result(), student.result(), checker.result()
     _record_run(result, run, budgets.keep_mib)
     _record_checks(result, exercises, student, checker)
     result.seconds = time.monotonic() - started

@@ -5,9 +5,10 @@
   undumpable so that the kernel cannot reach its pipes.
 - ``student``: the student's process. It turns the notebook into code (IPython transforms included, so
   under the budget), guards the course's implementations, loads the code as the module ``submission``,
-  reports ``loaded``, and only then reads the secret seed; it runs the lab's checks with every call of
-  the student's code recorded (``calls.Recorder``) and sends the records and its own verdicts.
-- ``checker`` (in ``checker.py``): never sees the notebook.
+  and answers the checker's calls (``calls.Server``). When the checker is done it sends the seed, and
+  this process runs the lab's check itself, where the student's code runs, for what the check watches
+  (forbidden calls, memory, a kernel's loads and stores): its verdicts can only fail an exercise.
+- ``checker`` (in ``checker.py``): never sees the notebook; its verdicts alone can pass one.
 
 Everything a worker tells the grader goes over the pipes the grader passed it (``channel``).
 """
@@ -25,8 +26,8 @@ from . import channel, sandbox
 def _start():
     spec = json.loads(sys.stdin.buffer.readline())
     sandbox.apply_limits(spec)
-    progress_fd, channel_fd = channel.worker_fds()
-    return spec, channel.progress_writer(progress_fd), channel_fd
+    progress_fd, channel_fd, calls_fd = channel.worker_fds()
+    return spec, channel.progress_writer(progress_fd), channel_fd, calls_fd
 
 
 def _read_notebook(spec):
@@ -38,15 +39,15 @@ def _read_notebook(spec):
 
 def main(kind: str) -> None:
     """Entry point of the processes the grader starts."""
-    spec, say, channel_fd = _start()
+    spec, say, channel_fd, calls_fd = _start()
     if kind == "notebook":
         _notebook(spec, say, channel.Writer(channel_fd))
     elif kind == "student":
-        _student(spec, say, channel.Writer(channel_fd, os.path.join(os.getcwd(), ".channel-lock")))
+        _student(spec, say, channel.Writer(channel_fd, os.path.join(os.getcwd(), ".channel-lock")), calls_fd)
     else:
         from .checker import check
 
-        check(spec, channel.Writer(channel_fd))
+        check(spec, channel.Writer(channel_fd), calls_fd)
     sys.stdout.flush()
     os._exit(0)
 
@@ -85,21 +86,26 @@ def _notebook(spec: dict, say, send: channel.Writer) -> None:
 
 
 # ----------------------------------------------------------------------------- step 2: the student's
-def _student(spec: dict, say, send: channel.Writer) -> None:
+CALL_LIMIT = 2**30          # the largest request from the checker
+
+
+def _student(spec: dict, say, send: channel.Writer, calls_fd: int) -> None:
     import importlib
 
-    from ..checking import check_exercises
     from . import guard
-    from .calls import Recorder
+    from .calls import Server
     from .lab import lab_checks
     from .submission import load_cells, submission_cells
 
     module = importlib.import_module(spec["module"])
     exercises = lab_checks(module, pairs=spec.get("pairs"))
+    to_checker = channel.Writer(calls_fd)
     try:
         nb = _read_notebook(spec)
     except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook: reported
-        send.send({"kind": "problem", "problem": f"the notebook could not be read: {type(exc).__name__}"})
+        problem = f"the notebook could not be read: {type(exc).__name__}"
+        send.send({"kind": "problem", "problem": problem})
+        to_checker.send({"kind": "functions", "problem": problem})
         return
     cells = submission_cells(nb)
     guard.install(module, [tuple(t) for t in spec.get("tools") or []])
@@ -107,14 +113,33 @@ def _student(spec: dict, say, send: channel.Writer) -> None:
     os.dup2(log, 1)                      # the notebook's prints go to a file in the sandbox
     os.dup2(log, 2)
     ns, _ = load_cells(cells, spec["cell_timeout"], say)
-    recorder = Recorder(send.send)
-    functions, states = _functions(exercises, ns, recorder, spec["cell_timeout"], say)
-    send.send({"kind": "functions", "functions": states})
+    functions, states = _functions(exercises, ns)
+    to_checker.send({"kind": "functions", "functions": states})
     say("loaded")
-    seed = int(sys.stdin.readline())
+    timed = {name: _timed(fn, name, spec["cell_timeout"], say) for name, fn in functions.items() if callable(fn)}
+    server = Server(timed, to_checker.send)
+    seed = None
+    while True:
+        request = channel.read_frame(calls_fd, CALL_LIMIT)
+        if request is None:
+            return
+        if request.get("kind") == "done":
+            seed = request.get("seed")
+            break
+        to_checker.send(server.answer(request))
+    if type(seed) is int:                   # the checker's verdicts are final: now the lab's own check
+        _own_check(exercises, functions, timed, seed, say, send)
+
+
+def _own_check(exercises, functions, timed, seed: int, say, send: channel.Writer) -> None:
+    """The lab's check in this process, where the student's code runs, so that what it watches (calls
+    it forbids, memory, a kernel's loads and stores) is seen; sent as verdicts that can only fail an
+    exercise. It runs after the checker's verdicts are final."""
+    from ..checking import check_exercises
+
+    checked = {name: timed.get(name, fn) for name, fn in functions.items()}
     say("checks")
-    tracked = _tracked(exercises, say)
-    summary = check_exercises(tracked, functions, seed=seed)
+    summary = check_exercises(_tracked(exercises, say), checked, seed=seed)
     for ex, r in zip(exercises, summary.results):
         send.send({"kind": "verdict", "name": ex.function, "status": r.status, "report": str(r.report)[:4000]})
     send.send({"kind": "done"})
@@ -132,9 +157,9 @@ def _tracked(exercises, say):
     return tuple(Exercise(e.function, tracking(e), e.depends, e.points) for e in exercises)
 
 
-def _functions(exercises, ns, recorder, timeout: float, say):
-    """The check's view of each exercise's name (a recording wrapper, a value, or a stand-in that
-    raises) and what the checker is told about it."""
+def _functions(exercises, ns):
+    """Each exercise's name as the notebook defines it (a function, or a value) or a stand-in that
+    raises, and what the checker is told about it."""
     from . import codec
     from .calls import _packed
     from .submission import origin_problem
@@ -150,8 +175,7 @@ def _functions(exercises, ns, recorder, timeout: float, say):
         elif not callable(fn):                       # a value the exercise asks for
             try:
                 states[name] = {"state": "value", "value": _packed(fn, None)}
-                tree, blobs = codec.unpack(states[name]["value"])
-                functions[name] = codec.decode(tree, blobs)
+                functions[name] = fn
                 continue
             except codec.CodecError as exc:
                 states[name] = {"state": "refused", "report": f"❌ {name}: a value that cannot be graded ({exc})."}
@@ -159,7 +183,7 @@ def _functions(exercises, ns, recorder, timeout: float, say):
             states[name] = {"state": "refused", "report": f"❌ {name}: {problem}."}
         else:
             states[name] = {"state": "callable"}
-            functions[name] = _timed(recorder.wrap(name, fn), name, timeout, say)
+            functions[name] = fn
             continue
         functions[name] = stand_in(name, states[name])
     return functions, states

@@ -379,10 +379,11 @@ def nproc_limit(budgets: Budgets, sandbox: bool) -> int | None:
 
 
 def run_budgeted(argv: list[str], budgets: Budgets, *, sandbox: bool, spec: dict, workdir: Path,
-                 seed_line: bytes | None = None, progress_tail: list | None = None, env: dict | None = None) -> Run:
+                 calls_fd: int | None = None, env: dict | None = None) -> Run:
     """Run ``argv`` (a worker) with ``spec`` on its stdin, in bwrap when ``sandbox`` (else in ``workdir``),
-    and watch it: the budgets above, the progress pipe, the channel. ``seed_line`` is written to its
-    stdin once it reports ``loaded`` on the progress pipe (never before). ``env``: variables to add."""
+    and watch it: the budgets above, the progress pipe, the channel. ``calls_fd``: its end of the
+    connection between the student's process and the checker's (closed here once passed on).
+    ``env``: variables to add."""
     nproc = nproc_limit(budgets, sandbox)
     spec = dict(spec, memory_mib=budgets.memory_mib, staging_mib=budgets.staging_mib, nproc=nproc,
                 drop_to_nobody=bool(sandbox and drops_to_nobody()))
@@ -390,7 +391,7 @@ def run_budgeted(argv: list[str], budgets: Budgets, *, sandbox: bool, spec: dict
     channel_r, channel_w = os.pipe()
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
            "PYTHONDONTWRITEBYTECODE": "1", "JUPYTER_PLATFORM_DIRS": "1", "ATTNKIT_GRADING": "1",
-           "ATTNKIT_GRADING_FDS": f"{progress_w},{channel_w}",
+           "ATTNKIT_GRADING_FDS": ",".join(str(f) for f in (progress_w, channel_w, calls_fd) if f is not None),
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     home = SANDBOX_HOME if sandbox else str(workdir)
     base.update(HOME=f"{home}/.home", TRITON_CACHE_DIR=f"{home}/.triton", TMPDIR="/tmp" if sandbox else str(workdir))
@@ -408,11 +409,12 @@ def run_budgeted(argv: list[str], budgets: Budgets, *, sandbox: bool, spec: dict
             (group / "cgroup.procs").write_text("0")
 
     started = time.monotonic()
+    passed = tuple(f for f in (progress_w, channel_w, calls_fd) if f is not None)
     proc = subprocess.Popen(full, cwd=str(workdir), env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True, pass_fds=(progress_w, channel_w),
+                            stderr=subprocess.PIPE, start_new_session=True, pass_fds=passed,
                             preexec_fn=enter_cgroup if group is not None else None)
-    os.close(progress_w)
-    os.close(channel_w)
+    for fd in passed:
+        os.close(fd)
     limit = int(budgets.output_mib) * 2**20
     reader = channel.Reader(channel_r, limit)
     stderr = channel.Tail(proc.stderr.fileno(), 2**16)
@@ -421,7 +423,7 @@ def run_budgeted(argv: list[str], budgets: Budgets, *, sandbox: bool, spec: dict
         t.start()
     feeder = threading.Thread(target=_feed, args=(proc, channel.spec_line(spec)), daemon=True)
     feeder.start()
-    watch = _Watch(proc, budgets, sandbox, workdir, group, progress_r, seed_line, started)
+    watch = _Watch(proc, budgets, sandbox, workdir, group, progress_r, started)
     try:
         stopped = watch.loop(reader)
     finally:
@@ -437,8 +439,6 @@ def run_budgeted(argv: list[str], budgets: Budgets, *, sandbox: bool, spec: dict
             t.join(timeout=5)
         os.close(progress_r)
         remove_cgroup(group)
-        if progress_tail is not None:
-            progress_tail.append(watch.step)
     return Run(proc.returncode, stopped, reader.frames, stderr.text(), time.monotonic() - started,
                watch.peak_kib / 1024, watch.peak_processes)
 
@@ -446,7 +446,7 @@ def run_budgeted(argv: list[str], budgets: Budgets, *, sandbox: bool, spec: dict
 def _feed(proc, data: bytes) -> None:
     try:
         proc.stdin.write(data)
-        proc.stdin.flush()
+        proc.stdin.close()
     except OSError:
         pass
 
@@ -454,9 +454,9 @@ def _feed(proc, data: bytes) -> None:
 class _Watch:
     """The grader's watchdog for one run."""
 
-    def __init__(self, proc, budgets: Budgets, sandbox, workdir, group, progress_fd, seed_line, started):
+    def __init__(self, proc, budgets: Budgets, sandbox, workdir, group, progress_fd, started):
         self.proc, self.budgets, self.sandbox, self.workdir = proc, budgets, sandbox, workdir
-        self.group, self.seed_line, self.started = group, seed_line, started
+        self.group, self.started = group, started
         self.progress = channel.Lines(progress_fd)
         self.step, self.step_started = "", started
         self.peak_kib, self.peak_processes = 0, 0
@@ -468,10 +468,6 @@ class _Watch:
             time.sleep(0.05)
             now = time.monotonic()
             for line in self.progress.read():
-                if line == "loaded" and self.seed_line is not None:
-                    _feed(self.proc, self.seed_line)
-                    self.seed_line = None
-                    self.proc.stdin.close()
                 if line != self.step:
                     self.step, self.step_started = line, now
             if reader.overflow:
