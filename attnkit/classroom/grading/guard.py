@@ -1,8 +1,10 @@
 """In the student's process: the course's own implementations refuse calls from the notebook's code.
 
 Installed before the notebook's code loads and never removed, so a copy of a course function made at
-import is a copy of the refusal. The course's own code (a check, a tool the lab hands out) may still
-call them. This is a teaching guard in a process the student's code controls: it keeps an honest
+import is a copy of the refusal. A call is refused when the notebook's code is on the stack above it
+with no tool of the lab's in between, so a course function that calls what it is handed is no way
+round; the lab's own check (run here after the verdicts are final) and the tools' helpers may call.
+This is a teaching guard in a process the student's code controls: it keeps an honest
 answer honest and names the function; it is not what makes a grade trustworthy. That is the checker's
 separate process, which judges only the values that come back (see ``calls``).
 """
@@ -17,9 +19,7 @@ from .submission import CELL_PREFIX
 # The course's own implementations: the student's code may not call them while it is graded.
 COURSE_IMPLEMENTATIONS = ("attnkit.reference", "attnkit.kernels", "attnkit.serving.kv_cache",
                           "attnkit.serving.tinymodel", "attnkit.bench.iomodel")
-PACKAGE_DIR = __file__.rsplit("/classroom/", 1)[0]
-# The grading's own frames between the check and the student's code: not course code for the guard.
-_STUDENT_SIDE = tuple(__file__.rsplit("/", 1)[0] + f"/{name}.py" for name in ("guard", "calls", "runner"))
+_TOOL_CODES: set = set()           # the code of the lab's tools: what they call is theirs to call
 _PLACEHOLDER = -7310921            # in _guard_body's constants: replaced by the function's id
 _ORIGINALS: dict[int, object] = {}
 
@@ -29,17 +29,19 @@ class CourseImplementationCalled(Exception):
 
 
 def _course_called(fn_id: int, name: str, args, kwargs):
-    """The body of a guarded course function: the course's own code may call it; the notebook's code,
-    and code with no course frame between it and this call, may not."""
+    """The body of a guarded course function: refused when the notebook's code is on the stack above
+    this call with no tool of the lab's between (a course function that calls what it is given is no
+    way round); allowed otherwise (the lab's own check, a tool's own helpers)."""
     frame = sys._getframe(2)
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename.startswith(CELL_PREFIX) or filename in _STUDENT_SIDE:
+        code = frame.f_code
+        if code in _TOOL_CODES:
             break
-        if filename.startswith(PACKAGE_DIR):
-            return _ORIGINALS[fn_id](*args, **kwargs)
+        if code.co_filename.startswith(CELL_PREFIX):
+            raise CourseImplementationCalled(f"{name} is the course's own implementation: write this exercise "
+                                             f"yourself")
         frame = frame.f_back
-    raise CourseImplementationCalled(f"{name} is the course's own implementation: write this exercise yourself")
+    return _ORIGINALS[fn_id](*args, **kwargs)
 
 
 def _guard_body(*args, **kwargs):
@@ -67,10 +69,10 @@ def _functions(modules, lab_module) -> list:
     return [fn for fn in dict.fromkeys(found) if not fn.__code__.co_freevars]
 
 
-def tool_ids(tools) -> frozenset:
-    """The ids of the functions named by (module, name) pairs (and of their classes' methods and of
-    their Triton kernels' Python functions): the lab's tools, never guarded."""
-    ids = set()
+def tool_functions(tools) -> list:
+    """The functions named by (module, name) pairs (and their classes' methods and their Triton kernels'
+    Python functions): the lab's tools, never guarded."""
+    found_all = []
     for module_name, name in tools:
         try:
             value = getattr(importlib.import_module(module_name), name)
@@ -79,8 +81,8 @@ def tool_ids(tools) -> frozenset:
         found = [value, getattr(value, "fn", None)]
         if isinstance(value, type):
             found += list(vars(value).values())
-        ids.update(id(f) for f in found if isinstance(f, types.FunctionType))
-    return frozenset(ids)
+        found_all += [f for f in found if isinstance(f, types.FunctionType)]
+    return found_all
 
 
 def install(lab_module, tools=()) -> int:
@@ -92,7 +94,9 @@ def install(lab_module, tools=()) -> int:
             continue
     modules = [m for n, m in list(sys.modules.items()) if m is not None and
                any(n == p or n.startswith(p + ".") for p in COURSE_IMPLEMENTATIONS)]
-    allowed = tool_ids(tools)
+    tool_list = tool_functions(tools)
+    allowed = {id(f) for f in tool_list}
+    _TOOL_CODES.update(f.__code__ for f in tool_list)
     count = 0
     for fn in _functions(modules, lab_module):
         if id(fn) in allowed:

@@ -135,13 +135,10 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
 
 
 def checker_env() -> dict:
-    """The checker runs no kernel of the student's: where kernels are interpreted, it is told they are
-    not (TRITON_INTERPRET=0), so that a check watches the interpreter's loads and stores only where the
-    student's kernel ran, in the student's process, as it does where kernels are compiled."""
-    env = {ROLE: "checker"}
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        env["TRITON_INTERPRET"] = "0"
-    return env
+    """The checker runs no kernel of the student's: it is told that kernels are compiled
+    (TRITON_INTERPRET=0), so that a check watches an interpreted kernel's loads and stores where the
+    kernel ran, in the student's process, and nowhere else (as it does where kernels are compiled)."""
+    return {ROLE: "checker", "TRITON_INTERPRET": "0"}
 
 
 def _not_graded(exercises, reason: str) -> list[CheckResult]:
