@@ -71,3 +71,53 @@ def assert_close(out, ref, dtype, device: str = "cpu", what: str = "output") -> 
     if not err <= bound:
         raise AssertionError(f"{what}: relative error {err:.3e} exceeds the {dtype_name(dtype)} bound {bound:.1e}")
     return err
+
+
+# A check's bound, the same on a CPU and a GPU: the dtype the kernel computes in decides it, not the
+# device. fp16 and bf16 inputs with fp32 accumulation get their dtype's bound; float32 inputs get
+# float32's, or tf32's when their products run through tl.dot (tensor cores read fp32 as tf32 on a
+# GPU; the interpreter's exact product is held to the same bound, so both devices accept the same work).
+def check_tolerance(dtype, *, dot: bool = False) -> float:
+    """The relative-error bound of a lab check for a kernel computing in ``dtype`` (see above)."""
+    name = dtype_name(dtype)
+    if name == "float32" and dot:
+        return REL_TOL["tf32"]
+    return REL_TOL[name]
+
+
+class WithMagnitude(np.ndarray):
+    """A float64 reference that carries ``magnitude``: the same computation on the absolute values of
+    its terms (for a product A·B, |A|·|B|), the scale of the rounding error any correct order of
+    summation can make (Higham, *Accuracy and Stability of Numerical Algorithms*, §3.5)."""
+
+    magnitude: np.ndarray
+
+
+def with_magnitude(ref, magnitude) -> WithMagnitude:
+    """``ref`` (float64) that carries ``magnitude`` (its shape) for ``componentwise_error``."""
+    ref64, mag64 = _as_float64(ref), np.abs(_as_float64(magnitude))
+    if ref64.shape != mag64.shape:
+        raise ValueError(f"magnitude: expected shape {ref64.shape}, got {mag64.shape}")
+    out = ref64.view(WithMagnitude)
+    out.magnitude = mag64
+    return out
+
+
+def componentwise_error(out, ref, magnitude) -> float:
+    """The largest, over rows (all axes but the last), of ‖out_r − ref_r‖ / ‖magnitude_r‖.
+
+    Each row is held to the scale of its own terms: a row whose terms cancel to a tiny result (a
+    gradient of a row that sees one key) is not judged by a pure relative error, and an error confined
+    to one row is not diluted by the others. A row with magnitude 0 must come out exact. inf when
+    ``out`` holds NaN or inf, or the shapes differ.
+    """
+    out64, ref64, mag64 = _as_float64(out), _as_float64(ref), np.abs(_as_float64(magnitude))
+    if out64.shape != ref64.shape or mag64.shape != ref64.shape or not np.all(np.isfinite(out64)):
+        return math.inf
+    if out64.ndim == 0:
+        out64, ref64, mag64 = (a.reshape(1) for a in (out64, ref64, mag64))
+    diff = np.linalg.norm((out64 - ref64).reshape(-1, out64.shape[-1]), axis=1)
+    scale = np.linalg.norm(mag64.reshape(-1, out64.shape[-1]), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(scale > 0, diff / np.where(scale > 0, scale, 1.0), np.where(diff > 0, np.inf, 0.0))
+    return float(ratio.max()) if ratio.size else 0.0

@@ -13,13 +13,24 @@ import pytest
 import torch
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
 
-from attnkit.classroom.checking import NOT_IMPLEMENTED
+from attnkit.classroom import checking
+from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED
 from attnkit.classroom.notebooks import ROOT
 from attnkit.labs import lab06
 
 SOLUTION = "solutions/lab06_flash_backward.ipynb"
 LAB = "labs/lab06_flash_backward.ipynb"
 ACCEPT_SEEDS = (0, 1, 2)   # correct variants: every fixed case and three random ones each
+# Every wrong kernel must fail at a fixed case (asserted below), whose inputs do not depend on the seed:
+# four seeds show it, and keep the interpreter's time down.
+WRONG_SEEDS = FEW_SEEDS[:4]
+
+
+@pytest.fixture(autouse=True)
+def in_process(monkeypatch):
+    """The checks run here, not in a child process, so that a mutant's outputs cached by ``_memo`` serve
+    every seed; the crash tests below switch the child process back on."""
+    monkeypatch.setattr(checking, "ISOLATE", False)
 
 
 def _cells(relpath: str) -> list[str]:
@@ -92,6 +103,13 @@ ROW_TERM_WRONG = {
                                        "mask=offs_m < n_q)")],
     "contiguous strides assumed": [("offs_m[:, None] * stride_on", "offs_m[:, None] * HEAD_DIM"),
                                    ("offs_m[:, None] * stride_don", "offs_m[:, None] * HEAD_DIM")],
+    # layouts: dO read through O's strides
+    "dO through O's strides": [("do = tl.load(DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * "
+                                "stride_don",
+                                "do = tl.load(DO + batch * stride_ob + head * stride_oh + offs_m[:, None] * "
+                                "stride_on")],
+    # sentinels: the store's mask left out
+    "store without the row mask": [(STORE, "tl.store(DELTA + (batch * H + head) * n_q + offs_m, delta)")],
 }
 ROW_TERM_RIGHT = {
     "solution": [],
@@ -115,6 +133,25 @@ DKDV_WRONG = {
     "LSE, Δ rows without the batch": [("row_base = (batch * H_Q + head) * n_q", "row_base = head * n_q")],
     "dK from P": [("dk += tl.dot(tl.trans(ds.to(q.dtype)), q)", "dk += tl.dot(tl.trans(p.to(q.dtype)), q)")],
     "dP with V untransposed": [("dp = tl.dot(do, tl.trans(v))\n            ds", "dp = tl.dot(do, v)\n            ds")],
+    # layouts: V read through K's strides, dO through Q's
+    "V through K's strides": [
+        ("v = tl.load(V + batch * stride_vb + kv_head * stride_vh + offs_n[:, None] * stride_vn",
+         "v = tl.load(V + batch * stride_kb + kv_head * stride_kh + offs_n[:, None] * stride_kn")],
+    "dO through Q's strides": [("do = tl.load(do_base + rows[:, None] * stride_don",
+                                "do = tl.load(do_base + rows[:, None] * stride_qn")],
+    # poison: masked loads without other=, LSE read past the rows
+    "q loaded without other=": [("mask=rows[:, None] < n_q, other=0.0)\n            do = ",
+                                 "mask=rows[:, None] < n_q)\n            do = ")],
+    "LSE loaded without its mask": [("lse = tl.load(LSE + row_base + rows, mask=rows < n_q, other=0.0)",
+                                     "lse = tl.load(LSE + row_base + rows)")],
+    # sentinels: stores without the key mask
+    "dV stored without the key mask": [("tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=keys)",
+                                        "tl.store(DV + out, dv.to(DV.dtype.element_ty))")],
+    # precision: fp16 accumulators
+    "dV accumulated in fp16": [("dv += tl.dot(tl.trans(p.to(do.dtype)), do)",
+                                "dv = (dv + tl.dot(tl.trans(p.to(do.dtype)), do)).to(tl.float16).to(tl.float32)")],
+    "dK accumulated in fp16": [("dk += tl.dot(tl.trans(ds.to(q.dtype)), q)",
+                                "dk = (dk + tl.dot(tl.trans(ds.to(q.dtype)), q)).to(tl.float16).to(tl.float32)")],
     "hidden query tiles skipped by the start-aligned rule": [
         ("for start_m in range(0, n_q, BLOCK_M):",
          "lo = 0\n        if CAUSAL:\n            lo = tile_n * BLOCK_N // BLOCK_M * BLOCK_M\n"
@@ -144,6 +181,24 @@ DQ_WRONG = {
     "no Δ": [("ds = p * (dp - delta[:, None])\n        dq", "ds = p * dp\n        dq")],
     "P not normalised by LSE": [("p = tl.exp(s - lse[:, None])\n        if", "p = tl.exp(s)\n        if")],
     "dS K with K transposed": [("dq += tl.dot(ds.to(k.dtype), k)", "dq += tl.dot(ds.to(k.dtype), tl.trans(k))")],
+    # boundaries: the loop end from the padded tile end, without its + 1 (fails only at shift ≡ 1 mod 16)
+    "loop end from the padded tile end": [(HI, "hi = tl.minimum((tile_m + 1) * BLOCK_M - 1 + n_k - n_q, n_k)")],
+    # layouts: dO through q's strides
+    "dO through q's strides": [("offs_m[:, None] * stride_don", "offs_m[:, None] * stride_qn")],
+    # poison: K without other=, V without its mask
+    "K loaded without other=": [("k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], "
+                                 "mask=cols[:, None] < n_k, other=0.0)",
+                                 "k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], "
+                                 "mask=cols[:, None] < n_k)")],
+    "V loaded without its mask, relying on p = 0": [
+        ("v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=cols[:, None] < n_k, other=0.0)",
+         "v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :])")],
+    # sentinels: the store without its row mask
+    "dQ stored without the row mask": [("tl.store(DQ + out, dq.to(DQ.dtype.element_ty), mask=rows)",
+                                        "tl.store(DQ + out, dq.to(DQ.dtype.element_ty))")],
+    # precision
+    "dQ accumulated in fp16": [("dq += tl.dot(ds.to(k.dtype), k)",
+                                "dq = (dq + tl.dot(ds.to(k.dtype), k)).to(tl.float16).to(tl.float32)")],
 }
 DQ_RIGHT = {
     "solution": [],
@@ -191,13 +246,58 @@ RIGHT_PARAMS = [pytest.param(ex, name, id=f"{ex}: {name}") for ex, (*_, right) i
 def test_wrong_kernel_rejected_on_every_seed_by_a_fixed_case(exercise, name):
     function, kernel, check, wrong, _ = CATALOGUES[exercise]
     mutant = fn(function, wrong[name], name, kernel)
-    assert_rejected_on_every_seed(check, mutant, FEW_SEEDS, contains="fixed")
+    assert_rejected_on_every_seed(check, mutant, WRONG_SEEDS, contains="fixed")
 
 
 @pytest.mark.parametrize("exercise, name", RIGHT_PARAMS)
 def test_correct_kernel_accepted(exercise, name):
     function, kernel, check, _, right = CATALOGUES[exercise]
-    assert_accepted(check, fn(function, right[name], name, kernel), ACCEPT_SEEDS)
+    seeds = ACCEPT_SEEDS if name == "solution" else ACCEPT_SEEDS[:1]     # every fixed case, and random ones
+    assert_accepted(check, fn(function, right[name], name, kernel), seeds)
+
+
+# Crashes: a store far outside its tensor corrupts the heap or faults; the check runs its cases in a
+# child process, so the crash is a failure that names the case (``checking.isolated``).
+CRASHING = {
+    "dQ stored at the wrong row stride, unmasked": ("flash_dq", "dq_kernel", [
+        ("tl.store(DQ + out, dq.to(DQ.dtype.element_ty), mask=rows)",
+         "tl.store(DQ + out * 4096, dq.to(DQ.dtype.element_ty))")]),
+    "dK stored far past the keys": ("flash_dkdv", "dkdv_kernel", [
+        ("tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=keys)",
+         "tl.store(DK + out + (1 << 26), dk.to(DK.dtype.element_ty))")]),
+}
+
+
+@pytest.mark.parametrize("name", list(CRASHING))
+def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch, name):
+    monkeypatch.setattr(checking, "ISOLATE", True)
+    function, kernel, replacements = CRASHING[name]
+    check = {"flash_dq": lab06.check_dq, "flash_dkdv": lab06.check_dkdv}[function]
+    mutant = variant(replacements, name, kernel)[function]
+    result = check(mutant, seed=0)
+    assert result.status == FAILED, result.report
+    assert "case 1 of" in result.report and ("crashed" in result.report or "outside the tensor" in result.report), \
+        result.report
+
+
+def test_the_padded_tile_end_passes_without_the_shift_one_case():
+    """The loop end computed from the padded tile end drops a key only when Nk − Nq ≡ 1 (mod 16) and a
+    full query tile ends there: the fixed case with shift 1 is what rejects it."""
+    mutant = fn("flash_dq", DQ_WRONG["loop end from the padded tile end"], "padded end", "dq_kernel")
+    report = lab06.check_dq(mutant, seed=0).report
+    assert "Nq=32, Nk=33" in report, report
+
+
+def test_the_solution_passes_the_tiny_causal_case_by_its_terms():
+    """B=1, Nq=Nk=2, causal: dQ's rows are tiny (row 0 sees one key: dQ = 0), so a pure relative error
+    of fp16 rounding looks large; the componentwise bound judges each row by its terms."""
+    from attnkit.tolerances import componentwise_error, rel_error
+
+    gen = torch.Generator().manual_seed(5)
+    q, k, v, do = (torch.randn(1, 1, 2, 16, generator=gen).half() for _ in range(4))
+    *_, dq, _, _ = lab06._reference(q, k, v, do, True)
+    noisy = torch.from_numpy(dq.copy()) + 4e-4 * torch.randn(dq.shape, generator=gen, dtype=torch.float64)
+    assert componentwise_error(noisy, dq, dq.magnitude) < lab06._tol() < rel_error(noisy, dq)
 
 
 @pytest.mark.parametrize("value", catalogue_params({k: _prediction(v) for k, v in PREDICTION_WRONG.items()}))

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..tolerances import REL_TOL, _as_float64, dtype_name, rel_error
+from ..tolerances import REL_TOL, _as_float64, componentwise_error, dtype_name, rel_error
 
 PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
 
@@ -136,17 +136,32 @@ def _distinct_digits(expected: float, got: float) -> tuple[str, str]:
     return want, have
 
 
+def answer_error(got, expected) -> float:
+    """The error a check bounds: ``componentwise_error`` when ``expected`` carries a ``magnitude`` (see
+    ``attnkit.tolerances.with_magnitude``), else the relative error ‖got − expected‖/‖expected‖."""
+    magnitude = getattr(expected, "magnitude", None)
+    if magnitude is not None:
+        return componentwise_error(got, expected, magnitude)
+    return rel_error(got, expected)
+
+
 def describe_difference(got, expected) -> str:
     """Lines that say how ``got`` differs from ``expected``: shape, error, the worst element."""
     got64, exp64 = _as_float64(got), _as_float64(expected)
     if got64.shape != exp64.shape:
         return f"   expected shape {exp64.shape}, got shape {got64.shape}"
     lines = []
+    magnitude = getattr(expected, "magnitude", None)
     if not np.all(np.isfinite(got64)):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(got64))[0])
         lines.append(f"   got a non-finite value ({got64[where]}) at index {list(where)}")
+    elif magnitude is not None:
+        lines.append(f"   largest row error ‖got − expected‖/‖|terms|‖ = "
+                     f"{componentwise_error(got64, exp64, magnitude):.3g} (each row against the size of the "
+                     f"terms summed into it)")
     else:
         lines.append(f"   relative error ‖got − expected‖/‖expected‖ = {rel_error(got64, exp64):.3g}")
+    if np.all(np.isfinite(got64)):
         where = np.unravel_index(int(np.argmax(np.abs(got64 - exp64))), exp64.shape)
         where = tuple(int(i) for i in where)
         want, have = _distinct_digits(exp64[where], got64[where])
@@ -303,6 +318,8 @@ def run_check(
     compare: Callable[[Any, Any], bool] | None = None,
     forbidden: Iterable[Callable] = (),
     fixed: int | None = None,
+    kernel_guards: bool = False,
+    isolate: bool = False,
 ) -> CheckResult:
     """Run ``student_fn`` on every case and compare with ``reference_fn``.
 
@@ -315,11 +332,19 @@ def run_check(
     ``forbidden``: course functions the student's function may not call (they raise while it runs).
     A case with ``max_bytes`` fails when the student's function allocates more at its peak.
     ``fixed``: how many of the cases (the first ones) are fixed; the pass line says so.
+    ``kernel_guards``: the student's function runs with ``poisoned_masked_loads`` and
+    ``guarded_allocations``: a store outside a tensor it allocated fails the case.
+    ``isolate``: the cases run in a forked child (``isolated``) where kernels are interpreted, so a
+    crash fails the check with the case it was on.
     The first failing case is reported with what was expected, what came back, where they differ,
     and the hint.
     """
+    if isolate:
+        return isolated(name, lambda: run_check(name, student_fn, reference_fn, cases, tol=tol, hint=hint,
+                                                compare=compare, forbidden=forbidden, fixed=fixed,
+                                                kernel_guards=kernel_guards), hint=hint)
     def within_tolerance(got, expected) -> bool:
-        err = rel_error(got, expected)
+        err = answer_error(got, expected)
         return np.isfinite(err) and err <= tol
 
     compare = compare or within_tolerance
@@ -330,10 +355,16 @@ def run_check(
         args, kwargs = fresh_copy(c.args), fresh_copy(c.kwargs)
         called: list[str] = []
         peak = [0]
+        damage = None
+        progress(where)
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"), forbidden_calls(forbidden) as called:
                 warnings.simplefilter("ignore")      # keep the report the only output
-                if c.max_bytes is None:
+                if c.max_bytes is None and kernel_guards:
+                    with poisoned_masked_loads(), guarded_allocations() as guard:
+                        got = student_fn(*args, **kwargs)
+                    damage = guard.damaged()
+                elif c.max_bytes is None:
                     got = student_fn(*args, **kwargs)
                 else:
                     with memory_peak() as peak:
@@ -357,6 +388,10 @@ def run_check(
                                f"❌ {name}: {where}: your function allocated {_megabytes(peak[0])} at its "
                                f"peak; this case allows at most {_megabytes(c.max_bytes)}.\n"
                                f"   hint: {hint}")
+        if damage:
+            return CheckResult(name, FAILED, f"❌ {name}: {where}: {damage}: a tl.store without the mask "
+                                             f"of its rows (or columns), or through the wrong strides.\n"
+                                             f"   hint: {hint}")
         if got is None:
             return CheckResult(name, FAILED, f"❌ {name}: {where}: your function returned None "
                                              f"(did you forget `return`?)\n   hint: {hint}")
@@ -470,3 +505,291 @@ def exercise_check(exercises: Sequence[Exercise], function: str) -> Callable:
 
 def _number_of(exercises: Sequence[Exercise], function: str) -> int:
     return next(i for i, e in enumerate(exercises, start=1) if e.function == function)
+
+
+# ------------------------------------------------------------------ defences for kernel exercises
+# What a kernel check varies so that mistakes nobody catalogued still fail (docs/authoring.md, "Checks
+# vary what students get wrong"):
+#   layouts   every tensor argument, in some case, with its own strides (``placed``)
+#   poison    inputs inside NaN-filled buffers; masked loads without ``other=`` read NaN in the
+#             interpreter, as on a GPU they read whatever is there (``poisoned_masked_loads``)
+#   sentinels the tensors a student's function allocates sit inside buffers whose padding is checked
+#             after every call: a store outside its tensor is named (``guarded_allocations``)
+#   crashes   where kernels run in Triton's interpreter, a check runs in a forked child process, so a
+#             store that corrupts the heap (SIGABRT, SIGSEGV) fails the check with the case it was on
+#             (``isolated``)
+POISON = float("nan")
+GUARD_ELEMENTS = 4096          # padding before and after a guarded tensor (in elements), at least its size
+
+
+def placed(values, *, order: Sequence[int] | None = None, gap: int = 0, step: int = 1, dtype=None,
+           device=None, fill: float = POISON, lead: int = GUARD_ELEMENTS, trail: int | None = None):
+    """A tensor equal to ``values`` whose storage has a chosen layout, inside a buffer of ``fill``.
+
+    ``order``: the dimensions from outermost to innermost in memory (``(1, 0)`` stores a matrix column
+    by column; default: the logical order). ``gap``: extra (``fill``) elements after each run of every
+    dimension, so no stride equals the product of the sizes inside it. ``step``: the innermost stride
+    (2 leaves one ``fill`` element between neighbours). ``lead`` and ``trail`` (default: the tensor's
+    span, at least ``GUARD_ELEMENTS``): ``fill`` elements before and after it, so a read past either end
+    returns ``fill`` (NaN: the answer becomes NaN) instead of another tensor's data.
+    """
+    import torch
+
+    t = torch.as_tensor(values)
+    dtype = dtype or t.dtype
+    device = device or t.device
+    ndim = t.dim()
+    order = tuple(range(ndim)) if order is None else tuple(int(d) for d in order)
+    if sorted(order) != list(range(ndim)):
+        raise ValueError(f"order: must be a permutation of the {ndim} dimensions, got {order}")
+    if gap < 0 or step < 1:
+        raise ValueError(f"gap, step: need gap >= 0 and step >= 1, got gap={gap}, step={step}")
+    strides = [0] * ndim
+    stride = step
+    for dim in reversed(order):                 # innermost first
+        strides[dim] = stride
+        stride = t.shape[dim] * stride + gap
+    span = max(stride, 1)
+    trail = max(span, GUARD_ELEMENTS) if trail is None else int(trail)
+    if dtype.is_floating_point:
+        buf = torch.full((lead + span + trail,), fill, dtype=dtype, device=device)
+    else:
+        buf = torch.full((lead + span + trail,), int(fill) if fill == fill else -(2**30), dtype=dtype,
+                         device=device)
+    view = buf.as_strided(tuple(t.shape), tuple(strides), lead)
+    view.copy_(t.to(device=device, dtype=dtype))
+    return view
+
+
+def layout_name(t) -> str:
+    """'strides (…)' of a tensor, for a case's label."""
+    return "strides (" + ", ".join(str(s) for s in t.stride()) + ")"
+
+
+@contextmanager
+def poisoned_masked_loads():
+    """While inside, Triton's interpreter fills the masked-off lanes of a floating-point ``tl.load``
+    without ``other=`` with NaN (it fills them with 0 otherwise; a GPU leaves whatever the registers
+    held): a kernel that needs ``other=`` and leaves it out gets NaN. Does nothing where kernels are
+    compiled."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    try:
+        from triton.runtime import interpreter
+    except ImportError:                                   # no Triton: nothing to poison
+        yield
+        return
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_masked_load
+
+    def masked_load(self, ptrs, mask, other, *args):
+        if other is None:
+            dtype_tt = ptrs.get_element_ty()
+            dtype_np = interpreter._get_np_dtype(dtype_tt)
+            if np.issubdtype(dtype_np, np.floating):
+                other = interpreter.TensorHandle(np.full(ptrs.data.shape, np.nan, dtype=dtype_np), dtype_tt)
+        return original(self, ptrs, mask, other, *args)
+
+    builder.create_masked_load = masked_load
+    try:
+        yield
+    finally:
+        builder.create_masked_load = original
+
+
+class _Guarded:
+    """The tensors allocated while ``guarded_allocations`` is on, each inside a padded buffer."""
+
+    def __init__(self, sentinel: float):
+        self.sentinel = sentinel
+        self.buffers: list = []             # (buffer, lead, numel, what)
+
+    def damaged(self) -> str | None:
+        """Which allocation had its padding written, in words; None when every padding is intact."""
+        import torch
+
+        for buf, lead, numel, what in self.buffers:
+            pads = torch.cat([buf[:lead], buf[lead + numel:]])     # (called after the guard is off)
+            if buf.dtype.is_floating_point:
+                same = pads == self.sentinel
+            else:
+                same = pads == int(self.sentinel)
+            if not bool(same.all()):
+                where = int((~same).nonzero()[0, 0])
+                count = lead - where if where < lead else where - lead + 1     # (pads skip the tensor)
+                side = (f"{count} element{'s' if count != 1 else ''} "
+                        f"{'before its start' if where < lead else 'past its end'}")
+                return f"a store landed outside the tensor {what} ({side})"
+        return None
+
+
+_ALLOCATORS = ("empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "ones", "ones_like")
+
+
+@contextmanager
+def guarded_allocations(sentinel: float = -7777.0):
+    """While inside, ``torch.empty``, ``torch.zeros``, ``torch.full``, ``torch.ones`` and their
+    ``_like`` forms return tensors placed inside larger buffers of ``sentinel`` (an ``empty`` tensor is
+    filled with NaN: an element the kernel never writes reads NaN). Yields a ``_Guarded`` whose
+    ``damaged()`` names the first tensor whose padding changed: a kernel stored outside it (a store
+    without its row or column mask)."""
+    import torch
+
+    guard = _Guarded(sentinel)
+    saved = {name: getattr(torch, name) for name in _ALLOCATORS}
+
+    def wrap(name):
+        original = saved[name]
+
+        def allocate(*args, **kwargs):
+            t = original(*args, **kwargs)
+            if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.layout != torch.strided or \
+                    kwargs.get("out") is not None:
+                return t
+            numel = t.numel()
+            pad = max(numel, GUARD_ELEMENTS)
+            fill = sentinel if t.dtype.is_floating_point else int(sentinel)
+            buf = saved["full"]((pad + numel + pad,), fill, dtype=t.dtype, device=t.device)
+            view = buf[pad:pad + numel].view(t.shape)
+            if name.startswith("empty") and t.dtype.is_floating_point:
+                view.fill_(POISON)
+            else:
+                view.copy_(t)
+            if t.requires_grad:
+                view.requires_grad_(True)
+            guard.buffers.append((buf, pad, numel, f"of shape {list(t.shape)} made by torch.{name}"))
+            return view
+        return allocate
+
+    try:
+        for name in _ALLOCATORS:
+            setattr(torch, name, wrap(name))
+        yield guard
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+
+
+# --------------------------------------------------------------------------------- crash isolation
+_PROGRESS: list = []        # in a checking child: the write end of the pipe that reports progress
+
+
+def progress(where: str) -> None:
+    """Say which case a check is on (read by the parent when the child dies; nothing otherwise)."""
+    if _PROGRESS:
+        os.write(_PROGRESS[0], ("\x1e" + where).encode("utf-8", "replace"))
+
+
+ISOLATE = os.environ.get("ATTNKIT_CHECK_IN_PROCESS", "") != "1"   # tests switch it off to reuse cached work
+
+
+def can_isolate() -> bool:
+    """Whether a check can run in a forked child here: on a POSIX system, with Triton interpreted
+    (a process that has started CUDA cannot fork a child that uses it)."""
+    if not (ISOLATE and hasattr(os, "fork") and os.environ.get("TRITON_INTERPRET") == "1"):
+        return False
+    import sys
+
+    torch = sys.modules.get("torch")
+    return not (torch is not None and torch.cuda.is_initialized())
+
+
+CRASH_CAUSE = ("the kernel most likely stored (or loaded) outside a tensor: a tl.store without the row "
+               "mask (rows ≥ N of the last tile) or the column mask, or a pointer built with the wrong "
+               "stride")
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def isolated(name: str, run: Callable[[], CheckResult], *, hint: str = "") -> CheckResult:
+    """``run()`` in a forked child process when ``can_isolate()``, else here.
+
+    The child reports each case it starts (``progress``) and sends back the verdict as plain text; if it
+    dies (an abort from a corrupted heap, a segmentation fault) the check fails and names the case it
+    was on and the likely cause. One fork per check, whatever the number of cases.
+    """
+    if not can_isolate():
+        return run()
+    import pickle
+    import sys
+    import tempfile
+
+    read_end, write_end = os.pipe()
+    errors = tempfile.TemporaryFile()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or odd stream: nothing to flush
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)     # "multi-threaded, use of fork()"
+        pid = os.fork()
+    if pid == 0:                                                 # the child: run, report, never return
+        code = 0
+        try:
+            os.close(read_end)
+            import faulthandler
+
+            faulthandler.disable()                               # a crash is reported by the parent
+            os.dup2(errors.fileno(), 2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            import io
+
+            sys.stdout = sys.stderr = io.StringIO()
+            os.environ.pop("NBGRADER_EXECUTION", None)           # the parent raises, not the child
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                torch.set_num_threads(1)
+            _PROGRESS[:] = [write_end]
+            result = run()
+            payload = pickle.dumps((result.name, result.status, result.report))
+            os.write(write_end, b"\x1f" + payload)
+        except BaseException as exc:                             # the check itself failed: say so
+            try:
+                os.write(write_end, b"\x1d" + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
+            except Exception:
+                pass
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks = []
+    while True:
+        chunk = os.read(read_end, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    data = b"".join(chunks)
+    verdict_at = data.find(b"\x1f")
+    if verdict_at >= 0:
+        result_name, result_status, report = pickle.loads(data[verdict_at + 1:])
+        errors.close()
+        return CheckResult(result_name, result_status, report)
+    errors.seek(0)
+    said = errors.read().decode("utf-8", "replace").strip().splitlines()
+    errors.close()
+    failure_at = data.find(b"\x1d")
+    if failure_at >= 0:
+        raise RuntimeError(f"{name}: the check failed in its child process: "
+                           f"{data[failure_at + 1:].decode('utf-8', 'replace')}")
+    cases = data.split(b"\x1e")
+    where = cases[-1].decode("utf-8", "replace") if len(cases) > 1 else "before its first case"
+    if os.WIFSIGNALED(status):
+        how = f"was killed by {_signal_name(os.WTERMSIG(status))}"
+    else:
+        how = f"exited with status {os.WEXITSTATUS(status)}"
+    last = f" ({said[-1].strip()[:200]})" if said else ""
+    return CheckResult(name, FAILED, f"❌ {name}: {where}: your kernel crashed the process that ran it: it "
+                                     f"{how}{last}.\n   {CRASH_CAUSE}."
+                                     + (f"\n   hint: {hint}" if hint else ""))

@@ -10,9 +10,18 @@
 The launch functions take ``(q, k, v, o, lse, do, causal=...)`` with fp16 q, k, v, dO and o, and the
 fp32 natural-log log-sum-exp of each row; they are compared with float64 autograd through the same
 attention. Fixed cases come first: sizes that are not multiples of the 16 × 16 tiles, several batches
-and grouped query heads, tensors in the [B, N, H, D] memory layout (strides that are not those of a
-contiguous [B, H, N, D] tensor), a causal mask aligned to the end with Nq < Nk, a query tile whose last
-visible key starts a key tile, Nq = 1 and Nq > Nk; then random shapes drawn from ``seed``.
+and grouped query heads, a causal mask aligned to the end with Nq < Nk, a query tile whose last
+visible key starts a key tile (shift Nk − Nq = 1, the case the padded tile end gets wrong), Nq = 1,
+Nq > Nk, and two long sums (33 tiles) whose small late terms an fp16 accumulator drops; then random
+shapes drawn from ``seed``. Every tensor of a case has its own memory layout (``LAYOUTS``: a kernel that
+reads dO through O's strides fails) inside a buffer of NaN (a load past an edge without its mask, or a
+masked load without ``other=``, gives NaN); the tensors the launch functions allocate sit between
+sentinels checked after each call (a store without its mask is named), and the cases run in a child
+process where kernels are interpreted (a crash is a failure that names the case).
+
+Each gradient is judged row by row against the size of the terms summed into it (the same products on
+absolute values: ``attnkit.tolerances.componentwise_error``), with the float16 bound, on a CPU and a GPU
+alike: a row whose terms cancel (a query that sees one key) is not judged by a pure relative error.
 
 While the student's function runs, attnkit's own FlashAttention (its Python functions and its Triton
 kernels) and ``torch.autograd`` raise ``ForbiddenCall``: the gradients must come from the student's kernels.
@@ -38,11 +47,12 @@ from ..classroom.checking import (
     is_not_implemented,
     module_functions,
     not_implemented,
+    placed,
     run_check,
     student_error,
 )
 from ..device import runtime
-from ..tolerances import tolerance
+from ..tolerances import check_tolerance, with_magnitude
 
 DTYPE_NAME = "float16"
 HEAD_DIM = 16
@@ -120,38 +130,58 @@ _MISSING = object()
 
 # ----------------------------------------------------------------------------------- reference and cases
 def _reference(q, k, v, do, causal, grads: bool = True):
-    """o (float64), lse (float64) and, with ``grads``, the float64 autograd gradients (dq, dk, dv)."""
+    """o (float64), lse (float64) and, with ``grads``, the float64 autograd gradients (dq, dk, dv), each
+    carrying its magnitude (``attnkit.tolerances.with_magnitude``): the same products on absolute values,
+    |dS|·|K|, |dS|ᵀ·|Q| and Pᵀ·|dO|, with |dS| = P ∘ (|dO|·|V|ᵀ + rowsum(|dO| ∘ |O|))."""
     import torch
 
     q64, k64, v64 = (t.detach().to("cpu", torch.float64).requires_grad_(grads) for t in (q, k, v))
     group = q64.shape[1] // k64.shape[1]
-    scores = q64 @ k64.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(q64.shape[-1])
+    scale = 1 / math.sqrt(q64.shape[-1])
+    scores = q64 @ k64.repeat_interleave(group, 1).transpose(-1, -2) * scale
     if causal:
         n_q, n_k = scores.shape[-2:]
         hidden = torch.arange(n_k)[None, :] > torch.arange(n_q)[:, None] + (n_k - n_q)
         scores = scores.masked_fill(hidden, -math.inf)
     lse = torch.logsumexp(scores, dim=-1)
-    o = torch.exp(scores - lse[..., None]) @ v64.repeat_interleave(group, 1)
+    p = torch.exp(scores - lse[..., None])
+    o = p @ v64.repeat_interleave(group, 1)
     if not grads:
         return o.detach(), lse.detach(), None, None, None
+    do64 = do.detach().to("cpu", torch.float64)
     with torch.enable_grad():
-        o.backward(do.detach().to("cpu", torch.float64))
-    return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
+        o.backward(do64)
+    with torch.no_grad():
+        pa, doa = p.abs(), do64.abs()
+        ka, va, qa = (t.detach().abs().repeat_interleave(g, 1) for t, g in ((k64, group), (v64, group), (q64, 1)))
+        dsa = pa * (doa @ va.transpose(-1, -2) + (doa * o.abs()).sum(-1, keepdim=True))
+        dqa = dsa @ ka * scale
+        dka = (dsa.transpose(-1, -2) @ qa * scale).unflatten(1, (-1, group)).sum(2)
+        dva = (pa.transpose(-1, -2) @ doa).unflatten(1, (-1, group)).sum(2)
+    return (o.detach(), lse.detach(), with_magnitude(q64.grad, dqa), with_magnitude(k64.grad, dka),
+            with_magnitude(v64.grad, dva))
 
 
 def _seed(seed):
     return int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
 
 
-# Shapes: (B, Hq, Hkv, Nq, Nk, causal, layout). layout "bnhd": the tensors are [B, N, H, D] in memory,
-# handed over as [B, H, N, D] views (strides that a kernel assuming contiguity gets wrong).
+# Shapes: (B, Hq, Hkv, Nq, Nk, causal, values, what the case is for). Every tensor of a case gets its
+# own layout (LAYOUTS): a kernel that reads one tensor through another's strides, or assumes a
+# contiguous [B, H, N, D] tensor, reads the wrong rows. values: see ``_values`` (the two long cases make
+# an fp16 accumulator fail).
 FIXED = (
-    (2, 4, 2, 17, 38, True, "bnhd"),    # GQA, batches, causal aligned to the end (Nq < Nk, shift 21), 3 key tiles
-    (1, 2, 1, 33, 20, False, "bhnd"),   # Nq > Nk (three query tiles), multi-query
-    (1, 1, 1, 33, 33, True, "bhnd"),    # query tile 2's last visible key (32) starts key tile 2
-    (1, 2, 2, 1, 40, True, "bnhd"),     # one decoding step: Nq = 1 sees every key
+    (2, 4, 2, 17, 38, True, "normal", "GQA, batches, causal aligned to the end (Nq < Nk, shift 21)"),
+    (1, 2, 1, 33, 20, False, "normal", "Nq > Nk (three query tiles), multi-query"),
+    (1, 1, 1, 33, 33, True, "normal", "query tile 2's last visible key (32) starts key tile 2"),
+    (1, 1, 1, 32, 33, True, "normal", "shift Nk − Nq = 1: query 15, the last row of a full tile, sees key 16"),
+    (1, 2, 2, 1, 40, True, "normal", "one decoding step: Nq = 1 sees every key"),
+    (1, 1, 1, 16, 528, False, "long_keys", "33 key tiles: dQ summed over a long row"),
+    (1, 1, 1, 528, 16, False, "long_queries", "33 query tiles: dK and dV summed over a long column"),
 )
-
+# Memory orders of the [B, H, N, D] dimensions (outermost first; D is always innermost, as the lab's
+# launchers require) and the gap after each run: case c gives tensor t (q, k, v, o, dO) LAYOUTS[(c + t) % 5].
+LAYOUTS = (((0, 1, 2, 3), 0), ((0, 2, 1, 3), 3), ((1, 0, 2, 3), 1), ((2, 0, 1, 3), 5), ((1, 2, 0, 3), 2))
 
 FIXED_SEED = 6          # the fixed cases' values are fixed too: the same inputs on every run
 
@@ -164,43 +194,94 @@ def _random_shapes(rng, count: int):
         causal = bool(rng.integers(0, 2))
         n_k = int(rng.integers(2, 41))
         n_q = int(rng.integers(1, n_k + 1)) if causal else int(rng.integers(1, 41))
-        shapes.append((int(rng.integers(1, 3)), hq, hkv, n_q, n_k, causal,
-                       "bnhd" if rng.integers(0, 2) else "bhnd"))
+        shapes.append((int(rng.integers(1, 3)), hq, hkv, n_q, n_k, causal, "normal", ""))
     return shapes
 
 
-def _tensor(gen, b, h, n, layout, device, dtype):
+def _values(gen, b, hq, hkv, n_q, n_k, kind):
+    """q, k, v, dO in float32 (before rounding to fp16), ``kind`` "normal", "long_keys" or "long_queries".
+
+    "long_keys" (dQ's long sum, one query tile): query row 0 gives keys 0 and 1 half its weight each,
+    with dP = +1 and −1, so dQ's row 0 is one large term, (K₀ − K₁)/2, and every later key tile adds a
+    term about 2·10⁻⁴ of it in the same direction: below half an fp16 ulp of the sum, so an fp16
+    accumulator drops every one of them (about 1% of the row), an fp32 one keeps them.
+    "long_queries" (dK's and dV's long sum, one key tile): the same for key 0's column: query 0 gives it
+    half its weight, every later query row about 6·10⁻⁶.
+    """
     import torch
 
-    if layout == "bnhd":
-        t = torch.randn(b, n, h, HEAD_DIM, generator=gen).transpose(1, 2)
-    else:
-        t = torch.randn(b, h, n, HEAD_DIM, generator=gen)
-    return t.to(device=device, dtype=dtype)
+    q, do = (torch.randn(b, hq, n_q, HEAD_DIM, generator=gen) for _ in range(2))
+    k, v = (torch.randn(b, hkv, n_k, HEAD_DIM, generator=gen) for _ in range(2))
+    if kind == "long_keys":
+        k = 0.01 * k
+        k[..., :2, 0] = 2.0                    # keys 0 and 1 score 10 with query 0, every other key 0
+        k[..., :, 2:] += 1.0                   # every key points along w = (0, 0, 1, …, 1) …
+        k[..., 1, 2:] -= 2.0                   # … but key 1, the other way
+        q[..., 0, :] = 0.0
+        q[..., 0, 0] = 20.0                    # 20 · 2 / √16 = 10
+        q[..., 1:, :] *= 0.3
+        v = 0.01 * v
+        v[..., 0, 0], v[..., 1, 0] = 1.0, -1.0
+        v[..., 2:, 0] += 0.55
+        do[..., 0, :] = 0.01 * do[..., 0, :]
+        do[..., 0, 0] = 1.0                    # dP = dO·Vᵀ: +1, −1, then 0.55 for every later key
+    elif kind == "long_queries":
+        k = 0.01 * k
+        k[..., :2, 0] = 10.0                   # query 0 scores keys 0, 1 at 10, the others at 0
+        k[..., 2:, 1] = 9.35                   # every later query scores keys 2.. at 9.35, keys 0, 1 at 0
+        q = 0.01 * q
+        q[..., 0, 0] = 4.0
+        q[..., 1:, 1] = 4.0
+        q[..., :, 2:] += 1.0                   # every query points along w
+        v = 0.01 * v
+        v[..., 0, 2], v[..., 1, 2] = 1.0, -1.0
+        do = 0.01 * do
+        do[..., :, 2] += 1.0                   # dP = +1 for key 0, −1 for key 1, 0 for the others
+    return q, k, v, do
+
+
+_FIXED_CASES: dict = {}       # device -> the fixed cases, built once (run_check hands out copies of them)
 
 
 def _cases(seed, n_random: int = 1):
     """(case, gradients) pairs, fixed shapes then random ones: the case's inputs are (q, k, v, o, lse, do,
-    causal); gradients() computes the float64 autograd (dq, dk, dv) when the check gets there."""
+    causal), each in its own layout inside a NaN-filled buffer; gradients() computes the float64 autograd
+    (dq, dk, dv) when the check gets there (once, for a fixed case)."""
     import torch
 
+    device = runtime().device
+    if device not in _FIXED_CASES:
+        _FIXED_CASES[device] = [(c, _once(g)) for c, g in
+                                _build(FIXED, 0, torch.Generator().manual_seed(FIXED_SEED), "fixed")]
     seed = _seed(seed)
-    rng = np.random.default_rng(seed)
-    fixed_gen, random_gen = torch.Generator().manual_seed(FIXED_SEED), torch.Generator().manual_seed(seed)
+    shapes = tuple(_random_shapes(np.random.default_rng(seed), n_random))
+    return _FIXED_CASES[device] + _build(shapes, len(FIXED), torch.Generator().manual_seed(seed), "random")
+
+
+def _once(fn):
+    done: list = []
+
+    def call():
+        if not done:
+            done.append(fn())
+        return done[0]
+    return call
+
+
+def _build(shapes, first: int, gen, kind_name: str):
+    import torch
+
     device, dtype = runtime().device, torch.float16
     made = []
-    for index, (b, hq, hkv, n_q, n_k, causal, layout) in enumerate(FIXED + tuple(_random_shapes(rng, n_random))):
-        gen = fixed_gen if index < len(FIXED) else random_gen
-        q, do = (_tensor(gen, b, hq, n_q, layout, device, dtype) for _ in range(2))
-        k, v = (_tensor(gen, b, hkv, n_k, layout, device, dtype) for _ in range(2))
+    for index, (b, hq, hkv, n_q, n_k, causal, kind, note) in enumerate(shapes, start=first):
+        q, k, v, do = (t.to(dtype) for t in _values(gen, b, hq, hkv, n_q, n_k, kind))
         o64, lse64, *_ = _reference(q, k, v, do, causal, grads=False)
-        o = o64.to(device=device, dtype=dtype)
-        if layout == "bnhd":
-            o = o.transpose(1, 2).contiguous().transpose(1, 2)
-        lse = lse64.to(device=device, dtype=torch.float32)
-        kind = "fixed" if index < len(FIXED) else "random"
-        label = (f"{kind}: B={b}, Hq={hq}, Hkv={hkv}, Nq={n_q}, Nk={n_k}, D={HEAD_DIM}"
-                 f"{', causal' if causal else ''}{', [B, N, H, D] layout' if layout == 'bnhd' else ''}")
+        tensors = [q, k, v, o64.to(dtype), do]
+        q, k, v, o, do = (placed(t, order=LAYOUTS[(index + i) % 5][0], gap=LAYOUTS[(index + i) % 5][1],
+                                 dtype=dtype, device=device) for i, t in enumerate(tensors))
+        lse = placed(lse64, dtype=torch.float32, device=device)
+        label = (f"{kind_name}: B={b}, Hq={hq}, Hkv={hkv}, Nq={n_q}, Nk={n_k}, D={HEAD_DIM}"
+                 f"{', causal' if causal else ''}{f' ({note})' if note else ''}")
         made.append((case(q, k, v, o, lse, do, causal, label=label),
                      lambda q=q, k=k, v=v, do=do, causal=causal: _reference(q, k, v, do, causal)[2:]))
     return made
@@ -225,12 +306,20 @@ def _require_callable(name: str, fn) -> None:
         raise ValueError(f"{name}: must be a function, got {type(fn).__name__}")
 
 
+def _tol() -> float:
+    return check_tolerance(DTYPE_NAME)
+
+
 def _run(name, fn, pick, expect, hint, seed) -> CheckResult:
-    """run_check on the cases of ``seed``; each case's float64 gradients are computed when it is reached."""
+    """run_check on the cases of ``seed`` (in a child process where kernels are interpreted, with
+    poisoned masked loads and guarded allocations); each case's float64 gradients are computed when it is
+    reached."""
     made = _cases(seed)
     gradients = iter([g for _, g in made])
     return run_check(name, _student(fn, pick), lambda *args: expect(next(gradients)()), [c for c, _ in made],
-                     tol=tolerance(DTYPE_NAME, runtime().device), hint=hint)
+                     tol=_tol(), hint=f"{hint} (passes when every row's error is at most {_tol():.0e} of the "
+                                      f"size of its terms, the float16 bound)",
+                     fixed=len(FIXED), kernel_guards=True, isolate=True)
 
 
 # ------------------------------------------------------------------------------------------- the checks
@@ -265,12 +354,14 @@ def check_row_term(row_term: Callable, *, seed: int | None = None) -> CheckResul
         return _as_tensor("row_term", out, tuple(o.shape[:3]))
 
     def reference(q, k, v, o, lse, do, causal):
-        return (o.to("cpu", torch.float64) * do.to("cpu", torch.float64)).sum(-1)
+        o64, do64 = o.to("cpu", torch.float64), do.to("cpu", torch.float64)
+        return with_magnitude((o64 * do64).sum(-1), (o64.abs() * do64.abs()).sum(-1))
 
     cases = [c for c, _ in _cases(seed)]
     # Δ is computed in fp32 from fp16 inputs: only the float32 bound separates it from an fp16 product.
     return run_check("row term Δ = rowsum(dO ∘ O)", student, reference, cases,
-                     tol=tolerance("float32", "cpu"), hint=HINT_ROW_TERM)
+                     tol=check_tolerance("float32"), hint=HINT_ROW_TERM, fixed=len(FIXED), kernel_guards=True,
+                     isolate=True)
 
 
 def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
@@ -287,7 +378,8 @@ def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
                             _as_tensor("dv", out[1], shape).double().cpu()])
 
     return _run("dK/dV kernel (index 0 is dK, 1 is dV)", flash_dkdv, pick,
-                lambda g: torch.stack([g[1], g[2]]), HINT_DKDV, seed)
+                lambda g: with_magnitude(np.stack([g[1], g[2]]), np.stack([g[1].magnitude, g[2].magnitude])),
+                HINT_DKDV, seed)
 
 
 def check_dq(flash_dq: Callable, *, seed: int | None = None) -> CheckResult:
@@ -330,8 +422,8 @@ def check_prediction(predict: Callable, *, seed: int | None = None) -> CheckResu
         return CheckResult(name, FAILED, f"❌ {name}: expected a pair (number of tl.dot calls, FLOP ratio), "
                                          f"got {got!r}")
     if dots_ok and ratio_ok:
-        return CheckResult(name, PASSED, f"✅ {name}: {EXPECTED_DOTS} tl.dot calls, backward/forward "
-                                         f"= {EXPECTED_RATIO} (within ± {RATIO_BAND}).")
+        return CheckResult(name, PASSED, f"✅ {name}: the count is exact and the ratio within ± {RATIO_BAND}; "
+                                         f"the cell below measures both in your kernels.")
     wrong = []
     if not dots_ok:
         wrong.append(f"the number of tl.dot calls ({dots!r}) is not right (it must be exact)")
