@@ -178,37 +178,44 @@ def test_tensor_parallel_decode_equals_the_no_cache_model(world):
 
 
 # ------------------------------------------------------------------------------- bytes moved
-def _counted_bytes(rank, world, variant, layout, causal, hq, hkv):
-    """Bytes this rank received in the forward, and in the forward and backward, counted at the
-    torch.distributed calls (float16 inputs: K/V in 2 bytes, the ring's and reduce-scatter's dK/dV in 4)."""
+BYTE_CASES = [("ring", "contiguous", True, 4, 2), ("ring", "zigzag", True, 6, 3),
+              ("all_gather_kv", "contiguous", False, 4, 2), ("all_gather_kv", "zigzag", True, 6, 1),
+              ("ulysses", "zigzag", True, 12, 6)]
+
+
+def _counted_bytes(rank, world):
+    """Per case: bytes this rank received in the forward and in the backward, counted at the
+    torch.distributed calls (float16 inputs: K/V in 2 bytes, the ring's and reduce-scatter's dK/dV in 4),
+    and the non-floating calls (the shape check)."""
     from attnkit.distributed.traffic import count_traffic, received_bytes
 
-    q, k, v, do = (cp.shard(t, rank, world, layout) for t in _inputs(world, hq, hkv, seed=0, dtype=torch.float16))
-    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    with count_traffic() as fwd_log:
-        o = ATTEND[variant](q, k, v, causal=causal, layout=layout, block="torch")
-    with count_traffic() as bwd_log:
-        o.backward(do)
-    checks = [c for c in fwd_log if not c.floating]
-    return received_bytes(fwd_log), received_bytes(bwd_log), [(c.op, c.received) for c in checks]
+    out = []
+    for variant, layout, causal, hq, hkv in BYTE_CASES:
+        q, k, v, do = (cp.shard(t, rank, world, layout)
+                       for t in _inputs(world, hq, hkv, seed=0, dtype=torch.float16))
+        q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+        with count_traffic() as fwd_log:
+            o = ATTEND[variant](q, k, v, causal=causal, layout=layout, block="torch")
+        with count_traffic() as bwd_log:
+            o.backward(do)
+        checks = [(c.op, c.received) for c in fwd_log if not c.floating]
+        out.append((received_bytes(fwd_log), received_bytes(bwd_log), checks))
+    return out
 
 
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("variant, layout, causal, hq, hkv", [
-    ("ring", "contiguous", True, 4, 2), ("ring", "zigzag", True, 6, 3),
-    ("all_gather_kv", "contiguous", False, 4, 2), ("all_gather_kv", "zigzag", True, 6, 1),
-    ("ulysses", "zigzag", True, 12, 6)])
-def test_the_bytes_each_collective_moves_equal_the_model(world, variant, layout, causal, hq, hkv):
-    counted = run_group(_counted_bytes, world, args=(variant, layout, causal, hq, hkv))
-    n_total = 2 * world * 3
-    kw = dict(batch=2, kv_heads=hkv, q_heads=hq, seq_len=n_total, head_dim=16, world_size=world,
-              itemsize=2, grad_itemsize=4)
-    fwd = cp.comm_bytes(variant, **kw)
-    both = cp.comm_bytes(variant, backward=True, **kw)
-    for rank, (got_fwd, got_bwd, checks) in enumerate(counted):
-        assert got_fwd == fwd, f"rank {rank}: forward received {got_fwd} bytes, the model says {fwd}"
-        assert got_fwd + got_bwd == both, f"rank {rank}: forward+backward {got_fwd + got_bwd}, model {both}"
-        assert checks == [("all_gather", (world - 1) * 5 * 8)]       # the shape check: five int64 per rank
+def test_the_bytes_each_collective_moves_equal_the_model(world):
+    counted = run_group(_counted_bytes, world)
+    for i, (variant, layout, _causal, hq, hkv) in enumerate(BYTE_CASES):
+        kw = dict(batch=2, kv_heads=hkv, q_heads=hq, seq_len=2 * world * 3, head_dim=16, world_size=world,
+                  itemsize=2, grad_itemsize=4)
+        fwd, both = cp.comm_bytes(variant, **kw), cp.comm_bytes(variant, backward=True, **kw)
+        for rank in range(world):
+            got_fwd, got_bwd, checks = counted[rank][i]
+            where = f"{variant}/{layout}, rank {rank} of {world}"
+            assert got_fwd == fwd, f"{where}: forward received {got_fwd} bytes, the model says {fwd}"
+            assert got_fwd + got_bwd == both, f"{where}: forward+backward {got_fwd + got_bwd}, model {both}"
+            assert checks == [("all_gather", (world - 1) * 5 * 8)]   # the shape check: five int64 per rank
 
 
 def test_all_gather_backward_is_a_reduce_scatter_and_keeps_no_gathered_kv():
