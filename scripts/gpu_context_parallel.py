@@ -10,14 +10,13 @@ Writes to OUT_DIR:
   receives and their rate);
 - bench_context_parallel_pingpong.csv: one-way time per message size between GPUs 0 and 1, and the
   least-squares α and β;
-each row with the GPU's name, the link between GPUs 0 and 1 (``nvidia-smi topo -m``), torch, triton,
-CUDA, NCCL versions and the date. The schemes and the measuring method: attnkit/distributed/benchmark.py.
+each row with the course's provenance (GPU, date, torch, triton, CUDA, cuDNN: ``attnkit.bench.recorder``),
+the link between GPUs 0 and 1 (``nvidia-smi topo -m``) and NCCL's version.
+The schemes and the measuring method: attnkit/distributed/benchmark.py.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import functools
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.bench.recorder import write_results
 from attnkit.distributed import benchmark
 from attnkit.distributed.launch import run_group
 
@@ -42,25 +42,17 @@ def _link() -> str:
     return "unknown"
 
 
-def provenance(cpu: bool) -> dict:
-    import triton
-
+def link_and_nccl(cpu: bool) -> dict:
+    """What the course's recorder does not stamp: the link between GPUs 0 and 1 and NCCL's version."""
     if cpu:
-        return dict(gpu="cpu", link="gloo (loopback)", torch=torch.__version__, triton=triton.__version__,
-                    cuda="", nccl="", date=datetime.date.today().isoformat())
+        return dict(link="gloo (loopback)", nccl="")
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else ""
-    return dict(gpu=torch.cuda.get_device_name(0), link=_link(), torch=torch.__version__,
-                triton=triton.__version__, cuda=torch.version.cuda, nccl=nccl,
-                date=datetime.date.today().isoformat())
+    return dict(link=_link(), nccl=nccl)
 
 
-def write_csv(path: Path, rows: list[dict], meta: dict) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r)) + list(meta)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({**r, **meta})
+def write_csv(directory: Path, name: str, rows: list[dict], meta: dict) -> Path:
+    """bench_<name>.csv with the course's provenance columns (GPU, date, torch, triton, CUDA, cuDNN)."""
+    return write_results(name, [{**r, **meta} for r in rows], directory=directory)
 
 
 def main(argv=None) -> int:
@@ -95,7 +87,7 @@ def main(argv=None) -> int:
     if world < 2:
         parser.error("--world: context parallelism needs at least 2 ranks")
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = provenance(args.cpu)
+    meta = link_and_nccl(args.cpu)
     run = functools.partial(run_group, world_size=world, backend=backend, timeout_s=timeout)
 
     rows = []
@@ -109,7 +101,7 @@ def main(argv=None) -> int:
                   f" {'ok' if r['ok'] else 'FAILED'}")
         if failed:
             print(f"{len(failed)} checks failed: no timings recorded", file=sys.stderr)
-            write_csv(args.out / "bench_context_parallel.csv", rows, meta)
+            write_csv(args.out, "context_parallel", rows, meta)
             return 1
     if "time" not in args.skip:
         timed = run(functools.partial(benchmark.time_rank, seq_lens=seq_lens, batch=1, hq=hq, hkv=hkv, d=d,
@@ -120,13 +112,13 @@ def main(argv=None) -> int:
                   f"(one device {r['one_device_ms']:9.3f} ms, speed-up {r['speedup']:.2f})")
         rows += timed
     if rows:
-        write_csv(args.out / "bench_context_parallel.csv", rows, meta)
+        write_csv(args.out, "context_parallel", rows, meta)
     if "pingpong" not in args.skip:
         pp = run(functools.partial(benchmark.pingpong_rank, sizes=sizes))[0]
         for r in pp:
             print(f"{r['kind']:8} {r['bytes']!s:>10} bytes: {r['one_way_us']:10.2f} µs one way, "
                   f"{r['gb_per_s']:8.2f} GB/s {r.get('reason', '')}")
-        write_csv(args.out / "bench_context_parallel_pingpong.csv", pp, {**meta, "world": world})
+        write_csv(args.out, "context_parallel_pingpong", pp, {**meta, "world": world})
     print(f"wrote {args.out}")
     return 0
 
