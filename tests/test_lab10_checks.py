@@ -141,9 +141,27 @@ def merge_weights_not_normalised(o_a, lse_a, o_b, lse_b):
     return torch.exp(lse_a - m)[..., None] * o_a + torch.exp(lse_b - m)[..., None] * o_b, torch.logaddexp(lse_a, lse_b)
 
 
+def merge_empty_lse_as_zero(o_a, lse_a, o_b, lse_b):
+    """An empty block's −inf "fixed" with nan_to_num: it now weighs like keys with scores summing to 1."""
+    lse_a, lse_b = (torch.nan_to_num(t, neginf=0.0) for t in (lse_a, lse_b))
+    return merge_logaddexp(o_a, lse_a, o_b, lse_b)
+
+
+def merge_in_float32(o_a, lse_a, o_b, lse_b):
+    o, lse = merge_logaddexp(*(t.float() for t in (o_a, lse_a, o_b, lse_b)))
+    return o.double(), lse.double()
+
+
+def merge_weights_from_max_only(o_a, lse_a, o_b, lse_b):
+    """The larger block takes all the weight (a hard maximum instead of the softmax of the two lse)."""
+    pick_a = (lse_a >= lse_b)[..., None]
+    return torch.where(pick_a, o_a, o_b), torch.maximum(lse_a, lse_b)
+
+
 MERGE_WRONG = {f.__name__: f for f in (merge_sum, merge_average, merge_unshifted, merge_lse_is_max,
                                        merge_swapped_weights, merge_lse_sum, merge_one_global_max,
-                                       merge_keeps_lse_a, merge_weights_not_normalised)}
+                                       merge_keeps_lse_a, merge_weights_not_normalised, merge_empty_lse_as_zero,
+                                       merge_in_float32, merge_weights_from_max_only)}
 
 
 def merge_logaddexp(o_a, lse_a, o_b, lse_b):
