@@ -1,8 +1,9 @@
-"""Sphinx settings for the course website (`make site`; see attnkit/site.py).
+"""Sphinx settings for the course website (`make site`; see attnkit/classroom/site.py).
 
 The notebooks are rendered from their stored outputs: nothing is executed while the site is built.
 """
 from attnkit.classroom.course import BRANCH, REPO_URL
+from attnkit.classroom.site import WIDGET_JS, vendor
 
 project = "Attention kernels, from a 4×4 example to paged decoding"
 author = "the course's authors"
@@ -10,6 +11,12 @@ author = "the course's authors"
 extensions = ["myst_nb", "sphinx-mathjax-offline"]
 root_doc = "index"
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
+
+# Everything a page loads is served by the site itself (see attnkit/classroom/site.py): _static/ here
+# (offline.js) and the vendored widget renderer and RequireJS (site/_vendor, fetched when missing).
+html_static_path = ["_static", str(vendor())]
+html_js_files = ["offline.js"]
+nb_ipywidgets_js = WIDGET_JS
 
 # Stored outputs only: the site never runs a notebook.
 nb_execution_mode = "off"
@@ -28,5 +35,9 @@ html_theme_options = {
     "launch_buttons": {"colab_url": "https://colab.research.google.com"},
     "path_to_docs": "",
     "show_toc_level": 2,
+    # One search box: the primary sidebar has sphinx-book-theme's search field; the header's copy
+    # (pydata-sphinx-theme's navbar_persistent default) is left out. Narrow screens keep the header's
+    # search icon, shown only when the sidebar is hidden.
+    "navbar_persistent": [],
 }
 html_last_updated_fmt = None

@@ -4,24 +4,44 @@
     python -m attnkit.classroom.site --no-solutions        # leave solutions/ out, e.g. for a class's own site
     python -m attnkit.classroom.site --out DIR             # build elsewhere
     python -m attnkit.classroom.site --root CHECKOUT       # build another copy of the course
+    python -m attnkit.classroom.site --fetch               # only fetch and check the widget JavaScript
+    python -m attnkit.classroom.site --serve               # serve the built site on http://127.0.0.1:8000/
 
 The lessons, labs and solutions that exist (``attnkit.classroom.notebooks.course_notebooks``), the
 figures (with the notes on recorded results, ``figures/*.md``), the glossary and the instructor guide are
 copied into ``<out>/src`` with the repository's layout, so relative links between them keep working, and
 Sphinx with MyST-NB renders them (settings: ``site/conf.py``). The table of contents comes from
-``attnkit/classroom/course.py``. The site needs no network to build or to read: MathJax is served from
-the site itself, and the Colab badge (an image on Colab's servers) becomes a text link.
-Open ``<out>/html/index.html`` in a browser.
+``attnkit/classroom/course.py``.
+
+Reading the built site needs no network, from a web server or straight from disk (``file://``): MathJax
+(the ``sphinx-mathjax-offline`` package), the widget renderer (``@jupyter-widgets/html-manager``) and
+RequireJS are served from the site's own ``_static`` folder, search loads its index as a script, and the
+Colab badge (an image on Colab's servers) becomes a text link. One thing differs on disk: browsers refuse
+the requests Sphinx's search makes for the text snippet under each result, so from ``file://`` the
+results are listed without snippets; ``--serve`` shows them with snippets.
+
+Building needs no network once the two npm packages in ``VENDORED`` are in ``site/_vendor`` (gitignored):
+the first build, or ``--fetch``, downloads them from the npm registry (``$NPM_CONFIG_REGISTRY`` if set),
+pinned by version and checked against the registry's sha512; without them and without a network the
+build stops and says so. Open ``<out>/html/index.html`` in a browser.
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import fnmatch
+import hashlib
 import html.parser
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -36,6 +56,123 @@ REFERENCE = ("docs/glossary.md", "docs/references.md")
 # offline shows no broken image. The glossary link of every notebook points at the site's own page.
 BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
 ASSET_DIRS = ("figures",)
+
+
+@dataclass(frozen=True)
+class Vendored:
+    """An npm package whose files the site serves from its own ``_static/vendor/<name>-<version>/``."""
+
+    package: str            # the npm name
+    version: str            # pinned: the tarball is fetched by this exact version
+    integrity: str          # the registry's "dist.integrity" of that tarball (sha512, base64)
+    licence: str
+    files: tuple[str, ...]  # patterns inside the tarball's package/ folder; copied flat into the folder
+
+    @property
+    def folder(self) -> str:
+        return f"{self.package.rsplit('/', 1)[-1]}-{self.version}"
+
+    @property
+    def tarball(self) -> str:
+        return f"{self.folder}.tgz"
+
+    def url(self, registry: str) -> str:
+        return f"{registry.rstrip('/')}/{self.package}/-/{self.tarball}"
+
+
+# The widget renderer for pages with stored widget state. MyST-NB's default loads both files from CDNs
+# (myst_nb.core.config.ipywidgets_js_factory), so offline a widget is missing. html-manager 1.0.x is the
+# embedder of ipywidgets 8 (widget state 2.0, @jupyter-widgets/controls 2.0.0, which it bundles);
+# its embed-amd.js needs RequireJS on the page. The font files are FontAwesome, for widget icons.
+VENDORED = (
+    Vendored("requirejs", "2.3.8",
+             "sha512-7/cTSLOdYkNBNJcDMWf+luFvMriVm7eYxp4BcFCsAX0wF421Vyce5SXP17c+Jd5otXKGNehIonFlyQXSowL6Mw==",
+             "MIT", ("require.js",)),
+    Vendored("@jupyter-widgets/html-manager", "1.0.15",
+             "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
+             "BSD-3-Clause", ("dist/embed-amd.js", "dist/embed.js.LICENSE.txt", "dist/*.woff2", "dist/*.woff",
+                              "dist/*.ttf", "dist/*.eot", "dist/*.svg")),
+)
+VENDOR_DIR = ROOT / "site" / "_vendor"
+NPM_REGISTRY = "https://registry.npmjs.org"
+# The value of MyST-NB's ``nb_ipywidgets_js`` (site/conf.py): scripts under _static, in loading order,
+# with their attributes. site/_static/widgets.js points RequireJS at the bundle's folder.
+WIDGET_JS = {f"vendor/{VENDORED[0].folder}/require.js": {},
+             "widgets.js": {"data-html-manager": f"vendor/{VENDORED[1].folder}"},
+             f"vendor/{VENDORED[1].folder}/embed-amd.js": {}}
+
+
+def _sri(data: bytes) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
+def vendor(cache: str | Path = VENDOR_DIR, *, registry: str | None = None, fetch: bool = True) -> Path:
+    """The folder of vendored files that the site serves as ``_static/vendor``; fetched when missing.
+
+    Each tarball in ``VENDORED`` is kept in ``cache`` and checked against its pinned sha512 on every call;
+    one that is missing is downloaded from the npm registry (``registry``, else ``$NPM_CONFIG_REGISTRY``,
+    else registry.npmjs.org) unless ``fetch`` is false. A missing tarball that cannot be fetched, or one
+    whose checksum differs, raises ``RuntimeError`` saying what to do.
+    """
+    cache = Path(cache)
+    registry = registry or os.environ.get("NPM_CONFIG_REGISTRY") or NPM_REGISTRY
+    static = cache / "static"
+    for item in VENDORED:
+        tarball = cache / item.tarball
+        if not tarball.is_file():
+            url = item.url(registry)
+            if not fetch:
+                raise RuntimeError(f"{tarball} is missing: run `python -m attnkit.classroom.site --fetch` "
+                                   f"once with a network (it downloads {url})")
+            try:
+                with urllib.request.urlopen(url, timeout=60) as answer:
+                    data = answer.read()
+            except OSError as exc:
+                raise RuntimeError(
+                    f"the site serves {item.package} {item.version} itself, and {tarball} is missing: fetching "
+                    f"{url} failed ({exc}). Build once with a network (or `python -m attnkit.classroom.site "
+                    f"--fetch`), or copy that file there from a machine that has it.") from exc
+            if _sri(data) != item.integrity:
+                raise RuntimeError(f"{url} does not match its pinned checksum {item.integrity}: not used")
+            cache.mkdir(parents=True, exist_ok=True)
+            part = tarball.with_name(f"{tarball.name}.{os.getpid()}.part")
+            part.write_bytes(data)
+            os.replace(part, tarball)
+        elif _sri(tarball.read_bytes()) != item.integrity:
+            raise RuntimeError(f"{tarball} does not match its pinned checksum {item.integrity}: delete it and "
+                               "build again to fetch it anew")
+        folder = static / "vendor" / item.folder
+        if not (folder / "PROVENANCE.txt").is_file():
+            _unpack(item, tarball, folder, registry)
+    return static
+
+
+def _unpack(item: Vendored, tarball: Path, folder: Path, registry: str) -> None:
+    """Copy ``item.files`` out of its tarball into ``folder``; written whole (a temporary folder renamed)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{item.folder}.", dir=folder.parent))
+    found = []
+    with tarfile.open(tarball) as tar:
+        for member in tar.getmembers():
+            inside = member.name.removeprefix("package/")
+            if member.isfile() and any(fnmatch.fnmatch(inside, pattern) for pattern in item.files):
+                (tmp / Path(inside).name).write_bytes(tar.extractfile(member).read())
+                found.append(inside)
+    missing = [p for p in item.files if not any(fnmatch.fnmatch(f, p) for f in found)]
+    if missing:
+        shutil.rmtree(tmp)
+        raise RuntimeError(f"{tarball} has no file matching {missing}")
+    (tmp / "PROVENANCE.txt").write_text(
+        f"{item.package} {item.version} ({item.licence} licence), from {item.url(registry)}\n"
+        f"checked against {item.integrity}\nfiles: {', '.join(sorted(found))}\n")
+    if folder.exists() and not (folder / "PROVENANCE.txt").is_file():
+        shutil.rmtree(folder, ignore_errors=True)       # left half-made by hand: replaced
+    try:
+        os.replace(tmp, folder)
+    except OSError:                     # another build unpacked it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (folder / "PROVENANCE.txt").is_file():
+            raise
 
 
 def lesson_pages(root: Path = ROOT, *, solutions: bool = True) -> list[str]:
@@ -144,6 +281,7 @@ def build(out: str | Path = DEFAULT_OUT, *, root: Path = ROOT, solutions: bool =
     """
     out = Path(out).resolve()
     src, html_dir, doctrees = out / "src", out / "html", out / "doctrees"
+    vendor()                            # site/conf.py serves it; fetched here, where an error reads plainly
     stage(src, root=root, solutions=solutions)
     warnings = out / "warnings.txt"
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(CONF_DIR), "-d", str(doctrees),
@@ -196,16 +334,48 @@ def broken_links(html_dir: str | Path) -> list[str]:
     return problems
 
 
+def serve(html_dir: str | Path, port: int = 8000, host: str = "127.0.0.1") -> None:
+    """Serve a built site over http on this machine only, until interrupted (search snippets need it)."""
+    import functools
+    import http.server
+
+    html_dir = Path(html_dir)
+    if not (html_dir / "index.html").is_file():
+        raise ValueError(f"out: no built site in {html_dir} (build it first: python -m attnkit.classroom.site)")
+    if not 0 <= port < 65536:
+        raise ValueError(f"port: must be in 0..65535, got {port}")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html_dir))
+    with http.server.ThreadingHTTPServer((host, port), handler) as server:
+        print(f"serving {html_dir} on http://{host}:{server.server_address[1]}/ (Ctrl+C to stop)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnkit.classroom.site", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="build folder (default: site/_build)")
     parser.add_argument("--no-solutions", action="store_true", help="leave solutions/ out of the site")
     parser.add_argument("--root", default=str(ROOT), help="the course checkout to build (default: this one)")
+    parser.add_argument("--fetch", action="store_true",
+                        help="only fetch and check the vendored widget JavaScript (into site/_vendor)")
+    parser.add_argument("--serve", action="store_true", help="serve the built site (OUT/html) instead of building")
+    parser.add_argument("--port", type=int, default=8000, help="the port for --serve (default: 8000)")
     args = parser.parse_args(argv)
     try:
+        if args.serve:
+            serve(Path(args.out) / "html", args.port)
+            return 0
+        if args.fetch:
+            print(f"vendored: {vendor()}")
+            return 0
         html_dir = build(args.out, root=Path(args.root), solutions=not args.no_solutions)
     except ValueError as exc:
         parser.error(str(exc))
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     broken = broken_links(html_dir)
     for line in broken:
         print(f"broken link: {line}")
