@@ -1,8 +1,13 @@
 """`make site` builds the course website from the stored outputs: a page per notebook, working links."""
+import fcntl
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import urllib.request
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -20,14 +25,29 @@ def offline_prefix() -> list[str]:
     return []
 
 
+def built_site(tmp_path_factory) -> Path:
+    """The whole course's site, built once per test run (shared by this file and tests/test_browser.py,
+    on either xdist worker) without a network where the machine can cut it off: out/html, out/warnings.txt.
+
+    The vendored widget JavaScript is fetched first (with the network, into site/_vendor, once per checkout).
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base      # one per run either way
+    out = shared / "course-site"
+    with open(shared / "course-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "built").is_file():
+            site.vendor()
+            done = subprocess.run([*offline_prefix(), sys.executable, "-m", "attnkit.classroom.site",
+                                   "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stdout + done.stderr
+            (out / "built").write_text(done.stdout)
+    return out
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """The whole course's site, built without a network where the machine can cut it off."""
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([*offline_prefix(), sys.executable, "-m", "attnkit.classroom.site", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
+    return built_site(tmp_path_factory)
 
 
 @pytest.mark.slow
@@ -120,6 +140,122 @@ def test_the_site_reads_offline_math_served_locally_no_remote_images_glossary_li
         assert f"Lesson {lesson.number} ·" in page
         if lesson.minutes:
             assert f"{lesson.minutes} min" in (html / "index.html").read_text()
+
+
+# A script, image, frame or stylesheet that a page would fetch from another site.
+REMOTE = re.compile(r'<(?:script|img|iframe|source)\b[^>]*\bsrc="(?:https?:)?//[^"]*"'
+                    r'|<link\b(?=[^>]*\brel="(?:stylesheet|preload|modulepreload)")[^>]*\bhref="(?:https?:)?//[^"]*"',
+                    re.I)
+
+
+@pytest.mark.slow
+def test_no_page_loads_from_the_network_and_widget_pages_load_the_vendored_renderer(built):
+    html = built / "html"
+    pages = [p for p in html.rglob("*.html") if "_static" not in p.parts]
+    with_widgets = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        remote = REMOTE.search(text)
+        assert remote is None, f"{page.relative_to(html)} loads {remote.group(0)}"
+        if "application/vnd.jupyter.widget-state+json" in text:
+            with_widgets.append(page)
+            scripts = re.findall(r'<script [^>]*src="((?:\.\./)*_static/[^"?]+)', text)
+            local = [s.split("_static/", 1)[1] for s in scripts]
+            order = [local.index(js) for js in site.WIDGET_JS]          # each present ...
+            assert order == sorted(order), f"{page.name} loads {list(site.WIDGET_JS)} out of order"
+            for src in scripts:                                            # ... and served by the site
+                assert (page.parent / src).resolve().is_file(), f"{page.name}: {src} is not in the site"
+    lesson3 = next(l for l in LESSONS if l.number == 3).notebook
+    if (ROOT / lesson3).exists() and "widgets" in nbformat.read(ROOT / lesson3, as_version=4).metadata:
+        assert html / site.html_path(lesson3) in with_widgets
+    for item in site.VENDORED:
+        provenance = (html / "_static" / "vendor" / item.folder / "PROVENANCE.txt").read_text()
+        assert f"{item.package} {item.version}" in provenance and item.integrity in provenance
+
+
+@pytest.mark.slow
+def test_every_page_has_one_search_box_and_search_works_from_disk(built):
+    html = built / "html"
+    for page in [html / "index.html", *sorted((html / "notebooks").glob("*.html"))]:
+        text = page.read_text(encoding="utf-8")
+        # the sidebar's field; the header's icon (search-button, shown only on narrow screens) is not one
+        assert text.count('class="btn search-button-field') == 1, f"{page.name}: not one search field"
+    search = (html / "search.html").read_text(encoding="utf-8")
+    # Sphinx loads its index as a script (readable from file://), and offline.js is on every page
+    assert re.search(r'<script [^>]*src="searchindex\.js', search)
+    assert re.search(r'<script [^>]*src="_static/offline\.js', search)
+    assert "Search.setIndex(" in (html / "searchindex.js").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_serve_shows_the_built_site_over_http(built):
+    server = subprocess.Popen([sys.executable, "-m", "attnkit.classroom.site", "--serve", "--port", "0",
+                               "--out", str(built)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+/", server.stdout.readline()).group(0)
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with direct.open(url + "search.html", timeout=30) as answer:
+            assert answer.status == 200 and b"searchindex.js" in answer.read()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_serve_refuses_a_folder_without_a_site(tmp_path):
+    with pytest.raises(ValueError, match="out: no built site"):
+        site.serve(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "attnkit.classroom.site", "--serve", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no built site" in done.stderr
+
+
+def fake_package(tmp_path, files: dict[str, bytes]) -> tuple[site.Vendored, Path]:
+    """An npm-style tarball (files under package/) in a registry laid out like npm's, on disk."""
+    tarball = tmp_path / "build.tgz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        for name, data in files.items():
+            path = tmp_path / "file"
+            path.write_bytes(data)
+            tar.add(path, arcname=f"package/{name}")
+    item = site.Vendored("@scope/widget", "1.2.3", site._sri(tarball.read_bytes()), "MIT", ("dist/*.js", "LICENSE"))
+    registry = tmp_path / "registry"
+    (registry / "@scope" / "widget" / "-").mkdir(parents=True)
+    shutil.copy(tarball, registry / "@scope" / "widget" / "-" / item.tarball)
+    return item, registry
+
+
+def test_vendor_fetches_by_version_checks_the_checksum_and_serves_only_the_files_named(tmp_path, monkeypatch):
+    item, registry = fake_package(tmp_path, {"dist/embed.js": b"js", "dist/embed.js.map": b"map",
+                                             "LICENSE": b"MIT", "src/x.ts": b"ts"})
+    monkeypatch.setattr(site, "VENDORED", (item,))
+    static = site.vendor(tmp_path / "cache", registry=registry.as_uri())
+    folder = static / "vendor" / "widget-1.2.3"
+    assert sorted(p.name for p in folder.iterdir()) == ["LICENSE", "PROVENANCE.txt", "embed.js"]
+    assert item.integrity in (folder / "PROVENANCE.txt").read_text()
+    assert (tmp_path / "cache" / item.tarball).is_file()
+    # Offline from now on: the cached tarball is used (and checked) without asking the registry.
+    shutil.rmtree(registry)
+    assert site.vendor(tmp_path / "cache", registry=registry.as_uri(), fetch=False) == static
+    # A cached tarball that changed is refused.
+    (tmp_path / "cache" / item.tarball).write_bytes(b"tampered")
+    with pytest.raises(RuntimeError, match="does not match its pinned checksum"):
+        site.vendor(tmp_path / "cache", fetch=False)
+
+
+def test_vendor_refuses_a_download_that_differs_or_lacks_a_file_and_says_what_to_do_offline(tmp_path, monkeypatch):
+    item, registry = fake_package(tmp_path, {"dist/embed.js": b"js"})          # no LICENSE
+    monkeypatch.setattr(site, "VENDORED", (item,))
+    with pytest.raises(RuntimeError, match=r"has no file matching \['LICENSE'\]"):
+        site.vendor(tmp_path / "a", registry=registry.as_uri())
+    monkeypatch.setattr(site, "VENDORED", (site.Vendored(item.package, item.version, "sha512-AAAA", "MIT",
+                                                         item.files),))
+    with pytest.raises(RuntimeError, match="does not match its pinned checksum"):
+        site.vendor(tmp_path / "b", registry=registry.as_uri())
+    assert not (tmp_path / "b" / item.tarball).exists()
+    with pytest.raises(RuntimeError, match="Build once with a network"):
+        site.vendor(tmp_path / "c", registry=(tmp_path / "nowhere").as_uri())
+    with pytest.raises(RuntimeError, match="is missing: run `python -m attnkit.classroom.site --fetch`"):
+        site.vendor(tmp_path / "c", fetch=False)
 
 
 def test_offline_notebook_turns_the_badge_into_a_link_and_the_glossary_local():
