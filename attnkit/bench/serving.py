@@ -15,10 +15,21 @@ Two measures, each at several batch sizes B:
 ``run_features`` (suite ``serving_features``) serves one workload with a shared system prompt under
 several engine configurations and measures each by the wall clock: tokens/s, time to first token and
 time per output token (mean, p90), steps, preemptions, prefix-cache hits and the prefill they saved, and
-the agreement of each configuration's tokens with the baseline's (see ``FEATURE_CONFIGS``). It runs on
-the CPU too, at a tiny size (``device="cpu"``).
+the agreement of each configuration's tokens with the baseline's (see ``FEATURE_CONFIGS``). Its
+requests stay inside the 128 positions the tiny model was trained on (``longest_positions`` and
+``trained_positions`` in each row): past them the model's best and second-best characters are often
+near ties, and token agreement measures rounding noise rather than a feature. It runs on the CPU too,
+at a tiny size (``device="cpu"``).
 
     python -m attnkit.bench.recorder serving_features   # writes bench_serving_features.csv
+
+``step_breakdown`` serves the same workload once per configuration and splits the wall clock of the
+engine's steps into the decode step (``Engine.decode``, replayed from a CUDA graph where it can be),
+the prefill chunks (``Engine._prefill_chunks``) and the rest (the scheduler, the allocator and the
+prefix cache on the host), each call followed by a synchronisation so that the GPU's work is counted
+in the phase that launched it:
+
+python -c "from attnkit.bench import recorder as r, serving as s; r.write_results('serving_steps', s.step_breakdown())"
 """
 from __future__ import annotations
 
@@ -130,14 +141,15 @@ class FeatureWorkload:
     """Sizes of the shared-prompt workload and of the engine that serves it."""
 
     n_requests: int = 64
-    prefix_tokens: int = 160          # the system prompt every request starts with
+    prefix_tokens: int = 64           # the system prompt every request starts with
     question_tokens: tuple = (8, 24)  # each request's own words after it (min, max characters)
-    new_tokens: tuple = (32, 64)      # max_new_tokens (min, max); no stop token, so exactly this many
+    new_tokens: tuple = (16, 32)      # max_new_tokens (min, max); no stop token, so exactly this many
     arrivals_per_step: int = 4        # request i arrives at scheduler step i // arrivals_per_step
     max_batch: int = 32
     page_size: int = 16
-    num_pages: int = 384              # below max_batch full sequences: some preemption without sharing
+    num_pages: int = 192              # below max_batch full sequences: some preemption without sharing
     max_tokens_per_step: int = 256    # the budget of the chunked configurations
+    # 64 + 24 + 32 = 120 positions at most: inside the tiny model's 128 trained positions
 
 
 GPU_WORKLOAD = FeatureWorkload()
@@ -242,8 +254,10 @@ def serve_config(model, w: FeatureWorkload, requests: list[Request], config: dic
     return result, engine, time.perf_counter() - start, capture_s
 
 
-def feature_row(name: str, config: dict, result, engine, seconds: float, capture_s: float, baseline) -> dict:
-    """One row of ``run_features`` from a served result."""
+def feature_row(name: str, config: dict, result, engine, seconds: float, capture_s: float, baseline,
+                positions: tuple[int, int] = (0, 0)) -> dict:
+    """One row of ``run_features`` from a served result; ``positions``: (the longest request's prompt and
+    new tokens, the positions the model was trained on)."""
     ttft, tpot = request_latencies(result)
     new_tokens = sum(len(c.tokens) for c in result.completions.values())
     prefix = engine.prefix
@@ -261,7 +275,8 @@ def feature_row(name: str, config: dict, result, engine, seconds: float, capture
         "prefill_tokens_saved": sum(c.reused for c in result.completions.values()),
         "prefix_hit_rate": prefix.hit_tokens / max(1, prefix.lookup_tokens) if prefix else 0.0,
         "token_agreement_with_baseline": token_agreement(result, baseline) if baseline else float("nan"),
-        "graph_capture_s": capture_s, "error": "",
+        "graph_capture_s": capture_s, "longest_positions": positions[0], "trained_positions": positions[1],
+        "error": "",
     }
 
 
@@ -286,6 +301,7 @@ def run_features(device: str | None = None, *, workload: FeatureWorkload | None 
                               else {})} for name, c in configs.items()}
     requests = feature_requests(w, seed)
     longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
+    trained = load_model().cfg.max_seq_len
     model = serving_model(device, dtype or (torch.float16 if on_gpu else torch.float32), longest)
     rows, baseline, began = [], None, time.perf_counter()
     for name in sorted(configs, key=lambda n: n != "baseline"):   # the baseline first
@@ -295,7 +311,8 @@ def run_features(device: str | None = None, *, workload: FeatureWorkload | None 
         try:
             result, engine, seconds, capture_s = serve_config(model, w, requests, configs[name], warmup=on_gpu)
             baseline = result if name == "baseline" else baseline    # None while the baseline failed
-            rows.append(feature_row(name, configs[name], result, engine, seconds, capture_s, baseline))
+            rows.append(feature_row(name, configs[name], result, engine, seconds, capture_s, baseline,
+                                    (longest, trained)))
         except Exception as exc:  # noqa: BLE001 - recorded in the row, the other configurations still run
             rows.append({"config": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
         if verbose:
@@ -307,6 +324,66 @@ def run_features(device: str | None = None, *, workload: FeatureWorkload | None 
     return rows
 
 
-__all__ = ["run", "decode_step_row", "engine_row", "workload", "BATCHES", "CONTEXT", "run_features",
+def step_breakdown(device: str | None = None, *, workload: FeatureWorkload | None = None,
+                   configs: dict | None = None, dtype=None, seed: int = 0) -> list[dict]:
+    """Where the wall clock of the engine's steps goes, per configuration (default: "baseline" and
+    "no_cuda_graphs" of ``FEATURE_CONFIGS``): one row per phase, ``decode`` (``Engine.decode``: packing,
+    the step itself, replayed from a CUDA graph when the engine captured one), ``prefill``
+    (``Engine._prefill_chunks``) and ``host`` (everything else in ``Engine.run``: scheduling, the
+    allocator, the prefix cache, choosing tokens), with ms per step, calls per step and share of the
+    steps' time. Each timed call is followed by a synchronisation, so the GPU work a phase launches
+    counts in that phase (the engine reads each call's result back at once anyway)."""
+    os.environ.setdefault("ATTNKIT_AUTOTUNE", "0")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    on_gpu = device.type == "cuda"
+    w = workload or (GPU_WORKLOAD if on_gpu else CPU_WORKLOAD)
+    configs = dict(configs or {name: FEATURE_CONFIGS[name] for name in ("baseline", "no_cuda_graphs")})
+    requests = feature_requests(w, seed)
+    longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
+    model = serving_model(device, dtype or (torch.float16 if on_gpu else torch.float32), longest)
+    rows = []
+    for name, config in configs.items():
+        unknown = set(config) - {"max_tokens_per_step", "kv_dtype", "prefix_caching", "cuda_graphs"}
+        if unknown:
+            raise ValueError(f"configs: {name!r} sets unknown options {sorted(unknown)}")
+        config = {**config, **({"max_tokens_per_step": w.max_tokens_per_step} if "max_tokens_per_step" in config
+                               else {})}
+        if on_gpu:                                      # compile every kernel this configuration uses
+            serve_config(model, w, requests[:8], config, warmup=True)
+        engine_kw = {k: v for k, v in config.items() if k != "max_tokens_per_step"}
+        engine = Engine(model, num_pages=w.num_pages, page_size=w.page_size, max_batch=w.max_batch, stop=None,
+                        **engine_kw)
+        engine.capture_graphs()
+        _synchronize(device)
+        spent = {"decode": [0.0, 0], "prefill": [0.0, 0]}
+
+        def timed(phase, fn, spent=spent):
+            def call(*args, **kwargs):
+                start = time.perf_counter()
+                out = fn(*args, **kwargs)
+                _synchronize(device)
+                spent[phase][0] += time.perf_counter() - start
+                spent[phase][1] += 1
+                return out
+            return call
+
+        engine.decode = timed("decode", engine.decode)                 # run() calls both through self
+        engine._prefill_chunks = timed("prefill", engine._prefill_chunks)
+        start = time.perf_counter()
+        result = engine.run(requests, max_tokens_per_step=config.get("max_tokens_per_step"))
+        _synchronize(device)
+        total = time.perf_counter() - start
+        n = len(result.steps)
+        phases = {"decode": spent["decode"][0], "prefill": spent["prefill"][0]}
+        phases["host"] = total - phases["decode"] - phases["prefill"]
+        for phase, seconds in phases.items():
+            rows.append({"config": name, "phase": phase, "steps": n, "ms_per_step": 1e3 * seconds / n,
+                         "calls_per_step": spent[phase][1] / n if phase in spent else 1.0,
+                         "share": seconds / total, "step_ms": 1e3 * total / n, "max_batch": w.max_batch,
+                         "requests": len(requests), "cuda_graphs": engine.cuda_graphs})
+    return rows
+
+
+__all__ = ["run", "decode_step_row", "step_breakdown", "engine_row", "workload", "BATCHES", "CONTEXT", "run_features",
            "FEATURE_CONFIGS", "FeatureWorkload", "GPU_WORKLOAD", "CPU_WORKLOAD", "feature_requests",
            "request_latencies", "token_agreement", "serving_model"]
