@@ -13,7 +13,7 @@ Students write four functions:
 Each check runs fixed adversarial cases first (log-sum-exps hundreds apart, empty blocks, causal masks
 where a wrong block owner changes the result, GQA), then cases drawn from ``seed``. ``ring_forward`` runs
 on 2, 3 and 4 processes (torch.distributed, gloo) and is compared with one-process float64 attention;
-the course's own ring, all-gather and merge may not be called while it runs. Its calls to
+the course's own ring, all-gather, Ulysses and merge may not be called while it runs. Its calls to
 torch.distributed are watched (``attnkit.distributed.traffic``), and the ring's rules enforced:
 
 - no collective (an all-gather, all-to-all, broadcast … holds or moves every rank's K/V at once);
@@ -67,8 +67,8 @@ HINT_RING = ("W steps: at step s the K/V held came from rank (r − s) mod W, i.
 
 
 def forbidden() -> tuple:
-    """The course's own merge, ring and all-gather (block_forward_torch is the lab's tool: allowed)."""
-    return (_cp.ring_attention, _cp.all_gather_kv_attention, _cp.merge, _cp._local_forward)
+    """The course's own merge, ring, all-gather and Ulysses (block_forward_torch is the lab's tool: allowed)."""
+    return (_cp.ring_attention, _cp.all_gather_kv_attention, _cp.ulysses_attention, _cp.merge, _cp._local_forward)
 
 
 # ------------------------------------------------------------------------------ exercise 1
