@@ -236,6 +236,11 @@ def _bad_values(total_q: int, num_pages: int, page_size: int, block_table, seq_l
 
 
 # ------------------------------------------------------------------------------------ the kernel
+def _new_buffer(shape, dtype, device) -> torch.Tensor:
+    """The output buffer the kernel writes (tests hand out guarded or poisoned buffers instead)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm_scale: float | None = None,
                  k_scale=None, v_scale=None, max_q_len: int | None = None, check_values=None,
                  block_m: int = 16, block_n: int = 32):
@@ -261,7 +266,7 @@ def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm
     k_pages, v_pages = (fp8_read(t) for t in (k_pages, v_pages))
     total_q, hq, d = q.shape
     batch, hkv, page = block_table.shape[0], k_pages.shape[2], k_pages.shape[1]
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    o = _new_buffer(q.shape, q.dtype, q.device)
     max_q = int(max_q_len) if max_q_len is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     scaled = k_scale is not None
     if scaled:                                       # [Hkv], read as scale_ptr + kv_head: made contiguous
