@@ -30,6 +30,8 @@ class _Remote:
         raise NotImplementedError
 
     def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):      # never __array_struct__ and the like
+            raise AttributeError(name)
         return self._op("getattr", name)
 
     def __setattr__(self, name, value):

@@ -3,9 +3,10 @@ the progress pipe, length-prefixed JSON frames on the channel. The grader's read
 worker and never hold more than their caps."""
 from __future__ import annotations
 
-import json
 import os
 import struct
+from json import dumps as _dumps
+from json import loads as _loads  # bound at import: the notebook's code replacing json's own is its loss
 
 HEADER = struct.Struct(">Q")
 LINE_LIMIT = 200                   # characters of one progress line the grader keeps
@@ -13,7 +14,7 @@ REPLACED = ("executed",)           # frame kinds of which only the last one is k
 
 
 def spec_line(spec: dict) -> bytes:
-    return json.dumps(spec).encode() + b"\n"
+    return _dumps(spec).encode() + b"\n"
 
 
 def worker_fds() -> tuple[int, int, int | None]:
@@ -40,7 +41,7 @@ def read_frame(fd: int, limit: int) -> dict | None:
         if head is None or HEADER.unpack(head)[0] > limit:
             return None
         data = exactly(HEADER.unpack(head)[0])
-        frame = json.loads(data) if data is not None else None
+        frame = _loads(data) if data is not None else None
     except (OSError, ValueError):
         return None
     return frame if type(frame) is dict else None
@@ -55,7 +56,7 @@ class Writer:
         self.lock_path = lock_path
 
     def send(self, frame: dict) -> None:
-        data = json.dumps(frame).encode()
+        data = _dumps(frame).encode()
         payload = HEADER.pack(len(data)) + data
         lock = None
         if self.lock_path is not None:
@@ -106,7 +107,7 @@ class Reader:
                 if data is None:
                     return
                 try:
-                    frame = json.loads(data)
+                    frame = _loads(data)
                 except ValueError:
                     frame = {"kind": "garbled"}
                 if type(frame) is not dict:

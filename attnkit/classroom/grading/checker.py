@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..checking import FAILED, NOT_IMPLEMENTED, PASSED, check_exercises
+from ..checking import FAILED, NOT_IMPLEMENTED, PASSED, CheckResult, Exercise, check_exercises
 from . import calls, channel, codec
 from .lab import lab_checks
 from .runner import stand_in
@@ -48,7 +48,8 @@ def check(spec: dict, send, calls_fd: int) -> None:
                                  f"and is it still called `{name}`?)")
             functions[name] = stand_in(name, state)
     try:
-        summary = check_exercises(tuple(exercises), functions, seed=spec["seed"])
+        summary = check_exercises(tuple(Exercise(e.function, _judged(e), e.depends, e.points) for e in exercises),
+                                  functions, seed=spec["seed"])
         results = []
         for ex, r in zip(exercises, summary.results):
             status, report = r.status, r.report
@@ -64,6 +65,19 @@ def check(spec: dict, send, calls_fd: int) -> None:
         to_student.send({"kind": "done", "seed": spec["seed"]})
     except OSError:                          # the student's process has ended
         pass
+
+
+def _judged(exercise):
+    """The exercise's check, failing (not stopping the others) when what the student's function gave
+    back breaks the check itself."""
+    def check(fn, *, seed=None):
+        try:
+            return exercise.check(fn, seed=seed)
+        except Exception as exc:  # noqa: BLE001 - the student's answer broke the check: it fails
+            return CheckResult(exercise.function, FAILED, f"❌ {exercise.function}: the check could not judge what "
+                                                          f"your function gave back ({type(exc).__name__}: {exc})")
+    check.__name__ = getattr(exercise.check, "__name__", "check")
+    return check
 
 
 def _text(value, default: str) -> str:

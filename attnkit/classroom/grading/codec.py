@@ -118,6 +118,9 @@ class Encoder:
             return self._course_object(v, depth)
         if (isinstance(v, type) or type(v).__name__ == "function") and _course_name(getattr(v, "__module__", "")):
             return {"$": "n", "q": f"{v.__module__}:{v.__qualname__}"}
+        plain = _plain_base(v, np)
+        if plain is not None:                # a subclass of a plain type crosses as that type's value
+            return self.encode(plain[0], depth + 1)
         number = None if self.handle is None else self.handle(v)
         if type(number) is not int:
             return {"$": "x", "ty": kind.__name__ if type(kind.__name__) is str else "?"}
@@ -181,6 +184,22 @@ class Encoder:
                 except AttributeError:
                     continue
         return {"$": "o", "c": path, "k": list(state), "v": [self.encode(x, depth + 1) for x in state.values()]}
+
+
+def _plain_base(v, np):
+    """``(value,)``: ``v``, an instance of a subclass of a plain type (a float that equals everything, a
+    NumPy scalar with its own ``__eq__``), as a value of the plain type; None for anything else."""
+    for base in (bool, int, float, complex, str, bytes):
+        if isinstance(v, base):
+            return (base(v),)
+    if isinstance(v, np.generic) and v.dtype.kind in NUMERIC_KINDS:
+        return (np.array(v, dtype=v.dtype)[()],)
+    for base in (tuple, list):
+        if isinstance(v, base):
+            return (base(iter(v)),)
+    if isinstance(v, dict):
+        return (dict(v.items()),)
+    return None
 
 
 def encode(value, handle=None, refs=None) -> tuple[object, list[bytes]]:
@@ -516,7 +535,10 @@ def decode_exception(data, depth: int = 0) -> BaseException:
             base = Exception
     except Exception:  # noqa: BLE001 - a base that does not resolve
         base = Exception
-    args = tuple(a if type(a) in (int, float, bool, str, type(None)) else "?" for a in data.get("args") or [])
+    from .reports import one_line  # the student's text on one line: never a line of a report of its own
+
+    args = tuple(one_line(a, TEXT_LIMIT) if type(a) is str else a if type(a) in (int, float, bool, type(None))
+                 else "?" for a in data.get("args") or [])
     try:
         cls = base if base.__name__ == name else type(name, (base,), {"__module__": "submission"})
         exc = cls(*args)
@@ -534,7 +556,9 @@ def _with_line(exc: BaseException, where) -> BaseException:
         return exc
     import linecache
 
-    filename, lineno, text = str(where[0])[:100], where[1], str(where[2])[:200]
+    from .reports import one_line
+
+    filename, lineno, text = one_line(where[0], 100), where[1], one_line(where[2], 200)
     lines = ["\n"] * lineno
     lines[-1] = text + "\n"
     linecache.cache[filename] = (len("".join(lines)), None, lines, filename)

@@ -59,7 +59,8 @@ def _functions(modules, lab_module) -> list:
         for value in list(vars(module).values()):
             candidates = [value]
             if isinstance(value, type) and value.__module__ == name:
-                candidates = [v for v in vars(value).values() if isinstance(v, types.FunctionType)]
+                candidates = [v for k, v in vars(value).items() if isinstance(v, types.FunctionType)
+                              and not k.startswith("__")]           # not __eq__, __repr__ and the like
             elif not isinstance(value, types.FunctionType) and isinstance(getattr(value, "fn", None),
                                                                           types.FunctionType):
                 candidates = [value.fn]                    # a Triton kernel: its Python function

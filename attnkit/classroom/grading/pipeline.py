@@ -112,7 +112,7 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
     pairs = None if getattr(module, "EXERCISES", None) else [(e.check, e.function) for e in exercises]
     spec = {"notebook": base64.b64encode(data).decode(), "cell_timeout": timeout, "kernel": kernel_name,
             "module": module.__name__, "pairs": pairs, "tools": course_tools(lesson), "keep_mib": budgets.keep_mib}
-    with tempfile.TemporaryDirectory(prefix="attnkit-grade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"attnkit-grade-{os.getpid()}-") as tmp:
         folders = [Path(tmp) / name for name in ("run", "student", "check")]
         for folder in folders:
             folder.mkdir()

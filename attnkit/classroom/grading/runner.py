@@ -27,6 +27,9 @@ def _start():
     spec = json.loads(sys.stdin.buffer.readline())
     sandbox.apply_limits(spec)
     progress_fd, channel_fd, calls_fd = channel.worker_fds()
+    for fd in (progress_fd, channel_fd, calls_fd):     # a process this one starts (the kernel) gets none
+        if fd is not None:
+            os.set_inheritable(fd, False)
     return spec, channel.progress_writer(progress_fd), channel_fd, calls_fd
 
 

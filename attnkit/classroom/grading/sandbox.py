@@ -134,7 +134,7 @@ def _bwrap_args(budgets: Budgets, drop: bool) -> list[str]:
         args += ["--ro-bind", root, root]
     args += ["--size", str(int(budgets.staging_mib) * 2**20), "--perms", "1777", "--tmpfs", SANDBOX_HOME,
              "--dev", "/dev", "--proc", "/proc", "--chdir", SANDBOX_HOME, *_unshare(drop),
-             "--die-with-parent", "--new-session"]
+             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]     # no capability, even in its namespace
     if drop:
         args += ["--cap-add", "CAP_SETUID,CAP_SETGID"]       # used once, to become nobody, then gone
     return args + ["--"]
