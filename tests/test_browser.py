@@ -1,9 +1,10 @@
-"""In a real browser: JupyterLab runs lesson 3's widget and lab 01's check cell.
+"""In a real browser: JupyterLab runs lesson 3's widget and lab 01's check cell; the course's website,
+opened from disk with the network refused, shows math, figures, a widget and search results.
 
 Headless Chromium is Debian's (`apt-get install chromium`; .ci/run installs it when run as root),
 driven by Playwright; no browser is downloaded. JupyterLab serves a copy of the notebooks, with their
 stored outputs cleared, so that what the test sees comes from running the cells now and nothing is
-saved over the course's files.
+saved over the course's files. The website is tests/test_site.py's build (one per test run).
 """
 import os
 import re
@@ -51,11 +52,20 @@ def cleared_copy(rel: str, root) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab_server(tmp_path_factory):
-    """JupyterLab on localhost serving cleared copies of lesson 3 and lab 01: (base url, token, root)."""
+def playwright():
+    """One Playwright per module, for JupyterLab's browser and the offline site's."""
     if CHROMIUM is None:
         pytest.skip("Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it as root)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def lab_server(playwright, tmp_path_factory):
+    """JupyterLab on localhost serving cleared copies of lesson 3 and lab 01: (base url, token, root)."""
     tmp = tmp_path_factory.mktemp("jupyterlab")
     root = tmp / "course"
     root.mkdir()
@@ -100,18 +110,15 @@ def lab_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(lab_server, tmp_path_factory):
-    from playwright.sync_api import sync_playwright
-
+def browser(playwright, lab_server, tmp_path_factory):
     profile = tmp_path_factory.mktemp("chromium-profile")
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
-                                                       args=FLAGS, viewport={"width": 1400, "height": 1000})
-        context.set_default_timeout(TIMEOUT_MS)
-        try:
-            yield context
-        finally:
-            context.close()
+    context = playwright.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
+                                                            args=FLAGS, viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 def open_notebook(browser, lab_server, rel: str):
@@ -197,48 +204,108 @@ def test_lab01_check_cell_reports_not_implemented(browser, lab_server):
 
 LESSON5 = next(l for l in LESSONS if l.number == 5).notebook
 SCREENSHOT = "site_lesson05_math.png"
+# No network at all: every host name fails to resolve, and everything else (localhost included) is sent to
+# a proxy on the discard port, where nothing listens. Only file:// loads.
+OFFLINE_FLAGS = ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
+                 "--proxy-bypass-list=<-loopback>"]
+SITE_TIMEOUT_MS = 60_000
 
 
-def test_site_lesson5_renders_its_math_offline(browser, tmp_path):
-    """The website's lesson 5 page, opened from disk with every network request refused: MathJax (served
-    by the site) typesets its formulas. The screenshot goes to $ATTNKIT_SCREENSHOTS (or the test's
-    temporary folder); figures/site_lesson05_math.png was taken this way."""
-    from attnkit.classroom import site
-    from attnkit.classroom.notebooks import apply_headers
+@pytest.fixture(scope="module")
+def offline_site(playwright, tmp_path_factory):
+    """The built website's html folder and a Chromium that reaches no network."""
+    from test_site import built_site
 
-    root = tmp_path / "course"
-    (root / "docs").mkdir(parents=True)
-    shutil.copy(ROOT / "docs" / "glossary.md", root / "docs" / "glossary.md")
-    nb = nbformat.read(ROOT / LESSON5, as_version=4)
-    apply_headers(nb, LESSON5)              # a no-op once `make headers` has run
-    (root / LESSON5).parent.mkdir(parents=True)
-    nbformat.write(nb, root / LESSON5)
-    shutil.copytree(ROOT / "figures", root / "figures")
-    html = site.build(tmp_path / "site", root=root)
-    page_file = html / site.html_path(LESSON5)
-    refused = []
+    html = built_site(tmp_path_factory) / "html"
+    chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS + OFFLINE_FLAGS)
+    try:
+        yield html, chromium
+    finally:
+        chromium.close()
 
-    def only_files(route):
+
+class SitePage:
+    """A page of the website opened from disk, with what it asked of the network and the errors it raised."""
+
+    def __init__(self, offline_site, rel: str, query: str = "", width: int = 1280):
+        html, chromium = offline_site
+        self.requested, self.errors = [], []
+        self.page = chromium.new_page(viewport={"width": width, "height": 900})
+        self.page.set_default_timeout(SITE_TIMEOUT_MS)
+        self.page.route("**/*", self._only_files)
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.goto((html / rel).as_uri() + query)
+
+    def _only_files(self, route):
         if route.request.url.startswith("file:"):
             route.continue_()
         else:
-            refused.append(route.request.url)
+            self.requested.append(route.request.url)
             route.abort()
 
-    page = browser.new_page()
-    try:
-        page.set_viewport_size({"width": 1280, "height": 900})
-        page.route("**/*", only_files)
-        page.goto(page_file.as_uri())
-        page.wait_for_function("document.querySelectorAll('mjx-container').length > 0", timeout=60_000)
-        typeset = page.locator("mjx-container").count()
-        errors = page.locator("mjx-merror").count()
-        raw = page.locator("main").inner_text()
-        page.evaluate("window.scrollTo(0, 0)")      # the numbered title, objectives (with math) and time
-        out = os.environ.get("ATTNKIT_SCREENSHOTS") or str(tmp_path)
-        page.screenshot(path=os.path.join(out, SCREENSHOT))
-    finally:
-        page.close()
+    def images(self) -> list[tuple[str, int]]:
+        """(src, natural width) of every image, once each has loaded or failed."""
+        self.page.wait_for_function("Array.from(document.images).every(i => i.complete)")
+        return self.page.evaluate("Array.from(document.images).map(i => [i.src, i.naturalWidth])")
+
+    def visible_search_boxes(self) -> int:
+        return self.page.evaluate("""Array.from(document.querySelectorAll(
+            '.search-button-field, .search-button, form.bd-search, input[type=search]'))
+            .filter(e => e.offsetWidth || e.offsetHeight || e.getClientRects().length).length""")
+
+    def close(self):
+        self.page.close()
+        assert not self.requested, f"the page asked the network for {self.requested}"
+        assert not self.errors, f"the page raised {self.errors}"
+
+
+def test_site_lesson5_renders_its_math_offline(offline_site, tmp_path):
+    """The website's lesson 5 page, opened from disk with every network request refused: MathJax (served
+    by the site) typesets its formulas and its figures load. The screenshot goes to $ATTNKIT_SCREENSHOTS
+    (or the test's temporary folder); figures/site_lesson05_math.png was taken this way."""
+    if not (ROOT / LESSON5).exists():
+        pytest.skip(f"{LESSON5} does not exist yet")
+    site = SitePage(offline_site, LESSON5.replace(".ipynb", ".html"))
+    page = site.page
+    page.wait_for_function("document.querySelectorAll('mjx-container').length > 0")
+    typeset = page.locator("mjx-container").count()
+    errors = page.locator("mjx-merror").count()
+    raw = page.locator("main").inner_text()
+    images = site.images()
+    page.evaluate("window.scrollTo(0, 0)")      # the numbered title, objectives (with math) and time
+    out = os.environ.get("ATTNKIT_SCREENSHOTS") or str(tmp_path)
+    page.screenshot(path=os.path.join(out, SCREENSHOT))
+    site.close()
     assert typeset >= 3 and errors == 0, f"{typeset} formulas typeset, {errors} errors"
     assert "\\log_2" not in raw and "N_q" not in raw, "TeX source is showing instead of typeset math"
-    assert not [u for u in refused if "mathjax" in u.lower()], f"MathJax was fetched from the network: {refused}"
+    assert any("/_images/" in src for src, _ in images), "lesson 5 shows no figure"
+    assert [src for src, width in images if width == 0] == [], "figures that did not load"
+
+
+def test_site_lesson3_widget_renders_offline(offline_site):
+    """The tile stepper of lesson 3 is drawn from its stored state by the vendored html-manager."""
+    lesson3 = next(l for l in LESSONS if l.number == 3).notebook
+    if not (ROOT / lesson3).exists():
+        pytest.skip(f"{lesson3} does not exist yet")
+    site = SitePage(offline_site, lesson3.replace(".ipynb", ".html"))
+    slider = site.page.locator(".tile-stepper .widget-slider").first
+    slider.wait_for(state="visible")
+    stepper = site.page.locator(".tile-stepper").first.inner_text()
+    images = site.images()
+    site.close()
+    assert "tile step" in stepper and "step 4 of 4" in stepper, stepper[:300]
+    assert images and [src for src, width in images if width == 0] == [], images
+
+
+def test_site_search_finds_lessons_from_disk_and_each_page_has_one_search_box(offline_site):
+    search = SitePage(offline_site, "search.html", "?q=softmax")
+    search.page.wait_for_function("document.querySelectorAll('#search-results li').length > 0")
+    found = search.page.eval_on_selector_all("#search-results li a", "links => links.map(a => a.href)")
+    search.close()
+    lesson3 = next(l for l in LESSONS if l.number == 3).notebook
+    assert any(href.split("#")[0].endswith(lesson3.replace(".ipynb", ".html")) for href in found), found
+    for width in (1280, 400):                  # the sidebar's search field; on a phone, the header's icon
+        index = SitePage(offline_site, "index.html", width=width)
+        count = index.visible_search_boxes()
+        index.close()
+        assert count == 1, f"{count} search boxes are shown at {width} px"
