@@ -36,7 +36,7 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.installed-lab
 	touch $@
 
 # The grader's sandbox is Debian's bubblewrap: installed when missing and when this runs as root with
-# apt-get; otherwise `make grade` runs without it and says so.
+# apt-get; otherwise `make grade` runs without it and says so (and STRICT=1 refuses to grade).
 setup: $(VENV)/.installed
 	@if ! command -v bwrap >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } \
@@ -82,9 +82,9 @@ bench: setup  ## GPU only: measure the kernels, write CSVs to attnkit/bench/resu
 site: setup  ## the course as a static website in site/_build/html, from stored outputs (SITE_ARGS=--no-solutions)
 	$(PY) -m attnkit.classroom.site $(SITE_ARGS)
 
-grade: setup  ## grade students' labs: make grade LAB=01 NOTEBOOK="a.ipynb b.ipynb" [GRADES=build/grades] [STRICT=1] [TIMEOUT=600 (s per cell)] [NOTEBOOK_TIMEOUT=1800] [MEMORY=4096 (MiB)]
+grade: setup  ## grade students' labs: make grade LAB=01 NOTEBOOK="a.ipynb b.ipynb" [GRADES=build/grades] [STRICT=1 (also refuses to grade without bubblewrap)] [TIMEOUT=600 (s per cell)] [NOTEBOOK_TIMEOUT=1800] [MEMORY=4096 (MiB per process tree)]
 	@test -n "$(LAB)" -a -n "$(NOTEBOOK)" || { echo "usage: make grade LAB=01 NOTEBOOK=path/to/student_lab.ipynb"; exit 2; }
-	$(PY) -m attnkit.classroom.grading --lab "$(LAB)" --out "$(or $(GRADES),build/grades)" $(if $(STRICT),--strict,) \
+	$(PY) -m attnkit.classroom.grading --lab "$(LAB)" --out "$(or $(GRADES),build/grades)" $(if $(STRICT),--strict --require-sandbox,) \
 	    $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT),) \
 	    $(if $(MEMORY),--memory $(MEMORY),) $(NOTEBOOK)
 
