@@ -3,7 +3,7 @@
 The notebooks are rendered from their stored outputs: nothing is executed while the site is built.
 """
 from attnkit.classroom.course import BRANCH, REPO_URL
-from attnkit.classroom.site import WIDGET_JS, vendor
+from attnkit.classroom.site import WIDGET_JS, search_text, vendor
 
 project = "Attention kernels, from a 4×4 example to paged decoding"
 author = "the course's authors"
@@ -41,3 +41,9 @@ html_theme_options = {
     "navbar_persistent": [],
 }
 html_last_updated_fmt = None
+
+
+def setup(app):
+    # Every page's text for search snippets read from disk (site/_static/offline.js).
+    app.connect("build-finished", lambda app, exc: exc is None and app.builder.format == "html"
+                and search_text(app.outdir))

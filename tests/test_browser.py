@@ -299,11 +299,18 @@ def test_site_lesson3_widget_renders_offline(offline_site):
 
 def test_site_search_finds_lessons_from_disk_and_each_page_has_one_search_box(offline_site):
     search = SitePage(offline_site, "search.html", "?q=softmax")
-    search.page.wait_for_function("document.querySelectorAll('#search-results li').length > 0")
-    found = search.page.eval_on_selector_all("#search-results li a", "links => links.map(a => a.href)")
+    # results from the index, then a snippet under each (from _static/search_text.js: fetch is refused here)
+    search.page.wait_for_function("""() => {
+        const items = document.querySelectorAll('#search-results li');
+        return items.length > 0 && document.querySelectorAll('#search-results li p.context').length === items.length;
+    }""")
+    found = search.page.eval_on_selector_all("#search-results li", """items => items.map(
+        li => [li.querySelector('a').href, li.querySelector('p.context').innerText])""")
     search.close()
-    lesson3 = next(l for l in LESSONS if l.number == 3).notebook
-    assert any(href.split("#")[0].endswith(lesson3.replace(".ipynb", ".html")) for href in found), found
+    lesson3 = next(l for l in LESSONS if l.number == 3).notebook.replace(".ipynb", ".html")
+    snippets = [text for href, text in found if href.split("#")[0].endswith(lesson3)]
+    assert snippets, f"lesson 3 is not among the results: {[href for href, _ in found]}"
+    assert all("softmax" in text.lower() for text in snippets), snippets
     for width in (1280, 400):                  # the sidebar's search field; on a phone, the header's icon
         index = SitePage(offline_site, "index.html", width=width)
         count = index.visible_search_boxes()

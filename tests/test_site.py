@@ -1,5 +1,6 @@
 """`make site` builds the course website from the stored outputs: a page per notebook, working links."""
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -185,6 +186,35 @@ def test_every_page_has_one_search_box_and_search_works_from_disk(built):
     assert re.search(r'<script [^>]*src="searchindex\.js', search)
     assert re.search(r'<script [^>]*src="_static/offline\.js', search)
     assert "Search.setIndex(" in (html / "searchindex.js").read_text(encoding="utf-8")
+    # ... and the text that offline.js gives Sphinx's search for snippets on file:// pages
+    texts = json.loads((html / site.SEARCH_TEXT).read_text(encoding="utf-8")
+                       .removeprefix("window.ATTNKIT_SEARCH_TEXT = ").removesuffix(";\n"))
+    for rel in course_notebooks():
+        name = rel.relative_to(ROOT).with_suffix("").as_posix()
+        assert texts.get(name, "").startswith('<div role="main">'), f"no search text for {name}"
+    lesson3 = next(l for l in LESSONS if l.number == 3).notebook
+    if (ROOT / lesson3).exists():
+        text = texts[lesson3.removesuffix(".ipynb")]
+        assert '<section id="' in text and "widget-state" not in text and "<script" not in text
+
+
+def test_search_text_keeps_the_main_text_and_its_sections_only(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "a.html").write_text(
+        '<html><body><nav>menu</nav><main role="main"><section id="s1"><h1>Title'
+        '<a class="headerlink" href="#s1">#</a></h1><p>one &amp; <b>two</b><br>three</p>'
+        '<script type="application/json">{"state": 1}</script><section id="s2"><p>inner</p></section>'
+        '<div><p>unclosed</div></section></main><footer>foot</footer></body></html>')
+    (tmp_path / "search.html").write_text('<main role="main">results</main>')
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "x.html").write_text('<main role="main">asset</main>')
+    out = site.search_text(tmp_path)
+    assert out == tmp_path / site.SEARCH_TEXT
+    body = out.read_text(encoding="utf-8")
+    assert body.startswith("window.ATTNKIT_SEARCH_TEXT = ") and body.endswith(";\n")
+    texts = json.loads(body.removeprefix("window.ATTNKIT_SEARCH_TEXT = ").removesuffix(";\n"))
+    assert texts == {"notebooks/a": '<div role="main"><section id="s1">Titleone &amp; twothree'
+                                    '<section id="s2">inner</section>unclosed</section></div>'}
 
 
 @pytest.mark.slow

@@ -16,9 +16,10 @@ Sphinx with MyST-NB renders them (settings: ``site/conf.py``). The table of cont
 Reading the built site needs no network, from a web server or straight from disk (``file://``): MathJax
 (the ``sphinx-mathjax-offline`` package), the widget renderer (``@jupyter-widgets/html-manager``) and
 RequireJS are served from the site's own ``_static`` folder, search loads its index as a script, and the
-Colab badge (an image on Colab's servers) becomes a text link. One thing differs on disk: browsers refuse
-the requests Sphinx's search makes for the text snippet under each result, so from ``file://`` the
-results are listed without snippets; ``--serve`` shows them with snippets.
+Colab badge (an image on Colab's servers) becomes a text link. Sphinx's search requests each result's
+page for the text snippet under it, which browsers refuse on ``file://`` pages: there
+``site/_static/offline.js`` answers from ``_static/search_text.js`` (every page's text, written after
+the build by ``search_text``). ``--serve`` serves the site over http, as a web host would.
 
 Building needs no network once the two npm packages in ``VENDORED`` are in ``site/_vendor`` (gitignored):
 the first build, or ``--fetch``, downloads them from the npm registry (``$NPM_CONFIG_REGISTRY`` if set),
@@ -293,6 +294,79 @@ def build(out: str | Path = DEFAULT_OUT, *, root: Path = ROOT, solutions: bool =
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
         raise RuntimeError(f"sphinx failed (exit {done.returncode}):\n{tail}")
     return html_dir
+
+
+SEARCH_TEXT = "_static/search_text.js"
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class _MainText(html.parser.HTMLParser):
+    """The text of a page's ``role="main"`` element, keeping its ``<section id>`` elements (the anchors
+    of search results) and leaving out scripts, styles and heading permalinks, as Sphinx's search does."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.stack: list[tuple[str, bool]] = []      # open tags inside main: (tag, emitted as a section)
+        self.inside = self.skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if not self.inside:
+            if attrs.get("role") == "main":
+                self.inside, self.stack = 1, [(tag, False)]
+            return
+        if tag in _VOID:
+            return
+        section = tag == "section" and bool(attrs.get("id"))
+        if section and not self.skip:
+            self.out.append(f'<section id="{html.escape(attrs["id"])}">')
+        self.stack.append((tag, section))
+        if self.skip or tag in ("script", "style") or "headerlink" in (attrs.get("class") or "").split():
+            self.skip += 1
+
+    def handle_endtag(self, tag):
+        if not self.inside or tag in _VOID:
+            return
+        while self.stack:                            # close up to the matching tag (tolerates unclosed ones)
+            open_tag, section = self.stack.pop()
+            if self.skip:
+                self.skip -= 1
+            elif section:
+                self.out.append("</section>")
+            if open_tag == tag:
+                break
+        if not self.stack:
+            self.inside = 0
+
+    def handle_data(self, data):
+        if self.inside and not self.skip:
+            self.out.append(html.escape(data, quote=False))
+
+
+def search_text(html_dir: str | Path) -> Path:
+    """Write ``_static/search_text.js``: each page's main text, for search snippets read from disk.
+
+    Sphinx's search fetch()es a result's page to show the text around the match; browsers refuse fetch()
+    on file:// pages, so site/_static/offline.js answers those requests from this file there (one script,
+    loaded by the search page when a search runs from disk). Keys are page names (``notebooks/03_x``).
+    """
+    html_dir = Path(html_dir)
+    pages = {}
+    for page in sorted(html_dir.rglob("*.html")):
+        rel = page.relative_to(html_dir)
+        if rel.parts[0] in ("_static", "_sources", "_images") or rel.as_posix() in ("search.html", "genindex.html"):
+            continue
+        parser = _MainText()
+        parser.feed(page.read_text(encoding="utf-8"))
+        text = re.sub(r"\s+", " ", "".join(parser.out)).strip()
+        if text:
+            pages[rel.with_suffix("").as_posix()] = f'<div role="main">{text}</div>'
+    target = html_dir / SEARCH_TEXT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("window.ATTNKIT_SEARCH_TEXT = " + json.dumps(pages, ensure_ascii=False) + ";\n",
+                      encoding="utf-8")
+    return target
 
 
 class _Links(html.parser.HTMLParser):
