@@ -110,6 +110,8 @@ def _block_max(x_ptr, out_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr):
     for start in range(first, stop, BLOCK):
         if BUG == 1:
             x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=0.0)
+        elif BUG == 10:
+            x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=-1000.0)
         elif BUG == 2:
             x = tl.load(x_ptr + start + lanes)
         else:
@@ -137,7 +139,7 @@ def block_max(x, out, bug=0, block=16):
 
 BLOCK_MAX_WRONG = {"other=0.0": 1, "no mask": 2, "range(0, n − BLOCK)": 3, "tail block skipped": 4,
                    "running max starts at 0": 5, "running max replaced, not combined": 6,
-                   "sum instead of max": 7, "tl.minimum": 8, "first block skipped": 9}
+                   "sum instead of max": 7, "tl.minimum": 8, "first block skipped": 9, "other=−1000": 10}
 BLOCK_MAX_RIGHT = {"scalar running max": dict(bug=-1), "blocks of 64": dict(block=64)}
 
 
@@ -160,7 +162,10 @@ def _affine(x_ptr, scale_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_xn, str
     row_stride = stride_xm
     if BUG == 2:
         row_stride = N
-    x = tl.load(x_ptr + rows[:, None] * row_stride + cols[None, :] * stride_xn, mask=mask)
+    col_stride = stride_xn
+    if BUG == 10:
+        col_stride = 1
+    x = tl.load(x_ptr + rows[:, None] * row_stride + cols[None, :] * col_stride, mask=mask)
     if BUG == 1:
         scale = tl.load(scale_ptr + rows, mask=rows < N)
         bias = tl.load(bias_ptr + rows, mask=rows < N)
@@ -193,7 +198,7 @@ def affine_columns(x, scale, bias, out, bug=0, block_m=8, block_n=16):
 
 AFFINE_WRONG = {"scale and bias by row": 1, "row stride taken as N": 2, "column mask only": 3,
                 "row mask only": 4, "(x + bias)·scale": 5, "program ids swapped": 6, "masks with <=": 7,
-                "scale loaded without a mask": 8, "out addressed with x's stride": 9}
+                "scale loaded without a mask": 8, "out addressed with x's stride": 9, "column stride ignored": 10}
 AFFINE_RIGHT = {"tl.where before the store": dict(bug=-1), "16 × 8 tiles": dict(block_m=16, block_n=8)}
 
 
@@ -217,12 +222,17 @@ def _row_sums(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr,
         row_stride = N
     if BUG == 8:
         row_stride, col_stride = stride_xn, stride_xm
+    if BUG == 10:
+        col_stride = 1
     for start in range(first, stop, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         if BUG == 3:
             mask = (rows[:, None] < M) & (cols[None, :] >= 0)
-        tile = tl.load(x_ptr + rows[:, None] * row_stride + cols[None, :] * col_stride, mask=mask, other=0.0)
+        if BUG == 11:
+            tile = tl.load(x_ptr + rows[:, None] * row_stride + cols[None, :] * col_stride, mask=mask)
+        else:
+            tile = tl.load(x_ptr + rows[:, None] * row_stride + cols[None, :] * col_stride, mask=mask, other=0.0)
         if BUG == 5:
             acc = tl.sum(tile, axis=1)
         elif BUG == 6:
@@ -248,7 +258,8 @@ def row_sums(x, out, bug=0, block_m=4, block_n=16):
 
 ROW_SUMS_WRONG = {"range(0, N − BLOCK_N)": 1, "partial last tile skipped": 2, "no column mask": 3,
                   "store without the row mask": 4, "accumulator overwritten": 5, "sum over axis 0": 6,
-                  "row stride taken as N": 7, "strides swapped": 8, "first tile skipped": 9}
+                  "row stride taken as N": 7, "strides swapped": 8, "first tile skipped": 9,
+                  "column stride ignored": 10, "masked load without other=": 11}
 ROW_SUMS_RIGHT = {"2-D accumulator, one sum at the end": dict(bug=-1), "2 × 32 tiles": dict(block_m=2, block_n=32)}
 
 
@@ -265,6 +276,8 @@ def _matmul(a_ptr, b_ptr, out_ptr, M, N, K, stride_am, stride_ak, stride_bk, str
     am, ak = stride_am, stride_ak
     if BUG == 4:
         am, ak = stride_ak, stride_am
+    if BUG == 10:
+        ak = 1
     bk, bn = stride_bk, stride_bn
     if BUG == 5:
         bk, bn = N, 1
@@ -323,7 +336,8 @@ def matmul(a, b, out, bug=0, blocks=(16, 16, 16), kernel=_matmul):
     return out
 
 
-MATMUL_WRONG = {"no mask along k": 1, "accumulator overwritten": 2, "last k tile skipped": 3,
+MATMUL_WRONG = {"a's column stride ignored": 10, "no mask along k": 1, "accumulator overwritten": 2,
+                "last k tile skipped": 3,
                 "a's strides swapped": 4, "b taken as row-major": 5, "store without a mask": 6,
                 "accumulator rounded to fp16": 7, "tl.dot(b, a)": 8, "b not masked along k": 9}
 MATMUL_RIGHT = {"pointers advanced per step": dict(kernel=_matmul_pointers),
@@ -339,7 +353,10 @@ def _causal(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BL
     row_stride = stride_sm
     if BUG == 7:
         row_stride = n_k
-    raw = tl.load(s_ptr + row * row_stride + cols * stride_sn, mask=cols < n_k, other=NEG_INF)
+    col_stride = stride_sn
+    if BUG == 10:
+        col_stride = 1
+    raw = tl.load(s_ptr + row * row_stride + cols * col_stride, mask=cols < n_k, other=NEG_INF)
     visible = cols <= row + n_k - n_q
     if BUG == 2:
         visible = cols <= row
@@ -360,6 +377,8 @@ def _causal(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BL
         p = tl.exp(s - tl.max(tl.where(visible, raw, NEG_INF), axis=0))
     elif BUG == -1:
         p = tl.exp2((s - tl.max(s, axis=0)) * 1.4426950408889634)
+    elif BUG == 11:
+        p = tl.exp2((s - tl.max(s, axis=0)) * 1.44)
     elif BUG == -2:
         keep = visible & (cols < n_k)
         top = tl.max(tl.where(keep, scaled, NEG_INF), axis=0)
@@ -382,7 +401,8 @@ def causal_softmax(s, scale, out, bug=0):
 
 CAUSAL_WRONG = {"no row maximum": 1, "mask aligned to the start (j <= i)": 2, "strict mask": 3,
                 "scale forgotten": 4, "hidden scores set to 0": 5, "maximum of the unscaled scores": 6,
-                "row stride taken as Nk": 7, "store without a mask": 8, "offset Nq − Nk": 9}
+                "row stride taken as Nk": 7, "store without a mask": 8, "offset Nq − Nk": 9,
+                "column stride ignored": 10, "exp2 with log2(e) cut to 1.44": 11}
 CAUSAL_RIGHT = {"exp2 with log2(e)": dict(bug=-1), "one combined mask": dict(bug=-2)}
 
 
@@ -409,7 +429,10 @@ def _lse(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOC
         other = NEG_INF
         if BUG == 5:
             other = 0.0
-        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=other)
+        col_stride = stride_xn
+        if BUG == 10:
+            col_stride = 1
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * col_stride, mask=mask, other=other)
         if BUG == 1:
             l += tl.sum(tl.exp(x - m[:, None]), axis=1)
         elif BUG == 6:
@@ -454,7 +477,8 @@ def row_logsumexp(x, out, bug=0):
 
 LSE_WRONG = {"two passes (maximum, then sum)": 1, "l not rescaled": 2, "rescaled by exp(m_new − m)": 3,
              "running maximum starts at 0": 4, "masked lanes read 0": 5, "no maximum at all": 6,
-             "m + l, no log": 7, "log(l) without m": 8, "each tile against its own maximum": 9}
+             "m + l, no log": 7, "log(l) without m": 8, "each tile against its own maximum": 9,
+             "column stride ignored": 10}
 LSE_RIGHT = {"per-lane running state, combined at the end": dict(bug=-1), "exp2 and log2(e)": dict(bug=-2)}
 
 
@@ -478,12 +502,17 @@ def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_v
         other = NEG_INF
         if BUG == 5:
             other = 0.0
-        s = tl.load(s_ptr + rows[:, None] * stride_sm + keys[None, :] * stride_sn,
+        sn, vd = stride_sn, stride_vd
+        if BUG == 10:
+            sn = 1
+        if BUG == 11:
+            vd = 1
+        s = tl.load(s_ptr + rows[:, None] * stride_sm + keys[None, :] * sn,
                     mask=(rows[:, None] < M) & (keys[None, :] < N), other=other)
         if BUG == 6:
-            v = tl.load(v_ptr + keys[:, None] * stride_vn + dims[None, :] * stride_vd)
+            v = tl.load(v_ptr + keys[:, None] * stride_vn + dims[None, :] * vd)
         else:
-            v = tl.load(v_ptr + keys[:, None] * stride_vn + dims[None, :] * stride_vd, mask=keys[:, None] < N,
+            v = tl.load(v_ptr + keys[:, None] * stride_vn + dims[None, :] * vd, mask=keys[:, None] < N,
                         other=0.0)
         if BUG == 4:
             p = tl.exp(s - m[:, None])
@@ -495,8 +524,8 @@ def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_v
             p = tl.exp(s - m_new[:, None])
             if BUG == 7:
                 p = tl.exp(s - m[:, None])
-            if BUG == -1:
-                log2e = 1.4426950408889634
+            if BUG == -1 or BUG == 12:
+                log2e = 1.4426950408889634 if BUG == -1 else 1.44
                 alpha = tl.exp2((m - m_new) * log2e)
                 p = tl.exp2((s - m_new[:, None]) * log2e)
             if BUG == 2:
@@ -527,20 +556,21 @@ def softmax_weighted_sum(s, v, out, bug=0, block_n=16):
 
 WSUM_WRONG = {"acc not rescaled": 1, "l not rescaled": 2, "normalised after every tile": 3,
               "two passes (maximum, then sums)": 4, "masked scores read 0": 5, "v not masked past N": 6,
-              "p against the old maximum": 7, "no final division": 8, "alpha on the new tile": 9}
+              "p against the old maximum": 7, "no final division": 8, "alpha on the new tile": 9,
+              "s's column stride ignored": 10, "v's column stride ignored": 11, "exp2 with log2(e) cut to 1.44": 12}
 WSUM_RIGHT = {"exp2 and log2(e)": dict(bug=-1), "tiles of 32 keys": dict(block_n=32)}
 
 
 # ------------------------------------------------------------------------------------ catalogue
 CATALOGUE = {  # exercise: (check, launcher, wrong, right, number of fixed cases)
     "scaled_add": (lab04.check_scaled_add, scaled_add, SCALED_ADD_WRONG, SCALED_ADD_RIGHT, 4),
-    "block_max": (lab04.check_block_max, block_max, BLOCK_MAX_WRONG, BLOCK_MAX_RIGHT, 4),
-    "affine_columns": (lab04.check_affine_columns, affine_columns, AFFINE_WRONG, AFFINE_RIGHT, 5),
-    "row_sums": (lab04.check_row_sums, row_sums, ROW_SUMS_WRONG, ROW_SUMS_RIGHT, 5),
-    "matmul": (lab04.check_matmul, matmul, MATMUL_WRONG, MATMUL_RIGHT, 4),
-    "causal_softmax": (lab04.check_causal_softmax, causal_softmax, CAUSAL_WRONG, CAUSAL_RIGHT, 4),
-    "row_logsumexp": (lab04.check_row_logsumexp, row_logsumexp, LSE_WRONG, LSE_RIGHT, 5),
-    "softmax_weighted_sum": (lab04.check_softmax_weighted_sum, softmax_weighted_sum, WSUM_WRONG, WSUM_RIGHT, 4),
+    "block_max": (lab04.check_block_max, block_max, BLOCK_MAX_WRONG, BLOCK_MAX_RIGHT, 5),
+    "affine_columns": (lab04.check_affine_columns, affine_columns, AFFINE_WRONG, AFFINE_RIGHT, 6),
+    "row_sums": (lab04.check_row_sums, row_sums, ROW_SUMS_WRONG, ROW_SUMS_RIGHT, 6),
+    "matmul": (lab04.check_matmul, matmul, MATMUL_WRONG, MATMUL_RIGHT, 5),
+    "causal_softmax": (lab04.check_causal_softmax, causal_softmax, CAUSAL_WRONG, CAUSAL_RIGHT, 5),
+    "row_logsumexp": (lab04.check_row_logsumexp, row_logsumexp, LSE_WRONG, LSE_RIGHT, 6),
+    "softmax_weighted_sum": (lab04.check_softmax_weighted_sum, softmax_weighted_sum, WSUM_WRONG, WSUM_RIGHT, 7),
 }
 
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
 
+from attnkit.classroom import checking
 from attnkit.classroom.notebooks import ROOT
 from attnkit.device import ensure_triton_backend
 from attnkit.labs import lab08
@@ -29,6 +30,13 @@ import triton.language as tl  # noqa: E402
 
 SOLUTION, LAB = "solutions/lab08_paged_attention.ipynb", "labs/lab08_paged_attention.ipynb"
 ACCEPT_SEEDS = FEW_SEEDS[:3]          # correct kernels run the seeded cases too: three seeds of them
+
+
+@pytest.fixture(autouse=True)
+def in_process(monkeypatch):
+    """The checks run here, not in a child process, so that a kernel's outputs cached by ``_memo`` serve
+    every seed; the crash test switches the child process back on."""
+    monkeypatch.setattr(checking, "ISOLATE", False)
 
 
 def caught_at(report: str) -> int:
@@ -322,6 +330,7 @@ ACC = "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)"
 SEQ_LEN = "seq_len = tl.load(lens_ptr + b)"
 M_INIT = 'm_i = tl.full([BLOCK_G], float("-inf"), tl.float32)'
 LOG2E = "1.4426950408889634"
+V_LOAD = "v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)"
 
 WRONG_DECODE = {
     "no rescale of acc": [(ACC, "acc = acc + tl.dot(p.to(v.dtype), v)")],
@@ -344,6 +353,19 @@ WRONG_DECODE = {
     "sequence 0's length for all": [(SEQ_LEN, "seq_len = tl.load(lens_ptr)")],
     "scale 1/D, not 1/sqrt(D)": [("1.0 / math.sqrt(head_dim)", "1.0 / head_dim")],
     "blocks up to seq_len - 1": [("range(0, seq_len, BLOCK_N)", "range(0, seq_len - 1, BLOCK_N)")],
+    # poison: V loaded without its mask (relying on p = 0), or masked without other=
+    "V loaded unmasked, relying on p = 0": [(V_LOAD, "v = tl.load(v_ptr + rows[:, None] + offs_d[None, :])")],
+    "V masked without other=": [(V_LOAD, "v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None])")],
+    # precision: fp16 running sums, log2(e) cut short
+    "acc kept in fp16": [(ACC, "acc = (acc * alpha[:, None] + tl.dot(p.to(v.dtype), v))"
+                               ".to(tl.float16).to(tl.float32)")],
+    "l kept in fp16": [(L, "l_i = (l_i * alpha + tl.sum(p, 1)).to(tl.float16).to(tl.float32)")],
+    "exp2 with log2(e) cut to 1.44": [(S_DOT, "s = tl.dot(q, tl.trans(k)) * (sm_scale * 1.44)"),
+                                      (ALPHA, "alpha = tl.exp2(m_i - m_new)"),
+                                      (P, "p = tl.exp2(s - m_new[:, None])")],
+    # sentinels: the store without its row mask
+    "o stored without the row mask": [("out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])",
+                                       "out.to(o_ptr.dtype.element_ty))")],
 }
 RIGHT_DECODE = {
     "the solution": [],
@@ -464,6 +486,9 @@ WRONG_MERGE = {
         lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m)),
     "the first split's maximum": lambda m, l, z: (
         lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m[:, :1])),
+    "nan_to_num(m, neginf=0)": lambda m, l, z: (
+        lambda mm: (lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(
+            torch.exp(mm - mm.amax(1, keepdim=True))))(torch.nan_to_num(m, neginf=0.0)),
     "max without keepdim": lambda m, l, z: (
         lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m.amax(1))),
 }
@@ -525,3 +550,14 @@ def test_check_lab_needs_every_function_and_checks_reject_non_functions():
         lab08.check_lab(token_slots=slots_right, paged_decode=None, merge_splits=merge_right)
     with pytest.raises(ValueError, match="token_slots: expected your function"):
         lab08.check_slots(None)
+
+
+def test_a_crashing_decode_kernel_fails_and_names_the_case(monkeypatch):
+    """A store far outside o corrupts the heap or faults: the check runs in a child process and reports
+    the case it was on instead of taking the notebook down."""
+    monkeypatch.setattr(checking, "ISOLATE", True)
+    kernel = build("store far away", ("out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])",
+                                      "out.to(o_ptr.dtype.element_ty))"),
+                   ("tl.store(o_ptr + b * stride_ob", "tl.store(o_ptr + (1 << 26) + b * stride_ob"), memo=False)
+    report = lab08.check_paged_decode(kernel, seed=0).report
+    assert "case 1 of" in report and ("crashed" in report or "outside the tensor" in report), report

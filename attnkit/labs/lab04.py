@@ -17,11 +17,18 @@ and one prediction, checked against a measurement: predicted_matmul_loads(M, N, 
 and b that puzzle 5's tiled launch loads, against the loads counted in the interpreter (within 1%).
 
 Inputs are views into larger buffers filled with NaN, 2-D inputs have a row stride larger than their
-row (so the strides must be used), and ``out`` sits inside a buffer of a sentinel value. Sizes are
+row (so the strides must be used), every 2-D input is stored column by column in some fixed case (so
+the column stride must be used too), and ``out`` sits inside a buffer of a sentinel value. Values go
+below −1000 (a masked lane's ``other=`` must be −inf) and one puzzle 8 case puts a quarter of each
+row's weight on one key (the scores' scale must be exact: log2(e) cut to 1.44 fails it). Sizes are
 small and never all multiples of the blocks, so a missing mask either reads NaN or writes outside
 ``out``. In the interpreter the check also records every address the kernel loads and stores: reads
 must stay inside the inputs, every element of ``out`` must be written by the kernel's ``tl.store``,
-and the two one-pass puzzles must read each score once. Calls to PyTorch's softmax or matrix products
+and the two one-pass puzzles must read each score once; a masked load without ``other=`` reads NaN in
+its masked lanes (a GPU leaves whatever was there), and the cases run in a child process, so a kernel
+that crashes the interpreter fails with the case it was on. The bound is float32's on every device
+(fp16 inputs to tl.dot multiply exactly into an fp32 accumulator), tf32's for puzzle 8, whose fp32
+products go through tl.dot (tensor cores read them as tf32 on a GPU). Calls to PyTorch's softmax or matrix products
 and to attnkit's own kernels and references raise while the student's function runs.
 """
 from __future__ import annotations
@@ -44,12 +51,15 @@ from ..classroom.checking import (
     check_exercises,
     describe_difference,
     is_not_implemented,
+    isolated,
     not_implemented,
+    poisoned_masked_loads,
+    progress,
     student_error,
 )
 from ..device import runtime
 from ..reference.attention import softmax_np
-from ..tolerances import rel_error, tolerance
+from ..tolerances import check_tolerance, rel_error
 
 SENTINEL = -7777.0     # what `out` holds before the kernel runs, and what must stay around it
 PAD_ROWS = 48          # guard rows above and below a 2-D tensor (more than any block of rows)
@@ -280,18 +290,28 @@ def _fail(name, where, text, hint):
 
 def run_puzzle(name: str, student_fn: Callable, reference: Callable, puzzles, *, hint: str,
                tol: float | None = None) -> CheckResult:
-    """Run ``student_fn(*args, out)`` on each puzzle input and judge ``out`` (see the module's doc)."""
-    torch = _torch()
-    tol = tolerance("float32", runtime().device) if tol is None else tol
+    """Run ``student_fn(*args, out)`` on each puzzle input and judge ``out`` (see the module's doc).
+
+    ``tol``: the bound on the relative error, the same on a CPU and a GPU (default: float32's; a puzzle
+    whose fp32 products go through tl.dot passes ``check_tolerance("float32", dot=True)``). Where kernels
+    are interpreted, the cases run in a child process (a crash fails the check and names the case) and a
+    masked load without ``other=`` reads NaN in its masked lanes."""
     if not callable(student_fn):
         raise ValueError(f"{name}: must be the puzzle's launch function, got {type(student_fn).__name__}")
+    return isolated(name, lambda: _run_puzzle(name, student_fn, reference, puzzles, hint=hint, tol=tol), hint=hint)
+
+
+def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResult:
+    torch = _torch()
+    tol = check_tolerance("float32") if tol is None else tol
     for index, p in enumerate(puzzles, start=1):
         where = f"case {index} of {len(puzzles)}, {p.label}"
         expected = np.asarray(reference(*[_float64(a) for a in p.args]), dtype=np.float64).reshape(p.out_shape)
         out = output(p.out_shape)
         memory = _Memory()
+        progress(where)
         try:
-            with memory.watching() as watched, _forbidding(), warnings.catch_warnings(), \
+            with memory.watching() as watched, poisoned_masked_loads(), _forbidding(), warnings.catch_warnings(), \
                     np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")          # keep the report the only output
                 got = student_fn(*p.args, out)
@@ -387,6 +407,8 @@ def _block_max_cases(seed):
     head = -np.abs(rng.standard_normal(47)) - 1
     head[0] = -0.5
     cases.append(Puzzle((vector(head),), (1,), "n = 47, all negative, the maximum is the first element"))
+    cases.append(Puzzle((vector(rng.standard_normal(21) * 50 - 3000),), (1,),
+                        "n = 21, every value near −3000 (a masked lane's other= must lose to all of them)"))
     for n in rng.integers(2, 200, size=2):
         shift = float(rng.choice([0.0, -10.0]))
         cases.append(Puzzle((vector(rng.standard_normal(int(n)) + shift),), (1,), f"n = {int(n)}"))
@@ -411,9 +433,13 @@ def _affine_cases(seed):
     shapes = [(1, 1, "1 × 1"), (9, 17, "9 × 17 (one row and one column past the 8 × 16 tile)"),
               (20, 5, "20 × 5 (more rows than columns)"), (8, 16, "8 × 16 = one tile exactly"),
               (3, 40, "3 × 40")] + [(int(m), int(n), f"{int(m)} × {int(n)}") for m, n in rng.integers(1, 30, (2, 2))]
-    return [Puzzle((matrix(rng.standard_normal((m, n))), vector(rng.standard_normal(n) + 2),
+    made = [Puzzle((matrix(rng.standard_normal((m, n))), vector(rng.standard_normal(n) + 2),
                     vector(rng.standard_normal(n))), (m, n), f"x {label}, row stride {n + ROW_GAP}")
             for m, n, label in shapes]
+    made.insert(2, Puzzle((matrix(rng.standard_normal((11, 19)), transposed=True), vector(rng.standard_normal(19) + 2),
+                           vector(rng.standard_normal(19))), (11, 19),
+                          "x 11 × 19 stored column by column (strides (1, 18): use stride_xn)"))
+    return made
 
 
 def check_affine_columns(affine_columns, *, seed: int | None = None) -> CheckResult:
@@ -430,8 +456,11 @@ def _row_sums_cases(seed):
     shapes = [(1, 1, "1 × 1"), (5, 16, "5 × 16 = one column tile"), (6, 17, "6 × 17 (a column past the tile)"),
               (3, 47, "3 × 47 (three column tiles, the last one partly empty)"), (9, 50, "9 × 50")] + \
         [(int(m), int(n), f"{int(m)} × {int(n)}") for m, n in rng.integers(1, 60, (2, 2))]
-    return [Puzzle((matrix(rng.standard_normal((m, n)) + 0.5),), (m,), f"x {label}, row stride {n + ROW_GAP}")
+    made = [Puzzle((matrix(rng.standard_normal((m, n)) + 0.5),), (m,), f"x {label}, row stride {n + ROW_GAP}")
             for m, n, label in shapes]
+    made.insert(2, Puzzle((matrix(rng.standard_normal((7, 21)) + 0.5, transposed=True),), (7,),
+                          "x 7 × 21 stored column by column (strides (1, 14): use stride_xn)"))
+    return made
 
 
 def check_row_sums(row_sums, *, seed: int | None = None) -> CheckResult:
@@ -451,10 +480,14 @@ def _matmul_cases(seed):
               (33, 15, 1, "33 × 15 by 15 × 1")] + \
         [(int(m), int(k), int(n), f"{int(m)} × {int(k)} by {int(k)} × {int(n)}")
          for m, k, n in rng.integers(1, 40, (2, 3))]
-    return [Puzzle((matrix(rng.standard_normal((m, k)), torch.float16),
+    made = [Puzzle((matrix(rng.standard_normal((m, k)), torch.float16),
                     matrix(rng.standard_normal((k, n)), torch.float16, transposed=True)), (m, n),
                    f"fp16 {label}, b stored column by column")
             for m, k, n, label in shapes]
+    made.insert(1, Puzzle((matrix(rng.standard_normal((20, 35)), torch.float16, transposed=True),
+                           matrix(rng.standard_normal((35, 18)), torch.float16)), (20, 18),
+                          "fp16 20 × 35 by 35 × 18, a stored column by column, b row by row"))
+    return made
 
 
 def check_matmul(matmul, *, seed: int | None = None) -> CheckResult:
@@ -485,9 +518,13 @@ def _causal_cases(seed):
         n_k = n_q + int(rng.integers(0, 30))
         cases.append(((n_q, n_k), float(rng.choice([1.0, 20.0])), 1 / math.sqrt(float(rng.choice([16, 64]))),
                       f"{n_q} × {n_k}"))
-    return [Puzzle((matrix(rng.standard_normal(shape) * spread), scale), shape,
+    made = [Puzzle((matrix(rng.standard_normal(shape) * spread), scale), shape,
                    f"s {label}, scale {scale:.4g}, row stride {shape[1] + ROW_GAP}")
             for shape, spread, scale, label in cases]
+    made.insert(2, Puzzle((matrix(rng.standard_normal((6, 23)) * 20, transposed=True), 0.25), (6, 23),
+                          "s 6 × 23 stored column by column (use stride_sn), scores of spread 5 (exp2 needs "
+                          "log2(e) to all its digits)"))
+    return made
 
 
 def check_causal_softmax(causal_softmax, *, seed: int | None = None) -> CheckResult:
@@ -516,7 +553,9 @@ def _lse_cases(seed):
                     "2 × 17 near −1000 (exp underflows to 0 without the running maximum)", stream=0),
              Puzzle((matrix(rng.standard_normal((1, 1))),), (1,), "1 × 1", stream=0),
              Puzzle((matrix(np.sort(rng.standard_normal((4, 16)) * 4, axis=1)[:, ::-1] - 50),), (4,),
-                    "4 × 16 = one tile, falling, near −50", stream=0)]
+                    "4 × 16 = one tile, falling, near −50", stream=0),
+             Puzzle((matrix(rng.standard_normal((3, 29)) * 8, transposed=True),), (3,),
+                    "3 × 29 stored column by column (use stride_xn)", stream=0)]
     for _ in range(2):
         m, n = int(rng.integers(1, 6)), int(rng.integers(2, 70))
         cases.append(Puzzle((matrix(rng.standard_normal((m, n)) * 10 + float(rng.choice([0.0, 500.0]))),), (m,),
@@ -540,9 +579,18 @@ def weighted_sum_reference(s, v):
 def _weighted_cases(seed):
     rng = _rng(seed)
 
-    def make(shape, d, scores, label):
-        return Puzzle((matrix(scores), matrix(rng.standard_normal((shape[1], d)))), (shape[0], d),
-                      f"s {label}, v {shape[1]} × {d}", stream=0)
+    def make(shape, d, scores, label, s_by_columns=False, v_by_columns=False, values=None):
+        values = rng.standard_normal((shape[1], d)) if values is None else values
+        return Puzzle((matrix(scores, transposed=s_by_columns), matrix(values, transposed=v_by_columns)),
+                      (shape[0], d), f"s {label}, v {shape[1]} × {d}", stream=0)
+
+    # One key scores 4 above 159 others, so it holds a quarter of each row's weight; only its value is
+    # non-zero. A change of 0.2% in the scores' scale (exp2 with log2(e) cut to 1.44) moves that weight,
+    # and the output, by 0.6%.
+    lone = np.zeros((3, 160))
+    lone[:, 0] = 4.0
+    lone_values = np.zeros((160, 16))
+    lone_values[0] = rng.standard_normal(16) + 3.0
 
     cases = [make((2, 47), 16, np.sort(rng.standard_normal((2, 47)) * 3, axis=1) + np.linspace(0, 40, 47),
                   "2 × 47, rising along the row (the maximum grows in every tile)"),
@@ -550,7 +598,13 @@ def _weighted_cases(seed):
                   "3 × 33 near +800 with gaps of hundreds (exp overflows without the running maximum)"),
              make((1, 1), 16, rng.standard_normal((1, 1)), "1 × 1"),
              make((4, 17), 32, np.sort(rng.standard_normal((4, 17)) * 4, axis=1)[:, ::-1].copy(),
-                  "4 × 17, falling (the maximum comes first)")]
+                  "4 × 17, falling (the maximum comes first)"),
+             make((5, 21), 16, rng.standard_normal((5, 21)) * 3, "5 × 21 stored column by column (use stride_sn)",
+                  s_by_columns=True),
+             make((3, 19), 16, rng.standard_normal((3, 19)) * 3, "3 × 19, v stored column by column (use stride_vd)",
+                  v_by_columns=True),
+             make((3, 160), 16, lone, "3 × 160, one key 4 above the rest holds a quarter of the weight",
+                  values=lone_values)]
     for _ in range(2):
         m, n, d = int(rng.integers(1, 5)), int(rng.integers(2, 60)), int(rng.choice([16, 32]))
         cases.append(make((m, n), d, rng.standard_normal((m, n)) * 5, f"{m} × {n}"))
@@ -560,6 +614,7 @@ def _weighted_cases(seed):
 def check_softmax_weighted_sum(softmax_weighted_sum, *, seed: int | None = None) -> CheckResult:
     """Puzzle 8: softmax_weighted_sum(s, v, out) -> out = softmax(s)·v row by row, one pass over s."""
     return run_puzzle("softmax_weighted_sum", softmax_weighted_sum, weighted_sum_reference, _weighted_cases(seed),
+                      tol=check_tolerance("float32", dot=True),
                       hint="one pass over the tiles of keys, for a block of rows: m_new = max(m, tl.max(s_tile)); "
                            "alpha = exp(m − m_new); p = exp(s_tile − m_new); l = l·alpha + Σp; "
                            "acc = acc·alpha[:, None] + tl.dot(p, v_tile); "

@@ -10,13 +10,18 @@ Each check runs fixed adversarial cases first, the same on every run, then cases
 (fresh ones when None). Page tables are permutations of the pool, lengths end inside a page and at its
 edges (k·16 and k·16 ± 1 tokens for the kernel's 16-token blocks), every sequence of the kernel's fixed
 cases spans three blocks or more, and the slots past each sequence's end hold stale values from an
-earlier sequence (as in a real cache), so reading them changes the answer. One fixed case of the kernel
-and one of the merge have score gaps of hundreds: without a per-row running maximum, rescaled at every
-block, exp overflows or underflows. Slots must be integer tensors, a freed sequence keeps no pages in
-the pool's page tables, and the kernel's output comes back in q's dtype. While the student's function
-runs, the course's own paged kernels, merge and references raise (see
-``attnkit.labs.lab05.course_code_forbidden``), and so do PyTorch's matrix products, softmax and exp while
-the student's decode function runs.
+earlier sequence (as in a real cache), or NaN in the rest of its last page, so reading them changes the
+answer (relying on p = 0 to cancel an unmasked value gives 0 · NaN). One fixed case of the kernel and
+one of the merge have score gaps of hundreds: without a per-row running maximum, rescaled at every
+block, exp overflows or underflows. A 33-block case puts almost all the weight on one token, so fp16
+running sums (ℓ or the accumulator) drop the rest. Another merge case has every score near −300 and an
+empty split (``nan_to_num(m, neginf=0)`` makes the empty split's weight the largest: 0/0). The kernel's
+cases run in a child process where kernels are interpreted, with sentinels around the tensors the
+launch function allocates (a store without its mask is named, a crash fails with its case). Slots must
+be integer tensors, a freed sequence keeps no pages in the pool's page tables, and the kernel's output
+comes back in q's dtype. While the student's function runs, the course's own paged kernels, merge and
+references raise (see ``attnkit.labs.lab05.course_code_forbidden``), and so do PyTorch's matrix
+products, softmax and exp while the student's decode function runs.
 """
 from __future__ import annotations
 
@@ -300,13 +305,20 @@ def check_pool(PagePool, *, seed: int | None = None) -> CheckResult:
 BLOCK_N = 16                                  # the lab's kernel reads 16 tokens per block
 
 
-def make_paged_case(gen, lens, hq, hkv, d, page_size, dtype, device, spare_pages=4, gaps=False):
+def make_paged_case(gen, lens, hq, hkv, d, page_size, dtype, device, spare_pages=4, gaps=False, lone=None):
     """A random decode step: permuted pages; stale random K/V in every slot no sequence owns, and in
-    ``extra`` pages past the end of the pool's buffer; page table entries past a sequence's pages (the
-    table is wider than any sequence's tokens) name random pages.
+    ``extra`` pages past the end of the pool's buffer; NaN in the slots of a sequence's last page past
+    its end (a cache's unwritten slots may hold anything: a kernel that loads them unmasked, relying on
+    p = 0, gets 0 · NaN); page table entries past a sequence's pages (the table is wider than any
+    sequence's tokens) name random pages.
 
     With ``gaps``, query heads 4j, 4j+1, 4j+2, 4j+3 meet scores near +192 then −192 (after the first
-    16 tokens), −192 then +192, −192 everywhere, and near 0.
+    16 tokens), −192 then +192, −192 everywhere, and near 0. With ``lone``, token 0 scores ``lone``
+    above every other token and the others' values point the other way from its value. At 11.5 (weight
+    e^−11.5 ≈ 10⁻⁵ for each other token) a block of 16 adds less than half an fp16 ulp to ℓ ≈ 1 and to
+    the accumulator, so fp16 running sums drop every later block (about 1% of a 500-token answer). At
+    ln((n − 1)/3) token 0 holds a quarter of the weight, which a 0.2% error in the scores' scale (log2(e)
+    cut to 1.44) moves by 0.14%, the answer by 0.5%.
     """
     import torch
 
@@ -328,6 +340,16 @@ def make_paged_case(gen, lens, hq, hkv, d, page_size, dtype, device, spare_pages
                 q[:, h] = small[:, h]
             else:
                 q[:, h, 1 if h % 4 == 2 else 0] = -96.0 if h % 4 else 96.0
+    if lone is not None:
+        keys = 0.02 * keys
+        values = 0.05 * values
+        keys[:, :, :, 0] = 0.0
+        keys[:, 0, :, 0] = lone * 4.0 * d ** 0.5 / d        # q · k / √d = lone with q's dim 0 = d / 4
+        q = 0.02 * q
+        q[:, :, 0] = d / 4.0
+        direction = torch.randn(hkv, d, generator=gen)
+        values[:, 0] += direction
+        values[:, 1:] -= direction
     # Stale data everywhere, and past the last page (so a slot index past a page's end reads wrong
     # numbers, not outside the buffer); page table entries past a sequence's pages name random pages.
     extra = -(-longest // page_size) + 2
@@ -343,17 +365,24 @@ def make_paged_case(gen, lens, hq, hkv, d, page_size, dtype, device, spare_pages
         for t in range(n):
             k_pages[table[b, t // page_size], t % page_size] = keys[b, t]
             v_pages[table[b, t // page_size], t % page_size] = values[b, t]
+        last = table[b, per_seq[b] - 1]
+        k_pages[last, (n - 1) % page_size + 1:] = float("nan")
+        v_pages[last, (n - 1) % page_size + 1:] = float("nan")
     lengths = torch.tensor(lens, dtype=torch.int32)
     k_pages, v_pages = (t.to(device, dtype)[:num_pages] for t in (k_pages, v_pages))   # views: the tail stays
     return q.to(device, dtype), k_pages, v_pages, table.to(device), lengths.to(device)
 
 
-# (lens, Hq, Hkv, D, page_size, what the case is for, score gaps)
+# (lens, Hq, Hkv, D, page_size, what the case is for, values: "gaps", "" or token 0's score lead)
 DECODE_FIXED = (
-    ([40, 33], 4, 2, 16, 8, "scores ±192 over three blocks: exp overflows without a running max", True),
-    ([48, 47, 49], 6, 3, 16, 4, "lengths 3·16 and 3·16 ± 1; 3 groups of 2 query heads", False),
-    ([1, 35], 8, 2, 32, 16, "one token; 2 groups of 4 query heads", False),
-    ([37], 4, 1, 16, 8, "multi-query: 4 query heads share one KV head", False),
+    ([40, 33], 4, 2, 16, 8, "scores ±192 over three blocks: exp overflows without a running max", "gaps"),
+    ([48, 47, 49], 6, 3, 16, 4, "lengths 3·16 and 3·16 ± 1; 3 groups of 2 query heads", ""),
+    ([1, 35], 8, 2, 32, 16, "one token; 2 groups of 4 query heads", ""),
+    ([37], 4, 1, 16, 8, "multi-query: 4 query heads share one KV head", ""),
+    ([528], 2, 1, 16, 16, "33 blocks, one token with almost all the weight: fp16 running sums drop the rest",
+     11.5),
+    ([160], 2, 1, 16, 16, "one token with a quarter of the weight: the scores' scale must be exact",
+     float(np.log(159 / 3))),
 )
 
 
@@ -362,7 +391,7 @@ def _random_decode(rng):
     for _ in range(2):
         hkv, group = int(rng.integers(1, 3)), int(rng.choice([1, 2, 4]))
         lens = [int(n) for n in rng.integers(1, 50, size=int(rng.integers(1, 3)))]
-        shapes.append((lens, hkv * group, hkv, 16, int(rng.choice([4, 8, 16])), "", False))
+        shapes.append((lens, hkv * group, hkv, 16, int(rng.choice([4, 8, 16])), "", ""))
     return shapes
 
 
@@ -378,8 +407,9 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
     gen = torch.Generator().manual_seed(_seed(seed))
     cases = []
     for shapes, g in ((DECODE_FIXED, fixed_gen), (_random_decode(np.random.default_rng(_seed(seed))), gen)):
-        for lens, hq, hkv, d, page, note, gaps in shapes:
-            args = make_paged_case(g, lens, hq, hkv, d, page, torch.float16, device, gaps=gaps)
+        for lens, hq, hkv, d, page, note, values in shapes:
+            args = make_paged_case(g, lens, hq, hkv, d, page, torch.float16, device, gaps=values == "gaps",
+                                   lone=values if isinstance(values, float) else None)
             label = f"seq_lens={lens}, Hq={hq}, Hkv={hkv}, D={d}, page_size={page}"
             cases.append(case(*args, label=f"{label} ({note})" if note else label))
     tol = tolerance("float16", device)
@@ -406,12 +436,13 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
 
 
 # ---------------------------------------------------------------------------- exercise 4: merge
-def _partials(rng, rows: int, keys: int, d: int, cuts, scale=5.0):
+def _partials(rng, rows: int, keys: int, d: int, cuts, scale=5.0, offset=0.0):
     """float32 (m, ℓ, z) of consecutive chunks of the keys ([rows, S], [rows, S], [rows, S, d]), computed
-    in float64 (NumPy: these arrays are tiny). ``scale``: the scores' scale, one number or one per row."""
+    in float64 (NumPy: these arrays are tiny). ``scale``: the scores' scale, one number or one per row;
+    ``offset`` is added to every score."""
     import torch
 
-    scores = rng.standard_normal((rows, keys)) * np.reshape(np.asarray(scale, dtype=np.float64), (-1, 1))
+    scores = rng.standard_normal((rows, keys)) * np.reshape(np.asarray(scale, dtype=np.float64), (-1, 1)) + offset
     values = rng.standard_normal((keys, d))
     bounds = list(zip((0, *cuts), (*cuts, keys)))
     m = np.full((rows, len(bounds)), -np.inf)
@@ -437,7 +468,9 @@ MERGE_FIXED = (
     (2, 17, 4, (0, 5, 5, 12), 5.0, "5 splits, the first and the third empty"),
     (4, 64, 16, (16, 32, 48), (1.0, 200.0, 0.01, 120.0), "score scales 1, 200, 0.01, 120: maxima hundreds apart"),
     (1, 9, 4, (3, 6), 5.0, "one row"),
+    (2, 24, 8, (0, 12), 5.0, "every score near −300 and an empty split: its m = −inf must not count as 0"),
 )
+MERGE_OFFSETS = {4: -300.0}        # MERGE_FIXED index -> the offset of its scores
 
 
 def check_merge(merge_splits: Callable, *, seed: int | None = None) -> CheckResult:
@@ -446,8 +479,8 @@ def check_merge(merge_splits: Callable, *, seed: int | None = None) -> CheckResu
     _require_callable("merge_splits", merge_splits)
     fixed_rng = np.random.default_rng(80_804)
     cases = []
-    for rows, keys, d, cuts, scale, note in MERGE_FIXED:
-        m, l, z = _partials(fixed_rng, rows, keys, d, cuts, scale)
+    for index, (rows, keys, d, cuts, scale, note) in enumerate(MERGE_FIXED):
+        m, l, z = _partials(fixed_rng, rows, keys, d, cuts, scale, MERGE_OFFSETS.get(index, 0.0))
         cases.append(case(m, l, z, label=f"{len(cuts) + 1} splits of {keys} keys, D={d} ({note})"))
     rng = np.random.default_rng(_seed(seed))
     for _ in range(3):
