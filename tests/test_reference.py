@@ -1,5 +1,7 @@
 """The float64 references agree with each other and with PyTorch's own attention."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -90,3 +92,65 @@ def test_nan_propagates_as_in_sdpa(where):
     rows = np.array([[0.0, np.nan, 1.0], [0.0, 1.0, 2.0], [-np.inf, -np.inf, -np.inf]])
     p = softmax_np(rows)
     assert np.isnan(p[0]).all() and np.allclose(p[1].sum(), 1.0) and (p[2] == 0).all()
+
+
+def test_the_semantics_table_holds():
+    """docs/semantics.md: SDPA's side of each difference (PyTorch on the CPU), and each refusal of the
+    course's side. No kernel is launched: every refusal comes before one."""
+    import math
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    from attnkit.kernels.flash import flash_attention, flash_attention_varlen
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 1, n, 8, generator=gen) for n in (2, 5, 5))
+    # causal with Nq != Nk: SDPA's is_causal is top-left (query 0 sees key 0 alone); the course's bottom-right
+    assert torch.allclose(sdpa(q, k, v, is_causal=True)[0, 0, 0], v[0, 0, 0])
+    assert causal_mask_np(2, 5).tolist() == [[True, True, True, True, False], [True] * 5]
+    assert torch.allclose(sdpa(q, k, v, attn_mask=causal_lower_right(2, 5)).double(),
+                          attention_ref(q, k, v, causal=True), atol=1e-6)
+    # a row that sees no key: 0 in both
+    hidden = torch.ones(2, 5, dtype=torch.bool)
+    hidden[1] = False
+    with sdpa_kernel(SDPBackend.MATH):
+        assert (sdpa(q, k, v, attn_mask=hidden)[0, 0, 1] == 0).all()
+    assert (attention_ref(torch.randn(1, 1, 7, 8), k, v, causal=True)[0, 0, :2] == 0).all()
+    # accepted by SDPA, refused here: softcap 0, sm_scale <= 0 or NaN, float64, empty dense sequences
+    assert torch.allclose(sdpa(q, k, v, scale=0.0)[0, 0, 0], v[0, 0].mean(0), atol=1e-6)
+    assert sdpa(q, k, v, scale=-1.0).shape == q.shape
+    assert sdpa(q.double(), k.double(), v.double()).dtype == torch.float64
+    assert sdpa(q[:, :, :0], k, v).shape == (1, 1, 0, 8) and (sdpa(q, k[:, :, :0], v[:, :, :0]) == 0).all()
+    for args, options, message in [
+            ((q, k, v), dict(softcap=0.0), "softcap: expected a positive finite number or None"),
+            ((q, k, v), dict(sm_scale=0.0), "sm_scale: expected a positive finite number"),
+            ((q, k, v), dict(sm_scale=-1.0), "sm_scale: expected a positive finite number"),
+            ((q, k, v), dict(sm_scale=math.nan), "sm_scale: expected a positive finite number"),
+            ((q.double(), k.double(), v.double()), {}, "q: dtype torch.float64 is not supported"),
+            ((q[:, :, :0], k, v), {}, "q: every size must be >= 1"),
+            ((q, k[:, :, :0], v[:, :, :0]), {}, "k: every size must be >= 1")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            flash_attention(*args, **options)
+    packed = torch.randn(4, 1, 8)
+    column = torch.tensor([[0, 9], [4, 9]], dtype=torch.int32)[:, 0]
+    with pytest.raises(ValueError, match="cu_seqlens_q: must be contiguous"):
+        flash_attention_varlen(packed, packed, packed, column, torch.tensor([0, 4], dtype=torch.int32), 4, 4)
+    # NaN: a query row is NaN with SDPA's math backend; the CPU's default backend gave a finite row
+    q_nan = q.clone()
+    q_nan[0, 0, 1, 0] = math.nan
+    with sdpa_kernel(SDPBackend.MATH):
+        assert torch.isnan(sdpa(q_nan, k, v)[0, 0, 1]).all()
+    assert torch.isfinite(sdpa(q_nan, k, v)).all(), "PyTorch's default CPU backend changed: update docs/semantics.md"
+    assert torch.isnan(attention_ref(q_nan, k, v)[0, 0, 1]).all()
+    # a NaN key or value that a row does not see: every row NaN with SDPA's math backend; in the reference
+    # only the rows that see it (causal, Nq = 3 of Nk = 5: key 4 is seen by row 2 alone)
+    q3 = torch.randn(1, 1, 3, 8, generator=gen)
+    for which in ("k", "v"):
+        kk, vv = k.clone(), v.clone()
+        (kk if which == "k" else vv)[0, 0, 4, 0] = math.nan
+        with sdpa_kernel(SDPBackend.MATH):
+            assert torch.isnan(sdpa(q3, kk, vv, attn_mask=causal_lower_right(3, 5))).any(dim=-1).all()
+        rows = torch.isnan(attention_ref(q3, kk, vv, causal=True)).any(dim=-1)[0, 0]
+        assert rows.tolist() == [False, False, True], which

@@ -25,8 +25,11 @@ Shapes: q [B, Hq, Nq, D]; k [B, Hkv, Nk, D]; v [B, Hkv, Nk, Dv] with Hq % Hkv ==
 reads K/V head h // (Hq // Hkv): multi-head, grouped-query and multi-query attention without copying
 K or V); any Nq, Nk >= 1; any D and Dv from 8 to 256 (the kernels pad a tile's head dim to a power of
 two in registers, with masked loads and stores); the output has v's head dim Dv. fp16, bf16 or fp32,
-all three the same. Any strides. Causal attention with Nq != Nk is aligned to the end: query i sees
-key j when j <= i + Nk - Nq; a row that sees no key gives 0. ``sm_scale`` defaults to 1/sqrt(D).
+all three the same. Any strides (``cu_seqlens`` of packed sequences excepted: contiguous). Causal
+attention with Nq != Nk is aligned to the end: query i sees key j when j <= i + Nk - Nq (as
+FlashAttention-2; PyTorch SDPA's ``is_causal`` is aligned to the start: docs/semantics.md); a row that
+sees no key gives 0. ``sm_scale`` defaults to 1/sqrt(D). The gradients are not differentiable again: a
+second derivative raises RuntimeError.
 
 Masks and logits: ``window=(left, right)`` is a sliding window: query i sees keys j with
 i + Nk - Nq - left <= j <= i + Nk - Nq + right (-1: that side unbounded; with ``causal`` right is 0);
@@ -1047,8 +1050,9 @@ def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = N
 
 # ------------------------------------------------------------------------------- packed sequences
 def check_cu_seqlens(name: str, cu_seqlens, total: int, device) -> int:
-    """Raise ValueError unless ``cu_seqlens`` is an int32 [B + 1] tensor on ``device`` of offsets that
-    start at 0, never decrease and end at ``total``; return the longest sequence."""
+    """Raise ValueError unless ``cu_seqlens`` is a contiguous int32 [B + 1] tensor on ``device`` of offsets
+    that start at 0, never decrease and end at ``total``; return the longest sequence. (Contiguous: the
+    kernels read entry b at cu_seqlens + b; FlashAttention-2 refuses other strides too.)"""
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
         raise ValueError(f"{name}: expected a 1-D int32 tensor of B + 1 offsets (B >= 1), got "
                          f"{getattr(cu_seqlens, 'shape', type(cu_seqlens).__name__)}")
@@ -1080,7 +1084,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
     q [total_q, Hq, D]; k [total_k, Hkv, D]; v [total_k, Hkv, Dv]. Sequence b is rows
     cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v
-    (cu_seqlens: int32 [B + 1], starting at 0; a sequence may be empty). max_seqlen_q, max_seqlen_k:
+    (cu_seqlens: contiguous int32 [B + 1], starting at 0; a sequence may be empty). max_seqlen_q, max_seqlen_k:
     at least the longest sequence. causal and window are aligned to each sequence's end, as in
     ``flash_attention``; no padding is read or computed. Returns o [total_q, Hq, Dv]. ``backward``: as
     in ``flash_attention``.
