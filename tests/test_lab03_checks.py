@@ -100,3 +100,47 @@ def test_the_long_row_limit_lies_between_one_pass_and_kept_copies():
 
     limit = lab03._long_stream().max_bytes
     assert max(peak_of(fn) for fn in ONLINE_RIGHT.values()) * 4 < limit < peak_of(online_copies_then_two_passes) / 2
+
+
+def test_a_loop_over_rows_is_counted_and_named():
+    result = lab03.check_merge(WRONG["merge"]["loops over rows (the lab asks for none)"], seed=0)
+    assert result.status == FAILED and "lines of Python" in result.report and "no Python loop" in result.report
+    result = lab03.check_tiled_attention(WRONG["tiled_attention"]["one query row against all keys"], seed=0)
+    assert result.status == FAILED and "not over single query rows" in result.report, result.report
+
+
+def test_the_line_limit_lies_between_tiles_and_rows():
+    from mutants.lab03 import TILED_RIGHT, tiled_row_one_liner
+
+    t = lab03.TILES
+    rng = np.random.default_rng(0)
+    Q, K, V = rng.standard_normal((t["n_q"], t["d"])), rng.standard_normal((t["n_k"], t["d"])), \
+        rng.standard_normal((t["n_k"], t["dv"]))
+    limit = lab03._line_limit(Q, K, V, t["block_q"], t["block_k"])
+    tiled = max(lab03.count_lines(fn, Q, K, V, t["block_q"], t["block_k"])[1] for fn in TILED_RIGHT.values())
+    rows = lab03.count_lines(tiled_row_one_liner, Q, K, V, t["block_q"], t["block_k"])[1]
+    assert tiled * 3 < limit < rows / 1.5, (tiled, limit, rows)
+
+
+def test_lines_are_counted_in_a_thread_the_call_starts():
+    # The grader runs a student's function in a thread of its own, started during the call.
+    import threading
+
+    def in_a_thread(a, b):
+        box = {}
+
+        def target():
+            try:
+                box["out"] = WRONG["merge"]["loops over rows (the lab asks for none)"](a, b)
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller, as the grader does
+                box["error"] = exc
+
+        worker = threading.Thread(target=target)
+        worker.start()
+        worker.join()
+        if "error" in box:
+            raise box["error"]
+        return box["out"]
+
+    result = lab03.check_merge(in_a_thread, seed=0)
+    assert result.status == FAILED and "lines of Python" in result.report, result.report

@@ -14,15 +14,26 @@ checked too: the stream can be read once (a second pass finds nothing, and each 
 buffer that the next one overwrites); a tiled forward never builds a score block larger than the tile
 (one case is large enough that the full matrix, or a row of tiles, exceeds its memory limit); and no
 answer may call the course's own implementations.
+
+Python loops are counted, not guessed at: while the student's function runs, the lines of Python it
+executes outside NumPy and the course are counted (``count_lines``, a trace function). A merge may run a
+few dozen lines whatever the number of rows (``MERGE_LINES``: no Python loop over rows); a tiled
+forward about ``LINES_PER_TILE`` per tile of ``block_q × block_k`` (one case has 128 × 256 tiles over
+512 queries and keys): going a query row at a time, against all keys or key tile by key tile, runs
+block_q times as many and fails, whatever its memory.
 """
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import sysconfig
+import threading
 
 import numpy as np
 
 from ..classroom.checking import (
+    FAILED,
     CheckResult,
     Exercise,
     OneShotStream,
@@ -55,14 +66,108 @@ HINT_TILED = ("for each block of query rows start from m = -inf, l = 0, z = 0; f
 
 
 def forbidden() -> tuple:
-    """The course's own implementations (the references and this module's functions): a student's
-    function that calls one of them fails."""
-    return module_functions(_attention, _online, _tiled, sys.modules[__name__])
+    """The course's own implementations (the references and this module's functions, but for the
+    line counter that runs around the student's function): a student's function that calls one of
+    them fails."""
+    counter = (count_lines, _is_student_code, _counted, _line_limit)
+    return tuple(f for f in module_functions(_attention, _online, _tiled, sys.modules[__name__])
+                 if f not in counter)
 
 
-def _check(name, student_fn, reference_fn, fixed, drawn, hint, compare) -> CheckResult:
-    return run_check(name, student_fn, reference_fn, fixed + drawn, tol=TOL, hint=hint, compare=compare,
-                     forbidden=forbidden(), fixed=len(fixed))
+def _check(name, student_fn, reference_fn, fixed, drawn, hint, compare, line_limit=None,
+           loop_hint="") -> CheckResult:
+    """run_check; with ``line_limit(*args) -> int``, the student's function is stopped on a case as soon
+    as it has run more lines of Python than the case allows, and the check fails on that case."""
+    log: list[tuple[int, int]] = []
+    fn = student_fn if line_limit is None else _counted(student_fn, line_limit, log)
+    cases = fixed + drawn
+    result = run_check(name, fn, reference_fn, cases, tol=TOL, hint=hint, compare=compare,
+                       forbidden=forbidden(), fixed=len(fixed))
+    over = [(index, lines, limit) for index, (lines, limit) in enumerate(log, start=1) if lines > limit]
+    if result.status == "not implemented" or not over:
+        return result
+    index, lines, limit = over[0]
+    return CheckResult(name, FAILED,
+                       f"❌ {name}: case {index} of {len(cases)}, {cases[index - 1].label}: your function ran more "
+                       f"than {limit} lines of Python, the most this case needs. {loop_hint}\n   hint: {hint}")
+
+
+# ------------------------------------------------------------------------------ counting Python lines
+def _library_dirs() -> tuple[str, ...]:
+    """Where code that is not the student's lives: the standard library, site-packages, NumPy, the course."""
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs |= {os.path.dirname(os.path.dirname(np.__file__)), os.path.dirname(os.path.dirname(__file__))}
+    return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+
+
+_LIBRARY_DIRS = _library_dirs()
+_STUDENT_CODE: dict = {}
+
+
+def _is_student_code(code) -> bool:
+    known = _STUDENT_CODE.get(code)
+    if known is None:
+        name = code.co_filename
+        if name.startswith("<frozen"):
+            known = False
+        elif os.path.isabs(name):                    # a file: the student's unless it is a library's
+            known = not os.path.realpath(name).startswith(_LIBRARY_DIRS)
+        else:                                        # <ipython-input-…>, <string>: typed in a notebook
+            known = True
+        _STUDENT_CODE[code] = known
+    return known
+
+
+class LineLimit(Exception):
+    """Raised into the student's code when it runs more lines of Python than ``count_lines`` allows."""
+
+
+def count_lines(fn, *args, limit: int | None = None, **kwargs):
+    """``(fn(*args, **kwargs), lines)``: the result and how many lines of the student's Python ran
+    (frames whose code lies outside the standard library, site-packages, NumPy and the course), in this
+    thread and in threads started meanwhile (a grader that runs the student's code in a thread). Past
+    ``limit`` lines, LineLimit is raised in the student's code (and lines stays above the limit even
+    if that code catches it)."""
+    count = [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+            if limit is not None and count[0] == limit + 1:
+                raise LineLimit(f"more than {limit} lines of Python")
+        return local
+
+    def tracer(frame, event, arg):
+        return local if event == "call" and _is_student_code(frame.f_code) else None
+
+    before, before_threads = sys.gettrace(), threading.gettrace()
+    sys.settrace(tracer)
+    threading.settrace(tracer)
+    try:
+        out = fn(*args, **kwargs)
+    except Exception:
+        if limit is not None and count[0] > limit:     # whatever the stopped code raised afterwards
+            raise LineLimit(f"more than {limit} lines of Python") from None
+        raise
+    finally:
+        sys.settrace(before)
+        threading.settrace(before_threads)
+    return out, count[0]
+
+
+def _counted(fn, line_limit, log: list):
+    """``fn`` run under ``count_lines`` with the limit ``line_limit(*args)``; each call appends (lines,
+    limit) to ``log``. A call stopped at its limit returns an array that matches no answer."""
+    def call(*args, **kwargs):
+        limit = line_limit(*args)
+        try:
+            out, lines = count_lines(fn, *args, limit=limit, **kwargs)
+        except LineLimit:
+            out, lines = None, limit + 1
+        log.append((lines, limit))
+        return np.full(1, np.nan) if lines > limit else out
+    return call
 
 
 def _parts_close(got, expected, columns) -> bool:
@@ -137,6 +242,9 @@ def _check_online_softmax(online_softmax, *, seed: int | None = None) -> CheckRe
 
 
 # ------------------------------------------------------------------------------------ exercise 2
+MERGE_LINES = 40          # lines of Python a merge may run, whatever the number of rows
+
+
 def _state(rng, rows, dv, n_keys, heights) -> tuple:
     scores = rng.standard_normal((rows, n_keys)) * 2 + np.reshape(heights, (rows, 1))
     s = block_state(scores, rng.standard_normal((n_keys, dv)))
@@ -182,6 +290,9 @@ def _check_merge(merge_fn, *, seed: int | None = None) -> CheckResult:
         (_state(rng, 2, 3, 5, [500, 500]), _state(rng, 2, 3, 5, [510, 510]), "scores near 500"),
     ]
     fixed = [case(a, b, label=_merge_label(a, b, what)) for a, b, what in pairs]
+    a = _state(rng, 200, 3, 4, rng.uniform(-1000, 1000, 200))
+    fixed.append(case(a, _state(rng, 200, 3, 5, rng.uniform(-1000, 1000, 200)),
+                      label=_merge_label(a, a, "many rows (a Python loop over them shows)")))
     rng = np.random.default_rng(seed)
     drawn = []
     for _ in range(4):
@@ -190,7 +301,10 @@ def _check_merge(merge_fn, *, seed: int | None = None) -> CheckResult:
         b = _state(rng, rows, dv, int(rng.integers(1, 6)), rng.uniform(-2000, 2000, rows))
         drawn.append(case(a, b, label=_merge_label(a, b, "random heights")))
     return _check("merge", _student_merge(merge_fn), _merge_reference, fixed, drawn, HINT_MERGE,
-                  compare=lambda got, want: _parts_close(got, want, (slice(0, 1), slice(1, 2), slice(2, None))))
+                  compare=lambda got, want: _parts_close(got, want, (slice(0, 1), slice(1, 2), slice(2, None))),
+                  line_limit=lambda a, b: MERGE_LINES,
+                  loop_hint="A merge works on whole arrays (np.maximum, np.exp, [:, None]): no Python loop "
+                            "over the rows.")
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -209,6 +323,22 @@ BIG = dict(n_q=1024, n_k=1024, d=2, dv=2, block_q=64, block_k=64)
 
 def _memory_limit(n_q, n_k, d, dv, block_q, block_k) -> int:
     return 8 * (2 * (n_q * d + n_k * d + n_k * dv + n_q * dv) + 6 * block_q * block_k)
+
+
+# The tile cases. TILES: 256 × 64 tiles over 512 queries and 64 keys, 2 tiles: a query row at a time
+# (against all keys, or key tile by key tile) loops 512 times, twice the line limit of 2 tiles even at
+# one line per row. NARROW: 16 × 128 tiles; a tile as tall as it is wide (block_q ignored, block_k used
+# for both) is 8 times the tile and exceeds the memory limit.
+TILES = dict(n_q=512, n_k=64, d=4, dv=2, block_q=256, block_k=64)
+NARROW = dict(n_q=256, n_k=256, d=4, dv=2, block_q=16, block_k=128)
+LINES_PER_TILE = 40       # lines of Python per tile (its scores, state, merge) and per query block
+
+
+def _line_limit(Q, K, V, block_q, block_k) -> int:
+    """The lines of Python a tiled forward may run: LINES_PER_TILE per tile and per query block, and
+    twice as many for the set-up."""
+    tiles_q, tiles_k = -(-len(Q) // block_q), -(-len(K) // block_k)
+    return LINES_PER_TILE * (tiles_q * tiles_k + tiles_q + 2)
 
 
 @functools.lru_cache(maxsize=1)
@@ -256,6 +386,12 @@ def _check_tiled_attention(tiled_attention, *, seed: int | None = None) -> Check
                label=f"Q {Q.shape}, K {K.shape}, tiles {BIG['block_q']}×{BIG['block_k']}: the full score "
                      f"matrix would take {8 * BIG['n_q'] * BIG['n_k'] / 2**20:.0f} MiB")
     fixed.append(with_memory_limit(big, _memory_limit(**BIG)))
+    for sizes, why in ((TILES, f"2 tiles; one query row at a time would loop {TILES['n_q']} times"),
+                       (NARROW, f"a {NARROW['block_k']}×{NARROW['block_k']} tile would be 8 times the tile")):
+        Q, K, V = (rng.standard_normal((sizes[n], sizes[d])) for n, d in (("n_q", "d"), ("n_k", "d"), ("n_k", "dv")))
+        c = case(Q, K, V, sizes["block_q"], sizes["block_k"],
+                 label=f"Q {Q.shape}, K {K.shape}, tiles {sizes['block_q']}×{sizes['block_k']}: {why}")
+        fixed.append(with_memory_limit(c, _memory_limit(**sizes)))
     rng = np.random.default_rng(seed)
     drawn = []
     for _ in range(4):
@@ -266,7 +402,9 @@ def _check_tiled_attention(tiled_attention, *, seed: int | None = None) -> Check
         Q, K, V = _far_apart(rng, n_q, n_k, d + 1, dv)
         drawn.append(case(Q, K, V, bq, bk, label=f"Q {Q.shape}, K {K.shape}, V {V.shape}, tiles {bq}×{bk}"))
     return _check("tiled_attention", tiled_attention, _tiled_reference, fixed, drawn, HINT_TILED,
-                  compare=lambda got, want: bool(rel_error(got, want) <= TOL))
+                  compare=lambda got, want: bool(rel_error(got, want) <= TOL), line_limit=_line_limit,
+                  loop_hint="A tiled forward loops over tiles of block_q query rows and block_k keys, with "
+                            "NumPy inside a tile: not over single query rows.")
 
 
 # ------------------------------------------------------------------------------------ the lab

@@ -177,8 +177,14 @@ def merge_loops(a, b):
     return m, l, z
 
 
-MERGE_RIGHT = {"np.maximum": merge_maximum, "np.where": merge_where, "log-sum-exp": merge_log_sum_exp,
-               "loops over rows": merge_loops}
+MERGE_RIGHT = {"np.maximum": merge_maximum, "np.where": merge_where, "log-sum-exp": merge_log_sum_exp}
+
+
+def merge_maxima_by_zip(a, b):
+    (m_a, l_a, z_a), (m_b, l_b, z_b) = a, b
+    m = np.array([max(x, y) for x, y in zip(m_a, m_b)])      # a Python loop over the rows, hidden in a list
+    alpha, beta = np.exp(m_a - m), np.exp(m_b - m)
+    return m, alpha * l_a + beta * l_b, alpha[:, None] * z_a + beta[:, None] * z_b
 
 
 def _merge_with(a, b, *, m_of=np.maximum, weight=lambda m_x, m: np.exp(m_x - m), rescale_z=True,
@@ -195,6 +201,8 @@ def _merge_with(a, b, *, m_of=np.maximum, weight=lambda m_x, m: np.exp(m_x - m),
 
 
 MERGE_WRONG = {
+    "loops over rows (the lab asks for none)": merge_loops,
+    "row maxima by a loop over zip": merge_maxima_by_zip,
     "one maximum for all rows": lambda a, b: _merge_with(a, b, m_of=lambda x, y: np.full_like(x, max(x.max(),
                                                                                                        y.max()))),
     "rescales l but not z": lambda a, b: _merge_with(a, b, rescale_z=False),
@@ -382,7 +390,45 @@ def tiled_uses_course_block_state(Q, K, V, block_q, block_k):
     return O
 
 
+def tiled_row_against_all_keys(Q, K, V, block_q, block_k):
+    """One query row at a time against every key: tiles ignored, and never more than a row of scores."""
+    out = np.zeros((len(Q), V.shape[1]))
+    for i in range(len(Q)):
+        s = K @ Q[i] / math.sqrt(Q.shape[1])
+        p = np.exp(s - s.max())
+        out[i] = p @ V / p.sum()
+    return out
+
+
+def tiled_row_one_liner(Q, K, V, block_q, block_k):
+    """The same in one line per row."""
+    return np.array([(lambda s: np.exp(s - s.max()) @ V / np.exp(s - s.max()).sum())(K @ q / math.sqrt(len(q)))
+                     for q in Q])
+
+
+def tiled_row_max_by_loop(Q, K, V, block_q, block_k):
+    """Tiles, but each row's maximum taken by a Python loop over the tile's rows."""
+    n_q, d = Q.shape
+    out = np.zeros((n_q, V.shape[1]))
+    for q0 in range(0, n_q, block_q):
+        Q_i = Q[q0:q0 + block_q]
+        state = (np.full(len(Q_i), -np.inf), np.zeros(len(Q_i)), np.zeros((len(Q_i), V.shape[1])))
+        for k0 in range(0, len(K), block_k):
+            S = Q_i @ K[k0:k0 + block_k].T / math.sqrt(d)
+            m = np.array([row.max() for row in S])
+            P = np.exp(S - m[:, None])
+            state = merge_maximum(state, (m, P.sum(axis=1), P @ V[k0:k0 + block_k]))
+        out[q0:q0 + block_q] = state[2] / state[1][:, None]
+    return out
+
+
 TILED_WRONG = {
+    "one query row against all keys": tiled_row_against_all_keys,
+    "one query row against all keys, one line": tiled_row_one_liner,
+    "one query row at a time, key tile by key tile": lambda Q, K, V, bq, bk: tiled_with_merge(Q, K, V, 1, bk),
+    "block_q ignored: block_k used for both": lambda Q, K, V, bq, bk: tiled_with_merge(Q, K, V, bk, bk),
+    "block_q ignored: 64 query rows always": lambda Q, K, V, bq, bk: tiled_with_merge(Q, K, V, 64, bk),
+    "row maxima by a Python loop inside each tile": tiled_row_max_by_loop,
     "one maximum per tile, not per row": tiled_tile_max,
     "builds the whole score matrix": tiled_full_matrix,
     "each query block against all keys": tiled_row_of_tiles,
