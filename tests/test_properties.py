@@ -33,7 +33,7 @@ from attnkit.tolerances import tolerance
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SENTINEL = 4096.0          # exact in fp16 and bf16; no output, log-sum-exp or partial state of these inputs
-MARGIN = 7                 # sentinel elements before and after every guarded buffer
+MARGIN = 16                # sentinel elements before and after every guarded buffer (keeps 16-byte alignment)
 TRIED: dict = {}           # property -> inputs tried in this run
 # No shrinking: one failing example, printed, is enough (shrinking re-runs interpreted kernels for minutes).
 SETTINGS = dict(deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
