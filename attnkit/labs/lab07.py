@@ -1,9 +1,10 @@
 """Checks for lab 07, GQA and the KV cache.
 
-    cache_bytes(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch)   exercise 1
+    cache_bytes(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch)   exercise 1a
+    max_sequences(model, context, free_gib, dtype_bytes, window=None)            exercise 1b
     rope(x, positions, mode)                                                     exercise 2
     rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode)                      exercise 3 (Triton)
-    check_lab(cache_bytes=..., rope=..., rope_append=..., seed=None)
+    check_lab(cache_bytes=..., max_sequences=..., rope=..., rope_append=..., seed=None)
 
 Each check runs fixed adversarial cases first (every size distinct, a size not exact in float32, a cache
 larger than 2³² bytes, positions in the thousands, decoding where a row off by one still lies inside the
@@ -15,6 +16,7 @@ answer may call the course's own implementations.
 from __future__ import annotations
 
 import sys
+from fractions import Fraction
 from typing import Callable
 
 import numpy as np
@@ -98,6 +100,63 @@ def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> Che
 
     return run_check("cache_bytes", cache_bytes, reference, fixed + drawn, tol=0.0, hint=HINT_BYTES,
                      compare=_exact, forbidden=forbidden(), fixed=len(fixed))
+
+
+# ------------------------------------------------------------------------------------ exercise 1b
+HINT_SEQUENCES = ("a sequence's cache holds min(context, window) tokens (all `context` when window is None) in "
+                  "every layer, for each KV head of the model (model.num_kv_heads, not its query heads): "
+                  "cache_bytes(..., tokens, dtype_bytes, 1) bytes. free_gib is in GiB, 2³⁰ bytes (not 10⁹); "
+                  "the answer counts whole sequences: ⌊free_gib·2³⁰ / bytes per sequence⌋, an int (0 when "
+                  "not even one fits).")
+
+
+def reference_max_sequences(model, context, free_gib, dtype_bytes, window=None) -> int:
+    """Whole sequences of ``context`` tokens whose caches fit in ``free_gib`` GiB; a sliding window of
+    ``window`` tokens keeps at most that many per sequence. Exact arithmetic (free_gib as a fraction)."""
+    tokens = context if window is None else min(context, window)
+    per_sequence = kv_cache_bytes(num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
+                                  head_dim=model.head_dim, tokens=tokens, dtype_bytes=dtype_bytes, batch=1)
+    return int(Fraction(free_gib) * 2**30 // per_sequence)
+
+
+def _model(name: str):
+    return next(m for m in MODELS if m.name == name)
+
+
+def _sequences_label(model, context, free_gib, dtype_bytes, window) -> str:
+    win = "" if window is None else f", a {window}-token window"
+    return f"{model.name}, context {context}, {free_gib} GiB free, {dtype_bytes}-byte elements{win}"
+
+
+def _check_max_sequences(max_sequences: Callable, *, seed: int | None = None) -> CheckResult:
+    """``max_sequences(model, context, free_gib, dtype_bytes, window=None) -> int``."""
+    fixed_args = (
+        # Llama 3 8B at 8192 tokens, fp16: exactly 1 GiB a sequence. 12.75 GiB: 12 (12.75·10⁹ bytes hold 11;
+        # rounding gives 13; its 32 query heads would make 4 GiB a sequence).
+        ("Llama 3 8B", 8192, 12.75, 2, None),
+        ("Llama 3 8B", 8192, 12.0, 2, None),              # exactly 12: a strict < or a −1 shows
+        ("Llama 2 7B", 4096, 70.5, 2, None),              # multi-head: 2 GiB a sequence
+        ("Mistral 7B", 32768, 20.25, 2, 4096),            # the window holds 4096 of 32768 tokens
+        ("Mistral 7B", 3000, 10.0, 2, 4096),              # a context shorter than the window
+        ("Falcon 7B", 2048, 0.375, 1, None),              # one KV head, an 8-bit cache
+        ("Llama 2 70B", 131072, 39.5, 2, None),           # 40 GiB a sequence: not even one
+    )
+    fixed = []
+    for name, context, free_gib, dtype_bytes, window in fixed_args:
+        m = _model(name)
+        fixed.append(case(m, context, free_gib, dtype_bytes, window=window,
+                          label=_sequences_label(m, context, free_gib, dtype_bytes, window)))
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(6):
+        m = MODELS[int(rng.integers(len(MODELS)))]
+        context, dtype_bytes = int(rng.integers(100, 40000)), int(rng.choice([1, 2, 4]))
+        window = [None, 1024, 4096][int(rng.integers(3))]
+        free_gib = float(rng.integers(1, 80 * 16)) / 16                 # exact in binary
+        drawn.append(case(m, context, free_gib, dtype_bytes, window=window,
+                          label=_sequences_label(m, context, free_gib, dtype_bytes, window)))
+    return run_check("max_sequences", max_sequences, reference_max_sequences, fixed + drawn, tol=0.0,
+                     hint=HINT_SEQUENCES, compare=_exact, forbidden=forbidden(), fixed=len(fixed))
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -248,15 +307,18 @@ def _with_row_shift_diagnosis(result: CheckResult, cases, results: dict, tol: fl
 # ------------------------------------------------------------------------------------ the lab
 EXERCISES = (
     Exercise(function="cache_bytes", check=_check_cache_bytes),
+    Exercise(function="max_sequences", check=_check_max_sequences, depends=("cache_bytes",)),
     Exercise(function="rope", check=_check_rope),
     Exercise(function="rope_append", check=_check_rope_append),
 )
 
 check_cache_bytes = exercise_check(EXERCISES, "cache_bytes")
+check_max_sequences = exercise_check(EXERCISES, "max_sequences")
 check_rope = exercise_check(EXERCISES, "rope")
 check_rope_append = exercise_check(EXERCISES, "rope_append")
 
 
 def check_lab(*, seed: int | None = None, **functions):
-    """Every exercise's check: ``check_lab(cache_bytes=cache_bytes, rope=rope, rope_append=rope_append)``."""
+    """Every exercise's check: ``check_lab(cache_bytes=cache_bytes, max_sequences=max_sequences, rope=rope,
+    rope_append=rope_append)``."""
     return check_exercises(EXERCISES, functions, seed=seed)

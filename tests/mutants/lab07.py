@@ -60,6 +60,72 @@ BYTES_WRONG = {
 }
 
 
+# ------------------------------------------------------------------------------------ exercise 1b: max_sequences
+def _per_sequence(model, tokens, dtype_bytes, heads=None):
+    return bytes_formula(model.num_layers, model.num_kv_heads if heads is None else heads, model.head_dim,
+                         tokens, dtype_bytes, 1)
+
+
+def sequences_formula(model, context, free_gib, dtype_bytes, window=None):
+    tokens = context if window is None else min(context, window)
+    return int(free_gib * 2**30 // _per_sequence(model, tokens, dtype_bytes))
+
+
+def sequences_by_subtraction(model, context, free_gib, dtype_bytes, window=None):
+    tokens = min(context, window or context)
+    left, n, per = free_gib * 2**30, 0, _per_sequence(model, tokens, dtype_bytes)
+    while left >= per:
+        left -= per
+        n += 1
+    return n
+
+
+def sequences_from_bytes_per_token(model, context, free_gib, dtype_bytes, window=None):
+    tokens = context if window is None else min(context, window)
+    return math.floor(free_gib * 1024**3 / (model.kv_bytes_per_token(dtype_bytes) * tokens))
+
+
+SEQUENCES_RIGHT = {"formula": sequences_formula, "by subtraction": sequences_by_subtraction,
+                   "bytes per token": sequences_from_bytes_per_token}
+
+
+def _sequences(*, unit=2**30, heads=None, window_rule="min", rounding=math.floor, offset=0):
+    def max_sequences(model, context, free_gib, dtype_bytes, window=None):
+        if window is None or window_rule == "ignored":
+            tokens = context
+        elif window_rule == "always":
+            tokens = window
+        else:
+            tokens = min(context, window)
+        per = _per_sequence(model, tokens, dtype_bytes, heads=None if heads is None else heads(model))
+        return int(rounding(free_gib * unit / per)) + offset
+    return max_sequences
+
+
+SEQUENCES_WRONG = {
+    "GB (10⁹ bytes) instead of GiB": _sequences(unit=1e9),
+    "MiB for GiB": _sequences(unit=2**20),
+    "query heads instead of KV heads": _sequences(heads=lambda m: m.num_q_heads),
+    "the window ignored": _sequences(window_rule="ignored"),
+    "the window even when the context is shorter": _sequences(window_rule="always"),
+    "rounded to the nearest": _sequences(rounding=round),
+    "rounded up": _sequences(rounding=math.ceil),
+    "one spare sequence kept": _sequences(offset=-1),
+    "a float, not a whole count": lambda model, context, free_gib, dtype_bytes, window=None: (
+        free_gib * 2**30 / _per_sequence(model, context if window is None else min(context, window), dtype_bytes)),
+    "K only": lambda model, context, free_gib, dtype_bytes, window=None: int(
+        free_gib * 2**30 // (_per_sequence(model, context if window is None else min(context, window),
+                                           dtype_bytes) // 2)),
+    "the model's max_context, not the context": lambda model, context, free_gib, dtype_bytes, window=None:
+        int(free_gib * 2**30 // _per_sequence(model, model.max_context if window is None else
+                                             min(model.max_context, window), dtype_bytes)),
+    "calls the course's max_batch_size": lambda model, context, free_gib, dtype_bytes, window=None: __import__(
+        "attnkit.serving.kv_cache", fromlist=["x"]).max_batch_size(
+            model, context=context if window is None else min(context, window),
+            memory_bytes=int(free_gib * 2**30), dtype_bytes=dtype_bytes),
+}
+
+
 # ------------------------------------------------------------------------------------ exercise 2: rope
 def _angles(positions, d, *, exponent=lambda j, d: -2 * j / d, dtype=torch.float64, shift=0):
     j = torch.arange(d // 2, dtype=dtype)
@@ -277,5 +343,5 @@ TRITON_WRONG = {
                                      "partner = D - 1 - d"),
 }
 
-RIGHT = {"cache_bytes": BYTES_RIGHT, "rope": ROPE_RIGHT, "rope_append": APPEND_RIGHT}
-WRONG = {"cache_bytes": BYTES_WRONG, "rope": ROPE_WRONG, "rope_append": APPEND_WRONG}
+RIGHT = {"cache_bytes": BYTES_RIGHT, "max_sequences": SEQUENCES_RIGHT, "rope": ROPE_RIGHT, "rope_append": APPEND_RIGHT}
+WRONG = {"cache_bytes": BYTES_WRONG, "max_sequences": SEQUENCES_WRONG, "rope": ROPE_WRONG, "rope_append": APPEND_WRONG}
