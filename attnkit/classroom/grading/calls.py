@@ -318,6 +318,7 @@ class Caller:
                 import os
 
                 os.close(lock)
+        request = None
         if type(frame) is not dict or frame.get("kind") != "answer":
             self.closed = True
             raise NoAnswer(f"{name.split('.')[0]}: the notebook's process stopped answering (it ended, or ran "
@@ -327,6 +328,7 @@ class Caller:
         except codec.CodecError as exc:
             raise NoAnswer(f"{name}: the answer is not plain data ({exc})") from None
         finally:
+            frame = None                     # the transport's copies freed before the peak starts again
             _forget_transport_peak()
 
     def wrap(self, name: str):
