@@ -260,3 +260,121 @@ def test_under_nbgrader_a_check_that_does_not_pass_raises(monkeypatch):
     assert lab01.check_softmax(right).passed
     monkeypatch.delenv("NBGRADER_EXECUTION")
     assert not lab01.check_softmax(wrong).passed
+
+
+# ------------------------------------------------------------- the defences shared by the kernel labs
+def test_placed_gives_each_tensor_its_layout_inside_nan():
+    import torch
+
+    from attnkit.classroom.checking import placed
+
+    values = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    t = placed(values, order=(2, 0, 3, 1), gap=2)
+    assert torch.equal(t, values)
+    assert t.stride() == (27, 1, 56, 5)            # dim 1 innermost (stride 1), then 3: 3 + 2, 0: 5·5 + 2, 2: 2·27 + 2
+    storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
+    inside = torch.zeros(storage.numel(), dtype=torch.bool)
+    offsets = sum(torch.arange(n).reshape([-1 if d == i else 1 for d in range(4)]) * s
+                  for i, (n, s) in enumerate(zip(t.shape, t.stride())))
+    inside[t.storage_offset() + offsets.flatten()] = True
+    assert torch.isnan(storage[~inside]).all()     # every element that is not the tensor's is NaN
+    with pytest.raises(ValueError, match="order"):
+        placed(values, order=(0, 1, 2))
+
+
+def test_guarded_allocations_name_a_store_past_the_end_and_restore_torch():
+    import torch
+
+    from attnkit.classroom.checking import guarded_allocations
+
+    empty = torch.empty
+    with guarded_allocations() as guard:
+        out = torch.empty(3, 4)
+        zeros = torch.zeros(5, dtype=torch.int32)
+        assert torch.isnan(out).all() and int(zeros.sum()) == 0
+        assert guard.damaged() is None
+        whole = torch.tensor([]).set_(out.untyped_storage())
+        whole[out.storage_offset() + out.numel() + 1] = 1.0        # two elements past the end
+    assert torch.empty is empty
+    assert guard.damaged() == "a store landed outside the tensor of shape [3, 4] made by torch.empty " \
+                              "(2 elements past its end)"
+
+
+def test_a_crash_in_the_child_fails_the_check_and_names_the_case(monkeypatch):
+    import os
+    import signal
+
+    from attnkit.classroom import checking
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(checking, "ISOLATE", True)
+
+    def aborts(x):
+        if x > 1:
+            os.kill(os.getpid(), signal.SIGABRT)
+        return np.float64(x)
+
+    cases = [case(np.float64(v), label=f"x = {v}") for v in (1.0, 2.0)]
+    result = checking.run_check("crash", aborts, lambda x: x, cases, tol=0.0, hint="mask the store",
+                                isolate=True)
+    assert result.status == FAILED
+    assert "case 2 of 2, x = 2.0: your kernel crashed" in result.report and "SIGABRT" in result.report
+    assert "hint: mask the store" in result.report
+    passed = checking.run_check("fine", lambda x: np.float64(x), lambda x: x, cases[:1], tol=0.0, hint="",
+                                isolate=True)
+    assert passed.status == PASSED
+
+
+def test_masked_loads_without_other_read_nan_in_the_interpreter(monkeypatch):
+    from attnkit.classroom.checking import poisoned_masked_loads
+    from attnkit.device import ensure_triton_backend
+
+    ensure_triton_backend()
+    import torch
+    import triton
+    import triton.language as tl
+
+    if os_interpreting() is False:
+        pytest.skip("kernels are compiled here")
+
+    @triton.jit
+    def copy(x, o, n, OTHER: tl.constexpr):
+        offs = tl.arange(0, 8)
+        if OTHER:
+            v = tl.load(x + offs, mask=offs < n, other=0.0)
+        else:
+            v = tl.load(x + offs, mask=offs < n)
+        tl.store(o + offs, v)
+
+    x, o = torch.ones(8), torch.empty(8)
+    with poisoned_masked_loads():
+        copy[(1,)](x, o, 5, OTHER=False)
+        assert torch.isnan(o[5:]).all() and (o[:5] == 1).all()
+        copy[(1,)](x, o, 5, OTHER=True)
+        assert (o[5:] == 0).all()
+    copy[(1,)](x, o, 5, OTHER=False)
+    assert (o[5:] == 0).all()                      # the interpreter's own fill, once the guard is off
+
+
+def os_interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def test_componentwise_error_judges_each_row_by_its_terms():
+    from attnkit.tolerances import check_tolerance, componentwise_error, rel_error, with_magnitude
+
+    ref = np.array([[1e-6, -1e-6], [3.0, 4.0]])
+    magnitude = np.array([[1.0, 1.0], [3.0, 4.0]])       # row 0's terms cancelled to almost nothing
+    got = ref + np.array([[1e-4, 0.0], [0.0, 0.0]])
+    assert componentwise_error(got, ref, magnitude) == pytest.approx(1e-4 / np.sqrt(2))
+    assert rel_error(got, ref) < 1e-4 < componentwise_error(got, ref, np.abs(ref)) / 100
+    assert componentwise_error(got, ref, np.zeros_like(ref)) == np.inf             # no terms: must be exact
+    assert componentwise_error(ref, ref, np.zeros_like(ref)) == 0.0
+    assert componentwise_error(np.full_like(ref, np.nan), ref, magnitude) == np.inf
+    bounded = with_magnitude(ref, magnitude)
+    assert not run_check("rows", lambda: got, lambda: bounded, [case(label="one")], tol=1e-5, hint="").passed
+    assert run_check("rows", lambda: got, lambda: bounded, [case(label="one")], tol=1e-3, hint="").passed
+    assert check_tolerance("float32") == 1e-5 and check_tolerance("float32", dot=True) == 2e-3
+    assert check_tolerance("float16") == check_tolerance("float16", dot=True) == 2e-3
