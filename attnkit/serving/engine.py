@@ -427,7 +427,7 @@ class Engine:
             raise ValueError(f"{where}: expected Request objects, got {type(request).__name__}")
         for name, low in (("rid", 0), ("max_new_tokens", 1), ("arrival", 0)):
             value = getattr(request, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
                 raise ValueError(f"{where}.{name}: expected an integer >= {low}, got {value!r}")
         if not isinstance(request.prompt, str) or not request.prompt:
             raise ValueError(f"{where}.prompt: expected a non-empty string, got {request.prompt!r}")
