@@ -196,9 +196,7 @@ LESSONS = (
                        "predict when a ring hides its communication (α–β model, with α and the rate at the "
                        "block's size) and size the KV cache per GPU under tensor parallelism"),
            prerequisites="lessons 3, 5, 6 and 7; `torch.distributed` is introduced here",
-           questions=("Which two numbers per row must travel with a block's output so that another rank can "
-                      "merge it exactly?",
-                      "With a contiguous split and a causal mask, how much more work does the last of W ranks do "
+           questions=("With a contiguous split and a causal mask, how much more work does the last of W ranks do "
                       "than the first, and how does the zig-zag split fix it?",
                       "Why does grouped-query attention make all-gathering K and V affordable, and why is the "
                       "all-gather's gradient a reduce-scatter rather than an all-reduce?",

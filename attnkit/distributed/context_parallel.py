@@ -409,11 +409,29 @@ def all_gather_kv_attention(q, k, v, *, causal: bool = False, layout: str = "con
 
 
 # ------------------------------------------------------------------------------------ Ulysses
+def _all_to_all(received: list, parts: list) -> None:
+    """``received[i]`` ← rank i's ``parts[rank]``: ``dist.all_to_all``, or its pairwise sends on gloo.
+
+    gloo has no all-to-all before torch 2.13 (Colab's and most installed torches), so on gloo every rank
+    posts one send and one receive per peer in one batch and copies its own part; the bytes each rank
+    receives are the same, (W - 1) parts.
+    """
+    if dist.get_backend() != "gloo":
+        dist.all_to_all(received, parts)
+        return
+    rank, world = dist.get_rank(), dist.get_world_size()
+    received[rank].copy_(parts[rank])
+    ops = [op for peer in range(world) if peer != rank
+           for op in (dist.P2POp(dist.isend, parts[peer], peer), dist.P2POp(dist.irecv, received[peer], peer))]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+
+
 def _seq_to_heads(x, world, layout):
     """[B, H, n, D] (this rank's tokens, every head) -> [B, H/W, N, D] (every token of this rank's heads)."""
     parts = [p.contiguous() for p in x.chunk(world, dim=1)]           # part j: the heads rank j will own
     received = [torch.empty_like(parts[0]) for _ in range(world)]     # from rank i: its tokens of my heads
-    dist.all_to_all(received, parts)
+    _all_to_all(received, parts)
     return unshard(received, layout)
 
 
@@ -421,7 +439,7 @@ def _heads_to_seq(y, world, layout):
     """The inverse of ``_seq_to_heads``: [B, H/W, N, D] -> [B, H, n, D]."""
     parts = [shard(y, r, world, layout).contiguous() for r in range(world)]
     received = [torch.empty_like(parts[0]) for _ in range(world)]
-    dist.all_to_all(received, parts)
+    _all_to_all(received, parts)
     return torch.cat(received, dim=1)
 
 
