@@ -126,7 +126,9 @@ def test_wrong_answers_blanks_and_aliases_are_graded_and_without_a_sandbox_the_s
     assert f"Score: 1 of {len(NAMES)} exercises pass." in summary and "raised ValueError" in summary
     suite, cases = junit_cases(tmp_path / "out" / "lab01_wrong.junit.xml")
     assert (suite.get("tests"), suite.get("failures")) == (str(len(NAMES) + 1), str(len(NAMES)))
-    assert [None if cases[c] is None else cases[c].get("type") for c in CALLS] == \
+    four = [e.call for n in ("scores", "softmax_rows", "attention", "sinusoidal_positions")
+            for e in EXERCISES if e.function == n]
+    assert [None if cases[c] is None else cases[c].get("type") for c in four] == \
         [None, "failed", "failed", "not implemented"]
     run = cases["notebook runs without errors"]
     assert run is not None and "ValueError" in run.get("message") and "Traceback" not in run.get("message")
