@@ -14,6 +14,7 @@ import pytest
 import torch
 from mutation import FEW_SEEDS, assert_accepted, assert_rejected_on_every_seed
 
+from attnkit.classroom import checking
 from attnkit.classroom.checking import NOT_IMPLEMENTED, PASSED
 from attnkit.classroom.notebooks import ROOT
 from attnkit.device import ensure_triton_backend
@@ -25,6 +26,13 @@ import triton.language as tl  # noqa: E402
 
 SOLUTION, LAB = "solutions/lab04_triton_primer.ipynb", "labs/lab04_triton_primer.ipynb"
 ACCEPT_SEEDS = FEW_SEEDS[:3]      # correct kernels: the fixed cases plus three seeds' random ones
+
+
+@pytest.fixture(autouse=True)
+def in_process(monkeypatch):
+    """The checks run here, not in a child process: the interpreter's work on a kernel is kept between
+    seeds (a child starts it afresh each time); the crash test switches the child process back on."""
+    monkeypatch.setattr(checking, "ISOLATE", False)
 NEG_INF = float("-inf")
 
 
@@ -714,3 +722,22 @@ def test_loads_are_counted_in_a_child_interpreter_where_triton_compiles(monkeypa
     monkeypatch.setattr(lab04, "_COUNTED", {})
     monkeypatch.setattr(lab04, "_interpreting", lambda: False)
     assert lab04.counted_matmul_loads(17, 33, 40) == here == 17 * 40 * 3 + 40 * 33 * 2
+
+
+def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch):
+    """A store far outside `out` corrupts the heap or faults: the check runs in a child process and
+    reports the case it was on instead of taking the notebook down."""
+    monkeypatch.setattr(checking, "ISOLATE", True)
+
+    @triton.jit
+    def far_store(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offsets, mask=offsets < n)
+        tl.store(out_ptr + offsets * (1 << 24), x)
+
+    def launch(x, y, alpha, out):
+        far_store[(1,)](x, y, out, x.numel(), alpha, BLOCK=16)
+        return out
+
+    report = lab04.check_scaled_add(launch, seed=0).report
+    assert "case 1 of" in report and ("crashed" in report or "outside" in report), report

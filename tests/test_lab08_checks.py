@@ -30,6 +30,9 @@ import triton.language as tl  # noqa: E402
 
 SOLUTION, LAB = "solutions/lab08_paged_attention.ipynb", "labs/lab08_paged_attention.ipynb"
 ACCEPT_SEEDS = FEW_SEEDS[:3]          # correct kernels run the seeded cases too: three seeds of them
+# Every wrong kernel must fail at a fixed case (asserted below), whose inputs do not depend on the seed:
+# four seeds show it, and keep the interpreter's time down.
+WRONG_SEEDS = FEW_SEEDS[:4]
 
 
 @pytest.fixture(autouse=True)
@@ -391,7 +394,7 @@ def built(catalogue: dict, name: str):
 @pytest.mark.parametrize("mutant", list(WRONG_DECODE))
 def test_paged_decode_rejects_on_every_seed_at_a_fixed_case(mutant):
     kernel = built(WRONG_DECODE, mutant)
-    assert_rejected_on_every_seed(lab08.check_paged_decode, kernel, FEW_SEEDS, contains="hint:")
+    assert_rejected_on_every_seed(lab08.check_paged_decode, kernel, WRONG_SEEDS, contains="hint:")
     report = lab08.check_paged_decode(kernel, seed=0).report
     assert 1 <= caught_at(report) <= len(lab08.DECODE_FIXED), report
 
