@@ -61,6 +61,9 @@ SCRIPT_RESULTS = {
                         "at --head-dims 64 --lengths 1024,2048 (rows appended)",
     "flash_persistent": "python scripts/gpu_flash_hopper.py --out DIR --name flash_persistent --configs hopper,"
                         "ws:64x128x2,ws:64x128x2:p --check-configs 3 --lengths 1024,2048,4096,8192,16384",
+    "context_parallel": "python scripts/gpu_context_parallel.py DIR --world 2, then --world 4 (rows appended)",
+    "context_parallel_pingpong": "python scripts/gpu_context_parallel.py DIR --world 2, then --world 4 "
+                                 "(rows appended)",
     "flash_tile_order_ncu": "python experiments/flash_hopper_gluon/tile_order.py --csv RAW "
                             "DIR/bench_flash_tile_order.csv DIR (RAW: ncu's lines of tile_order.py G C 1024, "
                             "experiments/flash_hopper_gluon/README.md)",
