@@ -110,7 +110,7 @@ def _student(spec: dict, say, send: channel.Writer, calls_fd: int) -> None:
         send.send({"kind": "problem", "problem": problem})
         to_checker.send({"kind": "functions", "problem": problem})
         return
-    cells = submission_cells(nb)
+    cells = submission_cells(nb, spec["cell_timeout"])
     guard.install(module, [tuple(t) for t in spec.get("tools") or []])
     log = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 1)                      # the notebook's prints go to a file in the sandbox
@@ -140,12 +140,27 @@ def _own_check(exercises, functions, timed, seed: int, say, send: channel.Writer
     exercise. It runs after the checker's verdicts are final."""
     from ..checking import check_exercises
 
-    checked = {name: timed.get(name, fn) for name, fn in functions.items()}
+    checked = {name: _contained(timed.get(name, fn)) for name, fn in functions.items()}
     say("checks")
     summary = check_exercises(_tracked(exercises, say), checked, seed=seed)
     for ex, r in zip(exercises, summary.results):
         send.send({"kind": "verdict", "name": ex.function, "status": r.status, "report": str(r.report)[:4000]})
     send.send({"kind": "done"})
+
+
+def _contained(fn):
+    """``fn`` whose SystemExit or KeyboardInterrupt is an error of its own exercise, not the end of the
+    process (and of the other exercises' checks)."""
+    if not callable(fn):
+        return fn
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+            raise RuntimeError(f"your function raised {type(exc).__name__}") from None
+    call.__name__ = getattr(fn, "__name__", "function")
+    return call
 
 
 def _tracked(exercises, say):

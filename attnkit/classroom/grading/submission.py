@@ -24,10 +24,35 @@ def _is_check_call(node) -> bool:
     return False
 
 
-def submission_cells(nb) -> list[dict]:
+class _TransformTimeout(Exception):
+    pass
+
+
+def _transformed(transformer, source: str, timeout: float | None) -> str:
+    """``source`` with IPython syntax made Python; as it is when that fails or takes longer than
+    ``timeout`` seconds (IPython's transformer is quadratic in a cell's lines: one hostile cell must
+    not hold the others), so that it raises SyntaxError when run."""
+    def alarm(signum, frame):
+        raise _TransformTimeout
+
+    previous = signal.signal(signal.SIGALRM, alarm) if timeout else None
+    if timeout:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return transformer.transform_cell(source)
+    except Exception:  # noqa: BLE001 - kept as is
+        return source
+    finally:
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def submission_cells(nb, timeout: float | None = None) -> list[dict]:
     """The notebook's code cells as the checking process runs them: IPython syntax (``%magic``,
-    ``!shell``) turned into Python, and every top-level statement that calls a check removed (blank
-    lines keep the line numbers). Definitions and imports are always kept."""
+    ``!shell``) turned into Python (within ``timeout`` seconds a cell), and every top-level statement
+    that calls a check removed (blank lines keep the line numbers). Definitions and imports are always
+    kept."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     cells = []
@@ -37,10 +62,7 @@ def submission_cells(nb) -> list[dict]:
         if cell.cell_type != "code":
             continue
         number += 1
-        try:
-            source = transformer.transform_cell(cell.source)
-        except Exception:  # noqa: BLE001 - kept as is; it raises SyntaxError when run
-            source = cell.source
+        source = _transformed(transformer, cell.source, timeout)
         try:
             tree = ast.parse(source)
         except SyntaxError:
