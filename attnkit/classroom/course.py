@@ -148,9 +148,11 @@ LESSONS = (
                       "A one-pass backward does 5 matrix products per pair of tiles, the two-loop design 7. What "
                       "ratio of their times does that predict, why is the measured ratio smaller, and which FLOP "
                       "count should a benchmark of either report?")),
-    Lesson(7, "gqa_kv_cache", "GQA and the KV cache", True, minutes=70,
+    Lesson(7, "gqa_kv_cache", "GQA and the KV cache", True, minutes=100,
            objectives=(r"map query heads to key/value heads with $r(h) = \lfloor h/g \rfloor$",
                        "size a KV cache for a real model configuration",
+                       "size an MLA latent cache, fold its up-projections into the query and the output, and say "
+                       "why tensor parallelism cannot split it by heads",
                        "choose a cache layout (BNSH or BSNH) and an append mode",
                        "apply rotary embeddings fused with the cache append"),
            prerequisites="lessons 1 and 5",
@@ -159,13 +161,17 @@ LESSONS = (
                       "What does `seqlens_k` hold before and after a decode step appends one token?",
                       "Half-split and interleaved RoPE rotate different pairs of dimensions: why must "
                       "the query and the key use the same one?",
-                      "Why does GQA speed up decoding more than it speeds up prefill?")),
-    Lesson(8, "paged_attention", "Paged attention", True, minutes=70,
+                      "Why does GQA speed up decoding more than it speeds up prefill?",
+                      "DeepSeek-V3 caches 576 numbers per token and layer for its 128 heads: why can the keys' "
+                      "up-projection be folded into the query, and why does tensor parallelism not shrink this "
+                      "cache per GPU?")),
+    Lesson(8, "paged_attention", "Paged attention", True, minutes=100,
            objectives=("store K/V caches in fixed-size pages found through a page table",
                        "manage pages with a free list, reference counts and copy-on-write prefix sharing",
-                       "measure fragmentation against contiguous allocation",
+                       "measure fragmentation against contiguous allocation and choose a page size",
                        "write a paged decode kernel and split-KV with the merge rule of lesson 3",
-                       "compare a decode kernel's bandwidth with the right ceiling, timed the same way",
+                       "compare a decode kernel's bandwidth with the right ceiling, timed the same way, and "
+                       "estimate a real model's decode step from its weight and cache bytes",
                        "attend with several new tokens per sequence over the pages (chunked prefill) and read "
                        "an FP8 cache"),
            prerequisites="lessons 3, 5 and 7",
@@ -173,20 +179,24 @@ LESSONS = (
                       "When two sequences share a prefix page and one appends, what does copy-on-write do, and "
                       "where does contiguous allocation waste memory that pages do not?",
                       "Why does split-KV help decode with a small batch, and what merges the splits?",
-                      "Why is a read-only stream, not a copy, the ceiling of a decode kernel?",
+                      "Llama 3 8B decodes 4096-token sequences on an H100: at what batch do the caches' bytes "
+                      "overtake the weights' bytes in a step, and how do GQA and an FP8 cache move that batch?",
                       "Which keys does new token i of a chunk of q_len tokens see, and what does an FP8 "
-                      "cache's scale do?")),
-    Lesson(9, "capstone_serving", "Capstone: serving a tiny model", True, minutes=60,
+                      "cache's scale buy when K and V already lie inside e4m3's range?")),
+    Lesson(9, "capstone_serving", "Capstone: serving a tiny model", True, minutes=110,
            objectives=("run prefill with `flash_attention` and decode with `paged_decode` in one model",
                        "schedule requests with continuous batching, chunked prefill, preemption and prefix caching",
                        "check generated tokens one by one against a no-cache reference",
-                       "read where a decode step's time goes, and why CUDA graphs and device-side checks help"),
+                       "read where a decode step's time goes, and why CUDA graphs and device-side checks help",
+                       "compare block-hash and radix-tree prefix caches, and decode a shared prefix once (cascade)"),
            prerequisites="lessons 5, 7 and 8",
            questions=("What does continuous batching do when a sequence finishes mid-batch?",
                       "Why are the generated tokens exactly those of the plain forward pass, not just close?",
                       "How do tokens per second change with batch size in decode, and why?",
-                      "The GPU was busy a tenth of a recorded decode step: where did the rest go, and what "
-                      "removes it?")),
+                      "In the recorded eager decode step the GPU was busy about 15% of the time: where did the "
+                      "rest go, and what removes it?",
+                      "R requests share a P-token prompt and each adds S tokens of its own: how many cache bytes "
+                      "does a decode step read with and without cascade decoding, and why are the results equal?")),
     Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=80,
            objectives=("merge attention computed on different devices with the log-sum-exp rule",
                        "run ring attention, forward and backward, the all-gather K/V variant (its gradient a "
