@@ -462,7 +462,7 @@ def _tol() -> float:
 
 def _hint(hint: str) -> str:
     return (f"{hint} (passes when every row's error is at most {_tol():.0e} of the size of its terms, the float16 "
-            f"bound)")
+            f"bound; in the arrays above, the last column of a row, index D, is its LSE)")
 
 
 def _check(name: str, flash_forward: Callable, fixed, random_shapes, causal: bool, hint: str,
