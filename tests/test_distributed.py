@@ -307,3 +307,76 @@ def test_the_gpu_script_runs_on_gloo_with_tiny_sizes(tmp_path):
     pp = run_group(lambda rank, world: benchmark.pingpong_rank(rank, world, sizes=(4096, 1 << 20), repeats=3), 2)[0]
     assert [r["kind"] for r in pp] == ["pingpong", "pingpong", "fit"]
     assert fit_alpha_beta([1e3, 2e3, 3e3], [2e-6, 3e-6, 4e-6]) == pytest.approx((1e-6, 1e9))
+
+
+# ------------------------------------------------------------------------------ recorded runs (recorded.py)
+def test_recorded_bytes_per_rank_equal_comm_bytes_and_the_runs_are_described():
+    from attnkit.distributed import recorded as rc
+
+    times, checks, pingpong = rc.load()
+    assert times and checks and pingpong and all(r["ok"] == "True" for r in checks)
+    assert rc.bytes_agree(times) == []
+    wrong = [{**times[0], "bytes_per_rank": times[0]["bytes_per_rank"] + 1}]
+    assert len(rc.bytes_agree(wrong)) == 1
+    text = rc.describe_runs(times, pingpong)
+    for part in ("H100", "2 and 4", "18 NVLinks", "NCCL 2.28.9", "torch 2.11.0", "Triton 3.6.0"):
+        assert part in text
+    assert rc.describe_link("PIX") == "PIX: one PCIe switch"
+    alpha, beta = rc.fitted(pingpong, 2)
+    assert 1e-6 < alpha < 1e-3 and 1e10 < beta < 1e12
+    with pytest.raises(ValueError, match="world"):
+        rc.fitted(pingpong, 3)
+
+
+def test_crossover_is_the_smallest_n_from_which_every_longer_n_wins():
+    from attnkit.distributed import recorded as rc
+
+    assert rc.crossover({8: 0.5, 16: 1.2, 32: 1.5}) == 16
+    assert rc.crossover({8: 1.1, 16: 0.9, 32: 1.5}) == 32          # a win before a loss does not count
+    assert rc.crossover({8: 0.5, 16: 1.0}) is None                  # equal is not faster
+    times = rc.load()[0]
+    measured = rc.speedups(times)
+    assert rc.measured_crossover(times, "ring", "contiguous", 4, "fwd") == rc.crossover(
+        measured[("ring", "contiguous", 4, "fwd")])
+
+
+def test_step_shares_count_the_slowest_ranks_causal_blocks():
+    from attnkit.distributed import recorded as rc
+
+    for w in (2, 3, 4, 8):
+        contiguous, zigzag = rc.step_shares(w, "contiguous"), rc.step_shares(w, "zigzag")
+        assert contiguous == pytest.approx([1 / w**2] + [2 / w**2] * (w - 1))   # the last rank: full blocks
+        assert zigzag == pytest.approx([1 / w**2] * w)                          # balanced: 1/W of the work
+        assert sum(rc.step_shares(w, "contiguous", causal=False)) == pytest.approx(1 / w)
+
+
+def test_the_alpha_beta_model_of_a_run():
+    from attnkit.distributed import recorded as rc
+
+    shape = dict(batch=1, q_heads=32, kv_heads=8, seq_len=8192, head_dim=128, itemsize=2)
+    # a free link: the ring's forward is bounded by the slowest rank's compute, W² / (2W − 1) for contiguous
+    for w in (2, 4):
+        free = rc.predicted_ms("ring", "contiguous", world=w, one_fwd_ms=1.0, one_bwd_ms=None, alpha=0, beta=1e30,
+                               **shape)
+        assert 1.0 / free == pytest.approx(w * w / (2 * w - 1))
+        zig = rc.predicted_ms("ring", "zigzag", world=w, one_fwd_ms=1.0, one_bwd_ms=None, alpha=0, beta=1e30, **shape)
+        assert 1.0 / zig == pytest.approx(w)
+    # a slow link: the forward's W − 1 transfers (α + one K/V shard / β each) decide
+    shard_bytes = 2 * 8 * 4096 * 128 * 2
+    slow = rc.predicted_ms("ring", "zigzag", world=2, one_fwd_ms=1e-6, one_bwd_ms=None, alpha=1e-3, beta=1e9, **shape)
+    assert slow == pytest.approx((1e-3 + shard_bytes / 1e9) * 1e3, rel=1e-6)
+    # the backward adds its compute and its sends (K, V in bf16 and dK, dV in float32; the last step dK, dV)
+    both = rc.predicted_ms("ring", "zigzag", world=2, one_fwd_ms=1e-6, one_bwd_ms=1e-6, alpha=0, beta=1e9, **shape)
+    fwd = rc.predicted_ms("ring", "zigzag", world=2, one_fwd_ms=1e-6, one_bwd_ms=None, alpha=0, beta=1e9, **shape)
+    assert both - fwd == pytest.approx((shard_bytes * 3 + shard_bytes * 2) / 1e9 * 1e3, rel=1e-3)
+    # Ulysses: four all-to-alls of comm_bytes' volume, then the compute of 1/W of the heads
+    uly = rc.predicted_ms("ulysses", "zigzag", world=2, one_fwd_ms=2.0, one_bwd_ms=None, alpha=1e-5, beta=1e11, **shape)
+    volume = cp.comm_bytes("ulysses", world_size=2, **shape)
+    assert uly == pytest.approx((4e-5 + volume / 1e11) * 1e3 + 1.0)
+    with pytest.raises(ValueError, match="variant, layout"):
+        rc.predicted_ms("ulysses", "contiguous", world=2, one_fwd_ms=1.0, one_bwd_ms=None, alpha=0, beta=1e9, **shape)
+    with pytest.raises(ValueError, match="alpha, beta"):
+        rc.predicted_ms("ring", "zigzag", world=2, one_fwd_ms=1.0, one_bwd_ms=None, alpha=0, beta=0, **shape)
+    times, _, pingpong = rc.load()
+    model = rc.predicted_speedups(times, {w: rc.fitted(pingpong, w) for w in (2, 4)})
+    assert set(model) == set(rc.speedups(times))

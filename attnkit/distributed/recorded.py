@@ -1,0 +1,189 @@
+"""The recorded context-parallel runs, read for lesson 10 and lab 10.
+
+``scripts/gpu_context_parallel.py`` writes two CSVs (``attnkit.bench.recorder.SCRIPT_RESULTS``):
+``bench_context_parallel.csv`` (``kind=check``: every scheme's errors against one GPU; ``kind=time``: the
+slowest rank's median ms per scheme, pass and N, one GPU's ms on the whole sequence, the speed-up, the
+bytes each rank receives) and ``bench_context_parallel_pingpong.csv`` (one-way µs per message size between
+ranks 0 and 1, and the least-squares α, β in the ``kind=fit`` row). This module reads them:
+
+- ``load()``: (time rows, check rows, ping-pong rows); ``describe_runs`` names the GPUs, the link, NCCL and
+  the library versions; ``fitted(pingpong, world)``: α in seconds, β in bytes/s;
+- ``speedups(rows)`` and ``measured_crossover``: the smallest recorded N from which a scheme beats one GPU;
+- ``predicted_ms`` and ``predicted_speedups``: the α–β model of the same runs (``crossover`` reads either).
+  Compute is one GPU's recorded time on the whole sequence times the slowest rank's share of the attention, at every
+  step (``step_shares``); a message costs α + bytes/β. The ring's forward overlaps each step's transfer with
+  its compute (a step costs the larger); its backward sends after computing (the two add); an all-gather
+  or reduce-scatter costs W − 1 messages (NCCL's ring algorithm), an all-to-all one message per call
+  (every peer at once), before or after the compute. Nothing else is counted: not the host's time per
+  kernel call, not the merges, not the lower rate of a short block.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..bench.recorder import RESULTS, read_results
+from . import context_parallel as cp
+
+SCHEMES = {("ring", "contiguous"): "ring", ("ring", "zigzag"): "zig-zag ring",
+           ("all_gather_kv", "zigzag"): "all-gather K/V", ("ulysses", "zigzag"): "Ulysses"}
+PASSES = ("fwd", "fwd+bwd")
+GRAD_ITEMSIZE = 4          # the ring's and the all-gather's dK, dV travel in float32 (comm_bytes)
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def load(directory: Path = RESULTS) -> tuple[list[dict], list[dict], list[dict]]:
+    """(time rows, check rows, ping-pong rows) of the recorded context-parallel runs."""
+    rows = read_results("context_parallel", directory)
+    pingpong = read_results("context_parallel_pingpong", directory)
+    return ([r for r in rows if r["kind"] == "time"], [r for r in rows if r["kind"] == "check"], pingpong)
+
+
+def describe_link(link: str) -> str:
+    """``nvidia-smi topo -m``'s entry for GPU0–GPU1 in words (NV18: 18 NVLinks; PIX … SYS: PCIe paths)."""
+    m = re.fullmatch(r"NV(\d+)", str(link))
+    if m:
+        return f"{link}: {m.group(1)} NVLinks between each pair of GPUs"
+    pcie = {"PIX": "one PCIe switch", "PXB": "several PCIe switches", "PHB": "a PCIe host bridge",
+            "NODE": "PCIe through one CPU socket", "SYS": "PCIe across CPU sockets"}
+    return f"{link}: {pcie[link]}" if link in pcie else str(link)
+
+
+def describe_runs(*tables: list[dict]) -> str:
+    """Where the rows were measured: GPU, world sizes, link, NCCL, torch, Triton, CUDA, date(s)."""
+    rows = [r for t in tables for r in t]
+    if not rows:
+        raise ValueError("tables: no recorded rows")
+
+    def values(key):
+        return ", ".join(sorted({f"{r[key]:g}" if isinstance(r[key], float) else str(r[key]) for r in rows}))
+
+    return (f"{values('gpu')} × {' and '.join(values('world').split(', '))} (world sizes), link "
+            + "; ".join(describe_link(x) for x in sorted({str(r['link']) for r in rows}))
+            + f"; NCCL {values('nccl')}, torch {values('torch')}, Triton {values('triton')}, CUDA {values('cuda')};"
+            f" recorded {values('date')}")
+
+
+def fitted(pingpong: list[dict], world: int) -> tuple[float, float]:
+    """(α in seconds, β in bytes/s) of the ping-pong recorded with ``world`` ranks."""
+    fits = [r for r in pingpong if r["kind"] == "fit" and int(r["world"]) == world]
+    if len(fits) != 1:
+        raise ValueError(f"world: expected one fitted row for world size {world}, found {len(fits)}")
+    return fits[0]["one_way_us"] * 1e-6, fits[0]["gb_per_s"] * 1e9
+
+
+def speedups(rows: list[dict]) -> dict:
+    """{(variant, layout, world, pass): {N: one GPU's ms ÷ the scheme's ms}} from the time rows."""
+    out = {}
+    for r in rows:
+        key = (r["variant"], r["layout"], int(r["world"]), r["pass_"])
+        out.setdefault(key, {})[int(r["N"])] = r["speedup"]
+    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
+
+
+def crossover(speedup_by_n: dict) -> int | None:
+    """The smallest N from which every recorded N beats one GPU (speed-up > 1); None if the longest does not."""
+    first = None
+    for n in sorted(speedup_by_n, reverse=True):
+        if not speedup_by_n[n] > 1:
+            break
+        first = n
+    return first
+
+
+def measured_crossover(rows: list[dict], variant: str, layout: str, world: int, pass_: str) -> int | None:
+    return crossover(speedups(rows)[(variant, layout, world, pass_)])
+
+
+def step_shares(world: int, layout: str, causal: bool = True) -> list[float]:
+    """The slowest rank's share of the whole attention's work at each ring step (one K/V shard each)."""
+    c = cp.num_chunks(world, layout)
+    total = c * c / 2 if causal else c * c                 # in chunk × chunk blocks
+    shares = []
+    for step in range(world):
+        per_rank = []
+        for rank in range(world):
+            mine, theirs = cp.chunks_of_rank(rank, world, layout), cp.chunks_of_rank((rank - step) % world, world,
+                                                                                    layout)
+            per_rank.append(sum(1.0 if not causal or j < i else 0.5 if j == i else 0.0
+                                for i in mine for j in theirs))
+        shares.append(max(per_rank) / total)
+    return shares
+
+
+def _shape(row) -> dict:
+    return dict(batch=int(row["B"]), q_heads=int(row["Hq"]), kv_heads=int(row["Hkv"]), seq_len=int(row["N"]),
+                head_dim=int(row["D"]), world_size=int(row["world"]), itemsize=ITEMSIZE[row["dtype"]])
+
+
+def predicted_ms(variant: str, layout: str, *, world: int, one_fwd_ms: float, one_bwd_ms: float | None,
+                 alpha: float, beta: float, batch: int, q_heads: int, kv_heads: int, seq_len: int, head_dim: int,
+                 itemsize: int = 2, causal: bool = True) -> float:
+    """The α–β model's ms for one layer (module doc); ``one_bwd_ms`` None: the forward alone.
+
+    ``one_fwd_ms``, ``one_bwd_ms``: one GPU's forward and backward on the whole sequence (the backward is
+    the recorded forward+backward minus the forward); ``alpha`` in s, ``beta`` in bytes/s."""
+    if (variant, layout) not in SCHEMES:
+        raise ValueError(f"variant, layout: expected one of {list(SCHEMES)}, got {(variant, layout)}")
+    if alpha < 0 or beta <= 0:
+        raise ValueError(f"alpha, beta: need alpha >= 0 s and beta > 0 bytes/s, got {alpha}, {beta}")
+    if one_fwd_ms <= 0 or (one_bwd_ms is not None and one_bwd_ms <= 0):
+        raise ValueError("one_fwd_ms, one_bwd_ms: one GPU's times must be positive")
+    w, e, g_e = world, itemsize, GRAD_ITEMSIZE
+    shard = 2 * batch * kv_heads * (seq_len // w) * head_dim          # one rank's K and V, elements
+    t_f, t_b = one_fwd_ms * 1e-3, (one_bwd_ms or 0.0) * 1e-3
+
+    def msg(nbytes, messages=1):
+        return messages * alpha + nbytes / beta
+
+    if variant == "ring":
+        shares = step_shares(w, layout, causal)
+        seconds = sum(max(t_f * s, msg(shard * e) if i < w - 1 else 0.0) for i, s in enumerate(shares))
+        if one_bwd_ms is not None:                    # compute, then send K, V, dK, dV (the last step: dK, dV)
+            seconds += sum(t_b * s + msg(shard * (e + g_e) if i < w - 1 else shard * g_e)
+                           for i, s in enumerate(shares))
+    elif variant == "all_gather_kv":
+        share = sum(step_shares(w, layout, causal))
+        seconds = msg((w - 1) * shard * e, w - 1) + t_f * share
+        if one_bwd_ms is not None:                    # gather again, compute, reduce-scatter dK, dV
+            seconds += msg((w - 1) * shard * e, w - 1) + t_b * share + msg((w - 1) * shard * g_e, w - 1)
+    else:                                             # four all-to-alls (q, k, v in; o out), heads split evenly
+        nbytes = cp.comm_bytes("ulysses", batch=batch, q_heads=q_heads, kv_heads=kv_heads, seq_len=seq_len,
+                               head_dim=head_dim, world_size=w, itemsize=e)
+        seconds = msg(nbytes, 4) + t_f / w
+        if one_bwd_ms is not None:
+            seconds += msg(nbytes, 4) + t_b / w
+    return seconds * 1e3
+
+
+def predicted_speedups(rows: list[dict], fits: dict) -> dict:
+    """{(variant, layout, world, pass): {N: one GPU's recorded ms ÷ the model's ms}} for every time row;
+    ``fits``: {world: (α in s, β in bytes/s)}, each run modelled with the link fitted on its own machine."""
+    one = {(int(r["world"]), int(r["N"]), r["pass_"]): r["one_device_ms"] for r in rows}   # each run timed its own
+    out = {}
+    for r in rows:
+        n, w = int(r["N"]), int(r["world"])
+        bwd = one[(w, n, "fwd+bwd")] - one[(w, n, "fwd")] if r["pass_"] == "fwd+bwd" else None
+        alpha, beta = fits[w]
+        ms = predicted_ms(r["variant"], r["layout"], one_fwd_ms=one[(w, n, "fwd")], one_bwd_ms=bwd, alpha=alpha,
+                          beta=beta, causal=str(r["causal"]) == "True", **{k: v for k, v in _shape(r).items()
+                                                                            if k != "world_size"},
+                          world=int(r["world"]))
+        out.setdefault((r["variant"], r["layout"], int(r["world"]), r["pass_"]), {})[n] = r["one_device_ms"] / ms
+    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
+
+
+def bytes_agree(rows: list[dict]) -> list[dict]:
+    """The time rows whose recorded bytes per rank differ from ``comm_bytes`` of their shape (none expected)."""
+    bad = []
+    for r in rows:
+        expected = cp.comm_bytes(r["variant"], backward=r["pass_"] == "fwd+bwd",
+                                 grad_itemsize=ITEMSIZE[r["dtype"]] if r["variant"] == "ulysses" else GRAD_ITEMSIZE,
+                                 **_shape(r))
+        if int(r["bytes_per_rank"]) != expected:
+            bad.append({**r, "expected_bytes": expected})
+    return bad
+
+
+__all__ = ["SCHEMES", "PASSES", "load", "describe_link", "describe_runs", "fitted", "speedups", "crossover",
+           "measured_crossover", "step_shares", "predicted_ms", "predicted_speedups", "bytes_agree"]
