@@ -165,3 +165,37 @@ def test_an_fp8_nan_byte_gives_nan_not_480():
     assert_close(got[:3], ref[:3], torch.float32)
     got_decode = paged_decode(q[[2, 4]], k8, v8, table, lens, k_scale=k_scale, v_scale=v_scale)
     assert torch.isnan(got_decode[1, :2]).all() and torch.isfinite(got_decode[0]).all()
+
+
+COMPILE_FOR_SM90 = r'''
+import os
+os.environ["TRITON_INTERPRET"] = "0"   # compile for a GPU target, even on a CPU
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from attnkit.kernels.paged_extend import _extend_kernel as fn
+
+for scaled, cache in ((True, "*fp8e4nv"), (False, "*fp16")):
+    constexprs = dict(GROUP=4, PAGE=16, D=80, BLOCK_D=128, BLOCK_M=16, BLOCK_N=32, SCALED=scaled)
+    types = {"table_ptr": "*i32", "lens_ptr": "*i32", "cu_ptr": "*i32", "k_scale_ptr": "*fp32",
+             "v_scale_ptr": "*fp32", "k_ptr": cache, "v_ptr": cache, "sm_scale_log2": "fp32"}
+    signature = {name: "constexpr" if name in constexprs
+                 else types.get(name, "*fp16" if name.endswith("_ptr") else "i32") for name in fn.arg_names}
+    source = ASTSource(fn=fn, signature=signature,
+                       constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()})
+    assert ".entry" in triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
+    print("compiled", scaled)
+'''
+
+
+@pytest.mark.slow
+def test_the_kernel_compiles_for_an_h100():
+    """The interpreter is lenient: the kernel (its programs striding over row blocks, clamped reads, an fp8
+    cache or not, a padded head dim) must also compile to PTX for sm_90 (no GPU needed)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia")
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("compiled") == 2
