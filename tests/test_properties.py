@@ -10,7 +10,8 @@ The paged kernels, which read memory through page tables, run in a child process
 fails a test instead of ending the run.
 
 The examples are derandomized (the same inputs on every run) and few and tiny (the kernels run in
-Triton's interpreter on a CPU); the module reports how many inputs it tried.
+Triton's interpreter on a CPU); the module reports how many inputs it tried. ATTNKIT_PROPERTY_EXAMPLES=N
+sets every property's number of examples (for a longer run, on a GPU say).
 """
 from __future__ import annotations
 
@@ -231,7 +232,7 @@ def _index_view(values: list[int], how: str) -> torch.Tensor:
     return t
 
 
-@settings(max_examples=int(os.environ.get("ATTNKIT_PROPERTY_EXAMPLES", 10)), **SETTINGS)
+@settings(max_examples=int(os.environ.get("ATTNKIT_PROPERTY_EXAMPLES", 16)), **SETTINGS)
 @given(st.data())
 def test_flash_attention_varlen_matches_each_sequence(data):
     """flash_attention_varlen on random lengths (empty ones too) and cu_seqlens views: each sequence's rows
