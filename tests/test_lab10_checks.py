@@ -342,7 +342,7 @@ def test_a_failing_merge_is_named_by_the_ring_check():
     summary = lab10.check_lab(zigzag_chunks=SOLUTION["zigzag_chunks"],
                               predicted_work_ratio=SOLUTION["predicted_work_ratio"],
                               merge_blocks=ring_average, ring_forward=broken, seed=0)
-    ring = summary.results[-1]
+    ring = next(r for r in summary.results if r.name == "ring_forward")
     assert not ring.passed and "exercise 3 (merge_blocks)" in ring.report
 
 
@@ -353,3 +353,41 @@ def test_a_failing_merge_is_named_by_the_ring_check():
     ("sends on the last step too", "nothing on the last step")])
 def test_a_ring_that_breaks_a_rule_is_told_which(mutant, reason):
     assert_rejected_on_every_seed(lab10.check_ring_forward, RING_WRONG[mutant], (0,), contains=reason)
+
+
+# ------------------------------------------------------------------------------------ a ring step's transfer
+def _transfer(n, hkv, d, alpha_us, beta, backward, *, e=2, g_e=4, alpha_times=1, beta_unit=1e9, out=1e6,
+              kv_tensors=2):
+    nbytes = kv_tensors * hkv * n * d * (e + (g_e if backward else 0))
+    return alpha_times * alpha_us + nbytes / (beta * beta_unit) * out
+
+
+TRANSFER_WRONG = {
+    "milliseconds": lambda *a: _transfer(*a) / 1e3,
+    "seconds": lambda *a: _transfer(*a) / 1e6,
+    "GiB/s for GB/s": lambda *a: _transfer(*a, beta_unit=2**30),
+    "Gb/s (bits) for GB/s": lambda *a: _transfer(*a, beta_unit=1e9 / 8),
+    "alpha forgotten": lambda *a: _transfer(*a, alpha_times=0),
+    "alpha per tensor sent": lambda *a: _transfer(*a, alpha_times=4 if a[5] else 2),
+    "alpha read as ms": lambda *a: _transfer(*a, alpha_times=1000),
+    "the forward's bytes for the backward": lambda *a: _transfer(*a[:5], False),
+    "gradients in bf16": lambda *a: _transfer(*a, g_e=2),
+    "K only (V forgotten)": lambda *a: _transfer(*a, kv_tensors=1),
+    "bytes term left in seconds": lambda *a: _transfer(*a, out=1),
+    "elements, not bytes": lambda *a: _transfer(*a, e=1, g_e=2),
+}
+TRANSFER_RIGHT = {
+    "formula": _transfer,
+    "by parts": lambda n, hkv, d, a, b, bwd: a + (2 * hkv * n * d * 2 + (2 * hkv * n * d * 4 if bwd else 0)) / b / 1e3,
+    "seconds, then µs": lambda n, hkv, d, a, b, bwd: (a * 1e-6 + 2 * hkv * n * d * (2 + 4 * bwd) / (b * 1e9)) * 1e6,
+}
+
+
+@pytest.mark.parametrize("mutant", catalogue_params(TRANSFER_WRONG))
+def test_step_transfer_rejects(mutant):
+    assert_rejected_on_every_seed(lab10.check_step_transfer_us, mutant, SEEDS)
+
+
+@pytest.mark.parametrize("correct", catalogue_params(TRANSFER_RIGHT))
+def test_step_transfer_accepts(correct):
+    assert_accepted(lab10.check_step_transfer_us, correct, SEEDS)

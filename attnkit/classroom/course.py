@@ -197,14 +197,16 @@ LESSONS = (
                       "rest go, and what removes it?",
                       "R requests share a P-token prompt and each adds S tokens of its own: how many cache bytes "
                       "does a decode step read with and without cascade decoding, and why are the results equal?")),
-    Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=80,
+    Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=110,
            objectives=("merge attention computed on different devices with the log-sum-exp rule",
                        "run ring attention, forward and backward, the all-gather K/V variant (its gradient a "
                        "reduce-scatter) and Ulysses' all-to-all of heads",
                        "count the bytes each scheme moves, and check the count against the calls it makes",
                        "balance causal work over ranks with the zig-zag split",
-                       "predict when a ring hides its communication (α–β model, with α and the rate at the "
-                       "block's size) and size the KV cache per GPU under tensor parallelism"),
+                       "predict when a ring hides its communication (α–β model, with the measured α and β and the "
+                       "rate at the block's size) and size the KV cache per GPU under tensor parallelism",
+                       "read speed-ups measured on 2 and 4 H100s and set the measured crossover beside the "
+                       "α–β model's"),
            prerequisites="lessons 3, 5, 6 and 7; `torch.distributed` is introduced here",
            questions=("With a contiguous split and a causal mask, how much more work does the last of W ranks do "
                       "than the first, and how does the zig-zag split fix it?",

@@ -1,6 +1,6 @@
 """Checks for lab 10, attention beyond one GPU.
 
-Students write four functions:
+Students write five functions:
 
     zigzag_chunks(rank, world_size)          exercise 1: the chunks rank r holds in the zig-zag split of a
                                              sequence cut into 2·world_size chunks, in increasing order
@@ -9,6 +9,9 @@ Students write four functions:
     merge_blocks(o_a, lse_a, o_b, lse_b)     exercise 3: (o, lse) of the keys of two blocks together
     ring_forward(q, k, v, causal)            exercise 4: this rank's output of ring attention (contiguous
                                              split: rank r holds chunk r), run inside a process group
+    step_transfer_us(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward)
+                                             exercise 5: a prediction: the α–β model's time of one ring step's
+                                             transfer (one sequence, bf16 K/V, float32 dK/dV), in µs
 
 Each check runs fixed adversarial cases first (log-sum-exps hundreds apart, empty blocks, causal masks
 where a wrong block owner changes the result, GQA), then cases drawn from ``seed``. ``ring_forward`` runs
@@ -42,6 +45,7 @@ from ..classroom.checking import (
     exercise_check,
     run_check,
 )
+from ..distributed import alpha_beta as _ab
 from ..distributed import context_parallel as _cp
 from ..distributed.launch import run_group
 from ..distributed.traffic import COLLECTIVES, count_traffic, received_bytes
@@ -58,6 +62,9 @@ HINT_RATIO = ("with a contiguous split and a causal mask, rank r attends to r fu
 HINT_MERGE = ("lse = log(e^lse_a + e^lse_b), computed without overflow: m = max(lse_a, lse_b) row by row, "
               "lse = m + log(e^(lse_a − m) + e^(lse_b − m)); then o = e^(lse_a − lse)·o_a + e^(lse_b − lse)·o_b "
               "(weights broadcast over the last axis). A block with lse = −inf holds no keys: weight 0.")
+HINT_TRANSFER = ("one step moves one rank's K and V: 2·Hkv·n·D elements of 2 bytes (bf16) in the forward; the "
+                 "backward moves K, V and their float32 gradients dK, dV: (2·2 + 2·4)·Hkv·n·D bytes. The time is "
+                 "α + bytes/β with β in GB/s = 10^9 bytes/s (not GiB/s, not Gb/s), and the answer in µs.")
 HINT_RING = ("W steps: at step s the K/V held came from rank (r − s) mod W, i.e. chunk (r − s) mod W. Start "
              "sending the block to rank r + 1 and receiving the next from rank r − 1 "
              "(dist.batch_isend_irecv), compute block_forward(q, k, v, causal and owner == r, scale) unless "
@@ -272,21 +279,50 @@ def _check_ring(ring_forward, *, seed: int | None = None) -> CheckResult:
                      hint=HINT_RING, forbidden=forbidden(), fixed=len(fixed))
 
 
+# ------------------------------------------------------------------------------ exercise 5
+def _transfer_reference(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward):
+    _, seconds = _ab.step_times(tokens_per_rank, rate=1.0, alpha=alpha_us * 1e-6, beta=beta_gb_per_s * 1e9, batch=1,
+                                q_heads=kv_heads, kv_heads=kv_heads, head_dim=head_dim, itemsize=2, grad_itemsize=4,
+                                backward=backward)
+    return seconds * 1e6
+
+
+def _check_transfer(step_transfer_us, *, seed: int | None = None) -> CheckResult:
+    """step_transfer_us(n, Hkv, D, α µs, β GB/s, backward) = α + bytes/β in µs, within 0.1%."""
+    fixed = [
+        case(16384, 8, 128, 44.5, 374.0, False, label="N = 64k on 4 GPUs, Llama 3 8B's KV heads, the recorded "
+                                                      "H100 link, forward"),
+        case(16384, 8, 128, 44.5, 374.0, True, label="the same step in the backward"),
+        case(512, 8, 128, 44.5, 374.0, False, label="512 tokens per rank: α is most of the time"),
+        case(131072, 32, 128, 5.0, 50.0, True, label="multi-head, 50 GB/s (InfiniBand), backward: bytes dominate"),
+        case(4096, 1, 64, 0.0, 450.0, False, label="α = 0"),
+    ]
+    rng = np.random.default_rng(seed)
+    drawn = [case(int(2 ** rng.integers(9, 18)), int(rng.choice([1, 2, 4, 8, 16, 32])), int(rng.choice([64, 128])),
+                  float(rng.uniform(1, 100)), float(rng.uniform(20, 900)), bool(rng.integers(0, 2)),
+                  label="drawn at random") for _ in range(4)]
+    return run_check("step_transfer_us", lambda *a: float(step_transfer_us(*a)), _transfer_reference, fixed + drawn,
+                     tol=1e-3, hint=HINT_TRANSFER, fixed=len(fixed),
+                     compare=lambda got, want: math.isfinite(got) and abs(got - want) <= 1e-3 * want)
+
+
 # ------------------------------------------------------------------------------------ the lab
 EXERCISES = (
     Exercise(function="zigzag_chunks", check=_check_zigzag),
     Exercise(function="predicted_work_ratio", check=_check_ratio),
     Exercise(function="merge_blocks", check=_check_merge),
     Exercise(function="ring_forward", check=_check_ring, depends=("merge_blocks",)),
+    Exercise(function="step_transfer_us", check=_check_transfer),
 )
 
 check_zigzag_chunks = exercise_check(EXERCISES, "zigzag_chunks")
 check_predicted_work_ratio = exercise_check(EXERCISES, "predicted_work_ratio")
 check_merge_blocks = exercise_check(EXERCISES, "merge_blocks")
 check_ring_forward = exercise_check(EXERCISES, "ring_forward")
+check_step_transfer_us = exercise_check(EXERCISES, "step_transfer_us")
 
 
 def check_lab(*, seed: int | None = None, **functions):
     """Every exercise's check: ``check_lab(zigzag_chunks=..., predicted_work_ratio=..., merge_blocks=...,
-    ring_forward=...)``."""
+    ring_forward=..., step_transfer_us=...)``."""
     return check_exercises(EXERCISES, functions, seed=seed)
