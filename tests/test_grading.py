@@ -268,7 +268,7 @@ def test_a_call_made_in_the_students_process_gives_the_checkers_arguments_its_wr
     server = calls.Server({"fill": ns["fill"], "Pool": ns["Pool"]}, send=None)
     replies = []
     caller = calls.Caller(lambda request: replies.append(server.answer(request)), replies.pop)
-    calls._CALLER[:] = [caller]
+    calls.use(caller)
     buffer = torch.full((16,), -1.0)                      # an output view inside a poisoned buffer
     out = buffer.as_strided((3,), (4,), 5)
     got = caller.wrap("fill")(torch.arange(3.0), out)

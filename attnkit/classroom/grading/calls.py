@@ -353,6 +353,11 @@ def _forget_transport_peak() -> None:
 _CALLER: list = []          # the checker process's caller, for the handles it decodes
 
 
+def use(caller: Caller) -> None:
+    """Make ``caller`` the one the handles of this process call through."""
+    _CALLER[:] = [caller]
+
+
 class RemoteHandle(_Remote):
     __slots__ = ()
 

@@ -25,7 +25,7 @@ def check(spec: dict, send, calls_fd: int) -> None:
     states = first.get("functions") if first.get("kind") == "functions" else None
     caller = calls.Caller(to_student.send, lambda: channel.read_frame(calls_fd, ANSWER_LIMIT),
                           os.path.join(os.getcwd(), ".calls-lock"))
-    calls._CALLER.append(caller)
+    calls.use(caller)
     functions, refused = {}, {}
     for ex in exercises:
         name = ex.function
