@@ -341,7 +341,8 @@ def test_a_failing_merge_is_named_by_the_ring_check():
     exec("def ring_forward(q, k, v, causal):\n    return inner(q, k, v, causal)", ns | {"inner": broken})
     summary = lab10.check_lab(zigzag_chunks=SOLUTION["zigzag_chunks"],
                               predicted_work_ratio=SOLUTION["predicted_work_ratio"],
-                              merge_blocks=ring_average, ring_forward=broken, seed=0)
+                              merge_blocks=ring_average, ring_forward=broken,
+                              step_transfer_us=SOLUTION["step_transfer_us"], seed=0)
     ring = next(r for r in summary.results if r.name == "ring_forward")
     assert not ring.passed and "exercise 3 (merge_blocks)" in ring.report
 
