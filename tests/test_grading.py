@@ -278,6 +278,10 @@ def test_a_call_made_in_the_students_process_gives_the_checkers_arguments_its_wr
     assert type(pool) is calls.RemoteHandle and (pool.take(), pool.take(), pool.n) == (4, 3, 3)
     with pytest.raises(TypeError, match="not an exercise's function"):
         caller.wrap("solutions")()
+    twice = caller.wrap("Pool").through("attnkit.classroom.checking:unwrapped")     # a course driver, run there
+    assert type(twice(7)) is calls.RemoteHandle
+    with pytest.raises(TypeError, match="cannot drive|not one of the course's names"):
+        caller.wrap("Pool").through("os:system")(1)
     closed = calls.Caller(lambda request: None, lambda: None)
     with pytest.raises(calls.NoAnswer, match="stopped answering"):
         closed.wrap("fill")(1)

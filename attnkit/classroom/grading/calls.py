@@ -140,7 +140,12 @@ class Server:
             raise codec.CodecError(f"no object has handle {number}")
         return self.objects[number]
 
-    def target(self, name: str):
+    def target(self, name: str, driver=None):
+        if driver is not None:               # a course function that runs the student's function here
+            run = codec._resolve(driver)
+            if not callable(run) or name not in self.functions:
+                raise codec.CodecError(f"{driver!r} cannot drive {name!r}")
+            return run(self.functions[name])
         if name.startswith("#"):
             number, _, op = name[1:].partition(".")
             target = self.obj(int(number))
@@ -153,7 +158,7 @@ class Server:
         """The reply to one request (never raises for what the student's code does)."""
         name = str(request.get("name"))[:200]
         try:
-            fn = self.target(name)
+            fn = self.target(name, request.get("driver"))
             tree, blobs = codec.unpack(request.get("args"))
             args = codec.decode(tree, blobs, self.obj)
             args, kwargs = (args[0], args[1]) if type(args) is tuple and len(args) == 2 else ((), {})
@@ -297,10 +302,11 @@ class Caller:
         self.send, self.receive, self.lock_path = send, receive, lock_path
         self.closed = False
 
-    def call(self, name: str, args, kwargs):
+    def call(self, name: str, args, kwargs, driver: str | None = None):
         if self.closed:
             raise NoAnswer(f"{name.split('.')[0]}: the notebook's process stopped answering")
-        request = {"kind": "call", "name": name, "args": _packed((tuple(args), dict(kwargs)), _handle_of)}
+        request = {"kind": "call", "name": name, "args": _packed((tuple(args), dict(kwargs)), _handle_of),
+                   "driver": driver}
         lock = None
         if self.lock_path is not None:
             import fcntl
@@ -336,7 +342,16 @@ class Caller:
 
         def call(*args, **kwargs):
             return caller.call(name, args, kwargs)
+
+        def through(driver: str):
+            """``driver(student_fn)`` run in the student's process, ``driver`` a course function named
+            ``"attnkit.module:name"``: for a check that must run the student's function in processes
+            of its own (a process group), where the student's code lives."""
+            def driven(*args, **kwargs):
+                return caller.call(name, args, kwargs, driver=str(driver))
+            return driven
         call.__name__ = call.__qualname__ = name
+        call.through = through
         return call
 
 
