@@ -120,6 +120,8 @@ def _block_max(x_ptr, out_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr):
             x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=0.0)
         elif BUG == 10:
             x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=-1000.0)
+        elif BUG == 11:
+            x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=-1.0e9)
         elif BUG == 2:
             x = tl.load(x_ptr + start + lanes)
         else:
@@ -147,7 +149,8 @@ def block_max(x, out, bug=0, block=16):
 
 BLOCK_MAX_WRONG = {"other=0.0": 1, "no mask": 2, "range(0, n − BLOCK)": 3, "tail block skipped": 4,
                    "running max starts at 0": 5, "running max replaced, not combined": 6,
-                   "sum instead of max": 7, "tl.minimum": 8, "first block skipped": 9, "other=−1000": 10}
+                   "sum instead of max": 7, "tl.minimum": 8, "first block skipped": 9, "other=−1000": 10,
+                   "other=−10⁹": 11}
 BLOCK_MAX_RIGHT = {"scalar running max": dict(bug=-1), "blocks of 64": dict(block=64)}
 
 

@@ -76,6 +76,7 @@ WRONG_SLOTS = {
     "one token short": lambda row, n, ps: (row.long()[torch.arange(n - 1) // ps], torch.arange(n - 1) % ps),
     "table index by offset": lambda row, n, ps: (row.long()[torch.arange(n) % ps], torch.arange(n) % ps),
     "float pages and offsets": lambda row, n, ps: (row.float()[torch.arange(n) // ps], (torch.arange(n) % ps).float()),
+    "pages in the table's int32": lambda row, n, ps: (row[torch.arange(n) // ps], torch.arange(n) % ps),
     "page and offset by bit masks (page sizes of 2ᵏ only)": lambda row, n, ps: (
         row.long()[torch.arange(n) >> int(math.log2(ps))], torch.arange(n) & (ps - 1)),
 }
@@ -231,14 +232,21 @@ class PoolClassTables(PoolRight):
         self.page_size, self.free, self.lengths = page_size, list(range(num_pages)), {}
 
 
+class PoolKeepsAnEmptyTable(PoolRight):
+    def free_sequence(self, seq):                    # returns the pages, keeps an empty table and the length
+        self.free.extend(self.tables[seq])
+        self.tables[seq] = []
+
+
 WRONG_POOLS = {PoolPartialOnFailure: "raised an error but changed the pool first", PoolLeaks: "leak",
                PoolPageEveryToken: "pages; expected ceil(", PoolSwapped: "but its page table puts it at",
                PoolNeverRunsOut: "expected a RuntimeError (or MemoryError) and no change",
                PoolRefusesExactFit: "so it must succeed, but it raised RuntimeError",
                PoolCountsFailedTokens: "so it must succeed, but it raised RuntimeError",
                PoolFloorPlusOne: "pages; expected ceil(", PoolIgnoresPartialPage: "pages; expected ceil(",
-               PoolForgetsLength: "slot", PoolKeepsFreedTable: "pool.tables still gives it pages",
-               PoolClassTables: "pool.tables still gives it pages"}
+               PoolForgetsLength: "slot", PoolKeepsFreedTable: "pool.tables still has an entry for it",
+               PoolClassTables: "pool.tables still has an entry for it",
+               PoolKeepsAnEmptyTable: "pool.tables still has an entry for it"}
 RIGHT_POOLS = {"LIFO free list": PoolRight, "FIFO free list, a token at a time": PoolFifo}
 
 

@@ -407,8 +407,9 @@ def _block_max_cases(seed):
     head = -np.abs(rng.standard_normal(47)) - 1
     head[0] = -0.5
     cases.append(Puzzle((vector(head),), (1,), "n = 47, all negative, the maximum is the first element"))
-    cases.append(Puzzle((vector(rng.standard_normal(21) * 50 - 3000),), (1,),
-                        "n = 21, every value near −3000 (a masked lane's other= must lose to all of them)"))
+    cases.append(Puzzle((vector((rng.random(21) + 1.0) * -1e30),), (1,),
+                        "n = 21, every value near −10³⁰ (a masked lane's other= must be −inf to lose to all of "
+                        "them)"))
     for n in rng.integers(2, 200, size=2):
         shift = float(rng.choice([0.0, -10.0]))
         cases.append(Puzzle((vector(rng.standard_normal(int(n)) + shift),), (1,), f"n = {int(n)}"))

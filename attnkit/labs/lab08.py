@@ -101,9 +101,9 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
         if got is None:
             return None
         pages, offsets = (torch.as_tensor(x) for x in got)
-        if pages.is_floating_point() or offsets.is_floating_point():
-            raise TypeError(f"pages and offsets must be integer tensors (they index the page pool), got "
-                            f"{str(pages.dtype).replace('torch.', '')} and "
+        if pages.dtype != torch.int64 or offsets.dtype != torch.int64:
+            raise TypeError(f"pages and offsets must be int64 tensors (torch.long, as the docstring says: they "
+                            f"index the page pool), got {str(pages.dtype).replace('torch.', '')} and "
                             f"{str(offsets.dtype).replace('torch.', '')}")
         return torch.stack([pages.long(), offsets.long()])
 
@@ -141,10 +141,14 @@ def _pool_state(pool, model: dict, page_size: int, num_pages: int) -> None:
                             f"{seen[slot][1]} of sequence {seen[slot][0]}")
             seen[slot] = (seq, pos)
     for seq, table in pool.tables.items():
-        if seq not in model and len(table):
-            raise _Fail(f"sequence {seq} was freed (or never added to this pool), but pool.tables still gives it "
-                        f"pages {list(table)} (remove its table when you free it; keep page tables per pool, "
-                        "set in __init__, not shared by the class)")
+        if seq not in model:
+            raise _Fail(f"sequence {seq} was freed (or never added to this pool), but pool.tables still has an "
+                        f"entry for it ({list(table)}): forget a freed sequence (pop its table; keep page tables "
+                        "per pool, set in __init__, not shared by the class)")
+    lengths = getattr(pool, "lengths", None)
+    if isinstance(lengths, dict) and any(seq not in model for seq in lengths):
+        seq = next(seq for seq in lengths if seq not in model)
+        raise _Fail(f"sequence {seq} was freed, but pool.lengths still holds its length: forget it too")
     in_tables = [p for seq in model for p in pool.tables[seq]]
     if len(set(in_tables)) != len(in_tables):
         raise _Fail("a page appears in two page tables (or twice in one)")
