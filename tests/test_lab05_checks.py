@@ -173,6 +173,9 @@ WRONG_CAUSAL = {
     "no guard for rows that see no key": [(M_USE, "m_use = m_new")],
     "rows that see no key divided by l = 0": [(FINAL, "    acc = acc / l_i[:, None]\n")],
     "mask with a large finite negative": [(CAUSAL_MASK, CAUSAL_MASK.replace('float("-inf")', "-1.0e30"))],
+    "row maximum taken before the causal mask": [
+        (CAUSAL_MASK, "m_before = tl.maximum(m_i, tl.max(s, axis=1))\n            " + CAUSAL_MASK),
+        (M_NEW, "m_new = m_before if CAUSAL else tl.maximum(m_i, tl.max(s, axis=1))")],
 }
 RIGHT_CAUSAL = {
     "the solution": [],

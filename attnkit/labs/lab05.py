@@ -318,7 +318,19 @@ def _lone_qkv(lead: float, opposite: bool):
     return make
 
 
-VALUES = {"normal": _normal_qkv, "gaps": _gap_qkv, "long": _lone_qkv(11.5, True),
+def _hidden_high_qkv(gen, b, hq, hkv, nq, nk, d):
+    """Keys 8 and later score +200 with every query, keys 0 to 7 score −200: queries 0 to 7 (causal,
+    Nq = Nk) see only keys that score −200 while keys they may not see, in the same tile, score +200. A
+    row maximum taken before the causal mask is +200, and exp(−400) underflows: the row becomes 0/0."""
+    q, k, v = _normal_qkv(gen, b, hq, hkv, nq, nk, d)
+    q, k = 0.02 * q, 0.02 * k
+    q[..., 0] = 20.0
+    k[..., :8, 0] = -40.0                                 # 20 · (±40) / √16 = ±200
+    k[..., 8:, 0] = 40.0
+    return q, k, v
+
+
+VALUES = {"normal": _normal_qkv, "hidden_high": _hidden_high_qkv, "gaps": _gap_qkv, "long": _lone_qkv(11.5, True),
           "tenth": _lone_qkv(float(np.log(9 * 159)), False)}
 
 
@@ -367,6 +379,7 @@ CAUSAL_FIXED = (
     ((1, 2, 2, 32, 32, 16), "Nq = Nk = 2·16", "normal"),
     ((1, 1, 1, 20, 47, 16), "scores ±192 and Nq < Nk", "gaps"),
     ((1, 1, 1, 40, 21, 16), "Nq > Nk: queries 0..18 see no key (o = 0, LSE = −inf)", "normal"),
+    ((1, 1, 1, 16, 16, 16), "queries 0..7 see keys scoring −200; keys they may not see score +200", "hidden_high"),
 )
 GQA_FIXED = (
     ((2, 6, 3, 9, 17, 16), "3 groups of 2 query heads", "normal"),
