@@ -731,6 +731,8 @@ def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch):
     """A store far outside `out` corrupts the heap or faults: the check runs in a child process and
     reports the case it was on instead of taking the notebook down."""
     monkeypatch.setattr(checking, "ISOLATE", True)
+    if not checking.can_isolate():
+        pytest.skip("a compiled kernel's stray store faults the GPU context: crash isolation is for the interpreter")
 
     @triton.jit
     def far_store(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):

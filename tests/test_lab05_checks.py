@@ -384,6 +384,8 @@ def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch):
     """A store far outside o corrupts the heap or faults: the check runs in a child process and reports
     the case it was on instead of taking the notebook down."""
     monkeypatch.setattr(checking, "ISOLATE", True)
+    if not checking.can_isolate():
+        pytest.skip("a compiled kernel's stray store faults the GPU context: crash isolation is for the interpreter")
     kernel = build("store far away", (O_STORE, "tl.store(o_ptrs + (1 << 26), acc.to(O.dtype.element_ty))"),
                    memo=False)
     report = lab05.check_forward(kernel, seed=0).report

@@ -271,6 +271,8 @@ CRASHING = {
 @pytest.mark.parametrize("name", list(CRASHING))
 def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch, name):
     monkeypatch.setattr(checking, "ISOLATE", True)
+    if not checking.can_isolate():
+        pytest.skip("a compiled kernel's stray store faults the GPU context: crash isolation is for the interpreter")
     function, kernel, replacements = CRASHING[name]
     check = {"flash_dq": lab06.check_dq, "flash_dkdv": lab06.check_dkdv}[function]
     mutant = variant(replacements, name, kernel)[function]

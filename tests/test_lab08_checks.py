@@ -567,6 +567,8 @@ def test_a_crashing_decode_kernel_fails_and_names_the_case(monkeypatch):
     """A store far outside o corrupts the heap or faults: the check runs in a child process and reports
     the case it was on instead of taking the notebook down."""
     monkeypatch.setattr(checking, "ISOLATE", True)
+    if not checking.can_isolate():
+        pytest.skip("a compiled kernel's stray store faults the GPU context: crash isolation is for the interpreter")
     kernel = build("store far away", ("out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])",
                                       "out.to(o_ptr.dtype.element_ty))"),
                    ("tl.store(o_ptr + b * stride_ob", "tl.store(o_ptr + (1 << 26) + b * stride_ob"), memo=False)
