@@ -89,7 +89,7 @@ def _merge(o_a, lse_a, o_b, lse_b):
 
 
 def _ring(q, k, v, causal, *, send_to=1, owner_sign=-1, own_mask="own", skip="later", wait_first=True,
-          steps_with_comm=None, init_empty=False):
+          steps_with_comm=None, init_empty=False, drop_stale=False):
     rank, world = dist.get_rank(), dist.get_world_size()
     scale = 1 / math.sqrt(q.shape[-1])
     o = lse = None
@@ -120,6 +120,8 @@ def _ring(q, k, v, causal, *, send_to=1, owner_sign=-1, own_mask="own", skip="la
                 o, lse = o_b, lse_b
             else:
                 o, lse = _merge(o.to(o_b.dtype), lse.to(lse_b.dtype), o_b, lse_b)
+        if drop_stale:
+            del k_use, v_use                     # no name keeps this block once the next step is posted
         for request in requests:
             request.wait()
         if requests:
@@ -218,6 +220,12 @@ def correct_ring_empty_start(q, k, v, causal):
     return _ring(q, k, v, causal, init_empty=True)
 
 
+def correct_ring_empty_start_no_stale(q, k, v, causal):
+    """Exercise 4, correct: as correct_ring_empty_start, and no local name keeps the block just used
+    (correct_ring_empty_start's k_use still refers to it when the next step is posted)."""
+    return _ring(q, k, v, causal, init_empty=True, drop_stale=True)
+
+
 WRONG = {
     "zigzag": [zigzag_unsorted, zigzag_off_by_one, zigzag_adjacent_pairs, zigzag_mirror_of_w],
     "ratio": [ratio_full_blocks, ratio_twice_w, ratio_total_work],
@@ -229,5 +237,5 @@ CORRECT = {
     "zigzag": [correct_zigzag],
     "ratio": [correct_ratio],
     "merge": [correct_merge_logaddexp],
-    "ring": [correct_ring_empty_start],
+    "ring": [correct_ring_empty_start, correct_ring_empty_start_no_stale],
 }
