@@ -30,6 +30,7 @@ SUITES = {
     "kvcache": "attnkit.bench.kvcache:run",
     "serving": "attnkit.bench.serving:run",
     "serving_features": "attnkit.bench.serving:run_features",
+    "serving_steps": "attnkit.bench.serving:step_breakdown",
     "softmax": "attnkit.bench.streams:run_softmax",
     "bandwidth": "attnkit.bench.streams:run_bandwidth",
     "decode_profile": "attnkit.bench.decode_profile:run",
