@@ -380,3 +380,19 @@ def test_the_alpha_beta_model_of_a_run():
     times, _, pingpong = rc.load()
     model = rc.predicted_speedups(times, {w: rc.fitted(pingpong, w) for w in (2, 4)})
     assert set(model) == set(rc.speedups(times))
+
+
+def _bad_scale(rank, world, variant, scale):
+    q = torch.randn(1, 2, 4, 8, dtype=torch.float64)
+    try:
+        cp.ATTEND[variant](q, q, q, sm_scale=scale, block="torch")
+    except ValueError as error:
+        return str(error)
+    return "accepted"
+
+
+@pytest.mark.parametrize("variant", ["ring", "all_gather_kv", "ulysses"])
+def test_a_scale_that_is_not_positive_and_finite_is_refused(variant):
+    for scale in (float("nan"), 0.0, -1.0):
+        assert all("sm_scale: expected a positive finite number" in m
+                   for m in run_group(_bad_scale, 2, args=(variant, scale))), (variant, scale)

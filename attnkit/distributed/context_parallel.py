@@ -35,10 +35,10 @@ The same code runs on gloo with CPU tensors and on NCCL with CUDA tensors.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.distributed as dist
+
+from .. import validation
 
 LAYOUTS = ("contiguous", "zigzag")
 BLOCKS = ("kernel", "torch")
@@ -345,7 +345,8 @@ def _agree_on_shapes(q, k):
 
 
 def _scale(q, sm_scale):
-    return 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    """The softmax scale: 1/sqrt(D) by default; NaN, 0 or a negative scale is refused (whatever the block)."""
+    return validation.softmax_scale(sm_scale, q.shape[-1])
 
 
 def ring_attention(q, k, v, *, causal: bool = False, layout: str = "contiguous", sm_scale: float | None = None,
