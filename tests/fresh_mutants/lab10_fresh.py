@@ -239,3 +239,53 @@ CORRECT = {
     "merge": [correct_merge_logaddexp],
     "ring": [correct_ring_empty_start, correct_ring_empty_start_no_stale],
 }
+
+
+# ---------------------------------------------------------------- exercise 5: step_transfer_us
+# (written from the solution notebook after the exercise was added, before reading its check)
+def transfer_grads_in_bf16(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward=False):
+    """Exercise 5. Backward: dK and dV counted in bf16 (2 bytes) instead of float32."""
+    per = 2 * 2 + (2 * 2 if backward else 0)
+    return alpha_us + per * kv_heads * tokens_per_rank * head_dim / (beta_gb_per_s * 1e9) * 1e6
+
+
+def transfer_backward_grads_only(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward=False):
+    """Exercise 5. Backward moves only dK and dV (forgets that K and V travel again)."""
+    per = 2 * 4 if backward else 2 * 2
+    return alpha_us + per * kv_heads * tokens_per_rank * head_dim / (beta_gb_per_s * 1e9) * 1e6
+
+
+def transfer_two_alphas(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward=False):
+    """Exercise 5. Backward pays alpha twice (K/V and dK/dV as two messages), against the lab's model."""
+    per = 2 * 2 + (2 * 4 if backward else 0)
+    return alpha_us * (2 if backward else 1) + per * kv_heads * tokens_per_rank * head_dim / (beta_gb_per_s * 1e9) * 1e6
+
+
+def transfer_k_only(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward=False):
+    """Exercise 5. Counts K but not V (and dK but not dV)."""
+    per = 2 + (4 if backward else 0)
+    return alpha_us + per * kv_heads * tokens_per_rank * head_dim / (beta_gb_per_s * 1e9) * 1e6
+
+
+def transfer_elements_not_bytes(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward=False):
+    """Exercise 5. Divides the number of elements (not bytes) by the bandwidth."""
+    per = 2 + (2 if backward else 0)
+    return alpha_us + per * kv_heads * tokens_per_rank * head_dim / (beta_gb_per_s * 1e9) * 1e6
+
+
+def transfer_ms(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward=False):
+    """Exercise 5. Converts the bandwidth term to milliseconds but adds alpha in microseconds."""
+    per = 2 * 2 + (2 * 4 if backward else 0)
+    return alpha_us + per * kv_heads * tokens_per_rank * head_dim / (beta_gb_per_s * 1e9) * 1e3
+
+
+def correct_transfer_bytes_per_us(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backward=False):
+    """Exercise 5, correct: beta as bytes per microsecond (1 GB/s = 1000 bytes/us)."""
+    elements = kv_heads * tokens_per_rank * head_dim
+    nbytes = elements * (2 + 2) + (elements * (4 + 4) if backward else 0)
+    return alpha_us + nbytes / (beta_gb_per_s * 1e3)
+
+
+WRONG["step_transfer"] = [transfer_grads_in_bf16, transfer_backward_grads_only, transfer_two_alphas, transfer_k_only,
+                          transfer_elements_not_bytes, transfer_ms]
+CORRECT["step_transfer"] = [correct_transfer_bytes_per_us]

@@ -45,7 +45,8 @@ CHECKS = {
     "09": {"pages_needed": ["check_pages_needed"], "grow": ["check_grow"], "admit": ["check_admit"],
            "scheduler": ["check_scheduler"], "prediction": ["check_prediction"]},
     "10": {"zigzag": ["check_zigzag_chunks"], "ratio": ["check_predicted_work_ratio"],
-           "merge": ["check_merge_blocks"], "ring": ["check_ring_forward"]},
+           "merge": ["check_merge_blocks"], "ring": ["check_ring_forward"],
+           "step_transfer": ["check_step_transfer_us"]},
 }
 
 
