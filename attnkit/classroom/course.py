@@ -193,8 +193,8 @@ LESSONS = (
            questions=("What does continuous batching do when a sequence finishes mid-batch?",
                       "Why are the generated tokens exactly those of the plain forward pass, not just close?",
                       "How do tokens per second change with batch size in decode, and why?",
-                      "In the recorded eager decode step the GPU was busy about 15% of the time: where did the "
-                      "rest go, and what removes it?",
+                      "In the recorded eager decode step the GPU was busy less than a fifth of the time: where did "
+                      "the rest go, and what removes it?",
                       "R requests share a P-token prompt and each adds S tokens of its own: how many cache bytes "
                       "does a decode step read with and without cascade decoding, and why are the results equal?")),
     Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=110,
