@@ -19,6 +19,21 @@ LONGEST_FIRST = ("tests/test_colab_install.py", "notebooks/09_capstone_serving.i
                  "notebooks/10_beyond_one_gpu.ipynb")
 
 
+@pytest.fixture(autouse=True)
+def _no_device_check_left_over():
+    """Device-side value checks keep per-process state until it is read (attnkit.kernels.value_checks):
+    each test starts with none left by an earlier one in the same worker, on a GPU as on a CPU."""
+    yield
+    import sys
+
+    checks = sys.modules.get("attnkit.kernels.value_checks")
+    if checks is not None:
+        try:
+            checks.raise_pending_errors()
+        except ValueError:
+            pass
+
+
 def _file_rank(item) -> int:
     path = Path(str(item.fspath)).resolve()
     relative = path.relative_to(ROOT).as_posix() if ROOT in path.parents else ""
