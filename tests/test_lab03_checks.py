@@ -9,7 +9,7 @@ from mutants.lab03 import (
     tiled_row_of_tiles,
     tiled_with_merge,
 )
-from mutation import blank_tests, catalogue_tests
+from mutation import SEEDS, assert_rejected_on_every_seed, blank_tests, catalogue_tests
 
 from attnkit.classroom.checking import FAILED, OneShotStream
 from attnkit.labs import lab03
@@ -144,3 +144,19 @@ def test_lines_are_counted_in_a_thread_the_call_starts():
 
     result = lab03.check_merge(in_a_thread, seed=0)
     assert result.status == FAILED and "lines of Python" in result.report, result.report
+
+
+def merge_nan_to_zero(a, b):
+    """Exercise 2, wrong: guards the empty state by replacing m = -inf with 0 (np.nan_to_num(m, neginf=0));
+    with a empty and b's maxima near -1000, m comes out 0 and e^(m_b - 0) underflows to 0."""
+    (m_a, l_a, z_a), (m_b, l_b, z_b) = a, b
+    m_a, m_b = np.nan_to_num(m_a, neginf=0.0), np.nan_to_num(m_b, neginf=0.0)
+    m = np.maximum(m_a, m_b)
+    alpha, beta = np.exp(m_a - m), np.exp(m_b - m)
+    return m, alpha * l_a + beta * l_b, alpha[:, None] * z_a + beta[:, None] * z_b
+
+
+def test_a_merge_that_turns_an_empty_maximum_into_zero_fails_on_every_seed():
+    assert_rejected_on_every_seed(lab03.check_merge, merge_nan_to_zero, SEEDS, contains="hint:")
+    report = lab03.check_merge(merge_nan_to_zero, seed=0).report
+    assert "b's maxima are near -1000" in report, report

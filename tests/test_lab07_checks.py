@@ -140,3 +140,18 @@ def test_a_cache_size_off_by_a_little_shows_every_digit():
     line = next(line for line in result.report.splitlines() if "largest difference" in line)
     expected, got = line.split("expected ")[1].split(", got ")
     assert expected != got, line
+
+
+def bytes_float_then_back(num_layers, num_kv_heads, head_dim, tokens, dtype_bytes, batch):
+    """Exercise 1a, wrong: the right count as a float (computed in GiB, then multiplied back by 2³⁰),
+    where the lab asks for an int."""
+    return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * dtype_bytes / 2**30 * 2**30
+
+
+def test_a_cache_size_returned_as_a_float_fails_on_every_seed_and_says_int():
+    assert_rejected_on_every_seed(lab07.check_cache_bytes, bytes_float_then_back, SEEDS,
+                                  contains="cache_bytes must return an int")
+    assert_rejected_on_every_seed(lab07.check_cache_bytes, lambda *a: float(RIGHT["cache_bytes"]["formula"](*a)),
+                                  SEEDS[:5], contains="got float")
+    assert_rejected_on_every_seed(lab07.check_cache_bytes, lambda *a: RIGHT["cache_bytes"]["formula"](*a) > 0,
+                                  SEEDS[:5], contains="got bool")

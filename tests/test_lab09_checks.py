@@ -184,6 +184,8 @@ STEP_WRONG = {
                                        "waiting=[s for s in waiting if s not in admitted]")],
     "free slots passed as max_batch": [("admit(queue, len(kept), pool, max_batch)",
                                         "admit(queue, len(kept), pool, max_batch - len(kept))")],
+    "batch counted before the preemption": [("admit(queue, len(kept), pool, max_batch)",
+                                             "admit(queue, len(running), pool, max_batch)")],
     "admit before grow": [
         ("kept, preempted = grow(running, pool)\n    " + QUEUE
          + "\n    admitted = admit(queue, len(kept), pool, max_batch)",

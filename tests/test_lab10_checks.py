@@ -94,7 +94,8 @@ def test_ratio_accepts(correct):
 # ------------------------------------------------------------------------------------ merge
 def _weights(lse_a, lse_b):
     lse = torch.logaddexp(lse_a, lse_b)
-    return torch.exp(lse_a - lse)[..., None], torch.exp(lse_b - lse)[..., None], lse
+    shift = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))     # a row with no key: weights 0
+    return torch.exp(lse_a - shift)[..., None], torch.exp(lse_b - shift)[..., None], lse
 
 
 def merge_sum(o_a, lse_a, o_b, lse_b):
@@ -152,6 +153,21 @@ def merge_in_float32(o_a, lse_a, o_b, lse_b):
     return o.double(), lse.double()
 
 
+def merge_no_empty_guard(o_a, lse_a, o_b, lse_b):
+    """Shifts by the row maximum with no guard: a row with no key in either block gives −inf − (−inf) = NaN."""
+    m = torch.maximum(lse_a, lse_b)
+    lse = m + torch.log(torch.exp(lse_a - m) + torch.exp(lse_b - m))
+    return torch.exp(lse_a - lse)[..., None] * o_a + torch.exp(lse_b - lse)[..., None] * o_b, lse
+
+
+def merge_guards_the_shift_only(o_a, lse_a, o_b, lse_b):
+    """Shifts by 0 where both are empty (lse right, −inf) but weighs o by e^(lse_a − lse): NaN in that row."""
+    m = torch.maximum(lse_a, lse_b)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    lse = m + torch.log(torch.exp(lse_a - m) + torch.exp(lse_b - m))
+    return torch.exp(lse_a - lse)[..., None] * o_a + torch.exp(lse_b - lse)[..., None] * o_b, lse
+
+
 def merge_weights_from_max_only(o_a, lse_a, o_b, lse_b):
     """The larger block takes all the weight (a hard maximum instead of the softmax of the two lse)."""
     pick_a = (lse_a >= lse_b)[..., None]
@@ -161,7 +177,8 @@ def merge_weights_from_max_only(o_a, lse_a, o_b, lse_b):
 MERGE_WRONG = {f.__name__: f for f in (merge_sum, merge_average, merge_unshifted, merge_lse_is_max,
                                        merge_swapped_weights, merge_lse_sum, merge_one_global_max,
                                        merge_keeps_lse_a, merge_weights_not_normalised, merge_empty_lse_as_zero,
-                                       merge_in_float32, merge_weights_from_max_only)}
+                                       merge_in_float32, merge_weights_from_max_only, merge_no_empty_guard,
+                                       merge_guards_the_shift_only)}
 
 
 def merge_logaddexp(o_a, lse_a, o_b, lse_b):
@@ -170,7 +187,8 @@ def merge_logaddexp(o_a, lse_a, o_b, lse_b):
 
 
 def merge_softmax(o_a, lse_a, o_b, lse_b):
-    w = torch.softmax(torch.stack([lse_a, lse_b]), dim=0)         # [2, ..., rows]
+    w = torch.softmax(torch.stack([lse_a, lse_b]), dim=0)         # [2, ..., rows]; NaN where both are −inf
+    w = torch.nan_to_num(w, nan=0.0)                               # a row with no key stays empty: o = 0
     return w[0][..., None] * o_a + w[1][..., None] * o_b, torch.logsumexp(torch.stack([lse_a, lse_b]), dim=0)
 
 

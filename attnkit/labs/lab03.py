@@ -288,6 +288,10 @@ def _check_merge(merge_fn, *, seed: int | None = None) -> CheckResult:
         (tuple(np.asarray(x) for x in (lambda e: (e.m, e.l, e.z))(empty_state(3, 2))),
          _state(rng, 3, 2, 4, [0, 0, 0]), "a is the empty state (m = -inf, l = 0, z = 0)"),
         (_state(rng, 2, 3, 5, [500, 500]), _state(rng, 2, 3, 5, [510, 510]), "scores near 500"),
+        # a empty and b far below 0: a merge that replaces m = -inf by 0 takes m = 0 and e^(m_b - 0) underflows
+        (tuple(np.asarray(x) for x in (lambda e: (e.m, e.l, e.z))(empty_state(3, 2))),
+         _state(np.random.default_rng(6), 3, 2, 4, [-1000, -990, -1010]),
+         "a is the empty state and b's maxima are near -1000"),
     ]
     fixed = [case(a, b, label=_merge_label(a, b, what)) for a, b, what in pairs]
     a = _state(rng, 200, 3, 4, rng.uniform(-1000, 1000, 200))

@@ -69,11 +69,24 @@ def forbidden() -> tuple:
 
 # ------------------------------------------------------------------------------------ exercise 1
 def _exact(got, want) -> bool:
-    """An integer number of bytes, equal to the reference (a float that is exactly that integer passes)."""
+    """An integer number of bytes, equal to the reference (``_whole_bytes`` has refused every non-integer)."""
     try:
         return float(got) == float(want) and int(got) == int(want)
     except (TypeError, ValueError, OverflowError):
         return False
+
+
+def _whole_bytes(cache_bytes: Callable) -> Callable:
+    """``cache_bytes`` whose answer must be a Python or NumPy integer, as the lab asks ("an int"): a float,
+    even one equal to the right count, raises a TypeError that the report shows."""
+    def call(*args):
+        got = cache_bytes(*args)
+        if got is not None and (isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, np.integer))):
+            raise TypeError(f"cache_bytes must return an int (a whole number of bytes), got "
+                            f"{type(got).__name__} {got!r}: keep every factor an int (no /, no float)")
+        return got
+    call.__name__ = getattr(cache_bytes, "__name__", "cache_bytes")
+    return call
 
 
 def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> CheckResult:
@@ -98,7 +111,7 @@ def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> Che
         return kv_cache_bytes(num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim, tokens=tokens,
                               dtype_bytes=dtype_bytes, batch=batch)
 
-    return run_check("cache_bytes", cache_bytes, reference, fixed + drawn, tol=0.0, hint=HINT_BYTES,
+    return run_check("cache_bytes", _whole_bytes(cache_bytes), reference, fixed + drawn, tol=0.0, hint=HINT_BYTES,
                      compare=_exact, forbidden=forbidden(), fixed=len(fixed))
 
 

@@ -637,6 +637,10 @@ def _step_cases():
         # victim gave back: an answer that counts free pages itself, before the preemption, misses them
         ("the victim's pages admit an earlier arrival", 4, [_seq(0, 8, 1), arriving(_seq(1, 8, 1), 3)],
          [arriving(_seq(2, 3, 0), 1)], 1, 4),
+        # the same with a full batch: the preemption frees a place too, so the earlier arrival is admitted;
+        # an answer that counts the running requests before the preemption (not the kept) admits nobody
+        ("a preemption frees a place in a full batch", 4, [_seq(0, 8, 1), arriving(_seq(1, 8, 1), 3)],
+         [arriving(_seq(2, 3, 0), 1)], 1, 2),
     ]
 
 

@@ -40,6 +40,7 @@ import torch.distributed as dist
 from ..classroom.checking import (
     CheckResult,
     Exercise,
+    answer_error,
     case,
     check_exercises,
     exercise_check,
@@ -61,7 +62,8 @@ HINT_RATIO = ("with a contiguous split and a causal mask, rank r attends to r fu
               "(diagonal) block: count the first and the last rank's blocks and divide.")
 HINT_MERGE = ("lse = log(e^lse_a + e^lse_b), computed without overflow: m = max(lse_a, lse_b) row by row, "
               "lse = m + log(e^(lse_a − m) + e^(lse_b − m)); then o = e^(lse_a − lse)·o_a + e^(lse_b − lse)·o_b "
-              "(weights broadcast over the last axis). A block with lse = −inf holds no keys: weight 0.")
+              "(weights broadcast over the last axis). A block with lse = −inf holds no keys: weight 0. A row "
+              "with no key in either block stays empty: o = 0, lse = −inf (shift by 0 there, never by −inf).")
 HINT_TRANSFER = ("one step moves one rank's K and V: 2·Hkv·n·D elements of 2 bytes (bf16) in the forward; the "
                  "backward moves K, V and their float32 gradients dK, dV: (2·2 + 2·4)·Hkv·n·D bytes. The time is "
                  "α + bytes/β with β in GB/s = 10^9 bytes/s (not GiB/s, not Gb/s), and the answer in µs.")
@@ -115,7 +117,21 @@ def _check_ratio(predicted_work_ratio, *, seed: int | None = None) -> CheckResul
 # ------------------------------------------------------------------------------ exercise 3
 def _merge_reference(o_a, lse_a, o_b, lse_b):
     o, lse = _cp.merge(_cp.merge(None, o_a, lse_a), o_b, lse_b)
+    empty = torch.isneginf(lse_a) & torch.isneginf(lse_b)          # no key in either block: o = 0, lse = −inf
+    o = torch.where(empty[..., None], torch.zeros_like(o), o)
     return torch.cat([o, lse[..., None]], dim=-1)
+
+
+def _merge_close(got, want) -> bool:
+    """Entries the reference leaves at −inf (the lse of a row with no key) must be −inf; the rest within TOL."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return False
+    finite = np.isfinite(want)
+    if not np.array_equal(got[~finite], want[~finite]):
+        return False
+    err = answer_error(got[finite], want[finite])
+    return bool(np.isfinite(err) and err <= TOL)
 
 
 def _merge_case(rng, rows, d, offset_a, offset_b, label, empty=None):
@@ -126,6 +142,8 @@ def _merge_case(rng, rows, d, offset_a, offset_b, label, empty=None):
         lse_a[..., 0], o_a[..., 0, :] = -math.inf, 0.0
     if empty == "b":
         lse_b[..., 1], o_b[..., 1, :] = -math.inf, 0.0
+    if empty == "both":
+        lse_a[..., 2], o_a[..., 2, :], lse_b[..., 2], o_b[..., 2, :] = -math.inf, 0.0, -math.inf, 0.0
     return case(o_a, lse_a, o_b, lse_b, label=label)
 
 
@@ -141,6 +159,8 @@ def _check_merge(merge_blocks, *, seed: int | None = None) -> CheckResult:
                     "rows near 0, 900 and −900 (one maximum for all rows underflows)"),
         _merge_case(rng, 3, 4, 2.0, 1.0, "row 0 of block a holds no keys (lse −inf)", empty="a"),
         _merge_case(rng, 3, 4, 2.0, 1.0, "row 1 of block b holds no keys (lse −inf)", empty="b"),
+        _merge_case(np.random.default_rng(11), 3, 4, 2.0, 1.0,
+                    "row 2 holds no keys in either block (o = 0, lse = −inf)", empty="both"),
     ]
     rng = np.random.default_rng(seed)
     drawn = [_merge_case(rng, int(rng.integers(1, 7)), int(rng.integers(1, 9)), *rng.uniform(-50, 50, 2),
@@ -154,7 +174,7 @@ def _check_merge(merge_blocks, *, seed: int | None = None) -> CheckResult:
         return torch.cat([o, lse[..., None]], dim=-1)
 
     return run_check("merge_blocks", student, _merge_reference, fixed + drawn, tol=TOL, hint=HINT_MERGE,
-                     forbidden=forbidden(), fixed=len(fixed))
+                     compare=_merge_close, forbidden=forbidden(), fixed=len(fixed))
 
 
 # ------------------------------------------------------------------------------ exercise 4
