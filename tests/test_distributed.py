@@ -1,6 +1,7 @@
 """Context parallelism on torch.distributed (gloo, CPU processes): ring, all-gather and Ulysses attention,
 both layouts, forward and backward, equal to single-process attention for world sizes 2, 3 and 4; the
 bytes each collective moves equal the model's count; uneven shards are refused by name."""
+import math
 import time
 
 import pytest
@@ -396,3 +397,14 @@ def test_a_scale_that_is_not_positive_and_finite_is_refused(variant):
     for scale in (float("nan"), 0.0, -1.0):
         assert all("sm_scale: expected a positive finite number" in m
                    for m in run_group(_bad_scale, 2, args=(variant, scale))), (variant, scale)
+
+
+def test_merge_keeps_a_row_that_sees_no_key_empty():
+    """Both blocks empty for a row (lse = -inf in each): the merged row is o = 0, lse = -inf, not NaN."""
+    o = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    lse = torch.randn(1, 2, 3, dtype=torch.float64)
+    lse[0, 1, 2] = -math.inf
+    o[0, 1, 2] = 0.0
+    o_m, lse_m = cp.merge((o.clone(), lse.clone()), o.clone(), lse.clone())
+    assert torch.isfinite(o_m).all() and lse_m[0, 1, 2] == -math.inf and (o_m[0, 1, 2] == 0).all()
+    assert torch.allclose(o_m[0, 0], o[0, 0]) and torch.allclose(lse_m[0, 0], lse[0, 0] + math.log(2))

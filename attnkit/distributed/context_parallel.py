@@ -186,7 +186,10 @@ def merge(state, o, lse):
         return o.float() if o.dtype != torch.float64 else o, lse
     o_acc, lse_acc = state
     new = torch.logaddexp(lse_acc, lse)
-    return o_acc * torch.exp(lse_acc - new)[..., None] + o * torch.exp(lse - new)[..., None], new
+    # A row that sees no key in either block keeps lse = -inf and o = 0: shift by 0 there, not by -inf
+    # (-inf - -inf is NaN).
+    shift = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
+    return o_acc * torch.exp(lse_acc - shift)[..., None] + o * torch.exp(lse - shift)[..., None], new
 
 
 # ------------------------------------------------------------------------------------ the pairs
