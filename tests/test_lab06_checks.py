@@ -278,8 +278,10 @@ def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch, name):
     mutant = variant(replacements, name, kernel)[function]
     result = check(mutant, seed=0)
     assert result.status == FAILED, result.report
-    assert "case 1 of" in result.report and ("crashed" in result.report or "outside the tensor" in result.report), \
-        result.report
+    # Where a store 2^26 elements away lands is the allocator's business: it faults (the child crashes), hits a
+    # sentinel, or corrupts the child's own memory so that the case computes NaN. Each fails the named case.
+    named = ("crashed", "outside the tensor", "non-finite")
+    assert "case 1 of" in result.report and any(n in result.report for n in named), result.report
 
 
 def test_the_padded_tile_end_passes_without_the_shift_one_case():
