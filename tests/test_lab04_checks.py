@@ -745,4 +745,5 @@ def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch):
         return out
 
     report = lab04.check_scaled_add(launch, seed=0).report
-    assert "case 1 of" in report and ("crashed" in report or "outside" in report), report
+    # a store far away faults, hits a sentinel, or corrupts the child so the case computes NaN: each fails it
+    assert "case 1 of" in report and any(n in report for n in ("crashed", "outside", "non-finite")), report

@@ -389,4 +389,5 @@ def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch):
     kernel = build("store far away", (O_STORE, "tl.store(o_ptrs + (1 << 26), acc.to(O.dtype.element_ty))"),
                    memo=False)
     report = lab05.check_forward(kernel, seed=0).report
-    assert "case 1 of" in report and ("crashed" in report or "outside the tensor" in report), report
+    # a store far away faults, hits a sentinel, or corrupts the child so the case computes NaN: each fails it
+    assert "case 1 of" in report and any(n in report for n in ("crashed", "outside the tensor", "non-finite")), report

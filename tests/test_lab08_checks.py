@@ -573,4 +573,5 @@ def test_a_crashing_decode_kernel_fails_and_names_the_case(monkeypatch):
                                       "out.to(o_ptr.dtype.element_ty))"),
                    ("tl.store(o_ptr + b * stride_ob", "tl.store(o_ptr + (1 << 26) + b * stride_ob"), memo=False)
     report = lab08.check_paged_decode(kernel, seed=0).report
-    assert "case 1 of" in report and ("crashed" in report or "outside the tensor" in report), report
+    # a store far away faults, hits a sentinel, or corrupts the child so the case computes NaN: each fails it
+    assert "case 1 of" in report and any(n in report for n in ("crashed", "outside the tensor", "non-finite")), report
