@@ -119,10 +119,9 @@ def _as_view(x: torch.Tensor, how: str) -> torch.Tensor:
     return view
 
 
-def _attention64(q, k, v, causal, sm_scale, window, softcap):
-    """float64 reference [B, Hq, Nq, Dv] with grouped heads, causal and window aligned to the end, softcap;
-    a row that sees no key gives 0; NaN as the course's reference propagates it (docs/semantics.md)."""
-    q, k, v = (t.detach().cpu().double() for t in (q, k, v))
+def _masked_scores64(q, k, v, causal, sm_scale, window, softcap):
+    """Scores [B, Hq, Nq, Nk] with softcap and the causal / window mask (aligned to the end) as -inf, and v
+    with its heads repeated for the query heads of each group."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     s = q @ k.transpose(-1, -2) * sm_scale
@@ -138,6 +137,14 @@ def _attention64(q, k, v, causal, sm_scale, window, softcap):
     if left >= 0:
         visible &= diagonal >= -left
     s = s.masked_fill(~visible, -math.inf)
+    return s, v
+
+
+def _attention64(q, k, v, causal, sm_scale, window, softcap):
+    """float64 reference [B, Hq, Nq, Dv] with grouped heads, causal and window aligned to the end, softcap;
+    a row that sees no key gives 0; NaN as the course's reference propagates it (docs/semantics.md)."""
+    q, k, v = (t.detach().cpu().double() for t in (q, k, v))
+    s, v = _masked_scores64(q, k, v, causal, sm_scale, window, softcap)
     m = s.amax(-1, keepdim=True)
     m = torch.where(m == -math.inf, torch.zeros_like(m), m)
     w = torch.exp(s - m)
@@ -199,21 +206,7 @@ def test_flash_attention_matches_float64(data):
 
 def _attention64_diff(q, k, v, causal, sm_scale, window, softcap):
     """_attention64 on float64 leaves, differentiable (the same arithmetic, no detach)."""
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    s = q @ k.transpose(-1, -2) * sm_scale
-    if softcap is not None:
-        s = softcap * torch.tanh(s / softcap)
-    n_q, n_k = s.shape[-2:]
-    diagonal = torch.arange(n_k)[None, :] - torch.arange(n_q)[:, None] - (n_k - n_q)
-    left, right = window
-    right = 0 if causal else right
-    visible = torch.ones(n_q, n_k, dtype=torch.bool)
-    if right >= 0:
-        visible &= diagonal <= right
-    if left >= 0:
-        visible &= diagonal >= -left
-    s = s.masked_fill(~visible, -math.inf)
+    s, v = _masked_scores64(q, k, v, causal, sm_scale, window, softcap)
     p = torch.softmax(s, -1).nan_to_num(0.0)                    # rows that see nothing: 0
     return p @ v
 
