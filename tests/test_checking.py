@@ -240,7 +240,7 @@ def test_module_functions_lists_the_plain_functions_a_module_defines():
 def test_under_nbgrader_a_check_that_does_not_pass_raises(monkeypatch):
     """nbgrader sets NBGRADER_EXECUTION while it autogrades: a failing or blank check cell must raise,
     or the test cell keeps its points; a passing one still returns its report."""
-    from attnkit.labs import lab01
+    from attnkit.classroom.labchecks import lab01
 
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
 

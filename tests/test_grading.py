@@ -139,14 +139,14 @@ def test_wrong_answers_blanks_and_aliases_are_graded_and_without_a_sandbox_the_s
 def test_the_checker_loads_the_notebooks_code_without_its_check_calls():
     nb = notebook("import numpy as np\n%matplotlib inline\ndef f(x):\n    return check_f(x)",
                   "check_f(f)", "x = 1; check_f(f)", "print(summarize([check_f(f)]))\ny = 2",
-                  "from attnkit.labs.lab01 import check_scores")
+                  "from attnkit.classroom.labchecks.lab01 import check_scores")
     cells = grading.submission_cells(nb)
     assert [c["cell"] for c in cells] == [1, 2, 3, 4, 5]
     assert "get_ipython().run_line_magic('matplotlib', 'inline')" in cells[0]["source"]
     assert "return check_f(x)" in cells[0]["source"]                # inside a definition: kept
     assert cells[1]["source"].strip() == "" and cells[2]["source"].strip() == "x = 1"
     assert cells[3]["source"].strip() == "y = 2"
-    assert cells[4]["source"].strip() == "from attnkit.labs.lab01 import check_scores"
+    assert cells[4]["source"].strip() == "from attnkit.classroom.labchecks.lab01 import check_scores"
 
 
 def test_a_function_that_is_the_courses_own_is_named():

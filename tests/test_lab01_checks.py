@@ -14,7 +14,7 @@ from mutants.lab01 import (
 from mutation import blank_tests, catalogue_tests
 
 from attnkit.classroom.checking import FAILED
-from attnkit.labs import lab01
+from attnkit.classroom.labchecks import lab01
 
 CHECKS = {e.function: e.check for e in lab01.EXERCISES}
 

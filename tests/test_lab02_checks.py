@@ -9,8 +9,8 @@ from mutation import SEEDS, assert_accepted, assert_rejected_on_every_seed
 
 from attnkit.bench import iomodel
 from attnkit.classroom.checking import NOT_IMPLEMENTED, PASSED
+from attnkit.classroom.labchecks import lab02
 from attnkit.classroom.notebooks import ROOT
-from attnkit.labs import lab02
 
 SOLUTION, LAB = "solutions/lab02_io_bound.ipynb", "labs/lab02_io_bound.ipynb"
 

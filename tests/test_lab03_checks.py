@@ -12,7 +12,7 @@ from mutants.lab03 import (
 from mutation import SEEDS, assert_rejected_on_every_seed, blank_tests, catalogue_tests
 
 from attnkit.classroom.checking import FAILED, OneShotStream
-from attnkit.labs import lab03
+from attnkit.classroom.labchecks import lab03
 
 CHECKS = {e.function: e.check for e in lab03.EXERCISES}
 

@@ -16,9 +16,9 @@ from mutation import FEW_SEEDS, assert_accepted, assert_rejected_on_every_seed
 
 from attnkit.classroom import checking
 from attnkit.classroom.checking import NOT_IMPLEMENTED, PASSED
+from attnkit.classroom.labchecks import lab04
 from attnkit.classroom.notebooks import ROOT
 from attnkit.device import ensure_triton_backend
-from attnkit.labs import lab04
 
 ensure_triton_backend()
 import triton  # noqa: E402
@@ -719,7 +719,7 @@ def test_prediction_may_not_call_the_counter():
 def test_loads_are_counted_in_a_child_interpreter_where_triton_compiles(monkeypatch):
     """On a GPU this process compiles kernels and cannot interpret: the count comes from a child
     Python with TRITON_INTERPRET=1, and equals the count made here in the interpreter."""
-    from attnkit.labs import lab04
+    from attnkit.classroom.labchecks import lab04
 
     here = lab04.counted_matmul_loads(17, 33, 40)
     monkeypatch.setattr(lab04, "_COUNTED", {})

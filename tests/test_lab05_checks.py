@@ -20,9 +20,9 @@ from mutation import FEW_SEEDS, assert_accepted, assert_rejected_on_every_seed
 
 from attnkit.classroom import checking
 from attnkit.classroom.checking import is_not_implemented
+from attnkit.classroom.labchecks import lab05
 from attnkit.classroom.notebooks import ROOT
 from attnkit.device import ensure_triton_backend
-from attnkit.labs import lab05
 from attnkit.tolerances import rel_error
 
 ensure_triton_backend()

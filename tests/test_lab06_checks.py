@@ -15,8 +15,8 @@ from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every
 
 from attnkit.classroom import checking
 from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED
+from attnkit.classroom.labchecks import lab06
 from attnkit.classroom.notebooks import ROOT
-from attnkit.labs import lab06
 
 SOLUTION = "solutions/lab06_flash_backward.ipynb"
 LAB = "labs/lab06_flash_backward.ipynb"

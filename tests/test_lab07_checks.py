@@ -9,8 +9,8 @@ from mutants.lab07 import RIGHT, TRITON_WRONG, WRONG, append_torch
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_tests
 
 from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED
+from attnkit.classroom.labchecks import lab07
 from attnkit.classroom.notebooks import ROOT
-from attnkit.labs import lab07
 
 
 def _notebook_namespace(relpath: str, replace: tuple[str, str] | None = None) -> dict:

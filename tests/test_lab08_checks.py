@@ -19,9 +19,9 @@ import torch
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
 
 from attnkit.classroom import checking
+from attnkit.classroom.labchecks import lab08
 from attnkit.classroom.notebooks import ROOT
 from attnkit.device import ensure_triton_backend
-from attnkit.labs import lab08
 
 ensure_triton_backend()
 

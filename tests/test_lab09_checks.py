@@ -8,8 +8,8 @@ import pytest
 from mutation import SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
 
 from attnkit.classroom.checking import NOT_IMPLEMENTED
+from attnkit.classroom.labchecks import lab09
 from attnkit.classroom.notebooks import ROOT
-from attnkit.labs import lab09
 
 SOLUTION = "solutions/lab09_capstone_serving.ipynb"
 LAB = "labs/lab09_capstone_serving.ipynb"

@@ -8,9 +8,9 @@ import torch
 import torch.distributed as dist
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
 
+from attnkit.classroom.labchecks import lab10
 from attnkit.classroom.notebooks import ROOT
 from attnkit.distributed.context_parallel import block_forward_torch
-from attnkit.labs import lab10
 
 
 def _solution():

@@ -514,7 +514,7 @@ def nbgrader_metadata(cell, *, grade_id: str, points: float | None = None, locke
 def add_nbgrader_metadata(nb, exercises=None, *, lab: int | None = None) -> int:
     """Mark a lab's (or solution's) cells for nbgrader; return how many cells were marked.
 
-    ``exercises`` are the lab's ``Exercise`` objects (by default ``attnkit.labs.lab<NN>.EXERCISES``
+    ``exercises`` are the lab's ``Exercise`` objects (by default ``attnkit.classroom.labchecks.lab<NN>.EXERCISES``
     for ``lab=NN``): a code cell that calls ``check_lab`` gets their points added up, one that calls an
     exercise's check gets that exercise's points, any other check cell (a call of ``check_...``) one point.
     Where a lab checks each exercise in its own cell, its closing ``check_lab`` cell is read-only instead
@@ -524,7 +524,7 @@ def add_nbgrader_metadata(nb, exercises=None, *, lab: int | None = None) -> int:
         import importlib
 
         try:
-            exercises = getattr(importlib.import_module(f"attnkit.labs.lab{lab:02d}"), "EXERCISES", ())
+            exercises = getattr(importlib.import_module(f"attnkit.classroom.labchecks.lab{lab:02d}"), "EXERCISES", ())
         except ImportError:
             exercises = ()
     if isinstance(exercises, dict):

@@ -21,7 +21,7 @@ ring implementations follow):
   course's attention never calls them; a lab's check refuses them).
 
 ``on_call(call, tensors)``, when given, runs before the real call: a check can refuse a call or
-poison a receive buffer there (see ``attnkit.labs.lab10``).
+poison a receive buffer there (see ``attnkit.classroom.labchecks.lab10``).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Fresh wrong answers (and alternative correct answers) for lab 09, written from the student notebook
 and the solutions only. Each function's docstring names the exercise it answers and the mistake."""
-from attnkit.labs.lab09 import StepPlan, queue_order
+from attnkit.classroom.labchecks.lab09 import StepPlan, queue_order
 
 
 def _need(n_tokens, pages_held, page_size):

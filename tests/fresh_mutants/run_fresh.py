@@ -21,7 +21,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 SLOW = {"04", "05", "06", "08", "10"}
 
-# lab -> exercise key in labNN_fresh.WRONG/CORRECT -> the check functions (all must pass) in attnkit.labs.labNN
+# lab -> exercise key in labNN_fresh.WRONG/CORRECT -> the check functions (all must pass) in labchecks.labNN
 CHECKS = {
     "01": {"by_hand": ["check_by_hand"], "scores": ["check_scores"], "softmax": ["check_softmax"],
            "attention": ["check_attention"], "positions": ["check_positions"]},
@@ -68,7 +68,7 @@ def passes(checks, fn, seed):
 
 def run_lab(lab, n_seeds=None, verbose=False):
     module = importlib.import_module(f"lab{lab}_fresh")
-    labmod = importlib.import_module(f"attnkit.labs.lab{lab}")
+    labmod = importlib.import_module(f"attnkit.classroom.labchecks.lab{lab}")
     seeds = range(n_seeds if n_seeds is not None else (5 if lab in SLOW else 20))
     out = {"lab": lab, "seeds": len(seeds), "wrong": [], "correct": []}
     done = set()                 # (function, checks) already run: lab 05's three exercises share checks

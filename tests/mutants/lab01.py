@@ -59,7 +59,7 @@ SCORES_WRONG = {
     "rounded to 4 decimals like the lesson's table": lambda Q, K: np.round(Q @ K.T / math.sqrt(Q.shape[1]), 4),
     "float16": lambda Q, K: Q.astype(np.float16) @ K.astype(np.float16).T / np.float16(math.sqrt(Q.shape[1])),
     "calls the course's softmax-free reference": lambda Q, K: __import__(
-        "attnkit.labs.lab01", fromlist=["x"]).reference_scores(Q, K),
+        "attnkit.classroom.labchecks.lab01", fromlist=["x"]).reference_scores(Q, K),
     "PyTorch's matmul, back to NumPy": scores_torch,
     "returns a torch tensor": lambda Q, K: torch.from_numpy(Q) @ torch.from_numpy(K).T / math.sqrt(Q.shape[1]),
 }
@@ -312,7 +312,7 @@ POSITIONS_WRONG = {
     "float16 table": lambda n, d: _table(n, d, dtype=np.float16),
     "degrees": lambda n, d: _table(n, d, funcs=(lambda a: np.sin(np.radians(a)), lambda a: np.cos(np.radians(a)))),
     "calls the lab's own reference": lambda n, d: __import__(
-        "attnkit.labs.lab01", fromlist=["x"]).reference_positions(n, d),
+        "attnkit.classroom.labchecks.lab01", fromlist=["x"]).reference_positions(n, d),
 }
 
 # ------------------------------------------------------------------------------------ exercise 1: by hand
@@ -336,7 +336,7 @@ def hand_computed():
 
 
 def hand_course_reference():
-    return tuple(__import__("attnkit.labs.lab01", fromlist=["x"]).reference_by_hand().values())
+    return tuple(__import__("attnkit.classroom.labchecks.lab01", fromlist=["x"]).reference_by_hand().values())
 
 
 HAND_RIGHT = {"rounded": hand_rounded, "cut off after 4 decimals": hand_cut_off,

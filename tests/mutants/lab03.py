@@ -442,7 +442,7 @@ TILED_WRONG = {
     "calls the course's tiled_attention": tiled_calls_the_course,
     "calls the course's block_state": tiled_uses_course_block_state,
     "calls the lab module's own reference": lambda Q, K, V, bq, bk: __import__(
-        "attnkit.labs.lab03", fromlist=["x"])._tiled_reference(Q, K, V, bq, bk),
+        "attnkit.classroom.labchecks.lab03", fromlist=["x"])._tiled_reference(Q, K, V, bq, bk),
 }
 
 RIGHT = {"online_softmax": ONLINE_RIGHT, "merge": MERGE_RIGHT, "tiled_attention": TILED_RIGHT}

@@ -143,7 +143,7 @@ def course_tools(lesson: Lesson, root: Path | None = None) -> list[tuple[str, st
 
 def lab_exercises(lesson: Lesson) -> tuple[object, list[GradedExercise]]:
     """The lab's check module and its graded exercises."""
-    module_name = f"attnkit.labs.lab{lesson.number:02d}"
+    module_name = f"attnkit.classroom.labchecks.lab{lesson.number:02d}"
     if importlib.util.find_spec(module_name) is None:
         raise ValueError(f"lab: lab {lesson.number:02d} has no checks yet ({module_name} does not exist)")
     module = importlib.import_module(module_name)

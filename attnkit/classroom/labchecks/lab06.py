@@ -35,7 +35,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..classroom.checking import (
+from ...device import runtime
+from ...tolerances import check_tolerance, with_magnitude
+from ..checking import (
     FAILED,
     PASSED,
     CheckResult,
@@ -51,8 +53,6 @@ from ..classroom.checking import (
     run_check,
     student_error,
 )
-from ..device import runtime
-from ..tolerances import check_tolerance, with_magnitude
 
 DTYPE_NAME = "float16"
 HEAD_DIM = 16
@@ -93,7 +93,7 @@ def forbid_course_attention():
     """
     import torch
 
-    from ..kernels import flash, flash_kernels
+    from ...kernels import flash, flash_kernels
 
     saved = []
 

@@ -37,7 +37,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..classroom.checking import (
+from ...device import runtime
+from ...reference.attention import attention_ref  # noqa: F401  (the course's reference, guarded while students run)
+from ...tolerances import check_tolerance, with_magnitude
+from ..checking import (
     FAILED,
     CheckResult,
     Exercise,
@@ -49,9 +52,6 @@ from ..classroom.checking import (
     run_check,
     student_error,
 )
-from ..device import runtime
-from ..reference.attention import attention_ref  # noqa: F401  (the course's reference, guarded while students run)
-from ..tolerances import check_tolerance, with_magnitude
 
 DTYPE_NAME = "float16"
 BLOCK = 16                                  # the lab's BLOCK_M = BLOCK_N

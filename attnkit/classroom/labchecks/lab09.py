@@ -34,7 +34,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..classroom.checking import (
+from ...serving.allocator import OutOfPagesError, PageTables
+from ..checking import (
     FAILED,
     PASSED,
     CheckResult,
@@ -45,7 +46,6 @@ from ..classroom.checking import (
     module_functions,
     not_implemented,
 )
-from ..serving.allocator import OutOfPagesError, PageTables
 
 HINT_PAGES = ("a sequence of n tokens fills ceil(n / page_size) pages; it needs the difference with the "
               "pages it holds, and never a negative number: max(0, ceil(n / page_size) − held).")
@@ -519,7 +519,7 @@ class _TinyRunner:
     """The tiny model over a PagedKVCache: prefill for admitted requests, batched paged decode for the rest."""
 
     def __init__(self, model, num_pages, page_size):
-        from ..serving.allocator import PagedKVCache
+        from ...serving.allocator import PagedKVCache
 
         self.model, cfg = model, model.cfg
         self.pool = PagedKVCache(num_pages, page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim,
@@ -528,7 +528,7 @@ class _TinyRunner:
     def _slots(self, rid, positions):
         import torch
 
-        from ..serving.allocator import Slots
+        from ...serving.allocator import Slots
 
         where = [self.pool.slot(rid, p) for p in positions]
         return Slots(torch.tensor([w[0] for w in where]), torch.tensor([w[1] for w in where]))
@@ -536,8 +536,8 @@ class _TinyRunner:
     def step(self, running, admitted, step):
         import torch
 
-        from ..serving.engine import paged_decode_torch
-        from ..serving.tinymodel import causal_attention_torch
+        from ...serving.engine import paged_decode_torch
+        from ...serving.tinymodel import causal_attention_torch
 
         out = {}
         with torch.no_grad():
@@ -558,7 +558,7 @@ class _TinyRunner:
                 ids = [s.rid for s in decoding]
                 pos = torch.tensor([len(s.tokens) - 1 for s in decoding])
                 parts = [self._slots(s.rid, [len(s.tokens) - 1]) for s in decoding]
-                from ..serving.allocator import Slots
+                from ...serving.allocator import Slots
 
                 slots = Slots(torch.cat([p.pages for p in parts]), torch.cat([p.offsets for p in parts]))
                 table = self.pool.block_table(ids)
@@ -788,7 +788,7 @@ def measure(scheduler_step: Callable, model=None) -> str:
         lines.append(f"{label:>16}{len(rec.steps):>7}{rec.tokens_generated / len(rec.steps):>13.2f}"
                      f"{rec.preemptions:>13}{rec.recomputed_tokens:>19}")
     if model is not None:
-        from ..serving.tinymodel import greedy_no_cache
+        from ...serving.tinymodel import greedy_no_cache
 
         same = all(greedy_no_cache(model, r.prompt, r.max_new_tokens)[0] == yours.generated[r.rid]
                    for r in prediction_requests(prompts=prompts))

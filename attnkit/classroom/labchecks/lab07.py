@@ -21,7 +21,16 @@ from typing import Callable
 
 import numpy as np
 
-from ..classroom.checking import (
+from ...device import runtime
+from ...kernels import rope_append as _rope_append
+from ...kernels.rope_append import rope_append_reference
+from ...reference import rope as _rope
+from ...reference.rope import apply_rope
+from ...serving import kv_cache as _kv_cache
+from ...serving.kv_cache import kv_cache_bytes
+from ...serving.model_configs import MODELS
+from ...tolerances import tolerance
+from ..checking import (
     FAILED,
     NOT_IMPLEMENTED,
     CheckResult,
@@ -36,15 +45,6 @@ from ..classroom.checking import (
     run_check,
     unwrapped,
 )
-from ..device import runtime
-from ..kernels import rope_append as _rope_append
-from ..kernels.rope_append import rope_append_reference
-from ..reference import rope as _rope
-from ..reference.rope import apply_rope
-from ..serving import kv_cache as _kv_cache
-from ..serving.kv_cache import kv_cache_bytes
-from ..serving.model_configs import MODELS
-from ..tolerances import tolerance
 
 HINT_BYTES = ("every layer stores a K and a V vector of head_dim numbers for each KV head (not each query "
               "head) and each token: 2 · layers · kv_heads · head_dim · tokens · batch · dtype_bytes.")
@@ -292,7 +292,7 @@ def _check_rope_append(rope_append: Callable, *, seed: int | None = None) -> Che
 
 def _with_row_shift_diagnosis(result: CheckResult, cases, results: dict, tol: float) -> CheckResult:
     """Add a line to a failed K-cache report when the student's rows are the right ones, one row off."""
-    from ..tolerances import rel_error
+    from ...tolerances import rel_error
 
     for index in sorted(results):
         q, k, v, k_cache, v_cache, seqlens, mode = cases[index].args

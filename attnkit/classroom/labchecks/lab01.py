@@ -33,7 +33,12 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..classroom.checking import (
+from ...reference import attention as _attention
+from ...reference import example_4x4 as _example
+from ...reference import online_softmax as _online
+from ...reference import tiled_numpy as _tiled
+from ...tolerances import REL_TOL, dtype_name, rel_error, tolerance
+from ..checking import (
     FAILED,
     PASSED,
     CheckResult,
@@ -46,11 +51,6 @@ from ..classroom.checking import (
     not_implemented,
     run_check,
 )
-from ..reference import attention as _attention
-from ..reference import example_4x4 as _example
-from ..reference import online_softmax as _online
-from ..reference import tiled_numpy as _tiled
-from ..tolerances import REL_TOL, dtype_name, rel_error, tolerance
 
 TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: far below any real bug
 UNIT_ROUNDOFF_FLOAT32 = float(np.finfo(np.float32).eps) / 2          # u = 2⁻²⁴

@@ -20,7 +20,7 @@ cases run in a child process where kernels are interpreted, with sentinels aroun
 launch function allocates (a store without its mask is named, a crash fails with its case). Slots must
 be integer tensors, a freed sequence keeps no pages in the pool's page tables, and the kernel's output
 comes back in q's dtype. While the student's function runs, the course's own paged kernels, merge and
-references raise (see ``attnkit.labs.lab05.course_code_forbidden``), and so do PyTorch's matrix
+references raise (see ``attnkit.classroom.labchecks.lab05.course_code_forbidden``), and so do PyTorch's matrix
 products, softmax and exp while the student's decode function runs.
 """
 from __future__ import annotations
@@ -29,7 +29,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..classroom.checking import (
+from ...device import runtime
+from ...tolerances import tolerance
+from ..checking import (
     FAILED,
     PASSED,
     CheckResult,
@@ -39,8 +41,6 @@ from ..classroom.checking import (
     not_implemented,
     unwrapped,
 )
-from ..device import runtime
-from ..tolerances import tolerance
 from .lab05 import guarded_check
 
 HINT_SLOTS = ("token t lives in page block_table[t // page_size] at offset t % page_size "
@@ -422,7 +422,7 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
     """Exercise 3: ``paged_decode(q, k_pages, v_pages, block_table, seq_lens) -> o`` against float64."""
     import torch
 
-    from ..kernels.paged import paged_decode_ref
+    from ...kernels.paged import paged_decode_ref
 
     _require_callable("paged_decode", paged_decode)
     device = runtime().device
@@ -475,7 +475,7 @@ def _partials(rng, rows: int, keys: int, d: int, cuts, scale=5.0, offset=0.0):
 
 
 def _reference_merge(m, l, z):
-    from ..kernels.paged import merge_partials
+    from ...kernels.paged import merge_partials
 
     return merge_partials(m.double(), l.double(), z.double())
 

@@ -32,7 +32,12 @@ import threading
 
 import numpy as np
 
-from ..classroom.checking import (
+from ...reference import attention as _attention
+from ...reference import online_softmax as _online
+from ...reference import tiled_numpy as _tiled
+from ...reference.online_softmax import PartialState, block_state, empty_state
+from ...tolerances import rel_error, tolerance
+from ..checking import (
     FAILED,
     CheckResult,
     Exercise,
@@ -44,11 +49,6 @@ from ..classroom.checking import (
     run_check,
     with_memory_limit,
 )
-from ..reference import attention as _attention
-from ..reference import online_softmax as _online
-from ..reference import tiled_numpy as _tiled
-from ..reference.online_softmax import PartialState, block_state, empty_state
-from ..tolerances import rel_error, tolerance
 
 TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: far below any real bug
 

@@ -25,9 +25,9 @@ import math
 
 import numpy as np
 
-from ..bench import iomodel
-from ..bench.recorder import describe_source, read_results
-from ..classroom.checking import (
+from ...bench import iomodel
+from ...bench.recorder import describe_source, read_results
+from ..checking import (
     FAILED,
     PASSED,
     CheckResult,
@@ -68,7 +68,7 @@ class ForbiddenCall(Exception):
 def _raiser(*args, **kwargs):
     # Runs as the code of a course function, with that function's module globals: reach the
     # exception through the builtins only.
-    raise __import__("attnkit.labs.lab02", fromlist=["ForbiddenCall"]).ForbiddenCall(
+    raise __import__("attnkit.classroom.labchecks.lab02", fromlist=["ForbiddenCall"]).ForbiddenCall(
         "a ready-made answer of the course (or the measurement itself): compute it with your own code")
 
 

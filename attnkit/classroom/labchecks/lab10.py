@@ -37,7 +37,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..classroom.checking import (
+from ...distributed import alpha_beta as _ab
+from ...distributed import context_parallel as _cp
+from ...distributed.launch import run_group
+from ...distributed.traffic import COLLECTIVES, count_traffic, received_bytes
+from ...reference.attention import attention_ref
+from ...tolerances import tolerance
+from ..checking import (
     CheckResult,
     Exercise,
     answer_error,
@@ -46,12 +52,6 @@ from ..classroom.checking import (
     exercise_check,
     run_check,
 )
-from ..distributed import alpha_beta as _ab
-from ..distributed import context_parallel as _cp
-from ..distributed.launch import run_group
-from ..distributed.traffic import COLLECTIVES, count_traffic, received_bytes
-from ..reference.attention import attention_ref
-from ..tolerances import tolerance
 
 TOL = tolerance("float64") * 1e3
 RING_TIMEOUT_S = 20
@@ -297,7 +297,7 @@ def _check_ring(ring_forward, *, seed: int | None = None) -> CheckResult:
                         float(rng.uniform(0.5, 10)), "drawn at random")]
     # Under the grader the student's function is a stub: its process runs the ring (and this check's rules)
     # where the student's code lives, through the driver named here.
-    driver = (ring_forward.through("attnkit.labs.lab10:_run_ring") if hasattr(ring_forward, "through")
+    driver = (ring_forward.through("attnkit.classroom.labchecks.lab10:_run_ring") if hasattr(ring_forward, "through")
               else _run_ring(ring_forward))
     return run_check("ring_forward", driver, _ring_reference, fixed + drawn, tol=TOL,
                      hint=HINT_RING, forbidden=forbidden(), fixed=len(fixed))

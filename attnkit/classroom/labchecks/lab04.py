@@ -43,7 +43,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..classroom.checking import (
+from ...device import runtime
+from ...reference.attention import softmax_np
+from ...tolerances import check_tolerance, rel_error
+from ..checking import (
     FAILED,
     PASSED,
     CheckResult,
@@ -57,9 +60,6 @@ from ..classroom.checking import (
     progress,
     student_error,
 )
-from ..device import runtime
-from ..reference.attention import softmax_np
-from ..tolerances import check_tolerance, rel_error
 
 SENTINEL = -7777.0     # what `out` holds before the kernel runs, and what must stay around it
 PAD_ROWS = 48          # guard rows above and below a 2-D tensor (more than any block of rows)
@@ -136,7 +136,7 @@ def _element_addresses(t) -> np.ndarray:
 # ------------------------------------------------------------------------------- watching the kernel
 def _interpreting() -> bool:
     """Whether Triton kernels run in the interpreter here (switched on before triton is imported)."""
-    from ..device import ensure_triton_backend
+    from ...device import ensure_triton_backend
 
     ensure_triton_backend()
     return os.environ.get("TRITON_INTERPRET") == "1"
@@ -191,7 +191,7 @@ class _Memory:
 def _raiser(*args, **kwargs):
     # Runs as the code of a course function, with that function's module globals: reach the
     # exception through the builtins only.
-    raise __import__("attnkit.labs.lab04", fromlist=["ForbiddenCall"]).ForbiddenCall()
+    raise __import__("attnkit.classroom.labchecks.lab04", fromlist=["ForbiddenCall"]).ForbiddenCall()
 
 
 def _forbidden_torch():
@@ -633,7 +633,7 @@ def _counting_matmul():
     """Puzzle 5's tiled product as the course writes it, always run in Triton's interpreter (on CPU
     tensors, whatever the device), where every load can be recorded."""
     if not _KERNEL:
-        from ..device import ensure_triton_backend
+        from ...device import ensure_triton_backend
 
         ensure_triton_backend()
         import triton.language as tl
@@ -665,7 +665,7 @@ def _count_in_a_fresh_interpreter(shapes) -> None:
     import subprocess
     import sys
 
-    program = ("import json, sys; from attnkit.labs.lab04 import counted_matmul_loads; "
+    program = ("import json, sys; from attnkit.classroom.labchecks.lab04 import counted_matmul_loads; "
                "print(json.dumps([counted_matmul_loads(*s) for s in json.loads(sys.argv[1])]))")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", program, json.dumps([list(s) for s in shapes])], env=env,
