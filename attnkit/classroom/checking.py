@@ -49,6 +49,18 @@ def with_memory_limit(c: Case, max_bytes: int) -> Case:
     return Case(c.args, c.kwargs, c.label, int(max_bytes))
 
 
+def show_report(report: str) -> None:
+    """Show a check's report in a notebook as displayed text, not as the cell's value.
+
+    nbgrader's autograde reads a test cell's value (its ``execute_result``) as a partial score and
+    warns when it is not a number (``nbgrader.utils.determine_grade``); a cell that only displays text
+    gets full points, and one that raises gets none.
+    """
+    from IPython.display import display
+
+    display({"text/plain": report}, raw=True)
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """A check's verdict and the report a student sees.
@@ -72,6 +84,9 @@ class CheckResult:
 
     def __repr__(self) -> str:
         return self.report
+
+    def _ipython_display_(self) -> None:
+        show_report(self.report)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -420,6 +435,9 @@ class CheckSummary:
         lines = [r.report for r in self.results]
         lines.append(f"{done} of {len(self.results)} exercises pass.")
         return "\n".join(lines)
+
+    def _ipython_display_(self) -> None:
+        show_report(repr(self))
 
 
 def summarize(results: Iterable[CheckResult]) -> CheckSummary:
