@@ -1,13 +1,13 @@
 """Run the fresh wrong answers (and the alternative correct answers) of labs 01-10 through the labs' checks.
 
-    .venv/bin/python tests/fresh_mutants/run_fresh.py [LAB ...] [--seeds N] [--json PATH]
+    .venv/bin/python tests/fresh_mutants/run_fresh.py [LAB ...] [--seeds N] [--json PATH] [--dir DIR]
 
 Each wrong answer is run through its exercise's check on seeds 0..19 (0..4 for the Triton labs 04, 05,
 06, 08 and the multi-process lab 10); each correct answer on the same seeds. Prints, per lab, how many
 wrong answers were accepted on at least one seed (with their names and seeds) and whether every
 correct answer passed on every seed. Lab 05's three checks grade one kernel: a wrong kernel counts as
 accepted on a seed when all three checks pass it. Runs one check at a time (the checks fork their own
-child processes)."""
+child processes). --dir names another folder of labNN_fresh.py files (e.g. tests/fresh_mutants/round2)."""
 import argparse
 import importlib
 import json
@@ -117,8 +117,11 @@ def main(argv=None):
     parser.add_argument("labs", nargs="*", default=sorted(CHECKS), help="lab numbers, e.g. 01 04")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 20, or 5 for slow labs)")
     parser.add_argument("--json", default=None, help="append each lab's results to this JSON-lines file")
+    parser.add_argument("--dir", default=None, help="folder of the labNN_fresh.py files (default: this one)")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per answer as it finishes")
     args = parser.parse_args(argv)
+    if args.dir:
+        sys.path.insert(0, os.path.abspath(args.dir))
     for lab in args.labs:
         lab = f"{int(lab):02d}"
         res = run_lab(lab, args.seeds, args.verbose)
