@@ -69,7 +69,7 @@ def verify(lab):
             if same(got, want):
                 bad.append(f"{fn.__name__}: agrees with the solution on its witness")
             else:
-                print(f"  lab {lab} {fn.__name__:40s} differs")
+                print(f"  lab {lab} {fn.__name__:40s} differs", flush=True)
     print(f"lab {lab}: {n} wrong answers, {n - len(bad)} shown to differ")
     for line in bad:
         print("  NOT SHOWN:", line)
