@@ -305,9 +305,116 @@ def test_the_gpu_script_runs_on_gloo_with_tiny_sizes(tmp_path):
     assert {(r["variant"], r["layout"], r["pass_"]) for r in timed} == {
         (v, lay, p) for v, lay in benchmark.SCHEMES for p in ("fwd", "fwd+bwd")}
     assert all(float(r["ms"]) > 0 and r["gpu"] == "cpu" and r["date"] for r in timed)
+    assert all(float(r["compute_ms"]) > 0 and float(r["overlap_fraction"]) == pytest.approx(
+        float(r["ms"]) / float(r["compute_ms"])) for r in timed)
     pp = run_group(lambda rank, world: benchmark.pingpong_rank(rank, world, sizes=(4096, 1 << 20), repeats=3), 2)[0]
     assert [r["kind"] for r in pp] == ["pingpong", "pingpong", "fit"]
     assert fit_alpha_beta([1e3, 2e3, 3e3], [2e-6, 3e-6, 4e-6]) == pytest.approx((1e-6, 1e9))
+
+
+def _load_script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, cp.__file__.replace(
+        "attnkit/distributed/context_parallel.py", f"scripts/{name}.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def _compute_alone(rank, world):
+    """Per scheme: the block calls (shapes, causal) and torch.distributed calls of a forward+backward,
+    with communication and inside no_communication()."""
+    from attnkit.distributed.traffic import count_traffic
+
+    calls = []
+    real_fwd, real_bwd = cp.block_forward_torch, cp.block_backward_torch
+
+    def fwd(q, k, v, causal, scale):
+        calls.append(("fwd", tuple(q.shape), tuple(k.shape), causal))
+        return real_fwd(q, k, v, causal, scale)
+
+    def bwd(do, q, k, v, o, lse, causal, scale):
+        calls.append(("bwd", tuple(q.shape), tuple(k.shape), causal))
+        return real_bwd(do, q, k, v, o, lse, causal, scale)
+
+    cp.block_forward_torch, cp.block_backward_torch = fwd, bwd
+    out = {}
+    for variant, layout in (("ring", "contiguous"), ("ring", "zigzag"), ("all_gather_kv", "zigzag"),
+                            ("ulysses", "zigzag")):
+        q, k, v, do = (cp.shard(t, rank, world, layout) for t in _inputs(world, 4, 2, seed=0))
+        per_mode = []
+        for quiet in (False, True):
+            calls.clear()
+            qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+            with count_traffic() as log:
+                if quiet:
+                    with cp.no_communication():
+                        o = ATTEND[variant](qs, ks, vs, causal=True, layout=layout, block="torch")
+                        o.backward(do)
+                else:
+                    o = ATTEND[variant](qs, ks, vs, causal=True, layout=layout, block="torch")
+                    o.backward(do)
+            per_mode.append((list(calls), len(log), qs.grad.shape == qs.shape and ks.grad.shape == ks.shape))
+        out[(variant, layout)] = per_mode
+    return out
+
+
+def test_compute_alone_makes_the_same_block_calls_and_no_distributed_call():
+    """The overlap fraction's denominator: inside no_communication() every scheme computes the same
+    blocks (shapes and masks, forward and backward) and calls nothing in torch.distributed."""
+    for rank, result in enumerate(run_group(_compute_alone, 2)):
+        for scheme, ((calls, n_comm, ok), (quiet_calls, n_quiet, quiet_ok)) in result.items():
+            assert calls and calls == quiet_calls, (rank, scheme)
+            assert n_comm > 0 and n_quiet == 0, (rank, scheme, n_comm, n_quiet)
+            assert ok and quiet_ok
+    assert cp._COMMUNICATE == [True]
+
+
+def test_merge_writes_the_rows_of_every_run_under_one_header(tmp_path):
+    from attnkit.distributed.benchmark import merge_csvs
+
+    for name, rows in (("a", "kind,world,ms\ntime,2,1.5\n"), ("b", "kind,world,ms,compute_ms\ntime,4,0.9,0.8\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "bench_context_parallel.csv").write_text(rows)
+    [path] = merge_csvs(tmp_path / "out", [tmp_path / "a", tmp_path / "b"], ["context_parallel"])
+    assert path.read_text().splitlines() == ["kind,world,ms,compute_ms", "time,2,1.5,", "time,4,0.9,0.8"]
+    with pytest.raises(ValueError, match="none holds bench_context_parallel_pingpong.csv"):
+        merge_csvs(tmp_path / "out", [tmp_path / "a"], ["context_parallel_pingpong"])
+
+
+def test_the_tensor_parallel_script_runs_on_gloo(tmp_path):
+    """scripts/gpu_tensor_parallel.py --cpu: one row per tp (1, the baseline, and 2), tokens equal to the
+    plain model's, the first difference empty, the CSV with its provenance."""
+    import csv
+
+    script = _load_script("gpu_tensor_parallel")
+    assert script.main([str(tmp_path), "--cpu", "--tp", "2", "--new-tokens", "6", "--repeats", "1"]) == 0
+    rows = list(csv.DictReader((tmp_path / "bench_tensor_parallel_decode.csv").open()))
+    assert [r["tp"] for r in rows] == ["1", "2"]
+    assert all(r["tokens_equal"] == "yes" and r["first_difference"] == "" and r["ranks_agree"] == "yes"
+               for r in rows)
+    assert [r["kv_heads_per_rank"] for r in rows] == ["0/1", "0 1"]
+    assert all(float(r["ms_per_token"]) > 0 and r["gpu"] == "cpu" and r["link"] for r in rows)
+    assert script.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert script.first_difference([1, 5, 3], [1, 2, 3]) == 1
+    assert script.first_difference([1, 2], [1, 2, 3]) == 2
+    with pytest.raises(SystemExit):
+        script.main([str(tmp_path), "--cpu", "--tp", "3"])                # 3 does not divide 4 query heads
+
+
+def test_tp_generate_refuses_a_group_of_another_size():
+    def call(rank, world):
+        from attnkit.distributed.tensor_parallel import tp_generate
+        from attnkit.serving.tinymodel import load_model
+
+        try:
+            tp_generate(rank, 4, load_model(), [1, 2], 2)
+        except ValueError as exc:
+            return str(exc)
+        return "accepted"
+
+    assert run_group(call, 2) == ["tp: the process group has 2 ranks, tp=4"] * 2
 
 
 # ------------------------------------------------------------------------------ recorded runs (recorded.py)

@@ -10,19 +10,27 @@ are the result.
   computes that reference itself), as relative errors with the dtype's bound (two computations each
   within the bound of the exact result: twice the bound).
 - ``time_rank``: forward, and forward + backward, per scheme and sequence length: the median over
-  repeats of the slowest rank's time; beside it one device's ``flash_attention`` on the whole sequence
-  and the bytes each rank receives (``comm_bytes``).
+  repeats of the slowest rank's time; beside it one device's ``flash_attention`` on the whole sequence,
+  the bytes each rank receives (``comm_bytes``), and the same scheme's compute alone (``compute_ms``:
+  the same block calls, merges and copies inside ``context_parallel.no_communication()``, timed the
+  same way) with the overlap fraction ``ms / compute_ms`` (1: every transfer hidden behind compute;
+  above 1: the share of communication that was not).
+- ``uneven_rank``: rank 0's shard one chunk longer than the others'; returns the ValueError's message.
 - ``pingpong_rank``: ranks 0 and 1 bounce messages of 4 KB … 256 MB; the one-way time is half the
   round trip; α and β are fitted over all sizes.
 """
 from __future__ import annotations
 
+import csv
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from ..bench.recorder import write_results
 from ..tolerances import rel_error, tolerance
 from . import context_parallel as cp
 
@@ -40,8 +48,12 @@ def _sync(device):
 
 
 def _inputs(n_total, batch, hq, hkv, d, dtype, device, seed):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    make = lambda h: torch.randn(batch, h, n_total, d, generator=gen).to(device=device, dtype=dtype)  # noqa: E731
+    """q, k, v, dO of the whole sequence, the same on every rank: drawn by a generator on the device
+    itself (every rank's GPU is the same model, so the same seed gives the same numbers), which keeps
+    a 256k-token sequence from costing seconds of CPU time per rank."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    make = lambda h: torch.randn(batch, h, n_total, d, generator=gen, device=device, dtype=torch.float32  # noqa: E731
+                                 ).to(dtype)
     return make(hq), make(hkv), make(hkv), make(hq)
 
 
@@ -136,6 +148,8 @@ def time_rank(rank, world, *, seq_lens, batch, hq, hkv, d, dtype, block, causal,
 
             for pass_, fn in (("fwd", fwd), ("fwd+bwd", both)):
                 seconds = _timed(fn, device, repeats)
+                with cp.no_communication():                  # the same blocks, no transfer
+                    compute = _timed(fn, device, repeats)
                 received = cp.comm_bytes(variant, batch=batch, q_heads=hq, kv_heads=hkv, seq_len=n_total,
                                          head_dim=d, world_size=world, itemsize=q.element_size(),
                                          backward=pass_ == "fwd+bwd",
@@ -144,10 +158,24 @@ def time_rank(rank, world, *, seq_lens, batch, hq, hkv, d, dtype, block, causal,
                                  N=n_total, n_per_rank=n_total // world, B=batch, Hq=hq, Hkv=hkv, D=d,
                                  dtype=str(dtype).replace("torch.", ""), world=world, ms=seconds * 1e3,
                                  one_device_ms=one.get(pass_, float("nan")) * 1e3, bytes_per_rank=received,
-                                 gb_per_s=received / seconds / 1e9))
+                                 gb_per_s=received / seconds / 1e9, compute_ms=compute * 1e3,
+                                 overlap_fraction=seconds / compute))
     for row in rows:                                          # speed-up over one device: its time ÷ ours
         row["speedup"] = row["one_device_ms"] / row["ms"]
     return rows
+
+
+def uneven_rank(rank, world, *, variant, block, dtype=torch.float32):
+    """Every rank calls ``variant`` with rank 0's shard two tokens longer: the ValueError's message
+    (the same on every rank), or "accepted"."""
+    device = _device(rank)
+    n = 2 * (3 if rank == 0 else 2)
+    q = torch.zeros(1, 2 * world, n, 16, device=device, dtype=dtype)
+    try:
+        cp.ATTEND[variant](q, q, q, layout="zigzag", block=block)
+    except ValueError as exc:
+        return str(exc)
+    return "accepted"
 
 
 def _one_device_forward(q, k, v, causal, block):
@@ -203,4 +231,56 @@ def pingpong_rank(rank, world, *, sizes=PINGPONG_SIZES, repeats=20):
     return rows
 
 
-__all__ = ["SCHEMES", "PINGPONG_SIZES", "check_rank", "time_rank", "pingpong_rank"]
+def _link() -> str:
+    """The GPU0–GPU1 entry of ``nvidia-smi topo -m`` (NV18: 18 NVLinks; PIX/PXB/PHB/SYS: PCIe paths)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    for line in out.splitlines():
+        cells = line.split()
+        if cells and cells[0] == "GPU0" and len(cells) > 2:
+            return cells[2]
+    return "unknown"
+
+
+def link_and_nccl(cpu: bool) -> dict:
+    """What the course's recorder does not stamp: the link between GPUs 0 and 1 and NCCL's version."""
+    if cpu:
+        return dict(link="gloo (loopback)", nccl="")
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else ""
+    return dict(link=_link(), nccl=nccl)
+
+
+def write_csv(directory: Path, name: str, rows: list[dict], meta: dict) -> Path:
+    """bench_<name>.csv with the course's provenance columns (GPU, date, torch, triton, CUDA, cuDNN)."""
+    return write_results(name, [{**r, **meta} for r in rows], directory=directory)
+
+
+def merge_csvs(out: Path, directories, names) -> list[Path]:
+    """For each name, ``out/bench_<name>.csv`` holding the rows of ``bench_<name>.csv`` of every directory
+    in order (the columns: every column of any of them; a row lacking one leaves it empty). A name no
+    directory holds is an error."""
+    written = []
+    for name in names:
+        rows = []
+        for directory in directories:
+            path = Path(directory) / f"bench_{name}.csv"
+            if path.exists():
+                with path.open(newline="") as f:
+                    rows += list(csv.DictReader(f))
+        if not rows:
+            raise ValueError(f"directories: none holds bench_{name}.csv")
+        fields = list(dict.fromkeys(k for row in rows for k in row))
+        Path(out).mkdir(parents=True, exist_ok=True)
+        target = Path(out) / f"bench_{name}.csv"
+        with target.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        written.append(target)
+    return written
+
+
+__all__ = ["SCHEMES", "PINGPONG_SIZES", "check_rank", "time_rank", "pingpong_rank", "uneven_rank", "link_and_nccl",
+           "write_csv", "merge_csvs"]

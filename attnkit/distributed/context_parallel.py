@@ -32,8 +32,17 @@ Tensors are [B, H, n, D] shards: n = N / W tokens for "contiguous", two halves o
 Every rank's shard must have the same shape: each call checks it with one small all-gather and
 raises ValueError naming each rank's length (``check_lengths=False`` skips that collective).
 The same code runs on gloo with CPU tensors and on NCCL with CUDA tensors.
+
+``no_communication()``: inside it, every scheme runs the same block computations, merges and local
+copies but calls nothing in torch.distributed: a "received" K/V block is the rank's own (same shape),
+a gathered K/V is the rank's own W times, a reduce-scatter keeps the rank's own share, an all-to-all
+copies the rank's own part to every slot. The results are wrong; the work is the scheme's compute
+alone, which the benchmark times to split a scheme's time into compute and communication
+(``attnkit.distributed.benchmark``).
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -43,6 +52,17 @@ from .. import validation
 LAYOUTS = ("contiguous", "zigzag")
 BLOCKS = ("kernel", "torch")
 VARIANTS = ("ring", "all_gather_kv", "ulysses")
+_COMMUNICATE = [True]          # False inside no_communication()
+
+
+@contextlib.contextmanager
+def no_communication():
+    """The schemes' compute alone: no torch.distributed call inside (module doc); results are wrong."""
+    _COMMUNICATE[0] = False
+    try:
+        yield
+    finally:
+        _COMMUNICATE[0] = True
 
 
 # ------------------------------------------------------------------------------------------- layouts
@@ -219,6 +239,8 @@ def _local_backward(do_chunks, q_chunks, o_chunks, lse_chunks, q_ids, k_chunks, 
 
 def _exchange(tensors, rank, world_size, group=None):
     """Send ``tensors`` to rank + 1 and receive the same shapes from rank − 1 (asynchronously)."""
+    if not _COMMUNICATE[0]:
+        return [], list(tensors)                         # no_communication(): the rank's own tensors
     received = [torch.empty_like(t) for t in tensors]
     ops = [dist.P2POp(dist.isend, t, (rank + 1) % world_size, group) for t in tensors]
     ops += [dist.P2POp(dist.irecv, t, (rank - 1) % world_size, group) for t in received]
@@ -327,7 +349,7 @@ def _check(q, k, v, causal, layout, block, check_lengths=True):
                          "attnkit.distributed.launch.run_group)")
     if dist.get_backend() == "nccl" and q.device.type != "cuda":
         raise ValueError(f"q: the NCCL backend moves CUDA tensors only, got a tensor on {q.device}")
-    if check_lengths:
+    if check_lengths and _COMMUNICATE[0]:
         _agree_on_shapes(q, k)
 
 
@@ -363,6 +385,8 @@ def ring_attention(q, k, v, *, causal: bool = False, layout: str = "contiguous",
 def _gather_kv(k, v, world):
     """[K_0, …, K_{W-1}], [V_0, …] of every rank, by one all-gather of this rank's K and V stacked."""
     kv = torch.stack((k, v)).contiguous()
+    if not _COMMUNICATE[0]:
+        return [kv[0]] * world, [kv[1]] * world          # no_communication(): the rank's own, W times
     everyone = [torch.empty_like(kv) for _ in range(world)]
     dist.all_gather(everyone, kv)
     return [t[0] for t in everyone], [t[1] for t in everyone]
@@ -399,7 +423,10 @@ class _AllGather(torch.autograd.Function):
                             chunks_of_rank(owner, world, ctx.layout), dq, dk_c, dv_c, ctx.causal, ctx.sm_scale, bwd)
             shares.append(torch.stack((torch.cat(dk_c, dim=2), torch.cat(dv_c, dim=2))).contiguous())
         mine = torch.empty_like(shares[rank])
-        dist.reduce_scatter(mine, shares)             # the gradient of an all-gather: sum the shares of shard r on r
+        if _COMMUNICATE[0]:
+            dist.reduce_scatter(mine, shares)
+        else:                                         # no_communication(): this rank's own share
+            mine.copy_(shares[rank])             # the gradient of an all-gather: sum the shares of shard r on r
         return (torch.cat(dq, dim=2).to(q.dtype), mine[0].to(k.dtype), mine[1].to(v.dtype),
                 None, None, None, None)
 
@@ -420,10 +447,14 @@ def _all_to_all(received: list, parts: list) -> None:
     posts one send and one receive per peer in one batch and copies its own part; the bytes each rank
     receives are the same, (W - 1) parts.
     """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if not _COMMUNICATE[0]:                               # no_communication(): the own part in every slot
+        for slot in received:
+            slot.copy_(parts[rank])
+        return
     if dist.get_backend() != "gloo":
         dist.all_to_all(received, parts)
         return
-    rank, world = dist.get_rank(), dist.get_world_size()
     received[rank].copy_(parts[rank])
     ops = [op for peer in range(world) if peer != rank
            for op in (dist.P2POp(dist.isend, parts[peer], peer), dist.P2POp(dist.irecv, received[peer], peer))]
@@ -503,6 +534,6 @@ def ulysses_attention(q, k, v, *, causal: bool = False, layout: str = "contiguou
 
 ATTEND = {"ring": ring_attention, "all_gather_kv": all_gather_kv_attention, "ulysses": ulysses_attention}
 
-__all__ = ["LAYOUTS", "VARIANTS", "ATTEND", "chunks_of_rank", "shard", "unshard", "causal_work", "comm_bytes",
-           "ring_attention", "all_gather_kv_attention", "ulysses_attention", "merge", "block_forward_torch",
-           "block_backward_torch"]
+__all__ = ["LAYOUTS", "VARIANTS", "ATTEND", "no_communication", "chunks_of_rank", "shard", "unshard", "causal_work",
+           "comm_bytes", "ring_attention", "all_gather_kv_attention", "ulysses_attention", "merge",
+           "block_forward_torch", "block_backward_torch"]
