@@ -401,6 +401,25 @@ def test_the_tensor_parallel_script_runs_on_gloo(tmp_path):
     assert script.first_difference([1, 2], [1, 2, 3]) == 2
     with pytest.raises(SystemExit):
         script.main([str(tmp_path), "--cpu", "--tp", "3"])                # 3 does not divide 4 query heads
+    from attnkit.distributed import recorded as rc
+
+    read = rc.load_tp_decode(tmp_path)
+    assert [int(r["tp"]) for r in read] == [1, 2] and read[1]["ms_per_token"] > 0
+    text = rc.describe_tp(read)
+    assert "cpu, tp = 1, 2, link gloo (loopback); NCCL" in text and "recorded 20" in text
+
+
+def test_the_overlap_fraction_is_time_over_compute_alone():
+    from attnkit.distributed import recorded as rc
+
+    rows = [dict(variant="ring", layout="zigzag", world=2.0, pass_="fwd", N=float(n), ms=ms, compute_ms=c)
+            for n, ms, c in ((8192, 3.0, 1.5), (16384, 4.0, 4.0))]
+    assert rc.has_overlap(rows)
+    assert rc.overlap(rows) == {("ring", "zigzag", 2, "fwd"): {8192: 2.0, 16384: 1.0}}
+    old = [{k: v for k, v in r.items() if k != "compute_ms"} for r in rows]      # recorded before compute_ms
+    assert not rc.has_overlap(old) and not rc.has_overlap([{**rows[0], "compute_ms": ""}])
+    with pytest.raises(ValueError, match="compute_ms"):
+        rc.overlap(old)
 
 
 def test_tp_generate_refuses_a_group_of_another_size():

@@ -9,6 +9,9 @@ ranks 0 and 1, and the least-squares α, β in the ``kind=fit`` row). This modul
 - ``load()``: (time rows, check rows, ping-pong rows); ``describe_runs`` names the GPUs, the link, NCCL and
   the library versions; ``fitted(pingpong, world)``: α in seconds, β in bytes/s;
 - ``speedups(rows)`` and ``measured_crossover``: the smallest recorded N from which a scheme beats one GPU;
+- ``overlap(rows)``: the overlap fraction per scheme, pass and N, the scheme's time ÷ its compute alone (the
+  same blocks timed with no communication, ``context_parallel.no_communication``): 1 when every transfer
+  hides behind compute; ``has_overlap(rows)`` says whether a recording has it (runs before it did not);
 - ``predicted_ms`` and ``predicted_speedups``: the α–β model of the same runs (``crossover`` reads either).
   Compute is one GPU's recorded time on the whole sequence times the slowest rank's share of the attention, at every
   step (``step_shares``); a message costs α + bytes/β. The ring's forward overlaps each step's transfer with
@@ -16,6 +19,10 @@ ranks 0 and 1, and the least-squares α, β in the ``kind=fit`` row). This modul
   or reduce-scatter costs W − 1 messages (NCCL's ring algorithm), an all-to-all one message per call
   (every peer at once), before or after the compute. Nothing else is counted: not the host's time per
   kernel call, not the merges, not the lower rate of a short block.
+
+``scripts/gpu_tensor_parallel.py`` writes ``bench_tensor_parallel_decode.csv``: one row per tensor-parallel
+size (tp = 1 is the split code on one GPU), whether its tokens equal one GPU's plain model, where they
+first differ, ms per token. ``load_tp_decode()`` reads it; ``describe_tp(rows)`` names where it ran.
 """
 from __future__ import annotations
 
@@ -37,6 +44,25 @@ def load(directory: Path = RESULTS) -> tuple[list[dict], list[dict], list[dict]]
     rows = read_results("context_parallel", directory)
     pingpong = read_results("context_parallel_pingpong", directory)
     return ([r for r in rows if r["kind"] == "time"], [r for r in rows if r["kind"] == "check"], pingpong)
+
+
+def load_tp_decode(directory: Path = RESULTS) -> list[dict]:
+    """The recorded tensor-parallel decode rows, one per tp (``scripts/gpu_tensor_parallel.py``)."""
+    return read_results("tensor_parallel_decode", directory)
+
+
+def describe_tp(rows: list[dict]) -> str:
+    """Where the tensor-parallel decode rows were measured: GPU, link, NCCL, torch, Triton, CUDA, date."""
+    if not rows:
+        raise ValueError("rows: no recorded rows")
+
+    def values(key):
+        return ", ".join(sorted({str(r[key]) for r in rows}))
+
+    return (f"{values('gpu')}, tp = {', '.join(str(int(r['tp'])) for r in rows)}, link "
+            + "; ".join(describe_link(x) for x in sorted({str(r['link']) for r in rows}))
+            + f"; NCCL {values('nccl')}, torch {values('torch')}, Triton {values('triton')}, CUDA {values('cuda')};"
+            f" recorded {values('date')}")
 
 
 def describe_link(link: str) -> str:
@@ -78,6 +104,23 @@ def speedups(rows: list[dict]) -> dict:
     for r in rows:
         key = (r["variant"], r["layout"], int(r["world"]), r["pass_"])
         out.setdefault(key, {})[int(r["N"])] = r["speedup"]
+    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
+
+
+def has_overlap(rows: list[dict]) -> bool:
+    """Whether every time row carries the compute-alone time (recordings before it had none)."""
+    return bool(rows) and all(isinstance(r.get("compute_ms"), float) and r["compute_ms"] > 0 for r in rows)
+
+
+def overlap(rows: list[dict]) -> dict:
+    """{(variant, layout, world, pass): {N: the scheme's ms ÷ its compute alone}} from the time rows."""
+    if not has_overlap(rows):
+        raise ValueError("rows: recorded without the compute-alone time (no compute_ms column): rerun "
+                         "scripts/gpu_context_parallel.py")
+    out = {}
+    for r in rows:
+        out.setdefault((r["variant"], r["layout"], int(r["world"]), r["pass_"]), {})[int(r["N"])] = (
+            r["ms"] / r["compute_ms"])
     return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
 
 
@@ -185,5 +228,6 @@ def bytes_agree(rows: list[dict]) -> list[dict]:
     return bad
 
 
-__all__ = ["SCHEMES", "PASSES", "load", "describe_link", "describe_runs", "fitted", "speedups", "crossover",
-           "measured_crossover", "step_shares", "predicted_ms", "predicted_speedups", "bytes_agree"]
+__all__ = ["SCHEMES", "PASSES", "load", "load_tp_decode", "describe_tp", "describe_link", "describe_runs", "fitted",
+           "speedups", "has_overlap", "overlap", "crossover", "measured_crossover", "step_shares", "predicted_ms",
+           "predicted_speedups", "bytes_agree"]
