@@ -1,6 +1,7 @@
 """Context parallelism on torch.distributed (gloo, CPU processes): ring, all-gather and Ulysses attention,
 both layouts, forward and backward, equal to single-process attention for world sizes 2, 3 and 4; the
 bytes each collective moves equal the model's count; uneven shards are refused by name."""
+import functools
 import math
 import time
 
@@ -420,6 +421,14 @@ def test_the_overlap_fraction_is_time_over_compute_alone():
     assert not rc.has_overlap(old) and not rc.has_overlap([{**rows[0], "compute_ms": ""}])
     with pytest.raises(ValueError, match="compute_ms"):
         rc.overlap(old)
+
+
+def test_uneven_shards_are_refused_by_the_benchmark_helper():
+    from attnkit.distributed.benchmark import uneven_rank
+
+    for messages in run_group(functools.partial(uneven_rank, block="torch"), 2, timeout_s=20):
+        assert set(messages) == set(cp.VARIANTS)
+        assert all("rank 0: n=6, rank 1: n=4" in m for m in messages.values()), messages
 
 
 def test_tp_generate_refuses_a_group_of_another_size():

@@ -15,7 +15,7 @@ are the result.
   the same block calls, merges and copies inside ``context_parallel.no_communication()``, timed the
   same way) with the overlap fraction ``ms / compute_ms`` (1: every transfer hidden behind compute;
   above 1: the share of communication that was not).
-- ``uneven_rank``: rank 0's shard one chunk longer than the others'; returns the ValueError's message.
+- ``uneven_rank``: rank 0's shard two tokens longer than the others'; each scheme's ValueError message.
 - ``pingpong_rank``: ranks 0 and 1 bounce messages of 4 KB … 256 MB; the one-way time is half the
   round trip; α and β are fitted over all sizes.
 """
@@ -165,17 +165,20 @@ def time_rank(rank, world, *, seq_lens, batch, hq, hkv, d, dtype, block, causal,
     return rows
 
 
-def uneven_rank(rank, world, *, variant, block, dtype=torch.float32):
-    """Every rank calls ``variant`` with rank 0's shard two tokens longer: the ValueError's message
-    (the same on every rank), or "accepted"."""
+def uneven_rank(rank, world, *, block, variants=cp.VARIANTS, dtype=torch.float32):
+    """Every rank calls each of ``variants`` with rank 0's shard two tokens longer: {variant: the
+    ValueError's message (the same on every rank), or "accepted"}."""
     device = _device(rank)
     n = 2 * (3 if rank == 0 else 2)
     q = torch.zeros(1, 2 * world, n, 16, device=device, dtype=dtype)
-    try:
-        cp.ATTEND[variant](q, q, q, layout="zigzag", block=block)
-    except ValueError as exc:
-        return str(exc)
-    return "accepted"
+    messages = {}
+    for variant in variants:
+        try:
+            cp.ATTEND[variant](q, q, q, layout="zigzag", block=block)
+            messages[variant] = "accepted"
+        except ValueError as exc:
+            messages[variant] = str(exc)
+    return messages
 
 
 def _one_device_forward(q, k, v, causal, block):
