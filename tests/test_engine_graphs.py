@@ -88,9 +88,9 @@ def test_padded_sizes_are_powers_of_two_up_to_max_batch():
 @torch.no_grad()
 def test_the_padded_step_gives_the_logits_of_the_unpadded_step(batch, size):
     engine, tokens, positions, table, slots = engine_with_sequences(batch)
-    rows = engine._pack(tokens, positions, table, slots)
+    rows = engine.pack_rows(tokens, positions, table, slots)
     assert rows.shape[0] == engine.padded_batch(batch) == size
-    unpadded = engine._decode_step(rows[:batch].clone())
+    unpadded = engine.decode_step(rows[:batch].clone())
     padded = engine.decode(tokens, positions, table, slots)          # the step on the padded static buffer
     assert padded.shape == (batch, engine.cfg.vocab_size)
     if blas_rows_independent(engine.model, batch, size):
@@ -101,7 +101,7 @@ def test_the_padded_step_gives_the_logits_of_the_unpadded_step(batch, size):
     # whatever the padding rows hold, the real rows get the same bits (same shapes, same kernels)
     other = rows.clone()
     other[batch:, 0] = 7                                             # other tokens in the padding rows
-    assert torch.equal(engine._decode_step(other)[:batch], engine._decode_step(rows)[:batch])
+    assert torch.equal(engine.decode_step(other)[:batch], engine.decode_step(rows)[:batch])
     # and the step is the plain decode step
     assert_close(padded, reference_step(engine, tokens, positions, table, slots), torch.float32,
                  what="decode step")
@@ -110,8 +110,8 @@ def test_the_padded_step_gives_the_logits_of_the_unpadded_step(batch, size):
 @torch.no_grad()
 def test_the_padded_step_over_an_fp8_cache_gives_the_logits_of_the_unpadded_step():
     engine, tokens, positions, table, slots = engine_with_sequences(5, kv_dtype="fp8")
-    rows = engine._pack(tokens, positions, table, slots)
-    unpadded = engine._decode_step(rows[:5].clone())
+    rows = engine.pack_rows(tokens, positions, table, slots)
+    unpadded = engine.decode_step(rows[:5].clone())
     padded = engine.decode(tokens, positions, table, slots)
     if blas_rows_independent(engine.model, 5, 8):
         assert torch.equal(padded, unpadded)
@@ -127,7 +127,7 @@ def test_padded_rows_write_only_the_scratch_page():
     padded_engine, tokens, positions, table, slots = engine_with_sequences(3)
     plain_engine = engine_with_sequences(3)[0]
     padded_engine.decode(tokens, positions, table, slots)           # 4 rows: one padding row
-    plain_engine._decode_step(plain_engine._pack(tokens, positions, table, slots)[:3].clone())
+    plain_engine.decode_step(plain_engine.pack_rows(tokens, positions, table, slots)[:3].clone())
     scratch = padded_engine.scratch_page
     assert scratch == padded_engine.cache.num_pages == padded_engine.cache.k.shape[1] - 1
     for name in ("k", "v"):
@@ -189,13 +189,13 @@ def shared_prefix_workload(seed: int, n_requests: int = 7) -> list[Request]:
 
 def count_padding(engine) -> list:
     """Wrap the engine's step to record (rows, padded size) of every decode step."""
-    sizes, step = [], engine._decode_step
+    sizes, step = [], engine.decode_step
 
     def recording(static):
         sizes.append(static.shape[0])
         return step(static)
 
-    engine._decode_step = recording
+    engine.decode_step = recording
     return sizes
 
 
@@ -258,7 +258,7 @@ def test_cuda_graphs_on_and_off_serve_the_same_tokens(kv_dtype):
         assert engine.cuda_graphs is graphs
         results[graphs] = engine.run(shared_prefix_workload(0), max_tokens_per_step=10)
         if graphs:
-            assert engine._graphs and all(g is not None for g in engine._graphs.values())
+            assert engine.graphs and all(g is not None for g in engine.graphs.values())
     tokens = {g: {rid: c.tokens for rid, c in r.completions.items()} for g, r in results.items()}
     assert tokens[True] == tokens[False]
     if kv_dtype == "model":
@@ -271,8 +271,8 @@ def test_a_replayed_step_equals_the_eager_step():
     engine, tokens, positions, table, slots = engine_with_sequences(5, device="cuda")
     assert engine.cuda_graphs
     replayed = engine.decode(tokens.cuda(), positions.cuda(), table.cuda(), slots)
-    assert 8 in engine._graphs and engine._graphs[8] is not None
-    eager = engine._decode_step(engine._load(engine._pack(tokens, positions, table, slots)))[:5]
+    assert 8 in engine.graphs and engine.graphs[8] is not None
+    eager = engine.decode_step(engine.load_rows(engine.pack_rows(tokens, positions, table, slots)))[:5]
     assert_close(replayed, eager, torch.float32, "cuda", what="replayed step")
     assert torch.equal(replayed.argmax(-1), eager.argmax(-1))
 

@@ -25,7 +25,7 @@ at a tiny size (``device="cpu"``).
 
 ``step_breakdown`` serves the same workload once per configuration and splits the wall clock of the
 engine's steps into the decode step (``Engine.decode``, replayed from a CUDA graph where it can be),
-the prefill chunks (``Engine._prefill_chunks``) and the rest (the scheduler, the allocator and the
+the prefill chunks (``Engine.prefill_chunks``) and the rest (the scheduler, the allocator and the
 prefix cache on the host), each call followed by a synchronisation so that the GPU's work is counted
 in the phase that launched it:
 
@@ -329,7 +329,7 @@ def step_breakdown(device: str | None = None, *, workload: FeatureWorkload | Non
     """Where the wall clock of the engine's steps goes, per configuration (default: "baseline" and
     "no_cuda_graphs" of ``FEATURE_CONFIGS``): one row per phase, ``decode`` (``Engine.decode``: packing,
     the step itself, replayed from a CUDA graph when the engine captured one), ``prefill``
-    (``Engine._prefill_chunks``) and ``host`` (everything else in ``Engine.run``: scheduling, the
+    (``Engine.prefill_chunks``) and ``host`` (everything else in ``Engine.run``: scheduling, the
     allocator, the prefix cache, choosing tokens), with ms per step, calls per step and share of the
     steps' time. Each timed call is followed by a synchronisation, so the GPU work a phase launches
     counts in that phase (the engine reads each call's result back at once anyway)."""
@@ -368,7 +368,7 @@ def step_breakdown(device: str | None = None, *, workload: FeatureWorkload | Non
             return call
 
         engine.decode = timed("decode", engine.decode)                 # run() calls both through self
-        engine._prefill_chunks = timed("prefill", engine._prefill_chunks)
+        engine.prefill_chunks = timed("prefill", engine.prefill_chunks)
         start = time.perf_counter()
         result = engine.run(requests, max_tokens_per_step=config.get("max_tokens_per_step"))
         _synchronize(device)

@@ -4,7 +4,7 @@
   and V together, 2 · L · Hkv · D · tokens · batch · dtype_bytes.
 - ``max_batch_size(config, *, context, memory_bytes, dtype_bytes=2)``: how many sequences of
   ``context`` tokens fit in ``memory_bytes`` of cache.
-- ``calculator()``: an ipywidgets calculator over ``attnkit.serving.engine.model_configs.MODELS`` (ipywidgets 7 and 8).
+- ``calculator()``: an ipywidgets calculator over ``attnkit.serving.model_configs.MODELS`` (ipywidgets 7 and 8).
 - ``pool_kv_heads(x, num_kv_heads)``: [B, H, N, D] -> [B, Hkv, N, D], the mean of each group of H/Hkv
   heads (how an MHA checkpoint is turned into GQA before fine-tuning).
 """
