@@ -49,6 +49,16 @@ def _worker(rank, world_size, port, backend, fn, args, results, timeout_s):
             dist.destroy_process_group()
 
 
+def _import_before_fork() -> None:
+    """A forked process inherits its parent's imported modules. autograd's first backward imports
+    torch.fx.experimental.symbolic_shapes (and with it sympy: seconds of CPU): imported once here, no
+    rank pays for it again."""
+    try:
+        import torch.fx.experimental.symbolic_shapes  # noqa: F401
+    except ImportError:
+        pass
+
+
 def run_group(fn, world_size: int, args: tuple = (), *, backend: str = "gloo", timeout_s: float = 120.0):
     """``[fn(0, W, *args), …, fn(W-1, W, *args)]``, each in its own process; see the module doc.
 
@@ -59,6 +69,8 @@ def run_group(fn, world_size: int, args: tuple = (), *, backend: str = "gloo", t
         raise ValueError(f"world_size: expected an integer >= 1, got {world_size!r}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend: expected 'gloo' or 'nccl', got {backend!r}")
+    if backend == "gloo":
+        _import_before_fork()
     ctx = mp.get_context("fork" if backend == "gloo" else "spawn")
     results = ctx.Queue()
     port = _free_port()
