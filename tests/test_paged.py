@@ -204,9 +204,11 @@ BAD = {
     "table dtype": (replaced(3, torch.zeros(2, 3, dtype=torch.int64)), "block_table: dtype must be torch.int32"),
     "lens dtype": (replaced(4, torch.ones(2, dtype=torch.int64)), "seq_lens: dtype must be torch.int32"),
     "k/v shapes": (replaced(2, torch.zeros(4, 4, 1, 16, dtype=torch.float16)),
-                   "k_pages, v_pages: must have the same shape"),
+                   "k_pages, v_pages: must have the same shape but for the head dim"),
     "head dims": (replaced(0, torch.zeros(2, 4, 32, dtype=torch.float16)), "head dims differ"),
-    "head dim": (None, "D=24 is not supported"),
+    "head dim": (None, "q: head dim D=4 is not supported; D must be between 8 and 256"),
+    "head dim high": (None, "q: head dim D=264 is not supported"),
+    "value head dim": (None, "v_pages: head dim Dv=300 is not supported; Dv must be between 8 and 256"),
     "heads": (replaced(0, torch.zeros(2, 3, 16, dtype=torch.float16)), "Hq % Hkv == 0"),
     "table rows": (replaced(3, torch.zeros(3, 3, dtype=torch.int32)), "block_table: needs one row per sequence"),
     "lens rows": (replaced(4, torch.ones(3, dtype=torch.int32)), "seq_lens: needs one length per sequence"),
@@ -220,11 +222,12 @@ BAD = {
 @pytest.mark.parametrize("name", list(BAD))
 def test_bad_inputs_raise_value_error(name):
     args, message = BAD[name]
-    if name == "head dim":
+    if name in ("head dim", "head dim high", "value head dim"):
+        d, dv = {"head dim": (4, 4), "head dim high": (264, 264), "value head dim": (16, 300)}[name]
         args = valid_case()
-        args[0] = torch.zeros(2, 4, 24, dtype=torch.float16, device=DEVICE)
-        args[1] = torch.zeros(5, 4, 2, 24, dtype=torch.float16, device=DEVICE)
-        args[2] = args[1].clone()
+        args[0] = torch.zeros(2, 4, d, dtype=torch.float16, device=DEVICE)
+        args[1] = torch.zeros(5, 4, 2, d, dtype=torch.float16, device=DEVICE)
+        args[2] = torch.zeros(5, 4, 2, dv, dtype=torch.float16, device=DEVICE)
     elif name == "page id high":
         args = valid_case()
         args[3] = args[3].clone()
@@ -310,8 +313,8 @@ def test_check_values_is_named():
 
 
 def test_device_checks_keep_bounded_state_and_name_the_first_bad_call():
-    """300 device-checked calls leave one three-number tensor per device, not 300 flags; the error names
-    the first bad call by its index and kernel, and counts the others."""
+    """300 device-checked calls leave one four-number tensor per device, not 300 flags; the error names
+    the first bad call by its index and kernel, and counts the others; reading it resets it in place."""
     from attnkit.kernels import value_checks
 
     gen = torch.Generator().manual_seed(13)
@@ -320,7 +323,7 @@ def test_device_checks_keep_bounded_state_and_name_the_first_bad_call():
     paged.raise_pending_errors()
     for i in range(300):
         paged.check_paged_inputs(*(bad if i in (149, 200) else good), check_values="device")
-    assert [tuple(t.shape) for t in value_checks._STATE.values()] == [(3,)]
+    assert [tuple(t.shape) for t in value_checks._STATE.values()] == [(4,)]
     with pytest.raises(ValueError, match="2 of the last 300 calls .* The first was paged_decode call 150 of 300"):
         paged.raise_pending_errors()
-    assert not value_checks._STATE and not value_checks._CALLS
+    assert [t.tolist() for t in value_checks._STATE.values()] == [list(value_checks.EMPTY)]

@@ -3,8 +3,9 @@ its one-token case agrees with paged_decode."""
 import pytest
 import torch
 
+from attnkit.kernels.fp8_cache import FP8, fp8_scales, quantize_fp8
 from attnkit.kernels.paged import paged_decode
-from attnkit.kernels.paged_extend import FP8, fp8_scales, paged_extend, paged_extend_ref, quantize_fp8
+from attnkit.kernels.paged_extend import paged_extend, paged_extend_ref
 from attnkit.tolerances import assert_close
 
 # On a GPU float32 products run on tf32 tensor cores: the bound is the device's (tolerances.tolerance).
@@ -157,7 +158,7 @@ def test_bad_page_ids_and_offsets_unchecked_stay_in_bounds():
 
 def test_an_fp8_nan_byte_gives_nan_not_480():
     """On Triton's interpreter an e4m3 NaN byte reads as 480 unless the kernel's caller takes care
-    (paged_extend.fp8_read): the rows that read the NaN are NaN, as on a GPU; the others are exact."""
+    (fp8_cache.fp8_read): the rows that read the NaN are NaN, as on a GPU; the others are exact."""
     q, k, v, table, lens, cu = _problem(9, [3, 2], [9, 12])
     k_scale, v_scale = fp8_scales(k), fp8_scales(v)
     k8, v8 = quantize_fp8(k, k_scale), quantize_fp8(v, v_scale)
@@ -180,7 +181,7 @@ from triton.compiler import ASTSource
 from attnkit.kernels.paged_extend import _extend_kernel as fn
 
 for scaled, cache in ((True, "*fp8e4nv"), (False, "*fp16")):
-    constexprs = dict(GROUP=4, PAGE=16, D=80, BLOCK_D=128, BLOCK_M=16, BLOCK_N=32, SCALED=scaled)
+    constexprs = dict(GROUP=4, PAGE=16, D=80, BLOCK_D=128, DV=72, BLOCK_DV=128, BLOCK_M=16, BLOCK_N=32, SCALED=scaled)
     types = {"table_ptr": "*i32", "lens_ptr": "*i32", "cu_ptr": "*i32", "k_scale_ptr": "*fp32",
              "v_scale_ptr": "*fp32", "k_ptr": cache, "v_ptr": cache, "sm_scale_log2": "fp32"}
     signature = {name: "constexpr" if name in constexprs

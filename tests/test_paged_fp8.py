@@ -8,8 +8,9 @@ import torch
 from test_paged import make_case
 
 from attnkit.kernels import paged
+from attnkit.kernels.fp8_cache import FP8, fp8_scales, quantize_fp8
 from attnkit.kernels.paged import paged_decode, paged_decode_ref
-from attnkit.kernels.paged_extend import FP8, fp8_scales, paged_extend, quantize_fp8
+from attnkit.kernels.paged_extend import paged_extend
 from attnkit.tolerances import rel_error, tolerance
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

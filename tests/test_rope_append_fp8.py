@@ -1,5 +1,5 @@
 """rope_append writing an FP8 (e4m3) cache: the stored bytes against the reference (rotate in float64,
-quantise with paged_extend.quantize_fp8), on the Triton and the PyTorch path, through strided views,
+quantise with fp8_cache.quantize_fp8), on the Triton and the PyTorch path, through strided views,
 and the ValueErrors for bad scales.
 
 The bound: V is not rotated, so its bytes equal quantize_fp8's exactly. K is rotated in fp32 by the
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from attnkit.kernels import rope_append as ra
-from attnkit.kernels.paged_extend import FP8, fp8_scales, paged_extend, paged_extend_ref, quantize_fp8
+from attnkit.kernels.fp8_cache import FP8, fp8_scales, quantize_fp8
+from attnkit.kernels.paged_extend import paged_extend, paged_extend_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BACKENDS = ("triton", "torch")

@@ -143,7 +143,7 @@ def paged_call(p, variant: str, num_splits: int | None, config=None):
     splits = num_splits or paged.choose_num_splits(p["q"].shape[0], HKV, p["block_table"].shape[1] * PAGE,
                                                    p["q"].device)
     scale = HEAD_DIM ** -0.5
-    return (lambda: paged._launch(*args, scale, splits, variant, config)), splits
+    return (lambda: paged.launch(*args, scale, splits, variant, config)), splits
 
 
 def gathered_sdpa_call(p, backend_name: str):
@@ -246,7 +246,7 @@ def ratios(rows: list[dict]) -> dict:
 def fp8_cache(p) -> dict:
     """Problem ``p`` with its cache quantised to e4m3, one scale per KV head (``fp8_scales``: amax / 448),
     and cu_seqlens_q for one new token per sequence (decode as paged_extend's one-token case)."""
-    from ..kernels.paged_extend import fp8_scales, quantize_fp8
+    from ..kernels.fp8_cache import fp8_scales, quantize_fp8
 
     k_scale, v_scale = fp8_scales(p["k_pages"]), fp8_scales(p["v_pages"])      # fp32 [Hkv]
     batch = p["q"].shape[0]
@@ -272,7 +272,7 @@ def decode_call(p, cache: str):
     k, v, scales = cache_of(p, cache)
     args = (p["q"], k, v, p["block_table"], p["seq_lens"])
     paged.check_paged_inputs(*args, **scales)
-    return lambda: paged._launch(*args, HEAD_DIM ** -0.5, 1, "grouped", **scales)
+    return lambda: paged.launch(*args, HEAD_DIM ** -0.5, 1, "grouped", **scales)
 
 
 def extend_call(p, cache: str):

@@ -7,21 +7,25 @@ Public functions
   local layers; pages wholly before the window are never read).
 - ``merge_partials(m, l, z) -> o``: the (m, ℓ, z) merge rule of lesson 3 in PyTorch, over a split axis.
 - ``gather_dense(k_pages, v_pages, block_table, seq_lens) -> (k, v)``: copy each sequence's pages into
-  dense [B, Hkv, L, D] tensors (the correctness checkpoint: gather, then ordinary attention).
+  dense [B, Hkv, L, D] and [B, Hkv, L, Dv] tensors (the correctness checkpoint: gather, then ordinary
+  attention).
 - ``paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale=None)``: the float64
   reference, token by token through the page table.
-- ``check_paged_inputs(...)``: the ValueErrors; ``choose_num_splits(...)``: the split heuristic.
+- ``check_paged_inputs(...)``: the ValueErrors; ``choose_num_splits(...)``: the split heuristic;
+  ``launch(...)``: the kernels on inputs already checked (what the benchmarks time).
 
 Shapes
 - q: [B, Hq, D], the one new token of each of B sequences;
-- k_pages, v_pages: [num_pages, page_size, Hkv, D], any strides; Hq % Hkv == 0 and query head h reads
-  KV head h // (Hq // Hkv);
+- k_pages: [num_pages, page_size, Hkv, D] and v_pages: [num_pages, page_size, Hkv, Dv], any strides;
+  Hq % Hkv == 0 and query head h reads KV head h // (Hq // Hkv);
 - block_table: int32 [B, max_pages]; sequence b's token t lives in page block_table[b, t // page_size]
   at offset t % page_size; entries past a sequence's last page are never read (any value);
 - seq_lens: int32 [B], 1 <= seq_lens[b] <= max_pages * page_size;
-- o: [B, Hq, D] in q's dtype. fp16, bf16 and fp32; D in {16, 32, 64, 128, 256}.
+- o: [B, Hq, Dv] in q's dtype. fp16, bf16 and fp32; any D and Dv from 8 to 256, as the dense kernel
+  takes them: the kernels pad each head dim to a power of two in registers (tl.arange's sizes are
+  powers of two), with loads and stores masked to the real D and Dv.
 - An FP8 cache (as ``paged_extend``'s): k_pages, v_pages of dtype float8_e4m3fn holding K / k_scale and
-  V / v_scale, with ``k_scale``, ``v_scale`` fp32 [Hkv] (one per KV head, ``paged_extend.fp8_scales``).
+  V / v_scale, with ``k_scale``, ``v_scale`` fp32 [Hkv] (one per KV head, ``fp8_cache.fp8_scales``).
   The kernel reads the fp8 bytes (half of fp16's), converts them to q's dtype in registers, multiplies
   the scores by k_scale and the output by v_scale (both constant over a KV head's tokens).
 
@@ -34,12 +38,21 @@ Variants (``variant=``)
 
 Split-KV (flash-decoding): with ``num_splits`` S > 1, each sequence's tokens are cut into S chunks
 processed by separate programs; each writes its partial state (m, ℓ, z) (m the natural-log running
-maximum, ℓ the sum of exponentials, z the unnormalised output), and a merge kernel combines them with
-the rule of lesson 3. ``num_splits=None`` picks S with ``choose_num_splits`` (more programs when
-B·Hkv is too small to fill the GPU).
+maximum, ℓ the sum of exponentials, z the unnormalised output) to one fp32 workspace, and a merge
+kernel combines them with the rule of lesson 3. ``num_splits=None`` picks S with ``choose_num_splits``
+(more programs when B·Hkv is too small to fill the GPU).
 
 Every tensor argument may have any strides (a view, an expanded or offset tensor): the kernels read
 each through its strides.
+
+The host's work per call (an eager call at B = 1 is mostly host time): the first call of each kind
+(shapes, strides, dtypes, devices and options: ``_plan_key``) checks the shapes and decides the launch
+(splits, block sizes, grid) into a plan; a later call of the same kind checks again only the values
+(``check_values``), allocates the output (with splits, one workspace too) and launches through
+``runners.RUNNERS`` (the kept compiled kernel, without Triton's JIT in between). With
+``check_values="device"`` one program of the decode kernel checks the page table, the lengths and the
+scales itself and updates the device's state of ``value_checks``: no PyTorch operation, no extra launch,
+no synchronisation. So an eager call is one launch (two with splits) and one allocation (two).
 
 Where it runs: as every kernel of the course, by ``attnkit.device.kernel_device``: CUDA tensors run
 compiled kernels; on a machine without a GPU, CPU tensors run the same kernels in Triton's
@@ -57,6 +70,7 @@ from .. import validation
 from ..device import (
     bf16_computed_in_fp32,
     ensure_triton_backend,
+    kernel_device,
     launch_options,
     on_device,
     sm_count,
@@ -64,6 +78,8 @@ from ..device import (
     triton_interprets,
 )
 from . import value_checks
+from .flash.runners import RUNNERS, keep_recent
+from .fp8_cache import FP8, fp8_read
 
 ensure_triton_backend()
 
@@ -71,11 +87,10 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from .flash import check_window  # noqa: E402
-from .flash_kernels import LN2, LOG2E  # noqa: E402
-from .paged_extend import FP8, fp8_read  # noqa: E402
 from .value_checks import raise_pending_errors  # noqa: E402,F401  (re-exported: paged.raise_pending_errors)
 
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256                              # D and Dv: the dense kernel's range
+SUPPORTED_HEAD_DIMS = range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1)
 SUPPORTED_DTYPES = validation.FLOAT_DTYPES
 CACHE_DTYPES = SUPPORTED_DTYPES + (torch.float8_e4m3fn,)        # an FP8 cache takes k_scale, v_scale
 VARIANTS = {
@@ -83,56 +98,129 @@ VARIANTS = {
     "per_head": "one query head per program; scores by multiply-and-sum (no tensor cores)",
 }
 MAX_SPLITS = 256
+MAX_PLANS = 1024     # kinds of call remembered (a server sees a few per model); beyond, the oldest go
+CODE = value_checks.KERNELS.index("paged_decode")
+LOG2E = 1.4426950408889634                                       # log2(e): scores in log2 units for exp2
+LN2 = tl.constexpr(0.6931471805599453)                           # ln(2): m back to natural-log units
+
+
+def padded(head_dim: int) -> int:
+    """A tile's head dim: the next power of two (tl.arange's sizes), at least 16 (tl.dot's smallest K)."""
+    return max(16, triton.next_power_of_2(head_dim))
 
 
 # ------------------------------------------------------------------------------------------- kernels
 @triton.jit
+def _load_rows(ptr, rows, stride_d, valid, DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """[len(rows), BLOCK_D] elements at ptr + rows[:, None] + d·stride_d; rows not ``valid`` and the
+    columns d >= DIM (the padding to a power of two) read as zeros and touch no memory."""
+    offs_d = tl.arange(0, BLOCK_D)
+    ptrs = ptr + rows[:, None] + offs_d[None, :] * stride_d
+    if DIM == BLOCK_D:
+        mask = valid[:, None]
+    else:
+        mask = valid[:, None] & (offs_d[None, :] < DIM)
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
 def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp,
               stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
-              HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr):
-    """The K and V rows [len(tok), D] of KV head kv for the tokens ``tok`` of one sequence, found
-    through its row of the page table (token t: page bt_row[t // PAGE_SIZE], slot t % PAGE_SIZE);
-    tokens not ``valid`` read as zeros and touch no page."""
+              DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+              PAGE_SIZE: tl.constexpr):
+    """The K rows [len(tok), BLOCK_D] and V rows [len(tok), BLOCK_DV] of KV head kv for the tokens ``tok``
+    of one sequence, found through its row of the page table (token t: page bt_row[t // PAGE_SIZE], slot
+    t % PAGE_SIZE); tokens not ``valid`` and the head-dim padding read as zeros and touch no page."""
     page = tl.load(bt_row + (tok // PAGE_SIZE) * stride_btp, mask=valid, other=0)   # physical page
     page = tl.where((page >= 0) & (page < num_pages), page, 0)          # a bad id reads page 0, no fault
     slot = tok % PAGE_SIZE                                               # offset inside the page
-    offs_d = tl.arange(0, HEAD_DIM)
     k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
     v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
-    k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :] * stride_kd, mask=valid[:, None], other=0.0)
-    v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :] * stride_vd, mask=valid[:, None], other=0.0)
+    k = _load_rows(k_ptr, k_rows, stride_kd, valid, DIM_QK, BLOCK_D)
+    v = _load_rows(v_ptr, v_rows, stride_vd, valid, DIM_V, BLOCK_DV)
     return k, v
 
 
 @triton.jit
+def _check_values(bt_ptr, lens_ptr, k_scale_ptr, v_scale_ptr, state_ptr, batch, num_pages, max_len, n_kv,
+                  stride_btb, stride_btp, stride_lens,
+                  PAGE_SIZE: tl.constexpr, SCALED: tl.constexpr, BLOCK_KV: tl.constexpr, CODE: tl.constexpr,
+                  N_KERNELS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_P: tl.constexpr):
+    """check_values="device" in one program: the ``value_checks.RULES`` bits this call's values break
+    (1: a length outside 1 .. max_len = max_pages·PAGE_SIZE; 2: a used table entry outside [0, num_pages);
+    4: a scale that is not finite and > 0), recorded in the device's state in value_checks' layout
+    (first bad call's code, bad calls, first bad call's rules, calls). Calls on one stream run in
+    order and only this program of a call touches the state, so nothing races."""
+    bad_len = tl.zeros([BLOCK_B], tl.int32)
+    bad_page = tl.zeros([BLOCK_B], tl.int32)
+    for b0 in range(0, batch, BLOCK_B):
+        rows = b0 + tl.arange(0, BLOCK_B)
+        row_ok = rows < batch
+        lens = tl.load(lens_ptr + rows * stride_lens, mask=row_ok, other=1)
+        bad_len = tl.maximum(bad_len, (row_ok & ((lens < 1) | (lens > max_len))).to(tl.int32))
+        used_pages = (tl.minimum(tl.maximum(lens, 0), max_len) + PAGE_SIZE - 1) // PAGE_SIZE
+        used_pages = tl.where(row_ok, used_pages, 0)
+        for p0 in range(0, tl.max(used_pages, 0), BLOCK_P):
+            cols = p0 + tl.arange(0, BLOCK_P)
+            used = row_ok[:, None] & (cols[None, :] < used_pages[:, None])
+            ids = tl.load(bt_ptr + rows[:, None] * stride_btb + cols[None, :] * stride_btp, mask=used, other=0)
+            bad = used & ((ids < 0) | (ids >= num_pages))
+            bad_page = tl.maximum(bad_page, tl.max(bad.to(tl.int32), 1))
+    rules = (tl.max(bad_len, 0) > 0).to(tl.int64) + 2 * (tl.max(bad_page, 0) > 0).to(tl.int64)
+    if SCALED:
+        heads = tl.arange(0, BLOCK_KV)
+        ok = heads < n_kv
+        ks = tl.load(k_scale_ptr + heads, mask=ok, other=1.0)
+        vs = tl.load(v_scale_ptr + heads, mask=ok, other=1.0)
+        good = (ks > 0) & (ks < float("inf")) & (vs > 0) & (vs < float("inf"))   # NaN fails both tests
+        rules = rules + 4 * (tl.max((ok & ~good).to(tl.int32), 0) > 0).to(tl.int64)
+    calls = tl.load(state_ptr + 3)
+    bad_call = rules != 0
+    take = bad_call & (tl.load(state_ptr) < 0)                          # the first bad call since the read
+    tl.store(state_ptr, calls * N_KERNELS + CODE, mask=take)
+    tl.store(state_ptr + 2, rules, mask=take)
+    tl.store(state_ptr + 1, tl.load(state_ptr + 1) + bad_call.to(tl.int64))
+    tl.store(state_ptr + 3, calls + 1)
+
+
+@triton.jit
 def _paged_kernel(
-        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, m_ptr, l_ptr, k_scale_ptr, v_scale_ptr,
-        qk_scale, tokens_per_split, num_pages, max_len, window_left,
+        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, k_scale_ptr, v_scale_ptr, state_ptr,
+        qk_scale, tokens_per_split, num_pages, max_len, window_left, batch, n_kv,
         stride_qb, stride_qh, stride_qd,
         stride_kp, stride_ks, stride_kh, stride_kd,
         stride_vp, stride_vs, stride_vh, stride_vd,
         stride_btb, stride_btp, stride_lens,
-        stride_ob, stride_oh, stride_os, stride_od,
-        stride_mb, stride_mh, stride_ms,
-        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+        stride_ob, stride_oh, stride_os,
+        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
+        BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PAGE_SIZE: tl.constexpr,
         BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, GROUPED: tl.constexpr, DOT_PRECISION: tl.constexpr,
-        SCALED: tl.constexpr):
+        SCALED: tl.constexpr, CHECK: tl.constexpr, BLOCK_KV: tl.constexpr, CODE: tl.constexpr,
+        N_KERNELS: tl.constexpr):
     """One program: sequence b, tokens [split·tokens_per_split, ...) of it, and the query heads of
-    program_id(0) as the rows of q [BLOCK_G, D]:
+    program_id(0) as the rows of q [BLOCK_G, BLOCK_D]:
 
     - GROUPED: the GROUP query heads kv·GROUP .. kv·GROUP+GROUP-1 that share KV head kv = program_id(0)
       (rows past GROUP are padding, masked); scores [BLOCK_G, BLOCK_N] = q · kᵀ by tl.dot (tensor cores);
     - else: query head program_id(0) alone (BLOCK_G = 1), reading KV head h // GROUP; scores by
       multiply-and-sum (no tensor cores; a KV head's rows are read once for each of its query heads).
 
-    SCALED (an FP8 cache): K and V rows are converted to q's dtype in registers; the scores take the KV
-    head's k_scale, the output its v_scale.
+    Head dims: q and K have DIM_QK columns, V and the output DIM_V, padded in registers to the powers
+    of two BLOCK_D and BLOCK_DV; the padding loads as zeros (it adds nothing to a score) and is never
+    stored. SCALED (an FP8 cache): K and V rows are converted to q's dtype in registers; the scores take
+    the KV head's k_scale, the output its v_scale.
     Sliding window: the new token (position seq_len - 1) sees tokens >= seq_len - 1 - window_left; the
     loop starts there, so the blocks before it are never loaded. exp2 with qk_scale = scale·log2 e.
-    Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial (m, ℓ, z), m in natural-log units.
+    Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial state to the workspace row of
+    (b, head, split): z in columns 0 .. DIM_V - 1, m (natural-log units) in DIM_V, ℓ in DIM_V + 1.
+    CHECK: program (0, 0, 0) also checks the values of the whole call first (``_check_values``).
     """
     b = tl.program_id(1)
     split = tl.program_id(2)
+    if CHECK:
+        if (tl.program_id(0) == 0) & (b == 0) & (split == 0):
+            _check_values(bt_ptr, lens_ptr, k_scale_ptr, v_scale_ptr, state_ptr, batch, num_pages, max_len, n_kv,
+                          stride_btb, stride_btp, stride_lens, PAGE_SIZE, SCALED, BLOCK_KV, CODE, N_KERNELS, 16, 64)
     offs_g = tl.arange(0, BLOCK_G)                                       # [BLOCK_G] row of the tile
     if GROUPED:
         kv = tl.program_id(0)          # KV heads of one sequence are neighbours: they read the same pages
@@ -149,18 +237,17 @@ def _paged_kernel(
 
     if SCALED:                                                           # an FP8 cache: per-KV-head scales
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv)
-    offs_d = tl.arange(0, HEAD_DIM)                                      # [D]
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
-                mask=row_ok[:, None], other=0.0)                         # [BLOCK_G, D]
+    q = _load_rows(q_ptr + b * stride_qb, heads * stride_qh, stride_qd, row_ok, DIM_QK, BLOCK_D)  # [BLOCK_G, BLOCK_D]
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)                  # running max (log2 units)
     l_i = tl.zeros([BLOCK_G], tl.float32)                                # running sum of exponentials
-    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)                      # running Σ p·v
+    acc = tl.zeros([BLOCK_G, BLOCK_DV], tl.float32)                      # running Σ p·v
     bt_row = bt_ptr + b * stride_btb
     for tok0 in range(start, end, BLOCK_N):
         tok = tok0 + tl.arange(0, BLOCK_N)                               # [BLOCK_N] token index
         valid = tok < end
-        k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp, stride_kp, stride_ks, stride_kh,
-                         stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, HEAD_DIM, PAGE_SIZE)
+        k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp, stride_kp, stride_ks,
+                         stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
+                         DIM_QK, DIM_V, BLOCK_D, BLOCK_DV, PAGE_SIZE)
         if SCALED:                                                       # fp8 bytes -> q's dtype
             k = k.to(q.dtype)
             v = v.to(q.dtype)
@@ -182,25 +269,24 @@ def _paged_kernel(
 
     if SCALED:
         acc = acc * tl.load(v_scale_ptr + kv)                            # V = stored V · v_scale
+    offs_dv = tl.arange(0, BLOCK_DV)
+    store_ok = row_ok[:, None] & (offs_dv[None, :] < DIM_V)
     if SPLIT:
-        o_rows = o_ptr + b * stride_ob + heads[:, None] * stride_oh + split * stride_os
-        tl.store(o_rows + offs_d[None, :] * stride_od, acc, mask=row_ok[:, None])
-        ml_rows = b * stride_mb + heads * stride_mh + split * stride_ms
-        tl.store(m_ptr + ml_rows, m_i * LN2, mask=row_ok)  # natural-log units
-        tl.store(l_ptr + ml_rows, l_i, mask=row_ok)
+        rows = out_ptr + b * stride_ob + heads * stride_oh + split * stride_os    # [BLOCK_G] workspace rows
+        tl.store(rows[:, None] + offs_dv[None, :], acc, mask=store_ok)
+        tl.store(rows + DIM_V, m_i * LN2, mask=row_ok)                  # natural-log units
+        tl.store(rows + DIM_V + 1, l_i, mask=row_ok)
     else:
         out = acc / l_i[:, None]
-        o_rows = o_ptr + b * stride_ob + heads[:, None] * stride_oh
-        tl.store(o_rows + offs_d[None, :] * stride_od, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+        rows = out_ptr + b * stride_ob + heads * stride_oh
+        tl.store(rows[:, None] + offs_dv[None, :], out.to(out_ptr.dtype.element_ty), mask=store_ok)
 
 
 @triton.jit
-def _merge_splits_kernel(m_ptr, l_ptr, z_ptr, o_ptr, num_splits,
-                         stride_mb, stride_mh, stride_ms,
-                         stride_zb, stride_zh, stride_zs, stride_zd,
-                         stride_ob, stride_oh, stride_od,
-                         HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr):
-    """One program per (sequence, query head): o = Σ_s e^(m_s − M) z_s / Σ_s e^(m_s − M) ℓ_s, M = max m_s.
+def _merge_splits_kernel(ws_ptr, o_ptr, num_splits, stride_wb, stride_wh, stride_ws, stride_ob, stride_oh,
+                         DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr):
+    """One program per (sequence, query head): o = Σ_s e^(m_s − M) z_s / Σ_s e^(m_s − M) ℓ_s, M = max m_s,
+    from the workspace rows ``_paged_kernel`` wrote (z, then m, then ℓ).
 
     A split that saw no token has m = −inf, ℓ = 0, z = 0 and weight 0; the split holding the newest
     token always saw one.
@@ -208,18 +294,18 @@ def _merge_splits_kernel(m_ptr, l_ptr, z_ptr, o_ptr, num_splits,
     b = tl.program_id(0)
     h = tl.program_id(1)
     offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_DV)
     s_ok = offs_s < num_splits
-    ml = b * stride_mb + h * stride_mh + offs_s * stride_ms
-    m = tl.load(m_ptr + ml, mask=s_ok, other=float("-inf"))              # [BLOCK_S]
-    l = tl.load(l_ptr + ml, mask=s_ok, other=0.0)
-    z = tl.load(z_ptr + b * stride_zb + h * stride_zh + offs_s[:, None] * stride_zs
-                + offs_d[None, :] * stride_zd, mask=s_ok[:, None], other=0.0)   # [BLOCK_S, D]
+    d_ok = offs_d < DIM_V
+    rows = ws_ptr + b * stride_wb + h * stride_wh + offs_s * stride_ws   # [BLOCK_S]
+    m = tl.load(rows + DIM_V, mask=s_ok, other=float("-inf"))
+    l = tl.load(rows + DIM_V + 1, mask=s_ok, other=0.0)
+    z = tl.load(rows[:, None] + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)   # [BLOCK_S, BLOCK_DV]
     m_max = tl.max(m, 0)
     w = tl.exp(m - m_max)                                                # rescale each split's state
     total = tl.sum(w * l, 0)
-    out = tl.sum(w[:, None] * z, 0) / total                              # [D]
-    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d * stride_od, out.to(o_ptr.dtype.element_ty))
+    out = tl.sum(w[:, None] * z, 0) / total                              # [BLOCK_DV]
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=d_ok)
 
 
 # ---------------------------------------------------------------------------------- launch configs
@@ -235,6 +321,17 @@ class LaunchConfig:
 INTERPRETER_CONFIG = LaunchConfig(16, 1, 1)   # small blocks: ragged lengths span several blocks
 # On a GPU (chosen by the sweep in scripts/gpu_paged.py on an H100; see docs/paged_notes.md).
 GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 3), "per_head": LaunchConfig(128, 4, 2)}
+# An FP8 cache (float8_e4m3fn pages): the rule is that one loop iteration moves the bytes of the fp16
+# cache's tuned one, so the grouped kernel reads twice the tokens per iteration (half the loop trips and
+# page-table loads per byte); ``scripts/gpu_paged.py --mode fp8`` sweeps it against the fp16 choice.
+GPU_FP8_CONFIGS = {"grouped": LaunchConfig(256, 8, 3), "per_head": LaunchConfig(128, 4, 2)}
+
+
+def default_config(variant: str, cache_dtype) -> LaunchConfig:
+    """The launch configuration of ``variant`` for a cache of ``cache_dtype`` where the kernels run now."""
+    if triton_interprets():
+        return INTERPRETER_CONFIG
+    return (GPU_FP8_CONFIGS if cache_dtype == FP8 else GPU_CONFIGS)[variant]
 
 
 # ------------------------------------------------------------------------------------- input checks
@@ -243,17 +340,46 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
     """Raise ValueError, naming the argument and the rule, unless the inputs are a valid decode step.
 
     Shapes, dtypes and devices are always checked (on the host, no synchronisation). The contents of
-    seq_lens and block_table, by ``check_values``:
+    seq_lens, block_table and the scales, by ``check_values``:
     - "strict" (True): copied to the host and checked now (a synchronisation on a GPU);
     - "device": checked on the device, without synchronising, under the contract of
       ``attnkit.kernels.value_checks``: ``raise_pending_errors()`` reports the first bad call by its
       index, and nothing else does. The kernel clamps lengths and page ids, so a bad table gives a
-      wrong answer that is reported, never a device fault. Skipped while a CUDA graph is being captured;
+      wrong answer that is reported, never a device fault. Skipped while a CUDA graph is being captured.
+      (Here a few PyTorch operations evaluate the rules; ``paged_decode`` evaluates them in its kernel.)
     - False: not checked.
     """
+    check_values = _check_values_option(check_values)
+    _check_shapes(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
+    num_pages, page_size = k_pages.shape[:2]
+    if check_values == "device":
+        _flag_bad_values(block_table, seq_lens, num_pages, page_size, k_scale, v_scale)
+    elif check_values:
+        _check_values_on_host(block_table, seq_lens, num_pages, page_size, k_scale, v_scale)
+
+
+def _check_values_option(check_values):
+    """"strict" (also for True), "device" or False; anything else is refused."""
+    if check_values is True or (isinstance(check_values, str) and check_values == "strict"):
+        return "strict"
+    if isinstance(check_values, str) and check_values == "device":
+        return "device"
+    if check_values is False:
+        return False
+    raise ValueError(f"check_values: expected 'strict', 'device', True or False, got {check_values!r}")
+
+
+def _check_head_dim(name: str, letter: str, head_dim: int) -> None:
+    if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"{name}: head dim {letter}={head_dim} is not supported; {letter} must be between "
+                         f"{MIN_HEAD_DIM} and {MAX_HEAD_DIM}")
+
+
+def _check_shapes(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale) -> None:
+    """The ValueErrors that shapes, dtypes and devices decide (no tensor's contents are read)."""
     validation.tensor("q", q, 3, "[B, Hq, D]", SUPPORTED_DTYPES)
     validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
-    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
+    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, Dv]", CACHE_DTYPES)
     validation.tensor("block_table", block_table, 2, "[B, max_pages]")
     validation.tensor("seq_lens", seq_lens, 1, "[B]")
     validation.same("dtype", k_pages=k_pages, v_pages=v_pages)
@@ -266,29 +392,26 @@ def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_valu
     validation.same("device", q=q, k_pages=k_pages, v_pages=v_pages, block_table=block_table, seq_lens=seq_lens,
                     **({"k_scale": k_scale, "v_scale": v_scale} if k_scale is not None else {}))
     validation.kernel_device("q", q)
-    if k_pages.shape != v_pages.shape:
-        raise ValueError(f"k_pages, v_pages: must have the same shape, got {tuple(k_pages.shape)} and "
-                         f"{tuple(v_pages.shape)}")
+    if k_pages.shape[:3] != v_pages.shape[:3]:
+        raise ValueError(f"k_pages, v_pages: must have the same shape but for the head dim (Dv may differ from "
+                         f"D), got {tuple(k_pages.shape)} and {tuple(v_pages.shape)}")
     batch, n_heads, head_dim = q.shape
-    num_pages, page_size, n_kv, kv_dim = k_pages.shape
+    n_kv, kv_dim = k_pages.shape[2:]
     if kv_dim != head_dim:
         raise ValueError(f"q, k_pages: head dims differ (q has D={head_dim}, k_pages has D={kv_dim})")
-    validation.head_dim("q", head_dim, SUPPORTED_HEAD_DIMS)
+    _check_head_dim("q", "D", head_dim)
+    _check_head_dim("v_pages", "Dv", v_pages.shape[3])
     validation.head_groups("q, k_pages", n_heads, n_kv)
+    validation.grid_axis("q", "sequences B", batch)
     if block_table.shape[0] != batch:
         raise ValueError(f"block_table: needs one row per sequence of q (B={batch}), got "
                          f"{block_table.shape[0]} rows")
     if seq_lens.shape[0] != batch:
         raise ValueError(f"seq_lens: needs one length per sequence of q (B={batch}), got {seq_lens.shape[0]}")
-    if check_values is True:
-        check_values = "strict"
-    if check_values not in ("strict", "device", False):
-        raise ValueError(f"check_values: expected 'strict', 'device', True or False, got {check_values!r}")
-    if check_values == "device":
-        _flag_bad_values(block_table, seq_lens, num_pages, page_size, k_scale, v_scale)
-        return
-    if not check_values:
-        return
+
+
+def _check_values_on_host(block_table, seq_lens, num_pages: int, page_size: int, k_scale, v_scale) -> None:
+    """check_values="strict": the contents copied to the host; the first bad entry is named."""
     max_pages = block_table.shape[1]
     lens = seq_lens.detach().to("cpu", torch.int64)
     table = block_table.detach().to("cpu", torch.int64)
@@ -366,65 +489,144 @@ def choose_num_splits(batch: int, n_kv: int, max_len: int, device) -> int:
     return max(1, min(wanted, max_len // 512, MAX_SPLITS))
 
 
-# ------------------------------------------------------------------------------------------- launch
+# --------------------------------------------------------------------------------- plans and launch
 def _new_buffer(shape, dtype, device) -> torch.Tensor:
-    """Every output and scratch buffer the kernels write (tests fill these with NaN instead)."""
+    """Every output and workspace buffer the kernels write, contiguous (tests fill these with NaN instead)."""
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_splits: int, variant: str,
-            config: LaunchConfig | None = None, window_left: int = -1, k_scale=None, v_scale=None):
-    """o [B, Hq, D] in q's dtype and on q's device (inputs already checked)."""
+@dataclass(frozen=True)
+class _Plan:
+    """What the first call of a kind decided, for every later call of that kind (``_plan_key``)."""
+
+    grid: tuple
+    num_splits: int
+    out_shape: tuple                 # o: (B, Hq, Dv)
+    workspace_shape: tuple           # (B, Hq, S, Dv + 2): z, m, ℓ of each split
+    scalars: tuple                   # _paged_kernel's arguments after the pointers, before the strides
+    constexprs: tuple                # _paged_kernel's constexprs and options: (without CHECK, with CHECK)
+    merge_constexprs: dict
+    check_values: object             # "strict", "device" or False
+    upcast: bool                     # bf16 computed in fp32 (the interpreter, or a GPU below sm_80)
+    num_pages: int
+    page_size: int
+
+
+_PLANS: dict = {}                    # _plan_key(...) -> _Plan
+
+
+def _make_plan(q, k_pages, v_pages, block_table, sm_scale: float, num_splits: int, variant: str, window_left: int,
+               scaled: bool, check_values, config: LaunchConfig | None = None) -> _Plan:
+    """The launch of inputs already checked: grid, block sizes, splits and the kernels' scalar arguments."""
+    device = kernel_device(q.device)
+    batch, n_heads, head_dim = q.shape
+    num_pages, page_size, n_kv, dim_v = v_pages.shape
+    max_len = block_table.shape[1] * page_size
+    upcast = q.dtype == torch.bfloat16 and bf16_computed_in_fp32(device)
+    if config is None:
+        config = default_config(variant, k_pages.dtype)
+    blocks = -(-max_len // config.block_n)
+    tokens_per_split = -(-blocks // num_splits) * config.block_n       # each split: whole blocks of tokens
+    grouped = variant == "grouped"
+    group = n_heads // n_kv
+    constexprs = dict(GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)) if grouped else 1,
+                      DIM_QK=head_dim, DIM_V=dim_v, BLOCK_D=padded(head_dim), BLOCK_DV=padded(dim_v),
+                      PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=num_splits > 1, GROUPED=grouped,
+                      DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32", SCALED=scaled,
+                      BLOCK_KV=triton.next_power_of_2(n_kv), CODE=CODE, N_KERNELS=len(value_checks.KERNELS),
+                      **launch_options(num_warps=config.num_warps, num_stages=config.num_stages))
+    scalars = (sm_scale * LOG2E, tokens_per_split, num_pages, max_len,
+               window_left if window_left >= 0 else max_len, batch, n_kv)
+    merge = dict(DIM_V=dim_v, BLOCK_DV=padded(dim_v), BLOCK_S=triton.next_power_of_2(num_splits),
+                 **launch_options(num_warps=4))
+    return _Plan(grid=(n_kv if grouped else n_heads, batch, num_splits), num_splits=num_splits,
+                 out_shape=(batch, n_heads, dim_v), workspace_shape=(batch, n_heads, num_splits, dim_v + 2),
+                 scalars=scalars, constexprs=({**constexprs, "CHECK": False}, {**constexprs, "CHECK": True}),
+                 merge_constexprs=merge, check_values=check_values, upcast=upcast, num_pages=num_pages,
+                 page_size=page_size)
+
+
+def _run(plan: _Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, check: bool):
+    """o [B, Hq, Dv] in q's dtype and on q's device: one launch (two with splits), one allocation (two)."""
     where, out_dtype = q.device, q.dtype
-    scaled = k_scale is not None
     q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale = to_kernel_device(
         q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
-    if q.dtype == torch.bfloat16 and bf16_computed_in_fp32(q.device):   # interpreter, or below sm_80
+    if plan.upcast:
         q = q.float()
         k_pages, v_pages = (t if t.dtype == FP8 else t.float() for t in (k_pages, v_pages))
     k_pages, v_pages = fp8_read(k_pages), fp8_read(v_pages)           # NaN bytes on the interpreter
-    if scaled:                                       # [Hkv], read as scale_ptr + kv: made contiguous
+    if k_scale is not None:                          # [Hkv], read as scale_ptr + kv: made contiguous
         k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
     else:
-        k_scale = v_scale = torch.ones(1, dtype=torch.float32, device=q.device)   # never read
-    if config is None:
-        config = INTERPRETER_CONFIG if triton_interprets() else GPU_CONFIGS[variant]
-    batch, n_heads, head_dim = q.shape
-    page_size, n_kv = k_pages.shape[1], k_pages.shape[2]
-    group = n_heads // n_kv
-    max_len = block_table.shape[1] * page_size
-    # each split covers a whole number of blocks of tokens
-    blocks = -(-max_len // config.block_n)
-    tokens_per_split = -(-blocks // num_splits) * config.block_n
-    split = num_splits > 1
-    o = _new_buffer((batch, n_heads, head_dim), q.dtype, q.device)
+        k_scale = v_scale = seq_lens                 # never read (SCALED is off)
+    device = q.device
+    state = value_checks.state(device) if check else seq_lens           # never read without CHECK
+    o = _new_buffer(plan.out_shape, q.dtype, device)
+    split = plan.num_splits > 1
     if split:
-        z = _new_buffer((batch, n_heads, num_splits, head_dim), torch.float32, q.device)
-        m = _new_buffer((batch, n_heads, num_splits), torch.float32, q.device)
-        l = _new_buffer((batch, n_heads, num_splits), torch.float32, q.device)
-        target = z
+        workspace = _new_buffer(plan.workspace_shape, torch.float32, device)
+        target, target_strides = workspace, workspace.stride()[:3]
     else:
-        z = m = l = None
-        target = o
-    o_strides = target.stride() if split else (*o.stride()[:2], 0, o.stride()[2])
-    ml_strides = m.stride() if split else (0, 0, 0)
-    args = [q, k_pages, v_pages, block_table, seq_lens, target, m if split else o, l if split else o, k_scale, v_scale,
-            sm_scale * LOG2E.value, tokens_per_split, k_pages.shape[0], max_len,
-            window_left if window_left >= 0 else max_len,
+        target, target_strides = o, (*o.stride()[:2], 0)
+    args = (q, k_pages, v_pages, block_table, seq_lens, target, k_scale, v_scale, state, *plan.scalars,
             *q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride(), seq_lens.stride(0),
-            *o_strides, *ml_strides]
-    meta = dict(HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=split,
-                **launch_options(num_warps=config.num_warps, num_stages=config.num_stages))
-    with on_device(q.device):
-        grouped = variant == "grouped"
-        _paged_kernel[(n_kv if grouped else n_heads, batch, num_splits)](
-            *args, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)) if grouped else 1, GROUPED=grouped,
-            DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", SCALED=scaled, **meta)
+            *target_strides)
+    with on_device(device):
+        RUNNERS.launch(_paged_kernel, plan.grid, args, plan.constexprs[check], device)
         if split:
-            _merge_splits_kernel[(batch, n_heads)](
-                m, l, z, o, num_splits, *m.stride(), *z.stride(), *o.stride(),
-                HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(num_splits), **launch_options(num_warps=4))
-    return o.to(where, out_dtype)
+            RUNNERS.launch(_merge_splits_kernel, plan.grid[1:2] + plan.out_shape[1:2],
+                           (workspace, o, plan.num_splits, *target_strides, *o.stride()[:2]),
+                           plan.merge_constexprs, device)
+    return o if o.device == where and o.dtype == out_dtype else o.to(where, out_dtype)
+
+
+def _option(value) -> tuple:
+    return (type(value), value)
+
+
+def _layout(t) -> tuple | None:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _plan_key(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
+              window, check_values) -> tuple | None:
+    """Everything the shape checks and the plan depend on (each option with its type: True is not 1);
+    None when an argument is not a tensor or an option cannot be a key (the full checks then decide)."""
+    try:
+        key = (_layout(q), _layout(k_pages), _layout(v_pages), _layout(block_table), _layout(seq_lens),
+               _layout(k_scale), _layout(v_scale), _option(sm_scale), _option(num_splits), _option(variant),
+               _option(check_values), type(window), tuple(_option(w) for w in window))
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
+def _checked_plan(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
+                  window, check_values) -> _Plan:
+    """Every check that shapes and options decide (ValueError naming the argument), then the plan."""
+    check_values = _check_values_option(check_values)
+    _check_shapes(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
+    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
+    window_left = check_window(window)[0]
+    num_splits = _check_splits(num_splits)
+    if not isinstance(variant, str) or variant not in VARIANTS:
+        raise ValueError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
+    if num_splits is None:
+        longest = block_table.shape[1] * k_pages.shape[1]
+        seen = longest if window_left < 0 else min(longest, window_left + 1)
+        num_splits = choose_num_splits(q.shape[0], k_pages.shape[2], seen, q.device)
+    return _make_plan(q, k_pages, v_pages, block_table, sm_scale, num_splits, variant, window_left,
+                      k_scale is not None, check_values)
+
+
+def launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_splits: int, variant: str,
+           config: LaunchConfig | None = None, window_left: int = -1, k_scale=None, v_scale=None):
+    """The kernels alone on inputs already checked (``check_paged_inputs``), no value check: what the
+    benchmarks time and the launch sweeps tune. ``config``: a LaunchConfig (None: ``default_config``)."""
+    plan = _make_plan(q, k_pages, v_pages, block_table, sm_scale, num_splits, variant, window_left,
+                      k_scale is not None, False, config)
+    return _run(plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, False)
 
 
 def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float | None = None,
@@ -438,26 +640,25 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
     k_scale, v_scale: fp32 [Hkv], exactly when the cache is float8_e4m3fn (module docstring).
     window: (left, right) as in ``flash_attention``; the new token is the last of its sequence, so only
     left counts (its last left + 1 tokens are seen; -1: all); right is checked and otherwise ignored.
-    check_values: how the contents of seq_lens and block_table are checked (``check_paged_inputs``);
-    None: "strict" for CPU tensors, "device" for CUDA tensors (no host synchronisation, so a call can
-    be captured in a CUDA graph and costs no round trip).
+    check_values: how the contents of seq_lens, block_table and the scales are checked
+    (``check_paged_inputs``); None: "strict" for CPU tensors, "device" for CUDA tensors (checked by the
+    kernel itself: no host synchronisation, so a call can be captured in a CUDA graph and costs no
+    round trip).
     """
     if check_values is None:
         check_values = "device" if getattr(q, "is_cuda", False) else "strict"
-    check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, check_values=check_values, k_scale=k_scale,
-                       v_scale=v_scale)
-    sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
-    window_left = check_window(window)[0]
-    num_splits = _check_splits(num_splits)
-    if variant not in VARIANTS:
-        raise ValueError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
-    if num_splits is None:
-        longest = block_table.shape[1] * k_pages.shape[1]
-        seen = longest if window_left < 0 else min(longest, window_left + 1)
-        num_splits = choose_num_splits(q.shape[0], k_pages.shape[2], seen, q.device)
-    with torch.no_grad():
-        return _launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale, num_splits, variant,
-                       window_left=window_left, k_scale=k_scale, v_scale=v_scale)
+    key = _plan_key(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
+                    window, check_values)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None:
+        plan = _checked_plan(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits,
+                             variant, window, check_values)
+        if key is not None:
+            keep_recent(_PLANS, key, plan, MAX_PLANS)
+    if plan.check_values == "strict":
+        _check_values_on_host(block_table, seq_lens, plan.num_pages, plan.page_size, k_scale, v_scale)
+    check = plan.check_values == "device" and not value_checks.capturing(q)
+    return _run(plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, check)
 
 
 # ------------------------------------------------------------------------------- merge, references
@@ -484,13 +685,12 @@ def token_pages(block_table, seq_lens, page_size: int):
 
 
 def gather_dense(k_pages, v_pages, block_table, seq_lens):
-    """Dense copies k, v [B, Hkv, L, D] (L = max seq_len; zeros past each sequence's end)."""
+    """Dense copies k [B, Hkv, L, D], v [B, Hkv, L, Dv] (L = max seq_len; zeros past each sequence's end)."""
     page_size = k_pages.shape[1]
     pages, offsets = token_pages(block_table, seq_lens, page_size)
     batch, longest = block_table.shape[0], int(seq_lens.max())
-    shape = (batch, longest, k_pages.shape[2], k_pages.shape[3])
-    k = torch.zeros(shape, dtype=k_pages.dtype, device=k_pages.device)
-    v = torch.zeros(shape, dtype=v_pages.dtype, device=v_pages.device)
+    k = torch.zeros((batch, longest, *k_pages.shape[2:]), dtype=k_pages.dtype, device=k_pages.device)
+    v = torch.zeros((batch, longest, *v_pages.shape[2:]), dtype=v_pages.dtype, device=v_pages.device)
     for b, (p, o) in enumerate(zip(pages, offsets)):
         p, o = p.to(k_pages.device), o.to(k_pages.device)
         k[b, : len(p)] = k_pages[p, o]                                # [n_b, Hkv, D]
@@ -501,7 +701,7 @@ def gather_dense(k_pages, v_pages, block_table, seq_lens):
 def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float | None = None, window=(-1, -1),
                      k_scale=None, v_scale=None):
     """float64 reference on the CPU: each sequence's tokens gathered through the page table (its last
-    left + 1 with ``window=(left, _)``, left >= 0), then exact attention. Returns float64 [B, Hq, D]."""
+    left + 1 with ``window=(left, _)``, left >= 0), then exact attention. Returns float64 [B, Hq, Dv]."""
     left = check_window(window)[0]
     from ..reference.attention import attention_ref
 
@@ -518,9 +718,9 @@ def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float
         v = v_all[p, o].transpose(0, 1)[None]
         qb = q[b].detach().cpu().double()[None, :, None, :]           # [1, Hq, 1, D]
         outs.append(attention_ref(qb, k, v, sm_scale=sm_scale)[0, :, 0, :])
-    return torch.stack(outs)                                          # [B, Hq, D]
+    return torch.stack(outs)                                          # [B, Hq, Dv]
 
 
 __all__ = ["paged_decode", "merge_partials", "gather_dense", "paged_decode_ref", "token_pages",
-           "check_paged_inputs", "raise_pending_errors", "choose_num_splits", "VARIANTS", "SUPPORTED_HEAD_DIMS",
-           "SUPPORTED_DTYPES"]
+           "check_paged_inputs", "raise_pending_errors", "choose_num_splits", "launch", "default_config",
+           "LaunchConfig", "VARIANTS", "SUPPORTED_HEAD_DIMS", "MIN_HEAD_DIM", "MAX_HEAD_DIM", "SUPPORTED_DTYPES"]

@@ -4,14 +4,16 @@ hits and speculative verification, with decode as its one-token case.
 - ``paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm_scale=None,
   k_scale=None, v_scale=None) -> o``
   q [total_q, Hq, D]: the new tokens of B sequences packed one after another, sequence b's rows
-  cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1 (int32 [B + 1], from 0 to total_q). k_pages, v_pages
-  [num_pages, page_size, Hkv, D]: the cache, the new tokens' K and V already written in it;
+  cu_seqlens_q[b] … cu_seqlens_q[b + 1] − 1 (int32 [B + 1], from 0 to total_q). k_pages [num_pages,
+  page_size, Hkv, D], v_pages [num_pages, page_size, Hkv, Dv]: the cache, the new tokens' K and V already
+  written in it (any D and Dv from 8 to 256, as ``paged_decode``; padded to powers of two in registers);
   block_table int32 [B, max_pages]; seq_lens int32 [B]: each sequence's cached tokens, new ones
   included. New token i of sequence b sits at position seq_lens[b] − q_len[b] + i and attends to keys
-  0 … that position (causal, aligned to the end). Returns o [total_q, Hq, D] in q's dtype.
+  0 … that position (causal, aligned to the end). Returns o [total_q, Hq, Dv] in q's dtype.
 - An FP8 cache: k_pages, v_pages of dtype float8_e4m3fn with ``k_scale``, ``v_scale`` fp32 [Hkv]: the
   cache holds K / k_scale, and the kernel multiplies by the scale in registers. ``quantize_fp8(x,
-  scale)`` and ``fp8_scales(x)`` (one scale per KV head: amax / 448) make such a cache.
+  scale)`` and ``fp8_scales(x)`` (one scale per KV head: amax / 448) of ``attnkit.kernels.fp8_cache``
+  make such a cache (also importable from here).
 - ``paged_extend_ref(...)``: the same from the definitions, in float64.
 
 One program computes BLOCK_M new tokens of one query head of one sequence: it walks the sequence's
@@ -32,18 +34,17 @@ from ..device import (
     launch_options,
     on_device,
     to_kernel_device,
-    triton_interprets,
 )
 from . import value_checks
+from .fp8_cache import FP8, FP8_MAX, fp8_read, fp8_scales, quantize_fp8  # noqa: F401  (re-exported here too)
 
 ensure_triton_backend()
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-FP8 = torch.float8_e4m3fn
-FP8_MAX = 448.0                        # the largest finite e4m3 value
 CACHE_DTYPES = validation.FLOAT_DTYPES + (FP8,)
+MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256                  # D and Dv, as paged_decode and the dense kernel
 LOG2E = 1.4426950408889634
 
 
@@ -51,19 +52,21 @@ LOG2E = 1.4426950408889634
 def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row0, kv_head, head, seq, num_pages,
                  k_scale, v_scale, sm_scale_log2,
                  s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od, s_tb, s_tp,
-                 PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, DV: tl.constexpr,
+                 BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """New tokens row0 .. row0 + BLOCK_M - 1 of one sequence's chunk, one query head."""
     rows = row0 + tl.arange(0, BLOCK_M)                       # new-token index within the chunk
     row_ok = rows < q_len
     pos = ctx - q_len + rows                                  # each row's position: it sees keys <= pos
-    d = tl.arange(0, BLOCK_D)
+    d = tl.arange(0, BLOCK_D)                                 # q and K columns, padded to a power of two
     d_ok = d < D
+    dv = tl.arange(0, BLOCK_DV)                               # V and o columns
+    dv_ok = dv < DV
     q = tl.load(q_ptr + (q_start + rows)[:, None] * s_qt + head * s_qh + d[None, :] * s_qd,
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     last = tl.maximum(tl.minimum(ctx - q_len + row0 + BLOCK_M, ctx), 0)   # keys this block of rows may see
     for start in range(0, last, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
@@ -71,11 +74,10 @@ def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row
         page = tl.load(table_ptr + seq * s_tb + (keys // PAGE) * s_tp, mask=key_ok, other=0)
         page = tl.where((page >= 0) & (page < num_pages), page, 0).to(tl.int64)   # a bad id reads page 0
         slot = keys % PAGE
-        kv_mask = key_ok[:, None] & d_ok[None, :]
         k = tl.load(k_ptr + page[:, None] * s_kp + slot[:, None] * s_ko + kv_head * s_kh + d[None, :] * s_kd,
-                    mask=kv_mask, other=0.0).to(tl.float32) * k_scale
-        v = tl.load(v_ptr + page[:, None] * s_vp + slot[:, None] * s_vo + kv_head * s_vh + d[None, :] * s_vd,
-                    mask=kv_mask, other=0.0).to(tl.float32) * v_scale
+                    mask=key_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32) * k_scale
+        v = tl.load(v_ptr + page[:, None] * s_vp + slot[:, None] * s_vo + kv_head * s_vh + dv[None, :] * s_vd,
+                    mask=key_ok[:, None] & dv_ok[None, :], other=0.0).to(tl.float32) * v_scale
         s = tl.dot(q, tl.trans(k)) * sm_scale_log2             # [BLOCK_M, BLOCK_N], log2 units
         visible = (keys[None, :] <= pos[:, None]) & key_ok[None, :]
         s = tl.where(visible, s, float("-inf"))
@@ -87,8 +89,8 @@ def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row
         acc = acc * alpha[:, None] + tl.dot(p, v)
         m = m_new
     out = acc / tl.where(l == 0.0, 1.0, l)[:, None]
-    tl.store(o_ptr + (q_start + rows)[:, None] * s_ot + head * s_oh + d[None, :] * s_od,
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(o_ptr + (q_start + rows)[:, None] * s_ot + head * s_oh + dv[None, :] * s_od,
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
 
 
 @triton.jit
@@ -97,7 +99,8 @@ def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_sc
                    s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od,
                    s_tb, s_tp, s_len, s_cu,
                    GROUP: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCALED: tl.constexpr):
+                   DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   SCALED: tl.constexpr):
     """Program (pid_m, seq, head) computes row blocks pid_m, pid_m + grid_m, ... of sequence seq's chunk, so
     every row is computed whatever the grid (max_q_len sizes the grid, not the result). What it reads is
     clamped: offsets to [0, total_q], the context to [0, capacity], page ids to [0, num_pages) -- bad
@@ -117,7 +120,7 @@ def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_sc
         _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, block * BLOCK_M, kv_head, head, seq,
                      num_pages, k_scale, v_scale, sm_scale_log2,
                      s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od, s_tb, s_tp,
-                     PAGE, D, BLOCK_D, BLOCK_M, BLOCK_N)
+                     PAGE, D, BLOCK_D, DV, BLOCK_DV, BLOCK_M, BLOCK_N)
 
 
 # ------------------------------------------------------------------------------------ input checks
@@ -130,16 +133,20 @@ def check_extend_inputs(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q
     ``attnkit.kernels.value_checks`` (``raise_pending_errors()`` reports a bad call); False: not checked."""
     validation.tensor("q", q, 3, "[total_q, Hq, D]", validation.FLOAT_DTYPES)
     validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
-    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
+    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, Dv]", CACHE_DTYPES)
     validation.tensor("block_table", block_table, 2, "[B, max_pages]", (torch.int32,))
     validation.tensor("seq_lens", seq_lens, 1, "[B]", (torch.int32,))
     validation.tensor("cu_seqlens_q", cu_seqlens_q, 1, "[B + 1]", (torch.int32,))
-    if k_pages.shape != v_pages.shape or k_pages.dtype != v_pages.dtype:
-        raise ValueError(f"k_pages, v_pages: must share shape and dtype, got {tuple(k_pages.shape)} "
-                         f"{k_pages.dtype} and {tuple(v_pages.shape)} {v_pages.dtype}")
+    if k_pages.shape[:3] != v_pages.shape[:3] or k_pages.dtype != v_pages.dtype:
+        raise ValueError(f"k_pages, v_pages: must share dtype and shape but for the head dim (Dv may differ from "
+                         f"D), got {tuple(k_pages.shape)} {k_pages.dtype} and {tuple(v_pages.shape)} {v_pages.dtype}")
     hq, d, hkv = q.shape[1], q.shape[2], k_pages.shape[2]
     if k_pages.shape[3] != d:
         raise ValueError(f"q, k_pages: head dims differ ({d} vs {k_pages.shape[3]})")
+    for name, letter, dim in (("q", "D", d), ("v_pages", "Dv", v_pages.shape[3])):
+        if not MIN_HEAD_DIM <= dim <= MAX_HEAD_DIM:
+            raise ValueError(f"{name}: head dim {letter}={dim} is not supported; {letter} must be between "
+                             f"{MIN_HEAD_DIM} and {MAX_HEAD_DIM}")
     if hq % hkv:
         raise ValueError(f"q, k_pages: Hq={hq} must be a multiple of Hkv={hkv} (Hq % Hkv == 0)")
     batch = block_table.shape[0]
@@ -266,7 +273,7 @@ def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm
     k_pages, v_pages = (fp8_read(t) for t in (k_pages, v_pages))
     total_q, hq, d = q.shape
     batch, hkv, page = block_table.shape[0], k_pages.shape[2], k_pages.shape[1]
-    o = _new_buffer(q.shape, q.dtype, q.device)
+    o = _new_buffer((total_q, hq, v_pages.shape[3]), q.dtype, q.device)
     max_q = int(max_q_len) if max_q_len is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     scaled = k_scale is not None
     if scaled:                                       # [Hkv], read as scale_ptr + kv_head: made contiguous
@@ -279,7 +286,8 @@ def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm
                              total_q, k_pages.shape[0], block_table.shape[1] * page,
                              *q.stride(), *k_pages.stride(), *v_pages.stride(), *o.stride(),
                              *block_table.stride(), seq_lens.stride(0), cu_seqlens_q.stride(0),
-                             GROUP=hq // hkv, PAGE=page, D=d, BLOCK_D=triton.next_power_of_2(d),
+                             GROUP=hq // hkv, PAGE=page, D=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
+                             DV=v_pages.shape[3], BLOCK_DV=max(16, triton.next_power_of_2(v_pages.shape[3])),
                              BLOCK_M=block_m, BLOCK_N=block_n, SCALED=scaled, **launch_options(num_warps=4))
     return o.to(dtype).to(device)
 
@@ -294,7 +302,7 @@ def paged_extend_ref(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *
         v64 = v64 * v_scale.cpu().double()[None, None, :, None]
     scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     page, group = k_pages.shape[1], q.shape[1] // k_pages.shape[2]
-    out = torch.zeros_like(q64)
+    out = torch.zeros((*q64.shape[:2], v_pages.shape[3]), dtype=torch.float64)
     cu, lens, table = cu_seqlens_q.cpu().tolist(), seq_lens.cpu().tolist(), block_table.cpu().long()
     for b in range(len(lens)):
         n_new, ctx = cu[b + 1] - cu[b], lens[b]
@@ -310,35 +318,6 @@ def paged_extend_ref(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *
         scores = scores.masked_fill(~visible[None], float("-inf"))
         out[cu[b]:cu[b + 1]] = torch.einsum("htk,khd->thd", torch.softmax(scores, dim=-1), values)
     return out
-
-
-# ------------------------------------------------------------------------------------ an FP8 cache
-def fp8_read(t):
-    """``t`` as a kernel should read it. On Triton's interpreter an e4m3 NaN byte (0x7F / 0xFF) is read as
-    ±480 (the interpreter's conversion has no NaN), so there an fp8 tensor holding a NaN byte is passed as
-    its exact fp16 copy instead (every e4m3 value, NaN included, is exact in fp16): the output is NaN where
-    it reads one, as on a GPU. Other tensors, and every tensor of a compiled kernel, pass unchanged."""
-    if t is None or t.dtype != FP8 or t.device.type != "cpu" or not triton_interprets():
-        return t
-    if bool(((t.view(torch.uint8) & 0x7F) == 0x7F).any()):
-        return t.to(torch.float16)
-    return t
-
-
-def fp8_scales(x: torch.Tensor, name: str = "x") -> torch.Tensor:
-    """One fp32 scale per KV head (dim −2 of x [..., Hkv, D]): amax / 448, so K / scale fits e4m3.
-    ValueError (naming ``name``) if x holds a NaN or an infinity: its scale would be NaN or infinite and
-    every value of its head would be lost (a synchronisation on a GPU)."""
-    amax = x.detach().abs().float().reshape(-1, x.shape[-2], x.shape[-1]).amax(dim=(0, 2))
-    if not bool(torch.isfinite(amax).all()):
-        raise ValueError(f"{name}: holds a NaN or an infinity, so it has no finite fp8 scale (amax / 448); "
-                         "quantize finite values only")
-    return (amax / FP8_MAX).clamp_min(torch.finfo(torch.float32).tiny)
-
-
-def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x [..., Hkv, D] / scale [Hkv], rounded to float8_e4m3fn (saturating at ±448)."""
-    return (x.float() / scale[:, None].to(x.device)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
 
 
 __all__ = ["paged_extend", "paged_extend_ref", "check_extend_inputs", "fp8_scales", "quantize_fp8", "FP8"]

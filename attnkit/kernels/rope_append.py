@@ -19,7 +19,7 @@ Rotate and append (the update of ONNX Runtime's GroupQueryAttention operator, in
   scales of one layer's KV heads (a model keeps one pair per layer). The cache holds K / k_scale and
   V / v_scale, as ``paged_extend`` reads them: each new row is rotated in fp32, divided by its head's
   scale (correctly rounded), clamped to ±448 and rounded to the nearest e4m3 value (ties to even),
-  which is what ``paged_extend.quantize_fp8`` does. V's bytes equal quantize_fp8's exactly; K's
+  which is what ``fp8_cache.quantize_fp8`` does. V's bytes equal quantize_fp8's exactly; K's
   rotation in fp32 may differ from a float64 rotation in its last bit, so a stored K byte is at most
   one e4m3 step from quantize_fp8 of the float64 rotation. A scale per KV head, not per page: a
   page's rows are written one decode step at a time, so a per-page scale would be fixed by its first
@@ -221,7 +221,7 @@ def check_scales(k_cache, k_scale, v_scale, kv_heads: int, device) -> bool:
 
 def quantize_e4m3(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """x [..., Hkv, D] / scale [Hkv] in fp32, clamped to ±448, rounded to float8_e4m3fn (ties to even):
-    the same bytes as ``paged_extend.quantize_fp8``."""
+    the same bytes as ``fp8_cache.quantize_fp8``."""
     return (x.float() / scale[:, None].to(x.device)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
 
 
@@ -252,7 +252,7 @@ def rope_append_reference(q, k, v, k_cache, v_cache, *, seqlens_k=None, position
     Nothing passed in is modified. present_* are [B, Hkv, S_present, D]; for ``share_buffer`` they are
     copies of the caches with the new rows written. For a float8_e4m3fn cache they are float8_e4m3fn:
     the past rows' bytes as they were, the new rows rotated in float64 and quantised by
-    ``quantize_e4m3`` (the bytes of ``paged_extend.quantize_fp8``).
+    ``quantize_e4m3`` (the bytes of ``fp8_cache.quantize_fp8``).
     """
     from ..reference.rope import apply_rope
 

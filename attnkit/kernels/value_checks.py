@@ -7,10 +7,14 @@ can run inside a CUDA graph and costs no round trip. The contract of "device":
 
 - **The kernel stays memory-safe.** Every paged kernel clamps what it reads (lengths to the table, page
   ids to the pool, offsets to the packed rows), so a bad value gives a wrong answer, never a fault.
-- **Bounded state.** Each device keeps one int64 tensor of three numbers: the index of the first bad call
-  since the last read, how many calls were bad, and which rules the first bad call broke (a bit mask,
-  ``RULES``). A call adds to it in place; nothing grows with the number of calls (the host counts calls
-  in one integer per device).
+- **Bounded state.** Each device keeps one int64 tensor of four numbers (``state``): the index of the first
+  bad call since the last read (times ``len(KERNELS)``, plus its kernel; -1: none), how many calls were
+  bad, which rules the first bad call broke (a bit mask, ``RULES``), and how many calls were checked. A
+  call updates it in place on the device, in stream order; nothing grows with the number of calls, and
+  the host keeps no count of its own.
+- **Two ways to check, one state.** ``flag(kernel, rules)`` records a call whose rules a few PyTorch
+  operations evaluated; a kernel may instead evaluate them itself and update ``state(device)`` in one of
+  its programs (``paged_decode`` does: no extra launch, no extra operation), by the same layout.
 - **Raised by one function, attributed to the call.** ``raise_pending_errors()`` reads every device's
   state (one synchronisation each), resets it and raises one ValueError that names the first bad call
   (its kernel, its index among the calls checked since the last read) and the arguments and rules it
@@ -34,9 +38,11 @@ RULES = {
 }
 KERNELS = ("paged_decode", "paged_extend")
 
+FIRST, BAD_CALLS, FIRST_RULES, CALLS = range(4)     # the layout of a device's state
+EMPTY = (-1, 0, 0, 0)
+
 _LOCK = threading.Lock()
-_STATE: dict = {}           # device -> int64 [3]: first bad call's index (-1: none), bad calls, first's rules
-_CALLS: dict = {}           # device -> calls checked since the last read (a host integer)
+_STATE: dict = {}           # device -> int64 [4]: first bad call's code (-1: none), bad calls, first's rules, calls
 
 
 def capturing(t: torch.Tensor) -> bool:
@@ -44,26 +50,32 @@ def capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
+def state(device) -> torch.Tensor:
+    """The int64 [4] state of ``device`` (module docstring), made on first use; the same tensor until the
+    process ends, so a kernel (or a CUDA graph) may keep its address."""
+    device = torch.device(device)
+    with _LOCK:
+        found = _STATE.get(device)
+        if found is None:
+            found = _STATE[device] = torch.tensor(EMPTY, dtype=torch.int64, device=device)
+        return found
+
+
 def flag(kernel: str, rules: torch.Tensor) -> None:
     """Record one call of ``kernel`` (a name in ``KERNELS``) whose broken rules are ``rules``, a 0-d int64
     tensor on the call's device (a sum of ``RULES`` bits, 0: all good). No synchronisation."""
     if capturing(rules):
         return
-    device = rules.device
     code = KERNELS.index(kernel)
+    current = state(rules.device)
     with _LOCK:
-        state = _STATE.get(device)
-        if state is None:
-            state = _STATE[device] = torch.tensor([-1, 0, 0], dtype=torch.int64, device=device)
-        index = _CALLS.get(device, 0)
-        _CALLS[device] = index + 1
         bad = rules != 0
-        first = state[0] < 0
-        take = bad & first
-        # the first bad call's index (times KERNELS' size, plus its kernel) and its rules; the count
-        state[0] = torch.where(take, index * len(KERNELS) + code, state[0])
-        state[2] = torch.where(take, rules, state[2])
-        state[1] += bad.to(torch.int64)
+        take = bad & (current[FIRST] < 0)
+        # the first bad call's index (times KERNELS' size, plus its kernel) and its rules; the counts
+        current[FIRST] = torch.where(take, current[CALLS] * len(KERNELS) + code, current[FIRST])
+        current[FIRST_RULES] = torch.where(take, rules, current[FIRST_RULES])
+        current[BAD_CALLS] += bad.to(torch.int64)
+        current[CALLS] += 1
 
 
 def raise_pending_errors() -> None:
@@ -71,12 +83,12 @@ def raise_pending_errors() -> None:
     and raise ValueError naming the first bad call and the rules it broke."""
     with _LOCK:
         found = []
-        for device, state in list(_STATE.items()):
-            calls = _CALLS.pop(device, 0)
-            values = state.tolist()
-            del _STATE[device]
-            if values[1]:
-                found.append((device, calls, *values))
+        for device, current in _STATE.items():
+            first, count, rules, calls = current.tolist()
+            if calls:
+                current.copy_(torch.tensor(EMPTY, dtype=torch.int64), non_blocking=False)   # reset in place
+            if count:
+                found.append((device, calls, first, count, rules))
     if not found:
         return
     device, calls, first, count, rules = found[0]
@@ -88,4 +100,4 @@ def raise_pending_errors() -> None:
                      f"{broken}. Call it with check_values='strict' to see the entry.")
 
 
-__all__ = ["flag", "raise_pending_errors", "capturing", "RULES", "KERNELS"]
+__all__ = ["flag", "state", "raise_pending_errors", "capturing", "RULES", "KERNELS"]

@@ -1,0 +1,154 @@
+"""Every head size 8–256 in both paged kernels, and a value head size Dv that differs from D.
+
+The grid is vLLM's paged-attention test grid (tests/kernels/test_attention.py: HEAD_SIZES = [64, 80, 96,
+112, 120, 128, 192, 256], BLOCK_SIZES = [16, 32]; dtypes fp16, bf16, fp32), plus the small and odd sizes
+8 and 24 and DeepSeek's (D, Dv) = (192, 128). Each case compares with the float64 reference through a
+permuted page table, on pages whose unused slots hold NaN, with the kernels' output buffers poisoned
+with NaN: a padding column read from memory, a column left unwritten or a store past Dv fails. In the
+interpreter the shapes are small (two sequences, a few dozen tokens).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit.kernels import paged, paged_extend
+from attnkit.kernels.fp8_cache import fp8_scales, quantize_fp8
+from attnkit.tolerances import rel_error, tolerance
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@pytest.fixture(autouse=True)
+def poisoned_buffers(monkeypatch):
+    def nan_buffer(shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(paged, "_new_buffer", nan_buffer)
+    monkeypatch.setattr(paged_extend, "_new_buffer", nan_buffer)
+
+
+def make_cache(seed, lens, d, dv, page, dtype, *, hq=4, hkv=2, strided=False):
+    """q [B, hq, d]; k_pages [P, page, hkv, d] and v_pages [P, page, hkv, dv] with each sequence's pages
+    scattered and NaN in every slot no sequence owns; block_table with out-of-range ids past each
+    sequence's pages; seq_lens. ``strided``: the pages are one layer of a two-layer buffer with a wider
+    head dim, and q a view with gaps (no tensor contiguous)."""
+    gen = torch.Generator().manual_seed(seed)
+    per_seq = [-(-n // page) for n in lens]
+    num_pages = sum(per_seq) + 2
+    k = torch.full((num_pages, page, hkv, d), float("nan"))
+    v = torch.full((num_pages, page, hkv, dv), float("nan"))
+    q = torch.randn(len(lens), hq, d, generator=gen)
+    order = torch.randperm(num_pages, generator=gen)
+    table = torch.full((len(lens), max(per_seq) + 1), 10 ** 6, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(lens):
+        pages = order[used: used + per_seq[b]]
+        used += per_seq[b]
+        table[b, : len(pages)] = pages.int()
+        t = torch.arange(n)
+        k[pages[t // page], t % page] = torch.randn(n, hkv, d, generator=gen)
+        v[pages[t // page], t % page] = torch.randn(n, hkv, dv, generator=gen)
+    to = dict(device=DEVICE, dtype=dtype)
+    if strided:
+        views = (torch.full((2, num_pages, page, hkv, d + 8), float("nan"), **to)[1, ..., 3:3 + d],
+                 torch.full((num_pages, 2, page, hkv, dv), float("nan"), **to)[:, 0],
+                 torch.zeros(len(lens), hq, 2 * d, **to)[..., ::2])
+        k, v, q = (view.copy_(t) for view, t in zip(views, (k, v, q)))
+    else:
+        q, k, v = q.to(**to), k.to(**to), v.to(**to)
+    return q, k, v, table.to(DEVICE), torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+
+
+def check_decode(case, **kwargs):
+    q, v = case[0], case[2]
+    o = paged.paged_decode(*case, **kwargs)
+    assert o.shape == (*q.shape[:2], v.shape[-1]) and o.dtype == q.dtype
+    err = rel_error(o, paged.paged_decode_ref(*case, k_scale=kwargs.get("k_scale"), v_scale=kwargs.get("v_scale")))
+    assert err <= tolerance(q.dtype, DEVICE), f"relative error {err:.2e} for {kwargs}"
+
+
+# vLLM's head sizes and block sizes, each dtype in turn; 8 and 24 below its smallest
+GRID = [(d, page, DTYPES[i % 3]) for i, (d, page) in enumerate(
+    [(d, page) for d in (8, 24, 64, 80, 96, 112, 120, 128, 192, 256) for page in (16, 32)])]
+
+
+@pytest.mark.parametrize("d,page,dtype", GRID, ids=[f"D{d}-page{p}-{str(t)[6:]}" for d, p, t in GRID])
+def test_decode_every_head_size(d, page, dtype):
+    """Both variants, one and three splits (the merge kernel reads the padded workspace rows)."""
+    case = make_cache(d + page, [page + 5, 3], d, d, page, dtype)
+    check_decode(case, variant="grouped", num_splits=1)
+    check_decode(case, variant="per_head", num_splits=3)
+
+
+@pytest.mark.parametrize("d,dv", [(192, 128), (64, 96), (24, 8), (80, 256)])
+def test_decode_value_head_dim_differs(d, dv):
+    case = make_cache(d * dv, [40, 7], d, dv, 16, torch.float16)
+    for variant in paged.VARIANTS:
+        check_decode(case, variant=variant, num_splits=2)
+
+
+@pytest.mark.parametrize("d,dv,page", [(80, 80, 32), (120, 96, 16)])
+def test_decode_non_contiguous_cache(d, dv, page):
+    q, k, v, table, lens = make_cache(7, [35, 12], d, dv, page, torch.float32, strided=True)
+    assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
+    check_decode((q, k, v, table, lens), num_splits=2)
+
+
+def test_decode_fp8_cache_at_a_padded_head_dim():
+    """An FP8 cache at D = 80, Dv = 112 (vLLM's grid runs its FP8 cache at every head size)."""
+    q, k, v, table, lens = make_cache(9, [30, 5], 80, 112, 16, torch.float16)
+    finite_k, finite_v = k.nan_to_num(0.0), v.nan_to_num(0.0)
+    k_scale, v_scale = fp8_scales(finite_k), fp8_scales(finite_v)
+    k8, v8 = quantize_fp8(finite_k, k_scale), quantize_fp8(finite_v, v_scale)
+    check_decode((q, k8, v8, table, lens), num_splits=2, k_scale=k_scale, v_scale=v_scale)
+
+
+def extend_case(seed, q_lens, ctx_lens, d, dv, page, dtype, strided=False):
+    """paged_extend's inputs: the decode case's cache and table, and q_lens new tokens per sequence."""
+    _, k, v, table, lens = make_cache(seed, ctx_lens, d, dv, page, dtype, strided=strided)
+    gen = torch.Generator().manual_seed(seed + 1)
+    total = sum(q_lens)
+    q = torch.randn(total, 4, d, generator=gen).to(device=DEVICE, dtype=dtype)
+    cu = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    return q, k, v, table, lens, cu
+
+
+EXTEND = [(8, 8, 16, torch.float32), (24, 24, 32, torch.float16), (80, 80, 16, torch.bfloat16),
+          (96, 96, 32, torch.float32), (120, 120, 16, torch.float16), (192, 192, 32, torch.bfloat16),
+          (192, 128, 16, torch.float16), (40, 72, 32, torch.float32)]
+
+
+@pytest.mark.parametrize("d,dv,page,dtype", EXTEND, ids=[f"D{d}-Dv{v}-page{p}" for d, v, p, _ in EXTEND])
+def test_extend_head_sizes(d, dv, page, dtype):
+    args = extend_case(d + dv, [3, 1], [page + 6, 9], d, dv, page, dtype)
+    o = paged_extend.paged_extend(*args)
+    assert o.shape == (args[0].shape[0], 4, dv)
+    err = rel_error(o, paged_extend.paged_extend_ref(*args))
+    assert err <= tolerance(dtype, DEVICE), f"relative error {err:.2e}"
+
+
+def test_extend_non_contiguous_cache():
+    q, k, v, table, lens, cu = extend_case(3, [2, 4], [20, 33], 80, 96, 16, torch.float32, strided=True)
+    assert not (k.is_contiguous() or v.is_contiguous())
+    err = rel_error(paged_extend.paged_extend(q, k, v, table, lens, cu),
+                    paged_extend.paged_extend_ref(q, k, v, table, lens, cu))
+    assert err <= tolerance(torch.float32, DEVICE)
+
+
+@pytest.mark.parametrize("d,dv,message", [
+    (4, 4, "q: head dim D=4 is not supported; D must be between 8 and 256"),
+    (264, 264, "q: head dim D=264 is not supported"),
+    (16, 300, "v_pages: head dim Dv=300 is not supported; Dv must be between 8 and 256"),
+])
+def test_head_dims_out_of_range_are_refused(d, dv, message):
+    q = torch.zeros(2, 4, d, device=DEVICE)
+    k = torch.zeros(3, 16, 2, d, device=DEVICE)
+    v = torch.zeros(3, 16, 2, dv, device=DEVICE)
+    table = torch.zeros(2, 1, dtype=torch.int32, device=DEVICE)
+    lens = torch.ones(2, dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match=message):
+        paged.paged_decode(q, k, v, table, lens)
+    with pytest.raises(ValueError, match=message):
+        paged_extend.paged_extend(q, k, v, table, lens, torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE))
