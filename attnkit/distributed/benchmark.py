@@ -14,9 +14,9 @@ are the result.
   the bytes each rank receives (``comm_bytes``), and the same scheme's compute alone (``compute_ms``:
   the same block calls, merges and copies inside ``context_parallel.no_communication()``, timed the
   same way) with the overlap fraction ``ms / compute_ms`` (1: every transfer hidden behind compute;
-  above 1: the share of communication that was not).
+  ``ms / compute_ms - 1``: the time communication added, as a share of the compute alone).
 - ``uneven_rank``: rank 0's shard two tokens longer than the others'; each scheme's ValueError message.
-- ``pingpong_rank``: ranks 0 and 1 bounce messages of 4 KB … 256 MB; the one-way time is half the
+- ``pingpong_rank``: ranks 0 and 1 bounce messages of 4 KiB … 1 GiB; the one-way time is half the
   round trip; α and β are fitted over all sizes.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ..tolerances import rel_error, tolerance
 from . import context_parallel as cp
 
 SCHEMES = (("ring", "contiguous"), ("ring", "zigzag"), ("all_gather_kv", "zigzag"), ("ulysses", "zigzag"))
-PINGPONG_SIZES = tuple(4096 * 4**i for i in range(10))          # 4 KiB … 1 GiB / 4 = 256 MiB
+PINGPONG_SIZES = tuple(4096 * 4**i for i in range(10))          # 4 KiB, 16 KiB, … 1 GiB
 
 
 def _device(rank):
