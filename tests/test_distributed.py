@@ -458,6 +458,10 @@ def test_recorded_bytes_per_rank_equal_comm_bytes_and_the_runs_are_described():
     for part in ("H100", "2 and 4", "18 NVLinks", "NCCL 2.28.9", "torch 2.11.0", "Triton 3.6.0"):
         assert part in text
     assert rc.describe_link("PIX") == "PIX: one PCIe switch"
+    lines = rc.describe_each_world(times, checks, pingpong)
+    assert [line[:7] for line in lines] == ["W = 2: ", "W = 4: "] and all("H100" in line for line in lines)
+    mixed = [{**r, "gpu": "NVIDIA H200"} if int(r["world"]) == 4 else r for r in times]
+    assert "H200" not in rc.describe_each_world(mixed)[0] and "H200" in rc.describe_each_world(mixed)[1]
     alpha, beta = rc.fitted(pingpong, 2)
     assert 1e-6 < alpha < 1e-3 and 1e10 < beta < 1e12
     with pytest.raises(ValueError, match="world"):

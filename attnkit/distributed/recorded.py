@@ -7,7 +7,8 @@ bytes each rank receives) and ``bench_context_parallel_pingpong.csv`` (one-way �
 ranks 0 and 1, and the least-squares α, β in the ``kind=fit`` row). This module reads them:
 
 - ``load()``: (time rows, check rows, ping-pong rows); ``describe_runs`` names the GPUs, the link, NCCL and
-  the library versions; ``fitted(pingpong, world)``: α in seconds, β in bytes/s;
+  the library versions (``describe_each_world``: one line per world size, which may be another machine);
+  ``fitted(pingpong, world)``: α in seconds, β in bytes/s;
 - ``speedups(rows)`` and ``measured_crossover``: the smallest recorded N from which a scheme beats one GPU;
 - ``overlap(rows)``: the overlap fraction per scheme, pass and N, the scheme's time ÷ its compute alone (the
   same blocks timed with no communication, ``context_parallel.no_communication``): 1 when every transfer
@@ -75,19 +76,37 @@ def describe_link(link: str) -> str:
     return f"{link}: {pcie[link]}" if link in pcie else str(link)
 
 
+def _where(rows: list[dict]) -> str:
+    """The link, NCCL, library versions and dates of ``rows``."""
+    def values(key):
+        return ", ".join(sorted({f"{r[key]:g}" if isinstance(r[key], float) else str(r[key]) for r in rows}))
+
+    return ("link " + "; ".join(describe_link(x) for x in sorted({str(r['link']) for r in rows}))
+            + f"; NCCL {values('nccl')}, torch {values('torch')}, Triton {values('triton')}, CUDA {values('cuda')};"
+            f" recorded {values('date')}")
+
+
 def describe_runs(*tables: list[dict]) -> str:
     """Where the rows were measured: GPU, world sizes, link, NCCL, torch, Triton, CUDA, date(s)."""
     rows = [r for t in tables for r in t]
     if not rows:
         raise ValueError("tables: no recorded rows")
+    gpus = ", ".join(sorted({str(r["gpu"]) for r in rows}))
+    worlds = " and ".join(str(w) for w in sorted({int(r["world"]) for r in rows}))
+    return f"{gpus} × {worlds} (world sizes), " + _where(rows)
 
-    def values(key):
-        return ", ".join(sorted({f"{r[key]:g}" if isinstance(r[key], float) else str(r[key]) for r in rows}))
 
-    return (f"{values('gpu')} × {' and '.join(values('world').split(', '))} (world sizes), link "
-            + "; ".join(describe_link(x) for x in sorted({str(r['link']) for r in rows}))
-            + f"; NCCL {values('nccl')}, torch {values('torch')}, Triton {values('triton')}, CUDA {values('cuda')};"
-            f" recorded {values('date')}")
+def describe_each_world(*tables: list[dict]) -> list[str]:
+    """Where the rows of each world size were measured, one line each ("W = 2: <GPU>, link …"): the runs of
+    different world sizes may come from different machines."""
+    rows = [r for t in tables for r in t]
+    if not rows:
+        raise ValueError("tables: no recorded rows")
+    lines = []
+    for w in sorted({int(r["world"]) for r in rows}):
+        mine = [r for r in rows if int(r["world"]) == w]
+        lines.append(f"W = {w}: {', '.join(sorted({str(r['gpu']) for r in mine}))}, " + _where(mine))
+    return lines
 
 
 def fitted(pingpong: list[dict], world: int) -> tuple[float, float]:
@@ -228,6 +247,7 @@ def bytes_agree(rows: list[dict]) -> list[dict]:
     return bad
 
 
-__all__ = ["SCHEMES", "PASSES", "load", "load_tp_decode", "describe_tp", "describe_link", "describe_runs", "fitted",
+__all__ = ["SCHEMES", "PASSES", "load", "load_tp_decode", "describe_tp", "describe_link", "describe_runs",
+           "describe_each_world", "fitted",
            "speedups", "has_overlap", "overlap", "crossover", "measured_crossover", "step_shares", "predicted_ms",
            "predicted_speedups", "bytes_agree"]
