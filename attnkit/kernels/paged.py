@@ -510,6 +510,9 @@ class _Plan:
     upcast: bool                     # bf16 computed in fp32 (the interpreter, or a GPU below sm_80)
     num_pages: int
     page_size: int
+    direct: bool                     # the inputs go to the kernel as they are (no copy, no conversion)
+    input_strides: tuple             # then their strides, in the kernel's order
+    state: torch.Tensor | None       # the device's value_checks state (check_values="device")
 
 
 _PLANS: dict = {}                    # _plan_key(...) -> _Plan
@@ -539,28 +542,35 @@ def _make_plan(q, k_pages, v_pages, block_table, sm_scale: float, num_splits: in
                window_left if window_left >= 0 else max_len, batch, n_kv)
     merge = dict(DIM_V=dim_v, BLOCK_DV=padded(dim_v), BLOCK_S=triton.next_power_of_2(num_splits),
                  **launch_options(num_warps=4))
+    direct = device == q.device and not upcast and not (k_pages.dtype == FP8 and triton_interprets())   # fp8_read
+    input_strides = (*q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride())
     return _Plan(grid=(n_kv if grouped else n_heads, batch, num_splits), num_splits=num_splits,
                  out_shape=(batch, n_heads, dim_v), workspace_shape=(batch, n_heads, num_splits, dim_v + 2),
                  scalars=scalars, constexprs=({**constexprs, "CHECK": False}, {**constexprs, "CHECK": True}),
                  merge_constexprs=merge, check_values=check_values, upcast=upcast, num_pages=num_pages,
-                 page_size=page_size)
+                 page_size=page_size, direct=direct, input_strides=input_strides,
+                 state=value_checks.state(device) if check_values == "device" else None)
 
 
 def _run(plan: _Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, check: bool):
     """o [B, Hq, Dv] in q's dtype and on q's device: one launch (two with splits), one allocation (two)."""
     where, out_dtype = q.device, q.dtype
-    q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale = to_kernel_device(
-        q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
-    if plan.upcast:
-        q = q.float()
-        k_pages, v_pages = (t if t.dtype == FP8 else t.float() for t in (k_pages, v_pages))
-    k_pages, v_pages = fp8_read(k_pages), fp8_read(v_pages)           # NaN bytes on the interpreter
+    if plan.direct:                                  # the common case: the strides are the plan's key's
+        strides = plan.input_strides
+    else:
+        q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale = to_kernel_device(
+            q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
+        if plan.upcast:
+            q = q.float()
+            k_pages, v_pages = (t if t.dtype == FP8 else t.float() for t in (k_pages, v_pages))
+        k_pages, v_pages = fp8_read(k_pages), fp8_read(v_pages)       # NaN bytes on the interpreter
+        strides = (*q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride())
     if k_scale is not None:                          # [Hkv], read as scale_ptr + kv: made contiguous
         k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
     else:
         k_scale = v_scale = seq_lens                 # never read (SCALED is off)
     device = q.device
-    state = value_checks.state(device) if check else seq_lens           # never read without CHECK
+    state = plan.state if check else seq_lens        # never read without CHECK
     o = _new_buffer(plan.out_shape, q.dtype, device)
     split = plan.num_splits > 1
     if split:
@@ -569,8 +579,7 @@ def _run(plan: _Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_sca
     else:
         target, target_strides = o, (*o.stride()[:2], 0)
     args = (q, k_pages, v_pages, block_table, seq_lens, target, k_scale, v_scale, state, *plan.scalars,
-            *q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride(), seq_lens.stride(0),
-            *target_strides)
+            *strides, seq_lens.stride(0), *target_strides)
     with on_device(device):
         RUNNERS.launch(_paged_kernel, plan.grid, args, plan.constexprs[check], device)
         if split:
@@ -593,13 +602,11 @@ def _plan_key(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_s
     """Everything the shape checks and the plan depend on (each option with its type: True is not 1);
     None when an argument is not a tensor or an option cannot be a key (the full checks then decide)."""
     try:
-        key = (_layout(q), _layout(k_pages), _layout(v_pages), _layout(block_table), _layout(seq_lens),
-               _layout(k_scale), _layout(v_scale), _option(sm_scale), _option(num_splits), _option(variant),
-               _option(check_values), type(window), tuple(_option(w) for w in window))
-        hash(key)
+        return (_layout(q), _layout(k_pages), _layout(v_pages), _layout(block_table), _layout(seq_lens),
+                _layout(k_scale), _layout(v_scale), _option(sm_scale), _option(num_splits), _option(variant),
+                _option(check_values), type(window), tuple(_option(w) for w in window))
     except (AttributeError, TypeError):
         return None
-    return key
 
 
 def _checked_plan(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
@@ -649,7 +656,10 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
         check_values = "device" if getattr(q, "is_cuda", False) else "strict"
     key = _plan_key(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
                     window, check_values)
-    plan = _PLANS.get(key) if key is not None else None
+    try:
+        plan = _PLANS.get(key) if key is not None else None
+    except TypeError:                                # an unhashable option: the full checks decide
+        key = plan = None
     if plan is None:
         plan = _checked_plan(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits,
                              variant, window, check_values)
