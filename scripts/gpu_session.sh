@@ -128,7 +128,7 @@ elif [ "$phase" = record-backward-warm ]; then   # after a change to the backwar
     warm_kernel_scripts 400 $warm
     step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 3 \
         tests/test_flash_backward_designs.py tests/test_flash_features.py &
-    step 300 "$out/compiled.log" python -m attnkit.bench.compiled &
+    step 300 "$out/compiled.log" python -m attnkit.analysis.compiled &
     wait
     cat $warm/check_*.log > "$out/checks.log"
     grep -h "FAIL\|failures\|Error" $warm/check_*.log "$out/backward_warm.log" | head -20

@@ -48,7 +48,7 @@ import sys
 sys.path.insert(0, "experiments/flash_hopper_gluon")
 import re
 import scheduling
-from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report
+from attnkit.analysis.compiled import compile_gluon_ptx, ptxas_report
 
 for d, causal, pingpong, p_smem in ((64, False, True, True), (64, False, True, False), (128, True, True, False)):
     ptx = compile_gluon_ptx(scheduling._attn_fwd_ws, dict(HALF_M=64, BLOCK_N=128, HEAD_DIM=d, CAUSAL=causal, STAGES=2,

@@ -3,8 +3,9 @@ import math
 
 import pytest
 
-from attnkit.bench import iomodel
-from attnkit.bench.iomodel import GPUS, attention_flops, attention_steps, fused_attention, roofline_figure
+from attnkit.analysis import iomodel
+from attnkit.analysis.iomodel import GPUS, attention_flops, attention_steps, fused_attention, roofline_figure
+from attnkit.bench import naive
 from attnkit.reference.tiled_numpy import naive_traffic_bytes
 
 N, D = 4096, 128
@@ -87,15 +88,15 @@ def test_naive_torch_steps_match_the_reference():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 37, 16, generator=g, dtype=torch.float64) for _ in range(3))
     mask = torch.ones(37, 37, dtype=torch.bool).tril()
-    assert_close(iomodel.naive_attention_torch(q, k, v, mask), attention_ref(q, k, v, causal=True), "float64")
+    assert_close(naive.naive_attention_torch(q, k, v, mask), attention_ref(q, k, v, causal=True), "float64")
 
 
 def test_quadratic_fit_and_exponent_recover_a_quadratic():
     Ns = [256, 512, 1024, 2048]
     ms = [3e-6 * n * n + 1e-5 * n + 0.01 for n in Ns]
-    a, b, c = iomodel.quadratic_fit(Ns, ms)
+    a, b, c = naive.quadratic_fit(Ns, ms)
     assert math.isclose(a, 3e-6, rel_tol=1e-6) and math.isclose(c, 0.01, rel_tol=1e-3)
-    assert 1.8 < iomodel.scaling_exponent(Ns, ms) < 2.0
+    assert 1.8 < naive.scaling_exponent(Ns, ms) < 2.0
 
 
 def test_recorded_h100_results_carry_their_provenance():
@@ -123,14 +124,14 @@ def test_cpu_timing_keeps_the_best_round_and_restores_the_threads():
         calls["a"] += 1
         time.sleep(next(delays))
 
-    best = iomodel.cpu_best_ms({"a": slow_then_fast}, warmup=2, min_rounds=3, min_seconds=0.0)
+    best = naive.cpu_best_ms({"a": slow_then_fast}, warmup=2, min_rounds=3, min_seconds=0.0)
     assert calls["a"] == 5 and 1.0 <= best["a"] < 15.0                       # the 1 ms round, not the 20 ms ones
     assert torch.get_num_threads() == threads
 
 
 def test_naive_scaling_on_the_cpu_times_every_step(monkeypatch):
-    monkeypatch.setattr(iomodel, "CPU_TIMING", dict(threads=1, warmup=1, min_rounds=2, min_seconds=0.0))
-    rows = iomodel.measure_naive_scaling([32, 64], d=16, heads=1, device="cpu")
+    monkeypatch.setattr(naive, "CPU_TIMING", dict(threads=1, warmup=1, min_rounds=2, min_seconds=0.0))
+    rows = naive.measure_naive_scaling([32, 64], d=16, heads=1, device="cpu")
     assert [r["N"] for r in rows] == [32, 64]
     for r in rows:
         for key in ("total_ms", "QK^T_ms", "scale+mask_ms", "softmax_ms", "PV_ms"):
@@ -140,7 +141,7 @@ def test_naive_scaling_on_the_cpu_times_every_step(monkeypatch):
 def test_the_profilers_log_lines_are_dropped_and_other_stderr_kept(capfd):
     import os
 
-    with iomodel._without_profiler_log():
+    with naive.without_profiler_log():
         os.write(2, b"USDT:2026-11-22 08:15:19 20716:20716 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"STAGE:2026-11-22 08:15:19 20716:20716 SyncActivityProfilerHandler.cpp:60] Completed Stage\n")
         os.write(2, b"a real error\n")
@@ -150,8 +151,8 @@ def test_the_profilers_log_lines_are_dropped_and_other_stderr_kept(capfd):
 
 
 def test_profile_naive_writes_no_profiler_log(capfd):
-    rows = iomodel.profile_naive(32, d=16, heads=1, device="cpu", reps=1)
-    assert [r["step"] for r in rows] == list(iomodel.NAIVE_STEPS)
+    rows = naive.profile_naive(32, d=16, heads=1, device="cpu", reps=1)
+    assert [r["step"] for r in rows] == list(naive.NAIVE_STEPS)
     assert "profiler_" not in capfd.readouterr().err
 
 
@@ -172,15 +173,32 @@ def test_shared_memory_bandwidth_from_the_clock():
 
 
 def test_gpu_suites_of_the_lessons_import_and_the_five_passes_are_softmax():
-    import importlib
-
     import torch
 
     from attnkit.bench import streams
-    from attnkit.bench.recorder import SUITES
+    from attnkit.bench.suites import SUITES
 
     for name in ("softmax", "bandwidth", "decode_profile"):
-        module, function = SUITES[name].split(":")
-        assert callable(getattr(importlib.import_module(module), function))
+        assert callable(SUITES[name])
     x = torch.randn(3, 17, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     assert torch.allclose(streams.five_passes(x), torch.softmax(x, dim=1), rtol=1e-12, atol=0)
+
+
+def test_lesson_2s_iomodel_is_the_cost_model_and_the_naive_timing_under_one_name():
+    """``attnkit.bench.iomodel`` (lesson 2's and lab 2's import) hands out the objects of the two homes."""
+    from attnkit.bench import iomodel as lesson2
+
+    assert lesson2.GPUS is iomodel.GPUS and lesson2.attention_steps is iomodel.attention_steps
+    assert lesson2.measure_naive_scaling is naive.measure_naive_scaling and lesson2.NAIVE_STEPS is naive.NAIVE_STEPS
+
+
+@pytest.mark.xfail(strict=True, reason="grading/guard.py's COURSE_IMPLEMENTATIONS still names attnkit.bench.iomodel, "
+                                       "whose functions now live in attnkit.analysis.iomodel and attnkit.bench.naive")
+def test_the_graders_guard_covers_the_cost_model_and_the_naive_timing():
+    """The grader refuses calls into the course's own cost model and naive timing (lab 2 asks students to
+    write them): the guard lists the modules that define them, since it guards a function in its own module."""
+    from attnkit.classroom.grading.guard import COURSE_IMPLEMENTATIONS
+
+    covered = {name for name in ("attnkit.analysis.iomodel", "attnkit.bench.naive")
+               if any(name == p or name.startswith(p + ".") for p in COURSE_IMPLEMENTATIONS)}
+    assert covered == {"attnkit.analysis.iomodel", "attnkit.bench.naive"}

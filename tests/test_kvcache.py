@@ -286,7 +286,7 @@ def test_calculator_reacts_to_its_controls():
 @pytest.mark.parametrize("new_len, past", [(1, 18), (3, 17)], ids=["decode", "chunked prefill"])
 def test_benchmarks_append_into_a_bsnh_stored_cache_writes_what_the_bnsh_one_does(new_len, past):
     """bench_kvcache's layout rows: the timed fused update, into a cache stored BNSH and one stored BSNH."""
-    from attnkit.bench import kvcache as bench
+    from attnkit.bench import cache_append as bench
 
     results = {}
     for layout in bench.LAYOUTS:
@@ -307,7 +307,7 @@ def test_benchmarks_append_into_a_bsnh_stored_cache_writes_what_the_bnsh_one_doe
 
 
 def test_stored_as_keeps_the_values_and_rejects_unknown_layouts():
-    from attnkit.bench import kvcache as bench
+    from attnkit.bench import cache_append as bench
 
     cache = torch.randn(2, HKV, 5, D)
     assert torch.equal(bench.stored_as(cache, "BNSH"), cache) and torch.equal(bench.stored_as(cache, "BSNH"), cache)
@@ -318,7 +318,7 @@ def test_stored_as_keeps_the_values_and_rejects_unknown_layouts():
 
 @pytest.mark.parametrize("layout", ["BNSH", "BSNH"])
 def test_benchmarks_key_read_computes_the_scores_in_either_layout(layout):
-    from attnkit.bench import kvcache as bench
+    from attnkit.bench import cache_append as bench
 
     g = torch.Generator().manual_seed(4)
     keys = bench.stored_as(torch.randn(3, HKV, 37, D, generator=g), layout)      # 37 rows: not a block multiple

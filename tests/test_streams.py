@@ -125,7 +125,7 @@ def test_fp8_ratios_compare_times_of_the_fp16_and_fp8_caches():
 
 
 def test_kvcache_rows_carry_the_ceilings_rounded():
-    from attnkit.bench import kvcache as bench_kvcache
+    from attnkit.bench import cache_append as bench_kvcache
 
     row = bench_kvcache.with_fractions({"scenario": "decode", "ms": 0.01}, 1234.5678, CEILS)
     assert row["GBps"] == 1234.6 and row["copy_GBps"] == 2500.0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 
-from ..classroom.figures import diagram
 from .recorder import read_results
 
 
@@ -148,7 +147,6 @@ def profile_totals(rows) -> dict:
     return totals
 
 
-@diagram("flash_sweep.png")
 def plot_sweep(rows=None):
     """Each kernel's block configurations at D = 128, speed relative to the launcher's old default."""
     import matplotlib.pyplot as plt
@@ -170,7 +168,6 @@ def plot_sweep(rows=None):
     return fig
 
 
-@diagram("flash_features.png")
 def plot_features(rows=None):
     """Left: attnkit / cuDNN forward speed by head dim. Right: the varlen and window speed-ups against
     their targets."""
@@ -199,7 +196,6 @@ def plot_features(rows=None):
     return fig
 
 
-@diagram("flash_backward_designs.png")
 def plot_backward(rows=None):
     """Each backward design's speed over cuDNN's, by shape."""
     import matplotlib.pyplot as plt
@@ -223,7 +219,6 @@ def plot_backward(rows=None):
     return fig
 
 
-@diagram("serving_features.png")
 def plot_serving_features(rows=None):
     """Throughput, time to first token and time per output token of each engine configuration, as
     ratios to the baseline's (bench_serving_features.csv)."""

@@ -1,40 +1,30 @@
 """Timing and recording GPU results, shared by every benchmark in the course.
 
-Each benchmark suite is a function listed in ``SUITES`` that returns rows (one dict per measurement);
-``record`` runs them on a GPU and writes ``bench_<name>.csv`` (by default into the package's
-``attnkit/bench/results/``). Every row carries the GPU's name, the date and the torch / triton / cuDNN
-versions, so a recorded number always says where it came from. On a CPU, notebooks show these
-recorded files instead of live timings. The one command (``make bench`` and the GPU scripts in
-``scripts/`` run the same ``record``):
+``time_ms`` times a call; ``write_results`` writes rows to ``bench_<name>.csv`` (by default into the
+package's ``attnkit/bench/results/``) with the GPU's name, the date and the torch / triton / CUDA / cuDNN
+versions added to every row, so a recorded number always says where it came from; ``read_results`` and
+``describe_source`` read them back. On a CPU, notebooks show these recorded files instead of live timings.
+The suites themselves (one function each, in the modules of ``attnkit/bench/``) are the table of
+``attnkit.bench.suites``, which runs them:
 
-    python -m attnkit.bench.recorder [--out DIR] [SUITE ...]      # every suite when none is named
+    python -m attnkit.bench.suites [--out DIR] [SUITE ...]        # every suite when none is named
+    python -m attnkit.bench.recorder [--out DIR] [SUITE ...]      # the same command, under its old name
 """
 from __future__ import annotations
 
 import csv
 import datetime
-import importlib
 import sys
 from pathlib import Path
 
 from ..device import versions
 
 RESULTS = Path(__file__).resolve().parent / "results"     # package data: installed with the course
-# Every recorded suite: its name (the CSV is bench_<name>.csv) and the function that measures it.
-SUITES = {
-    "naive_attention": "attnkit.bench.iomodel:run_naive_scaling",
-    "naive_profile": "attnkit.bench.iomodel:run_naive_profile",
-    "flash": "attnkit.bench.flash:run",
-    "flash_ladder": "attnkit.bench.flash_ladder:run",
-    "paged": "attnkit.bench.paged:run",
-    "kvcache": "attnkit.bench.kvcache:run",
-    "serving": "attnkit.bench.serving:run",
-    "serving_features": "attnkit.bench.serving:run_features",
-    "serving_steps": "attnkit.bench.serving:step_breakdown",
-    "softmax": "attnkit.bench.streams:run_softmax",
-    "bandwidth": "attnkit.bench.streams:run_bandwidth",
-    "decode_profile": "attnkit.bench.decode_profile:run",
-}
+# The suites' names, as ``bench_<name>.csv`` and the command line call them; ``suites.SUITES`` maps each to
+# its function (that table imports every suite's module, each of which imports this one: it is imported
+# when recording, below).
+SUITE_NAMES = ("naive_attention", "naive_profile", "flash", "flash_ladder", "paged", "kvcache", "serving",
+               "serving_features", "serving_steps", "softmax", "bandwidth", "decode_profile")
 # Suites written but not yet run on a GPU: their lessons say "recorded on a GPU only" until they are.
 NOT_YET_RECORDED: tuple[str, ...] = ()
 # Results written by the GPU scripts (checks, then timings of several designs side by side), kept beside
@@ -131,38 +121,20 @@ def describe_source(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    import argparse
+    """``python -m attnkit.bench.recorder``: the command of ``attnkit.bench.suites``, kept under this name
+    for the Makefile's ``bench`` and the GPU scripts that call ``recorder.record``; it and ``record`` are the
+    one import from here of the suites' table (remove both once those call ``attnkit.bench.suites``)."""
+    from .suites import main as record_command
 
-    import torch
-
-    parser = argparse.ArgumentParser(prog="python -m attnkit.bench.recorder",
-                                     description="Run benchmark suites on this GPU and write bench_<suite>.csv.")
-    parser.add_argument("--out", type=Path, default=RESULTS,
-                        help="directory for the CSVs (default: the package's recorded results)")
-    parser.add_argument("suites", nargs="*", metavar="SUITE", help=f"any of {list(SUITES)} (default: all)")
-    args = parser.parse_args(argv)
-    unknown = [n for n in args.suites if n not in SUITES]
-    if unknown:
-        parser.error(f"unknown suites {unknown}; the suites are {list(SUITES)}")
-    if not torch.cuda.is_available():
-        print("recording needs a CUDA GPU; the recorded results are in attnkit/bench/results/bench_*.csv")
-        return 1
-    for path in record(args.suites or list(SUITES), args.out):
-        print(f"wrote {path}", flush=True)
-    return 0
+    return record_command(argv)
 
 
 def record(names, directory: Path = RESULTS) -> list[Path]:
-    """Run the named suites on this GPU and write each one's rows, with provenance, to ``directory``."""
-    unknown = [n for n in names if n not in SUITES]
-    if unknown:
-        raise ValueError(f"names: unknown suites {unknown}; the suites are {list(SUITES)}")
-    paths = []
-    for name in names:
-        module, function = SUITES[name].split(":")
-        rows = getattr(importlib.import_module(module), function)()
-        paths.append(write_results(name, rows, directory))
-    return paths
+    """Run the named suites on this GPU and write each one's rows, with provenance, to ``directory``
+    (``attnkit.bench.suites.record``)."""
+    from .suites import record as record_suites
+
+    return record_suites(names, directory)
 
 
 if __name__ == "__main__":

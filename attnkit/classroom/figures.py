@@ -1,42 +1,50 @@
-"""Shared plot style and the registry of diagrams that `make figures` draws into figures/.
+"""The diagrams that `make figures` draws into figures/: one table, file name → the function that returns
+its matplotlib Figure.
 
-A module registers a diagram with ``@diagram("name.png")``; ``python -m attnkit.classroom.figures`` imports
-every module listed in ``DIAGRAM_MODULES`` and saves each registered figure.
+``python -m attnkit.classroom.figures`` saves every diagram of ``diagrams()``. The table imports the modules
+that draw them (the cost model and the benchmark readers, floors below this one); they import nothing from
+here. A new diagram is one line in the table.
 """
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"
-DIAGRAM_MODULES = ("attnkit.bench.iomodel", "attnkit.bench.flash", "attnkit.bench.flash_ladder",
-                   "attnkit.bench.gpu_results")
-_REGISTRY: dict[str, object] = {}
+
+
+def diagrams() -> dict:
+    """{file name in figures/: function returning a matplotlib Figure}, drawn from code and recorded CSVs."""
+    from ..analysis import iomodel
+    from ..bench import flash, flash_ladder, gpu_results
+
+    return {
+        "roofline_attention.png": iomodel.roofline_attention_figure,
+        "memory_hierarchy.png": iomodel.memory_hierarchy_figure,
+        "flash_fwd_tflops.png": flash.recorded_forward_tflops,
+        "flash_bwd_tflops.png": flash.recorded_backward_tflops,
+        "flash_fwd_ratios.png": flash.recorded_forward_ratios,
+        "flash_ladder.png": flash_ladder.recorded_ladder,
+        "flash_sweep.png": gpu_results.plot_sweep,
+        "flash_features.png": gpu_results.plot_features,
+        "flash_backward_designs.png": gpu_results.plot_backward,
+        "serving_features.png": gpu_results.plot_serving_features,
+    }
 
 
 def diagram(filename: str):
-    """Register a function that returns a matplotlib Figure, to be saved as figures/<filename>."""
-    def register(fn):
-        _REGISTRY[filename] = fn
+    """Leaves ``fn`` as it is: the table of ``diagrams()`` names what is drawn. Kept while ``bench.flash``
+    and ``bench.flash_ladder`` still decorate their figures with it (they should drop it and this import)."""
+    def keep(fn):
         return fn
-    return register
+    return keep
 
 
 def main() -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    for module in DIAGRAM_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-    # Run as `python -m attnkit.classroom.figures`, this file is __main__: the registry that the diagram modules
-    # filled is the one of the imported module attnkit.classroom.figures.
-    registry = importlib.import_module("attnkit.classroom.figures")._REGISTRY
-    for filename, draw in sorted(registry.items()):
+    for filename, draw in sorted(diagrams().items()):
         fig = draw()
         fig.savefig(FIGURES / filename, dpi=120, bbox_inches="tight")
         print(f"drew figures/{filename}")

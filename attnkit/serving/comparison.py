@@ -3,15 +3,11 @@ token, greedy), and a contiguous cache of max_batch × max_seq_len tokens (bytes
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from .request import ServeResult, stop_token
 from .tinymodel import TinyModel, greedy_no_cache
-
-if TYPE_CHECKING:                      # only an annotation: the engine imports this module
-    from .engine import Engine
 
 
 @dataclass(frozen=True)
@@ -54,7 +50,7 @@ def compare_with_no_cache(model: TinyModel, result: ServeResult, stop: str | Non
     return Comparison(equal, served, reference)
 
 
-def kv_memory(engine: Engine, result: ServeResult) -> dict:
+def kv_memory(engine, result: ServeResult) -> dict:
     """Cache bytes: the paged cache's peak use against a contiguous cache of max_batch × max_seq_len."""
     per_token = engine.cfg.kv_bytes_per_token(engine.cache.k.element_size())
     peak_pages = max(s.pages_in_use for s in result.steps)

@@ -2,13 +2,8 @@
 the pages in use against the pool and a contiguous cache. matplotlib is imported when one is drawn."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .comparison import kv_memory
 from .request import ServeResult
-
-if TYPE_CHECKING:                      # only an annotation: the engine imports this module
-    from .engine import Engine
 
 TIMELINE_COLORS = {"waiting": "#d9d9d9", "prefill": "#e6862e", "decode": "#3b75af"}
 
@@ -43,7 +38,7 @@ def plot_timeline(result: ServeResult, ax=None):
     return ax
 
 
-def plot_pages(engine: Engine, result: ServeResult, ax=None):
+def plot_pages(engine, result: ServeResult, ax=None):
     """Pages in use after each step, against the pool and a contiguous max-length cache, in KiB."""
     import matplotlib.pyplot as plt
 

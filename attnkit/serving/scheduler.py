@@ -25,14 +25,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
 from .request import Completion, Request, ServeResult, StepRecord, WaitingQueue
-
-if TYPE_CHECKING:                      # the engine makes a scheduler for each run; no import at run time
-    from .engine import Engine
 
 
 class Scheduler:
@@ -40,7 +36,7 @@ class Scheduler:
     ``Scheduler(engine, requests, max_tokens_per_step).run()`` serves every request to completion and
     records each step. ``Engine.run`` checks the requests and makes one scheduler per run."""
 
-    def __init__(self, engine: Engine, requests: list[Request], max_tokens_per_step: int | None = None):
+    def __init__(self, engine, requests: list[Request], max_tokens_per_step: int | None = None):
         self.engine, self.cache, self.prefix = engine, engine.cache, engine.prefix
         self.budget_per_step = int(max_tokens_per_step) if max_tokens_per_step else math.inf
         self.future = [Completion(r, engine.model.encode(r.prompt))

@@ -3,14 +3,13 @@ notebook hands to students."""
 from __future__ import annotations
 
 import ast
-import importlib
-import importlib.util
 import inspect
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..course import LESSONS, Lesson
+from ..nbgrader import LAB_NUMBERS, check_module
 
 
 @dataclass(frozen=True)
@@ -144,9 +143,9 @@ def course_tools(lesson: Lesson, root: Path | None = None) -> list[tuple[str, st
 def lab_exercises(lesson: Lesson) -> tuple[object, list[GradedExercise]]:
     """The lab's check module and its graded exercises."""
     module_name = f"attnkit.classroom.labchecks.lab{lesson.number:02d}"
-    if importlib.util.find_spec(module_name) is None:
+    if lesson.number not in LAB_NUMBERS:
         raise ValueError(f"lab: lab {lesson.number:02d} has no checks yet ({module_name} does not exist)")
-    module = importlib.import_module(module_name)
+    module = check_module(lesson.number)
     exercises = [GradedExercise(e.function, getattr(e.check, "__name__", "check").lstrip("_"), int(e.points),
                                 tuple(e.depends)) for e in lab_checks(module, lesson)]
     if not exercises:

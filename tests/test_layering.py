@@ -1,0 +1,124 @@
+"""The package's floors, read from its source: every import statement (at the top of a module or inside a
+function) is an edge, and no edge runs up the floors or closes a cycle, except the few listed below, each
+in a file whose owner is to remove it. Also the two static tables that replaced imports by name: each lab's
+check module (``nbgrader.check_module``) and the diagrams of ``make figures``."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "attnkit"
+# Lowest first; a module may import its own floor and those below.
+FLOORS = (("attnkit.device", "attnkit.validation", "attnkit.tolerances"), ("attnkit.reference",),
+          ("attnkit.kernels",), ("attnkit.analysis",), ("attnkit.serving",), ("attnkit.distributed",),
+          ("attnkit.bench",), ("attnkit.classroom",))
+# Edges still to remove (this list may only shrink): bench.flash and bench.flash_ladder decorate their figures
+# with classroom.figures.diagram (the table of figures.diagrams() names them now); distributed reads and writes
+# its CSVs through bench.recorder; recorder's command hands over to suites (its old name, for the Makefile
+# and the GPU scripts); the grader's runner and checker import each other.
+KNOWN_EDGES = {("attnkit.bench.flash", "attnkit.classroom.figures"),
+               ("attnkit.bench.flash_ladder", "attnkit.classroom.figures"),
+               ("attnkit.distributed.benchmark", "attnkit.bench.recorder"),
+               ("attnkit.distributed.recorded", "attnkit.bench.recorder"),
+               ("attnkit.bench.recorder", "attnkit.bench.suites"),
+               ("attnkit.classroom.grading.runner", "attnkit.classroom.grading.checker")}
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the attnkit modules it imports}, from every import statement of its source."""
+    known = modules()
+    graph = {}
+    for name, (path, is_package) in known.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("attnkit")}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[:len(base) - node.level + 1]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                elif (node.module or "").startswith("attnkit"):
+                    module = node.module
+                else:
+                    continue
+                targets |= {f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names}
+        graph[name] = {t for t in targets if t in known and t != name}
+    return graph
+
+
+def floor(module: str) -> int:
+    """The floor of ``module``; the package's own ``__init__`` (its version, its front door) counts as the lowest."""
+    if module == "attnkit":
+        return 0
+    return max(i for i, names in enumerate(FLOORS) for n in names if module == n or module.startswith(n + "."))
+
+
+def test_no_import_runs_up_the_floors():
+    upward = {(m, t) for m, targets in import_graph().items() if m != "attnkit" for t in targets
+              if floor(t) > floor(m)}
+    assert upward <= KNOWN_EDGES, sorted(upward - KNOWN_EDGES)
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = {m: {t for t in targets if (m, t) not in KNOWN_EDGES} for m, targets in import_graph().items()}
+    done, on_path, cycles = set(), [], []
+
+    def visit(m):
+        on_path.append(m)
+        for t in sorted(graph[m]):
+            if t in on_path:
+                cycles.append(on_path[on_path.index(t):] + [t])
+            elif t not in done:
+                visit(t)
+        on_path.pop()
+        done.add(m)
+
+    for m in sorted(graph):
+        if m not in done:
+            visit(m)
+    assert not cycles, cycles[:3]
+
+
+@pytest.mark.parametrize("path", ["serving", "analysis", "bench/suites.py", "bench/recorder.py",
+                                  "classroom/figures.py", "classroom/notebooks.py", "classroom/nbgrader.py",
+                                  "classroom/grading/lab.py"])
+def test_no_module_is_loaded_by_a_name_in_a_string(path):
+    """importlib.import_module and __import__ hide an edge from anyone reading the imports."""
+    for file in sorted((PACKAGE / path).rglob("*.py")) if (PACKAGE / path).is_dir() else [PACKAGE / path]:
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                assert name not in ("importlib.import_module", "__import__", "import_module"), f"{file}: {name}"
+
+
+def test_each_lab_has_its_check_module_and_other_numbers_are_refused():
+    from attnkit.classroom import nbgrader
+    from attnkit.classroom.labchecks import lab01, lab09
+
+    assert nbgrader.check_module(1) is lab01 and nbgrader.check_module(9) is lab09
+    assert [nbgrader.check_module(n).__name__[-5:] for n in nbgrader.LAB_NUMBERS] == \
+        [f"lab{n:02d}" for n in range(1, 11)]
+    for bad in (0, 11, True, "1", 1.0):
+        with pytest.raises(ValueError, match="lab: expected a lab number"):
+            nbgrader.check_module(bad)
+
+
+def test_the_figures_table_names_a_drawing_function_for_each_file():
+    from attnkit.classroom import figures
+
+    table = figures.diagrams()
+    assert len(table) == 10 and all(name.endswith(".png") for name in table)
+    for name, draw in table.items():
+        assert callable(draw) and draw.__module__.startswith(("attnkit.analysis.", "attnkit.bench.")), name
