@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import signal
 import sys
 from pathlib import Path
 
@@ -119,4 +120,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # `timeout` sends SIGTERM: leave through run_group's clean-up, which ends the ranks (they hold the GPUs)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(main())
