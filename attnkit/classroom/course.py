@@ -7,9 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Where the course lives. A fork changes these two lines and runs `make headers`.
+from .. import __version__
+
+# Where the course lives, and the release its notebooks link to and install: the git tag of this
+# version of the package (``attnkit.__version__``, which pyproject.toml reads too). Every address a
+# notebook shows or prints is made from these: Colab badges, the setup cell's install line, the
+# glossary links, the notes of skipped cells, and (checked by tests/test_environment.py) the README,
+# CITATION.cff and pyproject.toml. A fork changes REPO_URL and runs `make headers`; a release is made
+# as docs/instructor_guide.md ("Releases and Colab") says.
 REPO_URL = "https://github.com/attnkit/attention-kernels-course"
-BRANCH = "main"
+RELEASE = f"v{__version__}"
+REF = RELEASE             # what every address points into: never a branch, whose content moves
+BRANCH = REF              # the older name of REF
 
 
 @dataclass(frozen=True)
@@ -242,15 +251,20 @@ def course_entries() -> tuple[Lesson, ...]:
                  for entry in (lesson, *(d for d in DEEP_DIVES if d.number == lesson.number)))
 
 
+def repo_url(path: str = "") -> str:
+    """The address of ``path`` (relative to the repository root) at the release, or of the repository."""
+    return f"{REPO_URL}/blob/{REF}/{path}" if path else REPO_URL
+
+
 def colab_url(path: str) -> str:
-    """The Colab address that opens ``path`` (relative to the repository root) from GitHub."""
+    """The Colab address that opens ``path`` (relative to the repository root) at the release."""
     repo = REPO_URL.removeprefix("https://github.com/")
-    return f"https://colab.research.google.com/github/{repo}/blob/{BRANCH}/{path}"
+    return f"https://colab.research.google.com/github/{repo}/blob/{REF}/{path}"
 
 
 def pip_spec() -> str:
-    """What Colab's setup cell installs."""
-    return f"attnkit @ git+{REPO_URL}@{BRANCH}"
+    """What Colab's setup cell installs: the course at the release tag (pip builds it from the tag)."""
+    return f"attnkit @ git+{REPO_URL}@{REF}"
 
 
 def readme_toc(root) -> str:
