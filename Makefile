@@ -6,7 +6,7 @@ NB     ?= $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
 # JupyterLab refuses to run as root (containers, CI) without this flag.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup browser lab test execute labs headers figures bench site grade clean
+.PHONY: setup browser lab test execute labs headers figures bench site grade leaderboard clean
 
 # The environment: created once, refreshed when pyproject.toml changes. torch is pinned here only.
 # Which torch build: a wheel already on this machine's pip paths first (no download); else, on a machine
@@ -87,6 +87,15 @@ grade: setup  ## grade students' labs: make grade LAB=01 NOTEBOOK="a.ipynb b.ipy
 	$(PY) -m attnkit.classroom.grading --lab "$(LAB)" --out "$(or $(GRADES),build/grades)" $(if $(STRICT),--strict --require-sandbox,) \
 	    $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT),) \
 	    $(if $(MEMORY),--memory $(MEMORY),) $(NOTEBOOK)
+
+# The kernel leaderboard (GPU only): the notebooks are graded as `make grade` grades them; each kernel of labs
+# 04, 05, 06 and 08 that passes every check is timed beside the course's kernel and cuDNN's (PyTorch's op for
+# lab 04) in a worker of the grader; a timing is never part of a grade. Each notebook's lab comes from its file
+# name (labNN_...) unless LAB is given. Output: $(OUT) (default build/leaderboard).
+leaderboard: setup  ## GPU only: time the passing kernels of labs 04/05/06/08 against the course's and cuDNN's: make leaderboard NOTEBOOK="a.ipynb b.ipynb" [LAB=05] [OUT=build/leaderboard] [REPEATS=5] [JOBS=N] (never a grade)
+	@test -n "$(NOTEBOOK)" || { echo "usage: make leaderboard NOTEBOOK=\"solutions/lab05_flash_attention.ipynb subs/*/lab05*.ipynb\" [LAB=05] [OUT=dir]"; exit 2; }
+	$(PY) -m attnkit.classroom.grading leaderboard --out "$(or $(OUT),build/leaderboard)" $(if $(LAB),--lab "$(LAB)",) \
+	    $(if $(REPEATS),--repeats $(REPEATS),) $(if $(JOBS),--jobs $(JOBS),) $(NOTEBOOK)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -11,7 +11,8 @@ The lessons, labs and solutions that exist (``attnkit.classroom.notebooks.course
 figures (with the notes on recorded results, ``figures/*.md``), the glossary and the instructor guide are
 copied into ``<out>/src`` with the repository's layout, so relative links between them keep working, and
 Sphinx with MyST-NB renders them (settings: ``site/conf.py``). The table of contents comes from
-``attnkit/classroom/course.py``.
+``attnkit/classroom/course.py``. The kernel leaderboard's page (``leaderboard.md``, under "Recorded
+results") is written from ``attnkit/bench/results/bench_leaderboard.csv`` (``leaderboard_page``).
 
 Reading the built site needs no network, from a web server or straight from disk (``file://``): MathJax
 (the ``sphinx-mathjax-offline`` package), the widget renderer (``@jupyter-widgets/html-manager``) and
@@ -57,6 +58,7 @@ REFERENCE = ("docs/glossary.md", "docs/references.md")
 # offline shows no broken image. The glossary link of every notebook points at the site's own page.
 BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
 ASSET_DIRS = ("figures",)
+LEADERBOARD_CSV = "attnkit/bench/results/bench_leaderboard.csv"     # written by `make leaderboard` on a GPU
 
 
 @dataclass(frozen=True)
@@ -256,8 +258,20 @@ def stage(src: Path, *, root: Path = ROOT, solutions: bool = True) -> list[str]:
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / rel, src / rel)
             guides.append(rel)
+    notes.append(leaderboard_page(src, root))
     (src / "index.md").write_text(index_source(pages, guides, notes))
     return pages
+
+
+def leaderboard_page(src: Path, root: Path = ROOT) -> str:
+    """Write ``src/leaderboard.md``, the kernel leaderboard rendered from ``LEADERBOARD_CSV`` (a page that
+    says none is recorded yet when the CSV is absent); return its path relative to ``src``."""
+    from .grading.leaderboard import page_markdown, read_rows
+
+    path = Path(root) / LEADERBOARD_CSV
+    rows = read_rows(path) if path.is_file() else []
+    (src / "leaderboard.md").write_text(page_markdown(rows, source=LEADERBOARD_CSV), encoding="utf-8")
+    return "leaderboard.md"
 
 
 def offline_notebook(text: str, relpath: str) -> str:

@@ -1,4 +1,5 @@
-"""The command line: ``python -m attnkit.classroom.grading --lab 01 a.ipynb b.ipynb ...``.
+"""The command line: ``python -m attnkit.classroom.grading --lab 01 a.ipynb b.ipynb ...``, and
+``python -m attnkit.classroom.grading leaderboard ...`` for the kernel leaderboard (``leaderboard``).
 
 A path that cannot be graded (a folder, a link, a FIFO, not .ipynb, too large) is skipped with a message
 and a row in grades.csv; the others are graded. ``--require-sandbox`` (the default with ``--strict``)
@@ -43,6 +44,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["leaderboard"]:
+        from .leaderboard import main as leaderboard
+
+        return leaderboard(argv[1:])
     p = parser()
     args = p.parse_args(argv)
     if args.no_sandbox and args.require_sandbox:

@@ -1,0 +1,584 @@
+"""A kernel leaderboard for the GPU labs (04, 05, 06, 08): each student kernel that passes every check
+of its exercise is timed beside the course's kernel and PyTorch's (cuDNN's attention where the
+operation has one), on fixed shapes, and ranked by the ratio of the times. A timing is never part of a
+grade: the grades are the checks' alone, and the leaderboard's columns say "not graded".
+
+    python -m attnkit.classroom.grading leaderboard [--lab 05] [--out DIR] a.ipynb b.ipynb ...
+    make leaderboard NOTEBOOK="solutions/lab05_flash_attention.ipynb subs/*/lab05*.ipynb" [OUT=DIR]
+
+Steps (each notebook's lab is ``--lab`` or read from its file name, ``labNN_...``):
+
+1. Every notebook is graded as ``make grade`` grades it (``pipeline.grade``: three processes, sandboxed
+   where bubblewrap works, on budgets), several at a time.
+2. A kernel is timed only when every exercise of each function it uses passed (``timing.Timed``).
+   Its notebook's code is loaded again in a timing worker (``timing``), a process the grader starts in
+   the same isolation and on the same budgets as its other workers, never in the grader's process. There
+   the student's kernel is checked once more at the timed shape, then timed in turns with the course's
+   kernel and the library's call (median of ``repeats`` medians). All workers of a batch prepare at once
+   (load, compile, check) and then time one at a time, so that no other worker uses the GPU meanwhile.
+3. One more worker per lab loads no notebook: the clean baselines. A row whose course or library time,
+   measured in the student's process, differs from the clean one by more than ``DISTURBED`` times is
+   not ranked (the notebook's process may have slowed its baselines down), nor is a student time below
+   ``IMPLAUSIBLE`` times the fastest clean baseline.
+4. Written to ``--out``: ``grades/<lab>/`` (the grader's reports; ``grades.csv`` with one more column
+   per ratio, named "(not graded)", after its own columns), ``bench_leaderboard.csv`` (one row per timed
+   kernel: rank within its lab and kernel, student, the times and ratios, the GPU, date and versions)
+   and ``leaderboard.md`` (the page the course's site shows, ``page_markdown``).
+
+The timing worker runs the student's code: that code can change anything in its own process,
+including what it reports. That is why a timing is shown, never graded, and why the checks above exist.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..course import LESSONS, Lesson
+from .lab import find_lab
+from .pipeline import DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, grade, protection_summary
+from .reports import Grade, csv_cell, one_line, report_names, write_reports
+from .sandbox import Budgets, run_budgeted, sandbox_problem
+
+CSV_NAME = "bench_leaderboard.csv"
+PAGE_NAME = "leaderboard.md"
+DEFAULT_MEMORY_MIB = 8192        # a process tree's resident memory: torch, CUDA and Triton in one process
+DEFAULT_REPEATS = 5
+DISTURBED = 1.5                  # in-process baseline / clean baseline (or its inverse) above this: not ranked
+IMPLAUSIBLE = 0.5                # student time / fastest clean baseline below this: not ranked
+NOT_GRADED = ("A timing is never part of a grade: grades come from the checks alone, and only a kernel that "
+              "passes every check of its exercise is timed.")
+FIELDS = ["rank", "student", "lab", "kernel", "shape", "student_ms", "course_ms", "library", "library_ms",
+          "vs_course", "vs_library", "spread_pct", "repeats", "note", "sandboxed", "clock"]
+TIMING_ARGV = [sys.executable, "-I", "-c", "from attnkit.classroom.grading.timing import main; main()"]
+PROBE_ARGV = [sys.executable, "-I", "-c", "from attnkit.classroom.grading.timing import probe; probe()"]
+
+
+@dataclass
+class Entry:
+    """One notebook on the leaderboard: its grade and what was timed."""
+
+    notebook: Path
+    lesson: Lesson
+    grade: Grade | None = None
+    student: str = ""
+    skipped: str | None = None                       # why it was not graded
+    gated: list = field(default_factory=list)        # the timed kernels whose checks all passed
+    timing: dict = field(default_factory=dict)       # kernel name -> the worker's frame
+    problem: str | None = None                       # why its timing worker gave nothing
+
+
+@dataclass
+class Leaderboard:
+    entries: list[Entry]
+    rows: list[dict]
+    out: Path
+    clock: str
+    problems: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def _lab_of(path: Path, lab) -> Lesson:
+    if lab is not None:
+        return find_lab(lab)
+    try:
+        return find_lab(Path(path).name)
+    except ValueError:
+        raise ValueError(f"lab: {str(path)!r} does not say its lab in its file name (labNN_...): pass --lab") from None
+
+
+def _gated(g: Grade, kernels) -> list:
+    """The kernels of ``kernels`` whose every exercise, of every function they use, passed."""
+    passed: dict[str, bool] = {}
+    for e, r in zip(g.exercises, g.results):
+        passed[e.function] = passed.get(e.function, True) and r.passed
+    return [k for k in kernels if all(passed.get(f, False) for f in k.functions)]
+
+
+def _ratio(a, b):
+    return a / b if isinstance(a, float) and isinstance(b, float) and b > 0 else None
+
+
+def _number(value):
+    """A finite positive float from a worker's frame, else None (nothing else is believed)."""
+    if type(value) in (int, float) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
+
+
+def _samples(value) -> list[float]:
+    if not isinstance(value, list):
+        return []
+    numbers = [_number(v) for v in value[:1000]]
+    return [v for v in numbers if v is not None]
+
+
+# -------------------------------------------------------------------------------------- timing workers
+@dataclass
+class _Job:
+    key: tuple                    # ("student", index) or ("baseline", lab)
+    spec: dict
+    frames: list = field(default_factory=list)
+    problem: str | None = None
+
+
+class _Turn:
+    """The grader's end of a worker's turn connection: ready when the worker says so."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.ready = threading.Event()
+        self.answered = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        from . import channel, timing
+
+        frame = channel.read_frame(self.sock.fileno(), timing.GO_LIMIT)
+        if isinstance(frame, dict) and frame.get("kind") == "ready":
+            self.ready.set()
+        self.answered.set()
+
+    def go(self) -> None:
+        from . import channel
+
+        try:
+            channel.Writer(self.sock.fileno()).send({"kind": "go"})
+        except OSError:
+            pass
+
+
+def _run_jobs(jobs: list[_Job], budgets: Budgets, sandbox: bool, parallel: int, env: dict, say) -> None:
+    """Run the timing workers ``parallel`` at a time: a batch prepares together, then each times alone."""
+    for start in range(0, len(jobs), parallel):
+        batch = jobs[start:start + parallel]
+        with tempfile.TemporaryDirectory(prefix=f"attnkit-leaderboard-{os.getpid()}-") as tmp, \
+                ThreadPoolExecutor(len(batch)) as pool:
+            running = []
+            for i, job in enumerate(batch):
+                folder = Path(tmp) / str(i)
+                folder.mkdir()
+                grader_end, worker_end = socket.socketpair()
+                future = pool.submit(run_budgeted, TIMING_ARGV, budgets, sandbox=sandbox, spec=job.spec,
+                                     workdir=folder, calls_fd=os.dup(worker_end.fileno()), env=env)
+                worker_end.close()
+                running.append((job, grader_end, future, _Turn(grader_end)))
+            for _, _, future, turn in running:          # every worker ready (or ended) before any times
+                while not turn.answered.wait(0.2) and not future.done():
+                    pass
+            for job, grader_end, future, turn in running:
+                if turn.ready.is_set() and not future.done():
+                    say(f"timing {job.spec['label']}")
+                    turn.go()
+                run = future.result()
+                grader_end.close()
+                job.frames = run.frames
+                problem = next((f.get("problem") for f in run.frames if f.get("kind") == "problem"), None)
+                if isinstance(problem, str):
+                    job.problem = one_line(problem)
+                elif run.stopped:
+                    job.problem = f"the timing process {run.stopped}"
+                elif not any(f.get("kind") == "done" for f in run.frames):
+                    tail = (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
+                    job.problem = f"the timing process ended without its results ({one_line(tail, 200)})"
+
+
+def grading_reaches_gpu(budgets: Budgets, sandbox: bool) -> tuple[bool, str]:
+    """Whether a process on the grading steps' caps reaches the GPU, and what it said."""
+    with tempfile.TemporaryDirectory(prefix=f"attnkit-probe-{os.getpid()}-") as tmp:
+        run = run_budgeted(PROBE_ARGV, budgets, sandbox=sandbox, spec={}, workdir=Path(tmp))
+    frame = next((f for f in run.frames if f.get("kind") == "probe"), {})
+    return frame.get("cuda") is True, one_line(frame.get("problem") or run.stopped or "", 200)
+
+
+# ------------------------------------------------------------------------------------------- the rows
+def _frames_by_item(frames) -> dict:
+    return {f.get("item"): f for f in frames if f.get("kind") == "timing" and isinstance(f.get("item"), str)}
+
+
+def _note_text(notes) -> str:
+    if not isinstance(notes, dict):
+        return ""
+    return "; ".join(one_line(f"{k}: {v}", 300) for k, v in list(notes.items())[:4] if isinstance(v, str))
+
+
+def build_rows(entries: list[Entry], baselines: dict, *, device: str, clock: str) -> list[dict]:
+    """One row per timed kernel of a notebook (a kernel that was not timed gets none), ranked within its
+    lab and kernel by its time over the course's (the library's where the course has no kernel)."""
+    from .timing import timed_kernels
+
+    kernels = timed_kernels()
+    rows = []
+    for e in entries:
+        for kernel in e.gated:
+            frame = e.timing.get(kernel.name)
+            if not frame:
+                continue
+            ms = frame.get("ms") if isinstance(frame.get("ms"), dict) else {}
+            student = _number(ms.get("student"))
+            if student is None:
+                continue                     # wrong at the timed shape, or its timing failed: no row
+            course, library = _number(ms.get("course")), _number(ms.get("library"))
+            clean = baselines.get(e.lesson.number, {}).get(kernel.name, {})
+            notes = []
+            for role, inside in (("course", course), ("library", library)):
+                outside = clean.get(role)
+                if inside is not None and outside is not None and \
+                        max(inside / outside, outside / inside) > DISTURBED:
+                    notes.append(f"not ranked: the {role}'s time in this notebook's process is "
+                                 f"{inside / outside:.2f}× its time in a clean process")
+            fastest = min([v for v in clean.values() if v is not None], default=None)
+            if fastest is not None and student < IMPLAUSIBLE * fastest:
+                notes.append(f"not ranked: {student / fastest:.2f}× the fastest clean baseline is not plausible")
+            samples = _samples((frame.get("samples") or {}).get("student"))
+            spread = 100 * (max(samples) - min(samples)) / student if samples else None
+            lesson = e.lesson
+            rows.append({
+                "rank": None, "student": e.student, "lab": f"{lesson.number:02d}", "kernel": kernel.name,
+                "shape": kernel.label("gpu" if device == "cuda" else "tiny"),
+                "student_ms": student, "course_ms": course,
+                "library": kernel.library_name(device), "library_ms": library,
+                "vs_course": _ratio(student, course), "vs_library": _ratio(student, library),
+                "spread_pct": spread, "repeats": len(samples), "note": "; ".join(notes),
+                "sandboxed": "yes" if e.grade and e.grade.protection.startswith("bubblewrap") else "no",
+                "clock": clock, "_order": [k.name for k in kernels[lesson.number]].index(kernel.name)})
+    return rank(rows)
+
+
+def _key(row):
+    value = row["vs_course"] if row["vs_course"] is not None else row["vs_library"]
+    return (value if value is not None else math.inf, row["student"])
+
+
+def rank(rows: list[dict]) -> list[dict]:
+    """``rows`` with ``rank`` set (1 = fastest against the course's kernel, else against the library's)
+    within each lab and kernel; a row with a note is listed last, unranked. Sorted by lab, kernel, rank."""
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault((row["lab"], row.get("_order", 0), row["kernel"]), []).append(row)
+    out = []
+    for key in sorted(groups):
+        ranked = sorted((r for r in groups[key] if not r["note"]), key=_key)
+        for i, row in enumerate(ranked, start=1):
+            row["rank"] = i
+        out += ranked + sorted((r for r in groups[key] if r["note"]), key=_key)
+    for row in out:
+        row.pop("_order", None)
+    return out
+
+
+# -------------------------------------------------------------------------------------------- writing
+def _cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return csv_cell(value)
+
+
+def write_csv(rows: list[dict], path: Path, provenance: dict) -> Path:
+    """``rows`` with the provenance columns (GPU, date, torch, Triton, CUDA, cuDNN) of the grader's process."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(FIELDS + list(provenance))
+        for row in rows:
+            writer.writerow([_cell(row.get(k)) for k in FIELDS] + [_cell(v) for v in provenance.values()])
+    return path
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    with Path(path).open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def add_grade_columns(csv_path: Path, entries: list[Entry], rows: list[dict], kernels, device: str) -> None:
+    """Append to the grader's ``grades.csv`` one column per ratio of each timed kernel of the lab, named
+    "(not graded)", and a column saying why a notebook's kernel has no time; its own columns are kept."""
+    by_report = {e.grade.report_name: e for e in entries if e.grade is not None}
+    found = {(r["student"], r["kernel"]): r for r in rows}
+    names = []
+    for k in kernels:
+        if k.course is not None:
+            names.append((k, "vs_course", f"{k.name}: student time / course kernel time (not graded)"))
+        names.append((k, "vs_library", f"{k.name}: student time / {k.library_name(device)} time (not graded)"))
+    with csv_path.open(newline="", encoding="utf-8") as f:
+        table = list(csv.reader(f))
+    header, body = table[0], table[1:]
+    report = header.index("report")
+    out = [header + [n for _, _, n in names] + ["timing note (not graded)"]]
+    for line in body:
+        e = by_report.get(line[report])
+        values, why = [], []
+        for k, column, _ in names:
+            row = found.get((e.student, k.name)) if e is not None else None
+            values.append(_cell(row[column]) if row is not None else "")
+        if e is not None:
+            for k in kernels:
+                row = found.get((e.student, k.name))
+                if k not in e.gated:
+                    why.append(f"{k.name}: not timed (its checks did not all pass)")
+                elif row is None:
+                    frame = e.timing.get(k.name) or {}
+                    why.append(f"{k.name}: not timed ({_note_text(frame.get('notes')) or e.problem or 'no result'})")
+                elif row["note"]:
+                    why.append(f"{k.name}: {row['note']}")
+        out.append(line + values + [csv_cell("; ".join(why))])
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(out)
+
+
+def _md(text) -> str:
+    """Text safe in a Markdown table cell: no pipes, no markup, no HTML."""
+    text = one_line(text, 200)
+    for ch in "\\`*_{}[]<>()#+!|~":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _ratio_text(value) -> str:
+    try:
+        return f"{float(value):.2f}×" if value not in (None, "") else "–"
+    except ValueError:
+        return "–"
+
+
+def _ms_text(value) -> str:
+    try:
+        return f"{float(value):.4g}" if value not in (None, "") else "–"
+    except ValueError:
+        return "–"
+
+
+def page_markdown(rows: list[dict], source: str = CSV_NAME) -> str:
+    """The leaderboard page (MyST Markdown) for rows read from a leaderboard CSV (``read_rows``)."""
+    lines = ["# Kernel leaderboard", "",
+             "Students' kernels of labs 04, 05, 06 and 08, each timed beside the course's kernel and PyTorch's "
+             "(cuDNN's attention for labs 05, 06 and 08; PyTorch's own operation for the puzzles of lab 04) on "
+             "one fixed shape, in one process, in turns; each time is the median of several medians. The ratios "
+             "are the student's time over the course's and over the library's: below 1 is faster.", "",
+             f"**{NOT_GRADED}**", ""]
+    if not rows:
+        lines += [f"No leaderboard has been recorded yet (`{source}`). On a machine with a CUDA GPU:", "",
+                  "```text",
+                  "make leaderboard NOTEBOOK=\"solutions/lab0[4568]_*.ipynb submissions/*/lab0[4568]_*.ipynb\"",
+                  "```", ""]
+        return "\n".join(lines)
+    first = rows[0]
+    lines += [f"Recorded on {_md(first.get('gpu', '?'))} on {_md(first.get('date', '?'))} with torch "
+              f"{_md(first.get('torch', '?'))} and Triton {_md(first.get('triton', '?'))}; clock: "
+              f"{_md(first.get('clock', '?'))}. Source: `{source}`.", ""]
+    labs: dict = {}
+    for row in rows:
+        labs.setdefault(row.get("lab", ""), []).append(row)
+    titles = {f"{lesson.number:02d}": lesson.title for lesson in LESSONS}
+    for lab in sorted(labs):
+        title = f" · {_md(titles[lab])}" if lab in titles else ""
+        lines += [f"## Lab {_md(lab)}{title}", "",
+                  "| rank | student | kernel | shape | time (ms) | ÷ course | ÷ library | library | GPU | date | "
+                  "torch | Triton |",
+                  "|---:|---|---|---|---:|---:|---:|---|---|---|---|---|"]
+        notes = []
+        for row in labs[lab]:
+            rank_text = _md(row.get("rank")) if row.get("rank") else "–"
+            if row.get("note"):
+                notes.append(f"- {_md(row.get('student'))}, {_md(row.get('kernel'))}: {_md(row.get('note'))}")
+            lines.append(" | ".join([f"| {rank_text}", _md(row.get("student")), _md(row.get("kernel")),
+                                     _md(row.get("shape")), _ms_text(row.get("student_ms")),
+                                     _ratio_text(row.get("vs_course")), _ratio_text(row.get("vs_library")),
+                                     _md(row.get("library")), _md(row.get("gpu")), _md(row.get("date")),
+                                     _md(row.get("torch")), f"{_md(row.get('triton'))} |"]))
+        lines.append("")
+        if notes:
+            lines += ["Not ranked:", ""] + notes + [""]
+    return "\n".join(lines)
+
+
+# -------------------------------------------------------------------------------------------- the run
+def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str | None = None,
+                    repeats: int = DEFAULT_REPEATS, jobs: int | None = None, sandbox: bool | None = None,
+                    timeout: float = DEFAULT_TIMEOUT, notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
+                    memory_mib: int = DEFAULT_MEMORY_MIB, seed: int | None = None, say=print) -> Leaderboard:
+    """Grade ``notebooks``, time their passing kernels, write the leaderboard into ``out`` (see the
+    module's doc). ``clock``: a name of ``timing.CLOCKS`` ("cuda" needs a CUDA GPU; "ops" counts the
+    interpreter's operations, for tests). ``size``: the shapes, "gpu" or "tiny" (default: "gpu" for the
+    cuda clock, "tiny" otherwise). ``jobs``: processes at a time (default: the CPU count)."""
+    from ...bench.recorder import provenance
+    from .timing import CLOCKS, TIMED_LABS, timed_kernels
+
+    if clock not in CLOCKS:
+        raise ValueError(f"clock: expected one of {sorted(CLOCKS)}, got {clock!r}")
+    size = size or ("gpu" if clock == "cuda" else "tiny")
+    if size not in ("gpu", "tiny"):
+        raise ValueError(f"size: expected 'gpu' or 'tiny', got {size!r}")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ValueError(f"repeats: must be a positive integer, got {repeats!r}")
+    paths = [Path(p) for p in notebooks]
+    if not paths:
+        raise ValueError("notebooks: give at least one notebook")
+    entries = [Entry(p, _lab_of(p, lab)) for p in paths]
+    for e in entries:
+        if e.lesson.number not in TIMED_LABS:
+            raise ValueError(f"lab: lab {e.lesson.number:02d} has no kernel on the leaderboard (labs "
+                             f"{', '.join(f'{n:02d}' for n in TIMED_LABS)} have)")
+    jobs = max(1, int(jobs or os.cpu_count() or 1))
+    if sandbox is None:
+        sandbox = sandbox_problem() is None
+    budgets = Budgets(cell_timeout=timeout, notebook_timeout=notebook_timeout, memory_mib=memory_mib)
+    device = "cuda" if clock == "cuda" else "cpu"
+    out = Path(out)
+    kernels = timed_kernels()
+    problems = []
+    if clock == "cuda":
+        reaches, why = grading_reaches_gpu(budgets, sandbox)
+        if not reaches:
+            problems.append(f"the grading steps' processes do not reach the GPU here ({why or 'no CUDA device'}): "
+                            f"their checks run in Triton's interpreter on the CPU, more slowly")
+            say(f"⚠️ {problems[-1]}")
+
+    # 1. grade, several notebooks at a time (each grading is three processes)
+    say(f"grading {len(entries)} notebook(s), {max(1, jobs // 3)} at a time; isolation: "
+        f"{'bubblewrap' if sandbox else 'no sandbox (' + (sandbox_problem() or 'turned off') + ')'}")
+
+    def graded(e: Entry):
+        try:
+            e.grade = grade(e.notebook, e.lesson.number, timeout=timeout, notebook_timeout=notebook_timeout,
+                            memory_mib=memory_mib, sandbox=sandbox, seed=seed)
+        except ValueError as exc:
+            e.skipped = one_line(exc)
+        return e
+
+    with ThreadPoolExecutor(max(1, jobs // 3)) as pool:
+        list(pool.map(graded, entries))
+    done = [e for e in entries if e.grade is not None]
+    for e, name in zip(done, report_names([e.notebook for e in done])):
+        e.student = name
+        e.gated = _gated(e.grade, kernels[e.lesson.number])
+        say(f"   {name}: {e.grade.score} of {e.grade.total}; timed: {', '.join(k.name for k in e.gated) or 'none'}")
+
+    # 2. time: one worker per notebook with a kernel to time, one clean worker per lab
+    from .lab import course_tools, lab_exercises
+
+    def spec(lesson, items, notebook=None, label=""):
+        import base64
+
+        module, _ = lab_exercises(lesson)
+        return {"notebook": None if notebook is None else base64.b64encode(notebook).decode(),
+                "cell_timeout": timeout, "module": module.__name__, "tools": course_tools(lesson),
+                "lab": lesson.number, "items": items, "clock": clock, "size": size, "repeats": repeats,
+                "label": label}
+
+    from .sandbox import safe_read
+
+    work = []
+    for i, e in enumerate(entries):
+        if e.gated:
+            data = safe_read(e.notebook, 20 * 2**20)
+            work.append(_Job(("student", i), spec(e.lesson, [k.name for k in e.gated], data, e.student)))
+    labs = {}
+    for e in entries:
+        if e.gated:
+            labs.setdefault(e.lesson.number, (e.lesson, []))[1].extend(k.name for k in e.gated)
+    for number, (lesson, names) in sorted(labs.items()):
+        names = [k.name for k in kernels[number] if k.name in names]
+        work.append(_Job(("baseline", number), spec(lesson, names, None, f"lab {number:02d} baselines")))
+    if work:
+        say(f"timing {len(work)} process(es), {jobs} preparing at a time, one timing at a time")
+        env = {"TRITON_INTERPRET": "0" if clock == "cuda" else "1"}
+        _run_jobs(work, budgets, sandbox, jobs, env, say)
+    baselines: dict = {}
+    for job in work:
+        if job.key[0] == "baseline":
+            baselines[job.key[1]] = {name: {r: _number((f.get("ms") or {}).get(r)) for r in ("course", "library")}
+                                     for name, f in _frames_by_item(job.frames).items()}
+            if job.problem:
+                problems.append(f"lab {job.key[1]:02d} baselines: {job.problem}")
+        else:
+            e = entries[job.key[1]]
+            e.timing = _frames_by_item(job.frames)
+            e.problem = job.problem
+            if job.problem:
+                problems.append(f"{e.student}: {job.problem}")
+
+    # 3. rows, reports, page
+    rows = build_rows(entries, baselines, device=device, clock=CLOCKS[clock].describe)
+    stamp = provenance()
+    for lesson_number in sorted({e.lesson.number for e in entries}):
+        group = [e for e in entries if e.lesson.number == lesson_number]
+        graded_group = [e for e in group if e.grade is not None]
+        folder = out / "grades" / Path(group[0].lesson.lab).stem
+        write_reports([e.grade for e in graded_group], folder, [(str(e.notebook), e.skipped) for e in group
+                                                                   if e.skipped])
+        add_grade_columns(folder / "grades.csv", graded_group, rows, kernels[lesson_number], device)
+    write_csv(rows, out / CSV_NAME, stamp)
+    (out / PAGE_NAME).write_text(page_markdown(read_rows(out / CSV_NAME)), encoding="utf-8")
+    isolation = protection_summary(sandbox, budgets)
+    say(f"isolation of every step (grading and timing): {isolation}")
+    return Leaderboard(entries, rows, out, clock, problems)
+
+
+# ---------------------------------------------------------------------------------------- the command
+def parser():
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m attnkit.classroom.grading leaderboard",
+                                description="Grade lab notebooks, then time the kernels that pass beside the "
+                                            "course's and the library's (a CUDA GPU is needed). " + NOT_GRADED)
+    p.add_argument("notebooks", nargs="+", help="the notebooks (.ipynb) of labs 04, 05, 06 or 08")
+    p.add_argument("--lab", default=None, help="the lab of every notebook (default: read from each file name)")
+    p.add_argument("--out", default=os.environ.get("OUT") or "build/leaderboard",
+                   help="output folder (default: $OUT, else build/leaderboard)")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="timed turns of each call (median)")
+    p.add_argument("--jobs", type=int, default=None, help="processes at a time (default: the CPU count)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per cell, per step")
+    p.add_argument("--notebook-timeout", type=float, default=DEFAULT_NOTEBOOK_TIMEOUT, help="seconds per step")
+    p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MIB, help="MiB for a step's whole process tree")
+    p.add_argument("--seed", type=int, default=None, help="the hidden cases' seed (default: a secret one)")
+    p.add_argument("--no-sandbox", action="store_true", help="run without bubblewrap even where it works")
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    if not gpu:
+        print("the leaderboard needs a CUDA GPU: it times kernels, and there is none here. Nothing was written. "
+              "(Grading alone runs anywhere: make grade.)", file=sys.stderr, flush=True)
+        return 2
+    problem = sandbox_problem()
+    if problem and not args.no_sandbox:
+        print(f"⚠️ grading and timing without a sandbox: {problem}", flush=True)
+    started = time.monotonic()
+    try:
+        board = run_leaderboard(args.notebooks, args.out, lab=args.lab, repeats=args.repeats, jobs=args.jobs,
+                                sandbox=False if args.no_sandbox else None, timeout=args.timeout,
+                                notebook_timeout=args.notebook_timeout, memory_mib=args.memory, seed=args.seed)
+    except ValueError as exc:
+        p.error(str(exc))
+    for row in board.rows:
+        print(f"{row['rank'] or '–':>3} lab {row['lab']} {row['kernel']:24s} {row['student']:32s} "
+              f"{row['student_ms']:9.4g} ms  ÷course {_ratio_text(row['vs_course']):>7}  "
+              f"÷library {_ratio_text(row['vs_library']):>7}  {row['note']}")
+    for line in board.problems:
+        print(f"⚠️ {line}")
+    print(f"leaderboard: {board.out / CSV_NAME}, {board.out / PAGE_NAME}; grades: {board.out / 'grades'} "
+          f"({time.monotonic() - started:.0f} s)")
+    return 0 if board.rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
