@@ -321,9 +321,12 @@ class LaunchConfig:
 INTERPRETER_CONFIG = LaunchConfig(16, 1, 1)   # small blocks: ragged lengths span several blocks
 # On a GPU (chosen by the sweep in scripts/gpu_paged.py on an H100; see docs/paged_notes.md).
 GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 3), "per_head": LaunchConfig(128, 4, 2)}
-# An FP8 cache (float8_e4m3fn pages): the rule is that one loop iteration moves the bytes of the fp16
-# cache's tuned one, so the grouped kernel reads twice the tokens per iteration (half the loop trips and
-# page-table loads per byte); ``scripts/gpu_paged.py --mode fp8`` sweeps it against the fp16 choice.
+# An FP8 cache (float8_e4m3fn pages). The rule: one loop iteration keeps the bytes of the fp16 cache's tuned
+# one in flight. A block's K and V rows are gathered through the page table straight into registers (no
+# asynchronous copy to shared memory, whatever num_stages says: the compiled PTX has no cp.async), so the
+# bytes a program has in flight are one block's; at the fp16 block's tokens an fp8 block would have half
+# of them, and half the memory-level parallelism. So the grouped kernel reads twice the tokens per
+# iteration, with twice the warps. ``scripts/gpu_paged.py --mode fp8`` sweeps it on the GPU.
 GPU_FP8_CONFIGS = {"grouped": LaunchConfig(256, 8, 3), "per_head": LaunchConfig(128, 4, 2)}
 
 
@@ -549,7 +552,8 @@ def _make_plan(q, k_pages, v_pages, block_table, sm_scale: float, num_splits: in
                  scalars=scalars, constexprs=({**constexprs, "CHECK": False}, {**constexprs, "CHECK": True}),
                  merge_constexprs=merge, check_values=check_values, upcast=upcast, num_pages=num_pages,
                  page_size=page_size, direct=direct, input_strides=input_strides,
-                 state=value_checks.state(device) if check_values == "device" else None)
+                 state=value_checks.state(device) if check_values == "device" and not value_checks.capturing(q)
+                 else None)                  # made outside a capture (its first value is a copy to the device)
 
 
 def _run(plan: _Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, check: bool):
@@ -570,7 +574,10 @@ def _run(plan: _Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_sca
     else:
         k_scale = v_scale = seq_lens                 # never read (SCALED is off)
     device = q.device
-    state = plan.state if check else seq_lens        # never read without CHECK
+    if check:
+        state = plan.state if plan.state is not None else value_checks.state(device)
+    else:
+        state = seq_lens                             # never read without CHECK
     o = _new_buffer(plan.out_shape, q.dtype, device)
     split = plan.num_splits > 1
     if split:
@@ -665,6 +672,9 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
                              variant, window, check_values)
         if key is not None:
             keep_recent(_PLANS, key, plan, MAX_PLANS)
+        if plan.check_values == "device" and not triton_interprets() and not value_checks.capturing(q):
+            # compile the kernel a CUDA graph captures (it checks nothing) now, not while capturing
+            _run(plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, False)
     if plan.check_values == "strict":
         _check_values_on_host(block_table, seq_lens, plan.num_pages, plan.page_size, k_scale, v_scale)
     check = plan.check_values == "device" and not value_checks.capturing(q)
