@@ -178,17 +178,18 @@ def dispatch_path(d: int, dv: int, device: str) -> str:
     return f"triton {tiles}, tile D={padded(d)}" + (f" Dv={padded(dv)}" if dv != d else "") + ", autotuned"
 
 
-# Sweep candidates (BLOCK_M, BLOCK_N, num_warps, num_stages) by the tiles' padded (D, Dv). At 128 the forward's
-# are today's autotuning candidates (compiled for the baseline anyway) and the two next fastest of the D = 128
-# pointer sweep (bench_flash_sweep.csv); the backward's, the fastest of that sweep per kernel. At 256 the
-# configurations ptxas compiles without serialising products (scripts/gpu_flash_sweep.py, CANDIDATES_D256)
-# and, for Dv = 128 (half of v's shared memory), deeper pipelines and wider key tiles.
+# Sweep candidates (BLOCK_M, BLOCK_N, num_warps, num_stages) by the tiles' padded (D, Dv); each launcher's
+# first is its default without autotuning (the backward checks' forward uses "fwd"'s first). At 128 the
+# forward's are four of today's autotuning candidates (compiled for the baseline anyway) and the two next
+# fastest of the D = 128 pointer sweep (bench_flash_sweep.csv); the backward's, the fastest of that sweep per
+# kernel. At 256 the configurations ptxas compiles without serialising products (scripts/gpu_flash_sweep.py,
+# CANDIDATES_D256) and, for Dv = 128 (half of v's shared memory), deeper pipelines and wider key tiles.
 FULL_CANDIDATES = {
-    (128, 128): {"fwd": [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 64, 4, 3),
-                         (128, 128, 8, 2), (128, 32, 4, 4)],
-                 "bwd_dkdv": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (32, 128, 8, 3), (64, 64, 4, 4)],
+    (128, 128): {"fwd": [(128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 2),
+                         (128, 32, 4, 4)],
+                 "bwd_dkdv": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 4)],
                  "bwd_dq": [(128, 64, 8, 3), (64, 32, 4, 3), (128, 64, 8, 2), (128, 32, 8, 3)],
-                 "bwd_atomic": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 3)]},
+                 "bwd_atomic": [(64, 128, 8, 3), (64, 128, 8, 2)]},
     (256, 128): {"fwd": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 2), (64, 64, 4, 2), (64, 64, 4, 3)],
                  "bwd_dkdv": [(64, 32, 4, 2), (32, 32, 4, 2), (64, 64, 4, 2)],
                  "bwd_dq": [(64, 32, 4, 2), (64, 64, 8, 2), (32, 64, 4, 2)],
@@ -200,7 +201,7 @@ FULL_CANDIDATES = {
                  "bwd_atomic": [(32, 32, 4, 2), (64, 32, 8, 2)]},
 }
 QUICK_CANDIDATES = {
-    (128, 128): {"fwd": [(128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)],
+    (128, 128): {"fwd": [(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3)],
                  "bwd_dkdv": [(64, 128, 8, 3), (32, 64, 4, 3)], "bwd_dq": [(128, 64, 8, 3), (64, 32, 4, 3)],
                  "bwd_atomic": [(64, 128, 8, 3)]},
     (256, 128): {"fwd": [(128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 2)], "bwd_dkdv": [(64, 32, 4, 2)],
@@ -441,8 +442,8 @@ def check_attention(item: Item, plan: Plan, b=None, n=None) -> list:
             got = dict(zip(("o", "dq", "dk", "dv"), (o, *torch.autograd.grad(o, leaves, do))))
         elif item.kind.startswith("fwd"):
             got = dict(o=run_forward(item, q, k, v))
-        else:
-            o, lse = flash.flash_attention_forward(q, k, v, causal=item.causal)
+        else:       # o and lse from one fixed forward (the autotuned one would compile all its candidates here)
+            o, lse = forward_with_config(q, k, v, item.causal, default_config("fwd", item.d, item.dv))
             grads = backward_with_configs(do, q, k, v, o, lse, item.causal, DESIGN_OF[item.kind],
                                           backward_configs(item))
             got = dict(zip(("dq", "dk", "dv"), grads))
@@ -484,9 +485,13 @@ def varlen_impls(plan: Plan, packed, cu, lens, padded_batch) -> dict:
              "attnkit_padded": (lambda: course(*padded_batch, True), padded_seq)}
     if plan.device == "cuda":
         impls["sdpa_cudnn_padded"] = (lambda: sdpa_cudnn(*padded_batch, True), padded_seq)
-        nested = nested_inputs(packed, cu)
-        impls["sdpa_cudnn_nested"] = (lambda: sdpa_cudnn(*nested, True),
-                                      lambda o, i: packed_seq(o.transpose(1, 2).values(), i))
+        nested = {}         # built on the first call: a torch without jagged tensors raises where it is recorded
+
+        def cudnn_nested():
+            if not nested:
+                nested["qkv"] = nested_inputs(packed, cu)
+            return sdpa_cudnn(*nested["qkv"], True)
+        impls["sdpa_cudnn_nested"] = (cudnn_nested, lambda o, i: packed_seq(o.transpose(1, 2).values(), i))
     return impls
 
 
@@ -1028,7 +1033,7 @@ def causal_pairs(n: int) -> int:
 
 
 def budget_row(suite, **fields) -> dict:
-    return dict(suite=suite, **fields, ms=float("nan"), reason="budget: not timed")
+    return dict(dict(suite=suite, impl=""), **fields, ms=float("nan"), reason="budget: not timed")
 
 
 def with_ratio(rows: list, against: str, match: tuple, column: str = "vs_cudnn") -> None:

@@ -42,13 +42,18 @@ def test_plan_orders_work_and_refuses_bad_sizes(script):
     assert swept == {(80, 80), (96, 96), (112, 112), (192, 128), (256, 256)}      # not D = 128: Gluon
     assert {it.kind for it in items if it.d == 192} >= {"fwd", "bwd_dkdv", "bwd_dq", "bwd_atomic"}
     assert not any(it.kind == "pad128" for it in items if it.d >= 128)
+    for (d, dv), launchers in plan.candidates.items():     # each launcher's first candidate: today's default
+        for launcher, configs in launchers.items():
+            default = script.default_config(launcher.removesuffix("_desc"), d, dv)
+            assert script.block_config(*configs[0]) == default, (d, dv, launcher)
     assert len({it.key for it in items}) == len(items)
     for n in plan.lengths:                        # the timed kernels are the checked ones (module docstring)
         assert plan.batch_of(n) > 1 and plan.batch_of(n) % 16
     assert script.plan_from_json(script.plan_to_json(plan)) == plan
     assert script.Item.from_json(json.loads(json.dumps(items[-3].to_json()))) == items[-3]
     quick = script.make_plan("quick")
-    assert quick.dtypes == ("float16",) and len(script.work_items(quick)) < len(items) / 2
+    assert quick.dtypes == ("float16",) and quick.lengths == quick.sweep_lengths == (4096,)
+    assert len(script.work_items(quick)) < 0.6 * len(items)
     with pytest.raises(ValueError, match="dims: each must be one of"):
         script.make_plan("full", dims=[72])
     with pytest.raises(ValueError, match="dtypes: .*float16 among them"):
