@@ -31,7 +31,7 @@ def assert_consistent(cache: PageTables, model: dict | None = None):
     for page in range(cache.num_pages):
         assert alloc.refcount(page) == held[page], f"page {page}"
     assert alloc.num_used == len(held) == cache.pages_in_use
-    assert sorted(alloc._free) == sorted(set(range(cache.num_pages)) - set(held))
+    assert sorted(alloc.free_list) == sorted(set(range(cache.num_pages)) - set(held))
     for s, table in cache.tables.items():
         assert len(table) == -(-cache.lengths[s] // cache.page_size)
     if model is not None:
@@ -70,21 +70,21 @@ def test_allocator_rejects_duplicate_pages_and_changes_nothing():
     would count one holder twice. Both are refused before any count changes."""
     alloc = BlockAllocator(4)
     alloc.allocate(2)                    # pages 0, 1, count 1 each
-    state = (list(alloc._free), list(alloc._refs))
+    state = (alloc.free_list, alloc.refcounts)
     with pytest.raises(ValueError, match="pages: page 0 is listed more than once; each page may appear once"):
         alloc.release([0, 0])
-    assert (alloc._free, alloc._refs) == state
+    assert (alloc.free_list, alloc.refcounts) == state
     with pytest.raises(ValueError, match="pages: page 1 is listed more than once"):
         alloc.release([0, 1, 1])         # page 0 is fine, but is not released either
-    assert (alloc._free, alloc._refs) == state
+    assert (alloc.free_list, alloc.refcounts) == state
     with pytest.raises(ValueError, match="pages: page 1 is listed more than once"):
         alloc.share([1, 1])
-    assert (alloc._free, alloc._refs) == state
+    assert (alloc.free_list, alloc.refcounts) == state
     with pytest.raises(ValueError, match="pages: page 2 is already free"):
         alloc.release([0, 2])            # a bad page anywhere: page 0 keeps its count
-    assert (alloc._free, alloc._refs) == state
+    assert (alloc.free_list, alloc.refcounts) == state
     alloc.release(p for p in (0, 1))     # any iterable of distinct pages is fine
-    assert alloc.num_free == 4 and alloc._refs == [0, 0, 0, 0]
+    assert alloc.num_free == 4 and alloc.refcounts == (0, 0, 0, 0)
 
 
 # ---------------------------------------------------------------------------------- page tables
@@ -182,7 +182,7 @@ def test_reserve_many_rejects_duplicate_ids_and_changes_nothing():
 
     def state():
         return ({s: list(t) for s, t in tables.tables.items()}, dict(tables.lengths),
-                list(tables.allocator._free), list(tables.allocator._refs))
+                tables.allocator.free_list, tables.allocator.refcounts)
 
     before = state()
     with pytest.raises(ValueError, match="seq_ids: sequence 'a' is listed more than once; each id may appear once"):
@@ -314,13 +314,13 @@ def test_a_reserve_that_runs_out_evicts_nothing(op):
     tables, prefix = _cache_with_evictable_pages()
     tables.add_sequence("new")
     tables.add_sequence("other")
-    before = (dict(prefix.page_of), list(tables.allocator._free), list(tables.allocator._refs))
+    before = (dict(prefix.page_of), tables.allocator.free_list, tables.allocator.refcounts)
     with pytest.raises(OutOfPagesError, match="out of pages: [56] needed.*2 free and 2 evictable of 4"):
         if op == "reserve":
             tables.reserve("new", 10)                          # 5 pages: more than 2 free + 2 evictable
         else:
             tables.reserve_many(["new", "other"], 5)           # 3 + 3 pages
-    assert (dict(prefix.page_of), list(tables.allocator._free), list(tables.allocator._refs)) == before
+    assert (dict(prefix.page_of), tables.allocator.free_list, tables.allocator.refcounts) == before
     assert tables.length("new") == 0
     assert prefix.match("new", [5, 6, 7, 8, 9]) == 4           # the cached prefix is still there
     tables.reserve("other", 4)                                 # 2 pages: evicts nothing still held
@@ -372,7 +372,7 @@ def test_numpy_integers_are_taken_as_page_ids_layers_and_sizes():
     assert alloc.refcount(np.int16(pages[0])) == 2
     alloc.release(np.array(pages))
     alloc.release([pages[0], np.int64(pages[1])])
-    assert alloc.num_free == 4 and all(type(p) is int for p in alloc._free)
+    assert alloc.num_free == 4 and all(type(p) is int for p in alloc.free_list)
     cache = PagedKVCache(num_pages=np.int64(3), page_size=np.int64(2), num_layers=np.int64(LAYERS),
                          num_kv_heads=HKV, head_dim=D, dtype=torch.float32)
     cache.add_sequence(0)

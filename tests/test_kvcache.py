@@ -291,12 +291,12 @@ def test_benchmarks_append_into_a_bsnh_stored_cache_writes_what_the_bnsh_one_doe
     results = {}
     for layout in bench.LAYOUTS:
         where = "cuda" if torch.cuda.is_available() else "cpu"    # the timed path takes the kernel's device
-        q, k, v, k_cache, v_cache, seqlens = bench._inputs(2, HQ, HKV, D, new_len, past, True,
+        q, k, v, k_cache, v_cache, seqlens = bench.append_inputs(2, HQ, HKV, D, new_len, past, True,
                                                            dtype=torch.float32, device=where, layout=layout)
         if layout == "BSNH":     # the memory is [B, S, Hkv, D]; the kernel sees a [B, Hkv, S, D] view
             assert k_cache.stride() == (k_cache.shape[2] * HKV * D, D, HKV * D, 1)
         ref = rope_append.rope_append_reference(q, k, v, k_cache, v_cache, seqlens_k=seqlens)
-        fused, _ = bench._prepared(q, k, v, k_cache, v_cache, seqlens, True)
+        fused, _ = bench.prepared_appends(q, k, v, k_cache, v_cache, seqlens, True)
         q_out, present_k, present_v = fused()
         assert present_k is k_cache and present_v is v_cache                # written in place, through the view
         for got, want in zip((q_out, present_k, present_v), ref):

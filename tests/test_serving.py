@@ -410,7 +410,7 @@ def test_step_records_hold_a_snapshot_of_the_queue_not_a_copy():
                 plain.insert(0, c)
                 entered += 1
         snapshots.append((queue.snapshot(), tuple(i.request.rid for i in plain)))
-    assert len(queue._log) == entered                      # not 400 copies of a 3,000-long queue
+    assert queue.entries == entered                      # not 400 copies of a 3,000-long queue
     for snap, expected in snapshots[::37]:
         assert isinstance(snap, WaitingSnapshot) and len(snap) == len(expected) and snap == expected
         assert tuple(snap) == expected and list(snap)[:3] == list(expected[:3])

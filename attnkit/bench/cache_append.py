@@ -85,7 +85,9 @@ def stored_as(cache, layout):
     raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
 
 
-def _inputs(batch, hq, hkv, d, new_len, past, share_buffer, dtype=torch.bfloat16, device="cuda", layout="BNSH"):
+def append_inputs(batch, hq, hkv, d, new_len, past, share_buffer, dtype=torch.bfloat16, device="cuda", layout="BNSH"):
+    """One update's inputs, seeded: new q [B, S_new, Hq, D], k, v [B, S_new, Hkv, D], the K and V caches stored
+    in ``layout`` (past + S_new rows when the buffer is shared, else the past alone) and seqlens [B]."""
     g = torch.Generator(device=device).manual_seed(0)
 
     def r(*shape):
@@ -109,7 +111,7 @@ def _bytes_moved(q, k, past, share_buffer) -> int:
     return new + out + copy
 
 
-def _prepared(q, k, v, k_cache, v_cache, seqlens, share_buffer):
+def prepared_appends(q, k, v, k_cache, v_cache, seqlens, share_buffer):
     """Closures that run one update each way, with everything but the update done beforehand.
 
     Each returns (rotated q, present k, present v).
@@ -193,8 +195,8 @@ def layout_rows(ceils: dict | None = None) -> list[dict]:
     rows = []
     for scenario, batch, hq, hkv, d, new_len, past in LAYOUT_APPENDS:
         for layout in LAYOUTS:
-            q, k, v, k_cache, v_cache, seqlens = _inputs(batch, hq, hkv, d, new_len, past, True, layout=layout)
-            fused, _ = _prepared(q, k, v, k_cache, v_cache, seqlens, True)
+            q, k, v, k_cache, v_cache, seqlens = append_inputs(batch, hq, hkv, d, new_len, past, True, layout=layout)
+            fused, _ = prepared_appends(q, k, v, k_cache, v_cache, seqlens, True)
             moved = _bytes_moved(q, k, past, True)
             ms = time_ms(fused)
             gbps = moved / (ms * 1e-3) / 1e9
@@ -279,8 +281,8 @@ def run() -> list[dict]:
         for share in (True, False):
             if scenario == "first prompt" and not share:
                 continue                                     # nothing to copy: same as shared
-            q, k, v, k_cache, v_cache, seqlens = _inputs(batch, hq, hkv, d, new_len, past, share)
-            fused, separate_ops = _prepared(q, k, v, k_cache, v_cache, seqlens, share)
+            q, k, v, k_cache, v_cache, seqlens = append_inputs(batch, hq, hkv, d, new_len, past, share)
+            fused, separate_ops = prepared_appends(q, k, v, k_cache, v_cache, seqlens, share)
             moved = _bytes_moved(q, k, past, share)
             for impl, fn in (("triton fused", fused), ("pytorch ops", separate_ops)):
                 ms = time_ms(fn)

@@ -88,6 +88,16 @@ class BlockAllocator:
     def num_used(self) -> int:
         return self.num_pages - len(self._free)
 
+    @property
+    def free_list(self) -> tuple[int, ...]:
+        """The free pages in the free list's order (the last is handed out next): a copy."""
+        return tuple(self._free)
+
+    @property
+    def refcounts(self) -> tuple[int, ...]:
+        """Every page's reference count, by page id: a copy."""
+        return tuple(self._refs)
+
     def refcount(self, page: int) -> int:
         return self._refs[self._check_page(page)]
 

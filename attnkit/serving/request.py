@@ -106,6 +106,11 @@ class WaitingQueue:
     def snapshot(self) -> "WaitingSnapshot":
         return WaitingSnapshot(self._log, self._event, len(self.items))
 
+    @property
+    def entries(self) -> int:
+        """How many times a request entered the queue: the length of its log, whatever its snapshots."""
+        return len(self._log)
+
 
 class WaitingSnapshot:
     """The request ids that waited at one moment, read back from a ``WaitingQueue``'s log on demand:
