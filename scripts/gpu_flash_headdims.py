@@ -4,7 +4,7 @@ that stay below 0.9x cuDNN, the FP8 forward beside fp16, and packed sequences be
 batch. One process times everything side by side; parallel processes compile and check first.
 
     python scripts/gpu_flash_headdims.py OUTDIR                  # H100: under 8 minutes (--budget, default 450 s)
-    python scripts/gpu_flash_headdims.py OUTDIR --quick          # fp16, N = 4096 alone, fewer candidates: ~3 min
+    python scripts/gpu_flash_headdims.py OUTDIR --quick          # fp16, N = 4096 alone, fewer candidates: 5 min
     python scripts/gpu_flash_headdims.py OUTDIR --cpu --tiny     # the same logic in Triton's interpreter, tiny
     options: --budget S  --workers K  --dims 80,96,192  --dtypes float16  --sweep-all | --no-sweep  --rounds R
 
@@ -236,8 +236,9 @@ class Plan:
     warmup_ms: float = 5.0
     rep_ms: float = 25.0
     sweep: str = "below"               # "below" (head dims under BELOW), "all", "none"
-    prepare_share: float = 0.5         # of the budget, at most, for phase 1
-    stall_s: float = 150.0             # phase 1 stops when no item finishes for this long
+    prepare_share: float = 0.5         # of the budget, at most, for phase 1 (--quick: 0.6)
+    stall_s: float = 90.0              # phase 1 stops when no item finishes for this long
+    tasks_per_worker: int = 12         # items a phase 1 process checks before a fresh one replaces it
 
     def batch_of(self, n: int) -> int:
         return self.batch[n]
@@ -267,8 +268,8 @@ def make_plan(kind: str, *, budget=None, workers=None, dims=None, rounds=None, s
                     sweep_lengths=(4096,) if quick else (2048, 4096, 16384),
                     batch={2048: 8, 4096: 4, 16384: 2}, heads=16, check=(2, 16, 1008),
                     candidates=QUICK_CANDIDATES if quick else FULL_CANDIDATES, rounds=3, sweep_rounds=2,
-                    fp8_lengths=(4096, 16384), varlen=(64, 128, 4096), budget_s=240.0 if quick else 450.0,
-                    workers=max(1, min(15, cores - 1)))
+                    fp8_lengths=(4096, 16384), varlen=(64, 128, 4096), budget_s=300.0 if quick else 450.0,
+                    workers=max(1, min(15, cores - 1)), prepare_share=0.6 if quick else 0.5)
     changes = dict(sweep=sweep)
     if dtypes:
         unknown = [x for x in dtypes if x not in DTYPES]
@@ -294,7 +295,8 @@ def make_plan(kind: str, *, budget=None, workers=None, dims=None, rounds=None, s
 # --------------------------------------------------------------------------------------- work items
 @dataclass(frozen=True)
 class Item:
-    """One thing to compile and check (phase 1) and later time: ``kind`` "dispatch" (the public path),
+    """One thing to compile and check (phase 1) and later time: ``kind`` "dispatch" and "dispatch_bwd" (the
+    public forward and backward, two items so that two processes compile their autotuning candidates),
     "fp8", "varlen", "pad128" (the D = 128 dispatch on zero-padded inputs), or a launcher of the sweep
     ("fwd", "fwd_desc", "bwd_dkdv", "bwd_dq", "bwd_atomic") with ``config``."""
 
@@ -342,8 +344,8 @@ def sweep_items(plan: Plan, d: int, dv: int, causal: bool) -> list:
 def work_items(plan: Plan) -> list:
     """Every item, highest priority first: the fp16 dispatch, FP8, packed, the sweep, the other dtypes."""
     first, *others = plan.dtypes
-    dispatch = {dtype: [Item("dispatch", d, dv, c, dtype) for d, dv in plan.head_dims for c in (False, True)]
-                for dtype in plan.dtypes}
+    dispatch = {dtype: [Item(kind, d, dv, c, dtype) for d, dv in plan.head_dims for c in (False, True)
+                        for kind in ("dispatch", "dispatch_bwd")] for dtype in plan.dtypes}
     items = list(dispatch[first])
     items += [Item("fp8", 128, 128, c, "float16") for c in (False, True)]
     items.append(Item("varlen", 128, 128, True, "float16"))
@@ -436,16 +438,20 @@ def check_attention(item: Item, plan: Plan, b=None, n=None) -> list:
     o_ref, dq_ref, dk_ref, dv_ref = math_reference(q, k, v, do, item.causal)
     refs = dict(o=o_ref, dq=dq_ref, dk=dk_ref, dv=dv_ref)
     with poisoned_outputs():
-        if item.kind in ("dispatch", "pad128"):
+        if item.kind == "pad128":
             leaves = [t.detach().requires_grad_() for t in (q, k, v)]
             o = run_forward(item, *leaves)
             got = dict(zip(("o", "dq", "dk", "dv"), (o, *torch.autograd.grad(o, leaves, do))))
-        elif item.kind.startswith("fwd"):
-            got = dict(o=run_forward(item, q, k, v))
+        elif item.kind == "dispatch" or item.kind.startswith("fwd"):
+            with torch.no_grad():
+                got = dict(o=run_forward(item, q, k, v))
         else:       # o and lse from one fixed forward (the autotuned one would compile all its candidates here)
             o, lse = forward_with_config(q, k, v, item.causal, default_config("fwd", item.d, item.dv))
-            grads = backward_with_configs(do, q, k, v, o, lse, item.causal, DESIGN_OF[item.kind],
-                                          backward_configs(item))
+            if item.kind == "dispatch_bwd":
+                grads = flash.flash_attention_backward(do, q, k, v, o, lse, causal=item.causal)
+            else:
+                grads = backward_with_configs(do, q, k, v, o, lse, item.causal, DESIGN_OF[item.kind],
+                                              backward_configs(item))
             got = dict(zip(("dq", "dk", "dv"), grads))
     return compare(got, refs, dtype, plan.device)
 
@@ -549,8 +555,8 @@ def first_line(exc) -> str:
 
 
 def prepare(item: Item, plan: Plan) -> dict:
-    """Phase 1 for one item: compile and check it ("pass" or the failures), and for the dispatch at the Gluon
-    head dims run it once at every timed N (its kernel depends on N), so that the timing finds it compiled."""
+    """Phase 1 for one item: compile and check it ("pass" or the failures); where its kernel depends on N
+    (``n_dependent``, the FP8 forward) check it again at every timed N, so that the timing finds it compiled."""
     t0 = time.perf_counter()
     try:
         if item.kind == "varlen":
@@ -660,7 +666,9 @@ def prepare_all(items: list, plan: Plan, deadline: float) -> dict:
             log(f"prepared {item.key}: {results[item.key]['status'][:120]} ({results[item.key]['seconds']:.1f} s)")
         return results
     context = multiprocessing.get_context("spawn")
-    pool = context.Pool(plan.workers, initializer=_init_worker, initargs=(plan_to_json(plan),))
+    # a fresh process every few items: a kernel that faults the GPU leaves its process's CUDA context unusable
+    pool = context.Pool(plan.workers, initializer=_init_worker, initargs=(plan_to_json(plan),),
+                        maxtasksperchild=plan.tasks_per_worker)
     try:
         pending = pool.imap_unordered(_prepare_remote, [item.to_json() for item in items])
         for _ in items:
@@ -789,15 +797,19 @@ class Run:
     def baseline_case(self, dtype: str, d: int, dv: int, causal: bool, n: int) -> list:
         plan = self.plan
         b, h = plan.batch_of(n), plan.heads
-        item = Item("dispatch", d, dv, causal, dtype)
-        status = self.status(item)
+        status = {direction: self.status(Item(kind, d, dv, causal, dtype))
+                  for direction, kind in (("fwd", "dispatch"), ("bwd", "dispatch_bwd"))}
+        if status["fwd"] != "pass":               # the backward through autograd runs the forward too
+            status["bwd"] = status["fwd"]
         q, k, v, do = random_qkv(b, h, n, d, dv, DTYPES[dtype], plan.device, seed=n + d, grad=True)
         fns, skipped = {}, {}
-        if status == "pass":
+        if status["fwd"] == "pass":
             fns["attnkit fwd"] = no_grad(lambda: course(q, k, v, causal))
+        if status["bwd"] == "pass":
             fns["attnkit bwd"] = grad_of(course, q, k, v, do, causal)
-        else:
-            skipped["attnkit"] = f"not timed: check {status}"
+        for direction, why in status.items():
+            if why != "pass":
+                skipped[f"attnkit {direction}"] = f"not timed: check {why}"
         if plan.device == "cuda":
             fns["sdpa_cudnn fwd"] = no_grad(lambda: sdpa_cudnn(q, k, v, causal))
             fns["sdpa_cudnn bwd"] = grad_of(sdpa_cudnn, q, k, v, do, causal)
@@ -814,7 +826,7 @@ class Run:
                                  tflops=tflops(flops(b, h, n, d, dv, causal, direction == "bwd"), ms),
                                  vs_cudnn=float("nan"), spread=spread, rounds=plan.rounds,
                                  path=dispatch_path(d, dv, plan.device) if impl == "attnkit" else "cuDNN",
-                                 check=status if impl == "attnkit" else "", reason=reason))
+                                 check=status[direction] if impl == "attnkit" else "", reason=reason))
         with_ratio(rows, "sdpa_cudnn", ("direction",))
         return rows
 
@@ -930,19 +942,23 @@ class Run:
         fwd = {}
         if cuda:
             fwd["sdpa_cudnn"] = no_grad(lambda: sdpa_cudnn(q, k, v, causal))
-        fwd["dispatch"] = no_grad(lambda: course(q, k, v, causal))
+        dispatched = {kind: self.status(Item(kind, d, dv, causal, "float16")) == "pass"
+                      for kind in ("dispatch", "dispatch_bwd")}       # else compiled here, autotuning and all
+        if dispatched["dispatch"]:
+            fwd["dispatch"] = no_grad(lambda: course(q, k, v, causal))
         for it in passed:
             if it.kind.startswith("fwd") or it.kind == "pad128":
                 fwd[it.key] = no_grad(lambda it=it: run_forward(it, q, k, v))
         self.sweep_rows += self.sweep_rows_of("sweep_fwd", interleaved(fwd, plan.sweep_rounds, self.timer), items,
                                               base, b, h, n, d, dv, causal, backward=False)
-        # backward: the kernels alone on the dispatched forward's o and lse
+        # backward: the kernels alone, on o and lse of the forward with its default configuration
         with torch.no_grad():
-            o, lse = flash.flash_attention_forward(q, k, v, causal=causal)
+            o, lse = forward_with_config(q, k, v, causal, default_config("fwd", d, dv))
         bwd = {}
         if cuda:
             bwd["sdpa_cudnn"] = grad_of(sdpa_cudnn, q, k, v, do, causal)
-        bwd["dispatch"] = no_grad(lambda: flash.flash_attention_backward(do, q, k, v, o, lse, causal=causal))
+        if dispatched["dispatch_bwd"]:
+            bwd["dispatch"] = no_grad(lambda: flash.flash_attention_backward(do, q, k, v, o, lse, causal=causal))
         for it in passed:
             if it.kind.startswith("bwd"):
                 configs = backward_configs(it)
@@ -962,7 +978,7 @@ class Run:
             timed2 = interleaved(extra, plan.sweep_rounds, self.timer)
             ms, spread, reason = timed2["two_kernels_best"]
             cudnn_ms = timed2.get("sdpa_cudnn", (float("nan"),))[0]
-            dispatch_ms = next(r["ms"] for r in case_rows if r["impl"] == "dispatch")
+            dispatch_ms = next((r["ms"] for r in case_rows if r["impl"] == "dispatch"), float("nan"))
             case_rows.append(dict(base, suite="sweep_bwd", impl="two_kernels_best", design="two_kernels",
                                   config=" + ".join(f"{name} {r['config']}" for name, r in best.items()), ms=ms,
                                   tflops=tflops(flops(b, h, n, d, dv, causal, True), ms), spread=spread,
@@ -1135,7 +1151,7 @@ def parse_args(argv):
     parser.add_argument("--quick", action="store_true", help="fp16, N = 4096 alone, fewer candidates")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (with --cpu: Triton's interpreter)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU in Triton's interpreter (needs --tiny)")
-    parser.add_argument("--budget", type=float, help="seconds for the whole run (default 450; --quick 240)")
+    parser.add_argument("--budget", type=float, help="seconds for the whole run (default 450; --quick 300)")
     parser.add_argument("--workers", type=int, help="processes compiling and checking in phase 1 (0: this one)")
     parser.add_argument("--dims", help="comma-separated head dims among 80,96,112,128,192,256 (192 has Dv = 128)")
     parser.add_argument("--dtypes", help="comma-separated, float16 among them (default float16,bfloat16)")

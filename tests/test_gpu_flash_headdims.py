@@ -35,10 +35,11 @@ def test_plan_orders_work_and_refuses_bad_sizes(script):
     plan = script.make_plan("full")
     items = script.work_items(plan)
     kinds = [(it.kind, it.dtype) for it in items]
-    assert kinds[0] == ("dispatch", "float16") and kinds[-1] == ("dispatch", "bfloat16")
-    first_sweep = next(i for i, it in enumerate(items) if it.kind not in ("dispatch", "fp8", "varlen"))
-    assert {it.kind for it in items[:first_sweep]} == {"dispatch", "fp8", "varlen"}
-    swept = {(it.d, it.dv) for it in items[first_sweep:] if it.kind != "dispatch"}
+    assert kinds[:2] == [("dispatch", "float16"), ("dispatch_bwd", "float16")]
+    assert kinds[-1] == ("dispatch_bwd", "bfloat16")
+    first_sweep = next(i for i, it in enumerate(items) if it.kind not in ("dispatch", "dispatch_bwd", "fp8", "varlen"))
+    assert {it.kind for it in items[:first_sweep]} == {"dispatch", "dispatch_bwd", "fp8", "varlen"}
+    swept = {(it.d, it.dv) for it in items[first_sweep:] if not it.kind.startswith("dispatch")}
     assert swept == {(80, 80), (96, 96), (112, 112), (192, 128), (256, 256)}      # not D = 128: Gluon
     assert {it.kind for it in items if it.d == 192} >= {"fwd", "bwd_dkdv", "bwd_dq", "bwd_atomic"}
     assert not any(it.kind == "pad128" for it in items if it.d >= 128)
@@ -125,7 +126,8 @@ def test_sweep_case_times_what_passed_and_picks_the_fastest(script, tmp_path):
     run = script.Run(plan, tmp_path, timer=None)
     items = script.sweep_items(plan, 80, 80, True)
     fast = {"bwd_dkdv": 3.0, "bwd_dq": 2.0}
-    run.prepared = {it.key: dict(status="pass", seconds=1.0) for it in items}
+    dispatched = [script.Item(kind, 80, 80, True, "float16") for kind in ("dispatch", "dispatch_bwd")]
+    run.prepared = {it.key: dict(status="pass", seconds=1.0) for it in items + dispatched}
     failing = next(it for it in items if it.kind == "bwd_atomic")
     run.prepared[failing.key] = dict(status="FAIL: dk relative error 3e-2 > 2e-3", seconds=1.0)
     by_key = {it.key: it for it in items}
@@ -159,7 +161,7 @@ def test_tiny_pipeline_writes_every_suite(script, tmp_path):
     assert script.main([str(tmp_path), "--cpu", "--tiny", "--dims", "80", "--dtypes", "float16", "--no-sweep"],
                        timer=timer) == 0
     checks = read(tmp_path / "bench_flash_headdims_checks.csv")
-    assert {r["kind"] for r in checks} == {"dispatch", "fp8", "varlen"}
+    assert {r["kind"] for r in checks} == {"dispatch", "dispatch_bwd", "fp8", "varlen"}
     assert all(r["status"] == "pass" for r in checks), checks
     rows = read(tmp_path / "bench_flash_headdims.csv")
     assert {r["suite"] for r in rows} == {"baseline", "fp8", "varlen"}
@@ -173,4 +175,4 @@ def test_tiny_pipeline_writes_every_suite(script, tmp_path):
     assert float(fp8["fp8"]["vs_fp16"]) == 1.0 and fp8["fp8_quantize"]["vs_fp16"] == "nan"
     varlen = {r["impl"]: r for r in rows if r["suite"] == "varlen"}
     assert float(varlen["attnkit_varlen"]["bound"]) > 1 and varlen["attnkit_varlen"]["check"] == "pass"
-    assert (tmp_path / "headdims_log.txt").read_text().count("phase 1 done: 5 of 5 passed") == 1
+    assert (tmp_path / "headdims_log.txt").read_text().count("phase 1 done: 7 of 7 passed") == 1
