@@ -135,7 +135,7 @@ elif [ "$phase" = record-backward-warm ]; then   # after a change to the backwar
     tail -n 2 $warm/flash_*.log; failures "$out/pytest_gpu.log"; cat "$out/compiled.log"
 elif [ "$phase" = record-backward ]; then   # then, alone: the SDPA suite (autotuned) and the backward designs
     logs=/tmp/timed; mkdir -p $logs
-    step 400 $logs/1_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
+    step 400 $logs/1_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.suites --out "$out" flash
     step 150 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
     collect $logs "$out/session_backward.log"
 elif [ "$phase" = record-backward-profile ]; then   # the backward's profiles and the features' timings
@@ -164,8 +164,8 @@ elif [ "$phase" = record-best-warm ]; then   # after a change of the rung "best"
     tail -n 2 $warm/flash_*.log $warm/ladder_*.log; failures "$out/pytest_gpu.log"
 elif [ "$phase" = record-best ]; then   # then, alone: the ladder and the SDPA suite (one recording run)
     logs=/tmp/timed_suites; mkdir -p $logs
-    step 170 $logs/1_ladder.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash_ladder
-    step 400 $logs/2_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
+    step 170 $logs/1_ladder.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.suites --out "$out" flash_ladder
+    step 400 $logs/2_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.suites --out "$out" flash
     collect $logs "$out/session_suites.log"
 elif [ "$phase" = record-kernels ]; then   # timings at fixed configurations: features, backward designs, FP8
     logs=/tmp/timed; mkdir -p $logs
@@ -175,15 +175,15 @@ elif [ "$phase" = record-kernels ]; then   # timings at fixed configurations: fe
     collect $logs "$out/session_kernels.log"
 elif [ "$phase" = record-suites ]; then   # the autotuned suites: the ladder, then attnkit against SDPA
     logs=/tmp/timed_suites; mkdir -p $logs
-    step 160 $logs/1_ladder.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash_ladder
-    step 400 $logs/2_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.recorder --out "$out" flash
+    step 160 $logs/1_ladder.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.suites --out "$out" flash_ladder
+    step 400 $logs/2_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.suites --out "$out" flash
     collect $logs "$out/session_suites.log"
 elif [ "$phase" = warm ]; then
     warm=/tmp/warm; mkdir -p $warm
     warm_kernel_scripts 300 $warm
     step 300 $warm/paged_fp8.log python -m attnkit.bench.paged fp8 $warm/paged --decode-only &
-    step 300 $warm/serving.log python -m attnkit.bench.recorder --out $warm/serving serving_features &
-    step 300 $warm/profile.log python -m attnkit.bench.recorder --out $warm/profile decode_profile &
+    step 300 $warm/serving.log python -m attnkit.bench.suites --out $warm/serving serving_features &
+    step 300 $warm/profile.log python -m attnkit.bench.suites --out $warm/profile decode_profile &
     step 300 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 4 \
         tests/test_engine_graphs.py tests/test_paged_fp8.py tests/test_paged_window.py tests/test_strides.py &
     if [ -d .whl ]; then   # the lessons under nbval (wheels from ../shared/tools/device-wheels, carried)
@@ -202,7 +202,7 @@ else
     step 120 $logs/2_backward.log python scripts/gpu_flash_backward.py "$out" --budget 400
     step 60 $logs/3_fp8.log python scripts/gpu_flash_fp8.py "$out"
     step 40 $logs/4_paged_fp8.log python -m attnkit.bench.paged fp8 "$out" --decode-only
-    step 120 $logs/5_serving.log python -m attnkit.bench.recorder --out "$out" serving_features
-    step 40 $logs/6_profile.log python -m attnkit.bench.recorder --out "$out" decode_profile
+    step 120 $logs/5_serving.log python -m attnkit.bench.suites --out "$out" serving_features
+    step 40 $logs/6_profile.log python -m attnkit.bench.suites --out "$out" decode_profile
     collect $logs "$out/session.log"
 fi
