@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from attnkit.bench import iomodel
-from attnkit.bench.iomodel import GPUS, occupancy
+from attnkit.analysis import iomodel
+from attnkit.analysis.iomodel import GPUS, occupancy
 from attnkit.bench.recorder import read_results
 
 

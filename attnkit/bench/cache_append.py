@@ -22,7 +22,7 @@ BSNH ``[B, S, Hkv, D]``, which the kernel writes through a transposed view (it a
 strides); and a decode-style read (``key_scores``: one program reads a block of one sequence's keys for
 one head and dots them with one query), from each layout.
 
-    python -m attnkit.bench.recorder kvcache         # on a GPU: writes attnkit/bench/results/bench_kvcache.csv
+    python -m attnkit.bench.suites kvcache           # on a GPU: writes attnkit/bench/results/bench_kvcache.csv
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ torch.profiler's split of their time; lesson 2 sets these against the cost model
     measure_naive_scaling(Ns, d=..., heads=...)   -> one row per N: total and per-step ms, fused SDPA beside
     profile_naive(N, d=..., heads=...)            -> one row per step: its time per call and share
     quadratic_fit(Ns, ms), scaling_exponent(Ns, ms)
-    python -m attnkit.bench.recorder naive_attention naive_profile    # on a GPU: the recorded CSVs
+    python -m attnkit.bench.suites naive_attention naive_profile      # on a GPU: the recorded CSVs
 """
 from __future__ import annotations
 

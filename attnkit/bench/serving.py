@@ -10,7 +10,7 @@ Two measures, each at several batch sizes B:
   run (scheduler, prefills, decodes, host synchronisation), median of 3 runs after a warm-up.
   tokens/s = new tokens / time.
 
-    python -m attnkit.bench.recorder serving      # writes attnkit/bench/results/bench_serving.csv
+    python -m attnkit.bench.suites serving         # writes attnkit/bench/results/bench_serving.csv
 
 ``run_features`` (suite ``serving_features``) serves one workload with a shared system prompt under
 several engine configurations and measures each by the wall clock: tokens/s, time to first token and
@@ -21,7 +21,7 @@ requests stay inside the 128 positions the tiny model was trained on (``longest_
 near ties, and token agreement measures rounding noise rather than a feature. It runs on the CPU too,
 at a tiny size (``device="cpu"``).
 
-    python -m attnkit.bench.recorder serving_features   # writes bench_serving_features.csv
+    python -m attnkit.bench.suites serving_features      # writes bench_serving_features.csv
 
 ``step_breakdown`` serves the same workload once per configuration and splits the wall clock of the
 engine's steps into the decode step (``Engine.decode``, replayed from a CUDA graph where it can be),

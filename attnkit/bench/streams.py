@@ -25,7 +25,7 @@ writes a few hundred bytes per sequence) is bounded by the read-only stream, so 
 1, since a copy also writes. A kernel that reads and writes as much (appending to the cache) is
 bounded by the copy. ``fraction_of_datasheet`` compares with the figure no kernel reaches.
 
-    python -m attnkit.bench.recorder softmax bandwidth
+    python -m attnkit.bench.suites softmax bandwidth
 """
 from __future__ import annotations
 
