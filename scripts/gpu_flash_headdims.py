@@ -6,6 +6,7 @@ batch. One process times everything side by side; parallel processes compile and
     python scripts/gpu_flash_headdims.py OUTDIR                  # H100: under 8 minutes (--budget, default 450 s)
     python scripts/gpu_flash_headdims.py OUTDIR --quick          # fp16, N = 4096 alone, fewer candidates: 5 min
     python scripts/gpu_flash_headdims.py OUTDIR --cpu --tiny     # the same logic in Triton's interpreter, tiny
+    python scripts/gpu_flash_headdims.py OUTDIR --report         # markdown tables from OUTDIR's CSVs
     options: --budget S  --workers K  --dims 80,96,192  --dtypes float16  --sweep-all | --no-sweep  --rounds R
 
 What runs where. On an sm_90 GPU the dispatch sends D = 64 and 128 (q, k and v alike) to the warp-specialised
@@ -1143,12 +1144,112 @@ def summarise(run: Run) -> None:
              overall=overall), indent=1, default=str))
 
 
+# ------------------------------------------------------------------------------- report (docs/head_dims.md)
+def _num(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _cell(ratio, tf=None) -> str:
+    if ratio != ratio:
+        return "–"
+    return f"{ratio:.2f}" + (f" ({tf:.0f})" if tf is not None and tf == tf else "")
+
+
+def report(directory: Path) -> str:
+    """Markdown tables computed from a run's CSVs (docs/head_dims.md quotes them): the baseline per dtype and
+    direction (attnkit ÷ cuDNN speed, attnkit's TFLOP/s), the sweep's best per case and overall, FP8, varlen."""
+    from attnkit.bench.recorder import describe_source, read_results
+
+    rows = read_results("flash_headdims", directory)
+    out = [f"Source: `bench_flash_headdims.csv`, {describe_source(rows)}.", ""]
+    base = [r for r in rows if r["suite"] == "baseline" and r["impl"] in ("attnkit", "sdpa_cudnn")]
+    lengths = sorted({int(r["n"]) for r in base if r["n"] == r["n"]})
+    for dtype in sorted({r["dtype"] for r in base}, key=lambda x: x != "float16"):
+        for direction in ("fwd", "bwd"):
+            out += [f"**{dtype}, {'forward' if direction == 'fwd' else 'backward'}**: attnkit ÷ cuDNN speed "
+                    "(attnkit's TFLOP/s; cuDNN's in the last columns)", ""]
+            cols = [(c, n) for c in ("False", "True") for n in lengths]
+            head = [f"{'causal' if c == 'True' else 'non-causal'} {n // 1024 if n >= 1024 else n}{'k' * (n >= 1024)}"
+                    for c, n in cols]
+            out += ["| D, Dv | " + " | ".join(head) + " | cuDNN TFLOP/s |",
+                    "|---" * (len(cols) + 2) + "|"]
+            for d, dv in sorted({(int(r["head_dim"]), int(r["head_dim_v"])) for r in base}):
+                cells, peers = [], []
+                for c, n in cols:
+                    mine = [r for r in base if (int(r["head_dim"]), int(r["head_dim_v"]), str(r["causal"]), int(r["n"]),
+                                                r["dtype"], r["direction"]) == (d, dv, c, n, dtype, direction)]
+                    ours = next((r for r in mine if r["impl"] == "attnkit"), {})
+                    peer = next((r for r in mine if r["impl"] == "sdpa_cudnn"), {})
+                    cells.append(_cell(_num(ours.get("vs_cudnn")), _num(ours.get("tflops"))))
+                    peers.append(_num(peer.get("tflops")))
+                known = [p for p in peers if p == p]
+                span = f"{min(known):.0f}-{max(known):.0f}" if known else "–"
+                out.append(f"| {d}, {dv} | " + " | ".join(cells) + f" | {span} |")
+            out.append("")
+    try:
+        sweep = read_results("flash_headdims_sweep", directory)
+    except FileNotFoundError:
+        sweep = []
+    for r in sweep:
+        for key in ("head_dim", "head_dim_v", "n"):
+            r[key] = int(_num(r.get(key))) if _num(r.get(key)) == _num(r.get(key)) else r.get(key)
+        r["causal"] = str(r.get("causal")) == "True"
+    best = best_per_case([r for r in sweep if r.get("impl")])
+    if best:
+        out += ["**Sweep, fastest verified candidate per case** (fp16; ratios: cuDNN's time ÷ its time, the "
+                "dispatch's time ÷ its time)", "",
+                "| D, Dv | causal | N | direction | candidate | configuration | TFLOP/s | × cuDNN | × dispatch |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in best:
+            out.append(f"| {r['head_dim']}, {r['head_dim_v']} | {r['causal']} | {r['n']} | {r['suite'][6:]} | "
+                       f"{r['impl']} | {r['config'] or '–'} | {_num(r['tflops']):.0f} | {_num(r['vs_cudnn']):.2f} | "
+                       f"{_num(r['vs_dispatch']):.2f} |")
+        out.append("")
+        out += ["**Sweep, per head dim and launcher: the configuration with the smallest geometric-mean time over "
+                "every case** (geometric means of the ratios)", "",
+                "| head dims, direction, candidate | configuration | × cuDNN | × dispatch | cases |",
+                "|---|---|---|---|---|"]
+        for name, b in best_overall([r for r in sweep if r.get("impl")]).items():
+            out.append(f"| {name} | {b['config'] or '–'} | {b['vs_cudnn']:.2f} | {b['vs_dispatch']:.2f} "
+                       f"| {b['cases']} |")
+        out.append("")
+    fp8 = [r for r in rows if r["suite"] == "fp8" and r["impl"]]
+    if fp8:
+        out += ["**FP8 forward, D = 128** (ms; TFLOP/s; fp8 ÷ fp16 and ÷ cuDNN fp16 speed; rel_err against fp32)", "",
+                "| causal | N | fp8 ms | fp8 TFLOP/s | × attnkit fp16 | × cuDNN fp16 | fp8 rel_err | quantise ms |",
+                "|---|---|---|---|---|---|---|---|"]
+        for c in ("False", "True"):
+            for n in sorted({int(r["n"]) for r in fp8}):
+                case = {r["impl"]: r for r in fp8 if str(r["causal"]) == c and int(r["n"]) == n}
+                f8, qz = case.get("fp8", {}), case.get("fp8_quantize", {})
+                out.append(f"| {c} | {n} | {_num(f8.get('ms')):.3f} | {_num(f8.get('tflops')):.0f} | "
+                           f"{_num(f8.get('vs_fp16')):.2f} | {_num(f8.get('vs_cudnn')):.2f} | "
+                           f"{_num(f8.get('rel_err')):.3f} | {_num(qz.get('ms')):.3f} |")
+        out.append("")
+    varlen = [r for r in rows if r["suite"] == "varlen" and r["impl"]]
+    if varlen:
+        v0 = varlen[0]
+        out += [f"**Packed sequences** ({int(_num(v0['batch']))} sequences, {int(_num(v0['tokens']))} tokens, "
+                f"padded to {int(_num(v0['n']))}: padded ÷ useful pairs = {_num(v0['bound']):.2f}; the target "
+                f"0.85 × that = {0.85 * _num(v0['bound']):.2f} × cuDNN padded)", "",
+                "| implementation | ms | useful TFLOP/s | × cuDNN padded |", "|---|---|---|---|"]
+        for r in varlen:
+            out.append(f"| {r['impl']} | {_num(r['ms']):.3f} | {_num(r['tflops']):.0f} | {_num(r['vs_cudnn']):.2f} |"
+                       + (f" {r['reason'][:80]}" if r.get("reason") else ""))
+        out.append("")
+    return "\n".join(out)
+
+
 # --------------------------------------------------------------------------------------------- main
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python scripts/gpu_flash_headdims.py",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="directory for the CSVs, the log and headdims_best.json")
     parser.add_argument("--quick", action="store_true", help="fp16, N = 4096 alone, fewer candidates")
+    parser.add_argument("--report", action="store_true", help="print markdown tables from the CSVs in OUTDIR")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (with --cpu: Triton's interpreter)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU in Triton's interpreter (needs --tiny)")
     parser.add_argument("--budget", type=float, help="seconds for the whole run (default 450; --quick 300)")
@@ -1169,6 +1270,9 @@ def parse_args(argv):
 
 def main(argv=None, *, timer=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.report:
+        print(report(args.out))
+        return 0
     if not args.cpu and not torch.cuda.is_available():
         print("this script times kernels on a CUDA GPU; on a CPU run it with --cpu --tiny (checks only)")
         return 1

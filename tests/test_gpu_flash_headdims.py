@@ -154,7 +154,7 @@ def test_sweep_case_times_what_passed_and_picks_the_fastest(script, tmp_path):
     assert "D=80 Dv=80 bwd bwd_atomic" not in overall
 
 
-def test_tiny_pipeline_writes_every_suite(script, tmp_path):
+def test_tiny_pipeline_writes_every_suite(script, tmp_path, capsys):
     """--cpu --tiny end to end (D = 80, fp16, no sweep): phase 1 checks in this process, then every suite's
     rows with provenance; no cuDNN on a CPU, and its rows say so."""
     timer = lambda name, fn: 1.0 if "quantize" in name else 2.0  # noqa: E731
@@ -176,3 +176,7 @@ def test_tiny_pipeline_writes_every_suite(script, tmp_path):
     varlen = {r["impl"]: r for r in rows if r["suite"] == "varlen"}
     assert float(varlen["attnkit_varlen"]["bound"]) > 1 and varlen["attnkit_varlen"]["check"] == "pass"
     assert (tmp_path / "headdims_log.txt").read_text().count("phase 1 done: 7 of 7 passed") == 1
+    capsys.readouterr()
+    assert script.main([str(tmp_path), "--report"]) == 0                 # docs/head_dims.md's tables
+    text = capsys.readouterr().out
+    assert "recorded on cpu" in text and "| 80, 80 | – | – | – |" in text and "| attnkit_varlen |" in text
