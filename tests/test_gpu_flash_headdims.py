@@ -42,6 +42,10 @@ def test_plan_orders_work_and_refuses_bad_sizes(script):
     swept = {(it.d, it.dv) for it in items[first_sweep:] if not it.kind.startswith("dispatch")}
     assert swept == {(80, 80), (96, 96), (112, 112), (192, 128), (256, 256)}      # not D = 128: Gluon
     assert {it.kind for it in items if it.d == 192} >= {"fwd", "bwd_dkdv", "bwd_dq", "bwd_atomic"}
+    sweep = [it for it in items[first_sweep:] if not it.kind.startswith("dispatch")]
+    assert (sweep[0].kind, sweep[0].d) == ("fwd", 192)            # the worst head dim first, forwards first
+    backward = [it.kind.startswith("bwd") for it in sweep]
+    assert backward == sorted(backward)
     assert not any(it.kind == "pad128" for it in items if it.d >= 128)
     for (d, dv), launchers in plan.candidates.items():     # each launcher's first candidate: today's default
         for launcher, configs in launchers.items():
