@@ -57,7 +57,7 @@ def write_notebooks(folder):
 @pytest.mark.slow
 def test_the_whole_pipeline_on_the_cpu_gates_times_ranks_and_writes_the_csvs_and_the_page(tmp_path):
     out = tmp_path / "out"
-    board = leaderboard.run_leaderboard(write_notebooks(tmp_path), out, lab="04", clock="ops", repeats=2, jobs=3,
+    board = leaderboard.run_leaderboard(write_notebooks(tmp_path), out, lab="04", clock="ops", repeats=2, jobs=6,
                                         seed=7, say=lambda *a: None)
     assert board.problems == []
     # The wrong kernel fails its check and gets no row; the two right ones are timed and ranked.
@@ -176,7 +176,7 @@ def test_ratios_ranks_and_the_rows_that_are_not_ranked():
     assert "course's time in this notebook's process is 2.00× its time in a clean process" in cat["note"]
     assert "0.40× the fastest clean baseline is not plausible" in dan["note"]
     page = leaderboard.page_markdown(rows)
-    assert "| – | cat |" in page and "Not ranked:" in page
+    assert "| – | cat |" in page and "Notes:" in page and "- cat, flash\\_forward: not ranked: the course" in page
 
 
 def test_the_page_shows_text_as_text_and_says_when_nothing_is_recorded():
@@ -210,6 +210,33 @@ def test_the_site_shows_the_recorded_leaderboard_linked_from_the_index(tmp_path)
     page = (src / "leaderboard.md").read_text()
     assert page == leaderboard.page_markdown(leaderboard.read_rows(recorded), source=site.LEADERBOARD_CSV)
     assert "| 1 | ann | paged\\_decode |" in page and "| 2.00× | 1.25× | cuDNN SDPA on the gathered" in page
+
+
+@pytest.mark.slow
+def test_every_timed_kernel_runs_at_its_tiny_shape_with_the_solutions_and_a_wrong_one_is_not_timed():
+    from attnkit.classroom.grading.submission import load_cells, submission_cells
+
+    for lab, kernels in timing.timed_kernels().items():
+        nb = nbformat.read(ROOT / grading.find_lab(lab).solution, as_version=4)
+        ns, failures = load_cells(submission_cells(nb), 600, lambda text: None)
+        assert failures == [], failures
+        for k in kernels:
+            calls, notes = timing._prepare(k, ns, "tiny", "cpu")
+            assert notes == {} and set(calls) == {"student", "library"} | ({"course"} if k.course else set()), k.name
+            ms, samples = timing.measure(calls, timing.OpCountClock(), 1)
+            assert ms["library"] == pytest.approx(1e-3) and ms["student"] > 1e-3, k.name   # PyTorch: no interpreted op
+            assert k.course is None or ms["course"] > 1e-3, k.name
+        # Right on every check, wrong at the timed shape (a kernel that looks at the shape): not timed.
+        name = kernels[0].functions[-1]
+        real = ns[name]
+        wrong = {4: lambda x, y, alpha, out: real(x, y, 2 * alpha, out),
+                 5: lambda q, k, v, causal=False: (real(q, k, v, causal=causal)[0] * 1.1, real(q, k, v, causal)[1]),
+                 6: lambda *args, **kwargs: real(*args, **kwargs) * 1.1,
+                 8: lambda *args: real(*args) * 1.1}[lab]
+        wrong.__code__ = wrong.__code__.replace(co_filename="<notebook cell 99>")     # as if the notebook's
+        ns[name] = wrong
+        calls, notes = timing._prepare(kernels[0], ns, "tiny", "cpu")
+        assert calls is None and "wrong at the timed shape" in notes["student"], (lab, notes)
 
 
 def test_gate_error_is_the_largest_difference_over_the_largest_value():

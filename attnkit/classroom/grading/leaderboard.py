@@ -228,6 +228,9 @@ def build_rows(entries: list[Entry], baselines: dict, *, device: str, clock: str
                 continue                     # wrong at the timed shape, or its timing failed: no row
             course, library = _number(ms.get("course")), _number(ms.get("library"))
             clean = baselines.get(e.lesson.number, {}).get(kernel.name, {})
+            failed = frame.get("notes") if isinstance(frame.get("notes"), dict) else {}
+            info = [f"{role}: not timed ({one_line(failed[role], 200)})" for role in ("course", "library")
+                    if isinstance(failed.get(role), str)]
             notes = []
             for role, inside in (("course", course), ("library", library)):
                 outside = clean.get(role)
@@ -247,31 +250,33 @@ def build_rows(entries: list[Entry], baselines: dict, *, device: str, clock: str
                 "student_ms": student, "course_ms": course,
                 "library": kernel.library_name(device), "library_ms": library,
                 "vs_course": _ratio(student, course), "vs_library": _ratio(student, library),
-                "spread_pct": spread, "repeats": len(samples), "note": "; ".join(notes),
+                "spread_pct": spread, "repeats": len(samples), "note": "; ".join(notes + info), "_ranked": not notes,
                 "sandboxed": "yes" if e.grade and e.grade.protection.startswith("bubblewrap") else "no",
                 "clock": clock, "_order": [k.name for k in kernels[lesson.number]].index(kernel.name)})
     return rank(rows)
 
 
-def _key(row):
-    value = row["vs_course"] if row["vs_course"] is not None else row["vs_library"]
-    return (value if value is not None else math.inf, row["student"])
-
-
 def rank(rows: list[dict]) -> list[dict]:
-    """``rows`` with ``rank`` set (1 = fastest against the course's kernel, else against the library's)
-    within each lab and kernel; a row with a note is listed last, unranked. Sorted by lab, kernel, rank."""
+    """``rows`` with ``rank`` set within each lab and kernel (1 = fastest), by the time over the course's
+    kernel where every row of the group has that ratio, else over the library's, else by the time; a row
+    marked not to be ranked (``_ranked`` False) is listed last, unranked. Sorted by lab, kernel, rank."""
     groups: dict = {}
     for row in rows:
         groups.setdefault((row["lab"], row.get("_order", 0), row["kernel"]), []).append(row)
     out = []
     for key in sorted(groups):
-        ranked = sorted((r for r in groups[key] if not r["note"]), key=_key)
+        group = groups[key]
+        field_ = next((f for f in ("vs_course", "vs_library") if all(r[f] is not None for r in group)), "student_ms")
+
+        def order(row, field_=field_):
+            return (row[field_], row["student"])
+        ranked = sorted((r for r in group if r.get("_ranked", True)), key=order)
         for i, row in enumerate(ranked, start=1):
             row["rank"] = i
-        out += ranked + sorted((r for r in groups[key] if r["note"]), key=_key)
+        out += ranked + sorted((r for r in group if not r.get("_ranked", True)), key=order)
     for row in out:
         row.pop("_order", None)
+        row.pop("_ranked", None)
     return out
 
 
@@ -398,7 +403,7 @@ def page_markdown(rows: list[dict], source: str = CSV_NAME) -> str:
                                      _md(row.get("torch")), f"{_md(row.get('triton'))} |"]))
         lines.append("")
         if notes:
-            lines += ["Not ranked:", ""] + notes + [""]
+            lines += ["Notes:", ""] + notes + [""]
     return "\n".join(lines)
 
 

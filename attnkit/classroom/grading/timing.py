@@ -484,14 +484,15 @@ def _prepare(item: Timed, ns, size: str, device: str):
 
     x = item.inputs(item.shape(size), device)
     calls, outputs = {}, {}
-    if item.course is not None:
-        calls["course"] = item.course(x)
-    calls["library"] = item.library(x, device)
-    for role in list(calls):
+    makers = {"course": item.course, "library": lambda x: item.library(x, device)}
+    for role, make in makers.items():
+        if make is None:
+            continue
         try:
+            calls[role] = make(x)
             outputs[role] = calls[role]()
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run this shape here: said
-            del calls[role]
+            calls.pop(role, None)
             outputs[role] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     if ns is None:
         return calls, {r: o for r, o in outputs.items() if isinstance(o, str)}
