@@ -22,6 +22,7 @@ import torch
 
 from attnkit.bench.recorder import provenance, read_results, record, time_ms
 from attnkit.kernels import flash
+from attnkit.kernels.flash import layout, plans
 from attnkit.reference.attention import attention_ref
 from attnkit.tolerances import rel_error, tolerance
 
@@ -44,7 +45,7 @@ def check_shapes():
 
 def check_all(device="cuda") -> list[str]:
     failures = []
-    flash._new_buffer = poison          # every buffer starts as NaN: unwritten elements fail
+    layout.new_buffer = poison          # every buffer starts as NaN: unwritten elements fail
     gen = torch.Generator(device=device).manual_seed(123)
     for b, hq, hkv, nq, nk, d, causal, dtype in check_shapes():
         q = torch.randn(b, hq, nq, d, device=device, dtype=dtype, generator=gen)
@@ -76,7 +77,7 @@ def check_all(device="cuda") -> list[str]:
             if not err <= bound:
                 failures.append(f"{name} {label}: {err:.2e}")
         log(f"checked {label}")
-    flash._new_buffer = lambda shape, dtype, device: torch.empty(shape, dtype=dtype, device=device)
+    layout.new_buffer = lambda shape, dtype, device: torch.empty(shape, dtype=dtype, device=device)
     return failures
 
 
@@ -129,7 +130,7 @@ def main() -> int:
         log(f"wrote {path} at {time.time() - t0:.0f} s")
     for r in read_results("flash_ladder", out):
         log(f"  {r['rung']:>16} N={r['N']:>5} causal={r['causal']!s:5} {(r['tflops'] or 0):7.1f} TFLOP/s {r['reason']}")
-    for name, tuned in flash._TUNED.items():
+    for name, tuned in plans.TUNED.items():
         for key, config in list(tuned.cache.items())[:40]:
             log(f"  tuned {name} {key[:5]}: {config}")
     rows = read_results("flash", out)

@@ -7,7 +7,7 @@ to OUTDIR/bench_flash_backward.csv (rewritten after every case, so a cut-off run
 fp16, B·N = 16k tokens, H = 16, one fixed block configuration per kernel (ATTNKIT_AUTOTUNE=0: each
 variant compiles once, ~10-15 s). Cases run in priority order and a case is skipped when its
 estimated compile and timing cost would pass the budget:
-1. backward (suite "backward"): attnkit "two_kernels" and "atomic_dq" (flash._backward: the DELTA
+1. backward (suite "backward"): attnkit "two_kernels" and "atomic_dq" (backward_launch.backward: the DELTA
    pre-pass and the design's kernels; for atomic_dq also zeroing and converting the fp32 dQ buffer)
    against SDPA's cuDNN and flash backends (torch.autograd.grad through SDPA), N in {1k, 4k, 16k};
    "atomic_dq_alt": atomic_dq with its second candidate block configuration (D = 128, N = 4k);
@@ -42,6 +42,9 @@ import torch  # noqa: E402
 from attnkit.bench.flash import implementation  # noqa: E402
 from attnkit.bench.recorder import time_ms, write_results  # noqa: E402
 from attnkit.kernels import flash  # noqa: E402
+from attnkit.kernels.flash import backward as backward_launch  # noqa: E402
+from attnkit.kernels.flash import forward as forward_launch  # noqa: E402
+from attnkit.kernels.flash import layout  # noqa: E402
 
 DEVICE = "cuda"
 TOKENS, HEADS = 16384, 16
@@ -165,12 +168,13 @@ def forward_for_backward(q, k, v, causal):
 
 def attnkit_backward(design, tensors, o, lse, causal, config=None, *, configs=None, desc=None):
     """A function running the backward ``design`` (a key of flash.BACKWARDS) with fixed configs: ``config``
-    for the one-pass kernel, or ``configs`` (launcher name -> BlockConfig); ``desc`` as flash._backward's."""
+    for the one-pass kernel, or ``configs`` (launcher name -> BlockConfig); ``desc`` as backward_launch.backward's."""
     q, k, v, do = tensors
     if config is not None:
         configs = {"bwd_atomic": config}
     scale = 1 / math.sqrt(q.shape[-1])
-    return lambda: flash._backward(do, q, k, v, o, lse, causal, scale, design=design, configs=configs, desc=desc)
+    return lambda: backward_launch.backward(do, q, k, v, o, lse, causal, scale, design=design, configs=configs,
+                                            desc=desc)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -178,11 +182,11 @@ class poisoned_buffers:
     """Within it, every buffer attnkit's kernels write starts as NaN: an element left unwritten fails a check."""
 
     def __enter__(self):
-        self.saved = flash._new_buffer
-        flash._new_buffer = lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
+        self.saved = layout.new_buffer
+        layout.new_buffer = lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
 
     def __exit__(self, *exc):
-        flash._new_buffer = self.saved
+        layout.new_buffer = self.saved
 
 
 def check_backward(design, head_dim, causal, *, config=None, configs=None, desc=None, device=None, n=None,
@@ -211,7 +215,7 @@ def check_forward_order(head_dim, *, device=None, n=None, heads=None) -> list[st
     q, k, v, _ = random_inputs(1, heads or HEADS, n or CHECK_N, head_dim, device=device, seed=3)
     scale = 1 / math.sqrt(head_dim)
     with poisoned_buffers():
-        (o_on, lse_on), (o_off, lse_off) = (flash._forward_rung(q, k, v, True, scale, rung)
+        (o_on, lse_on), (o_off, lse_off) = (forward_launch.forward_rung(q, k, v, True, scale, rung)
                                             for rung in order_rungs().values())
     failures = [] if torch.equal(o_on, o_off) and torch.equal(lse_on, lse_off) else ["orders differ"]
     exact, plain = (attention_plain(q.to(dtype), k.to(dtype), v.to(dtype), True).float()
@@ -346,7 +350,7 @@ def forward_order_case(session: Session, n: int, head_dim: int = 128):
             ms, why = timed(lambda: lambda: implementation("sdpa_cudnn")(q, k, v, True))
             rows.append(row("forward_order", "sdpa_cudnn", "forward", n, head_dim, True, ms, batch=batch, reason=why))
             for order, rung in order_rungs().items():
-                ms, why = timed(lambda r=rung: lambda: flash._forward_rung(q, k, v, True, scale, r))
+                ms, why = timed(lambda r=rung: lambda: forward_launch.forward_rung(q, k, v, True, scale, r))
                 config = config_name(flash.default_config("fwd_desc", head_dim))
                 rows.append(row("forward_order", f"attnkit_{order}", "forward", n, head_dim, True, ms, batch=batch,
                                 config=f"{flash.BEST_TRITON}, fwd_desc {config}", check=status, reason=why))

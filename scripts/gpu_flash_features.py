@@ -35,6 +35,7 @@ import torch
 from attnkit.bench.flash import implementation
 from attnkit.bench.recorder import time_ms, write_results
 from attnkit.kernels import flash
+from attnkit.kernels.flash import layout
 from attnkit.tolerances import rel_error, tolerance
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -101,7 +102,7 @@ def check_all(only: int | None = None) -> list[str]:
     """Every check case, or case ``only`` alone (0 .. CHECK_CASES - 1: cases can run in parallel
     processes, each compiling its own kernels)."""
     failures = []
-    flash._new_buffer = lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
+    layout.new_buffer = lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def randn(*shape):
@@ -134,7 +135,7 @@ def check_all(only: int | None = None) -> list[str]:
         return torch.cat(outs, 0)
     if wanted(5):
         check_case("varlen causal", varlen, per_sequence, tensors, failures)
-    flash._new_buffer = lambda shape, dtype, device: torch.empty(shape, dtype=dtype, device=device)
+    layout.new_buffer = lambda shape, dtype, device: torch.empty(shape, dtype=dtype, device=device)
     return failures
 
 

@@ -44,13 +44,13 @@ import torch  # noqa: E402
 import attnkit  # noqa: E402
 from attnkit.bench.flash import implementation  # noqa: E402
 from attnkit.bench.recorder import time_ms, write_results  # noqa: E402
-from attnkit.kernels import flash_fp8  # noqa: E402
+from attnkit.kernels.flash import dispatch, fp8  # noqa: E402
 
 FULL = dict(heads=16, head_dim=128, tokens=16384, lengths=(4096, 16384), matmul=8192)
 SMOKE = dict(heads=2, head_dim=64, tokens=140, lengths=(40, 70), matmul=64)
 REF_HEADS = 2                              # the float32 reference covers heads 0 and 1 of batch 0
 TARGET = 1.4                               # fp8 / fp16 forward speed at N >= 4k
-Fp8Config = flash_fp8.Fp8Config
+Fp8Config = dispatch.BlockConfig
 SWEEP_CONFIGS = [Fp8Config(128, 128, 8, 3), Fp8Config(128, 128, 8, 4), Fp8Config(128, 256, 8, 2),
                  Fp8Config(64, 128, 4, 3), Fp8Config(64, 128, 4, 4), Fp8Config(128, 64, 8, 3),
                  Fp8Config(64, 128, 4, 2), Fp8Config(64, 256, 4, 2), Fp8Config(64, 256, 4, 3),
@@ -123,18 +123,18 @@ def attention_rows(n: int, causal: bool, device, heads: int, head_dim: int, toke
     q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, generator=gen, dtype=torch.float16)
                for _ in range(3))
     ref = reference_fp32(q, k, v, causal)
-    flops = flash_fp8.attention_flops(batch, heads, n, n, head_dim, causal)
+    flops = fp8.attention_flops(batch, heads, n, n, head_dim, causal)
     fields = dict(n=n, causal=causal, batch=batch, heads=heads, head_dim=head_dim)
-    rows = [measure("fp8_quantize", lambda: flash_fp8.quantize_for_attention(q, k, v), 0, None, device,
+    rows = [measure("fp8_quantize", lambda: fp8.quantize_for_attention(q, k, v), 0, None, device,
                     tiles="", **fields)]
-    quantised = flash_fp8.quantize_for_attention(q, k, v)
+    quantised = fp8.quantize_for_attention(q, k, v)
     q8, k8 = quantised[:2]
-    tiles = "descriptors" if flash_fp8.descriptors_usable(q8, k8, n) else "pointers"
-    rows.append(measure("fp8", lambda: flash_fp8.flash_attention_fp8(*quantised, causal=causal), flops, ref,
+    tiles = "descriptors" if dispatch.fp8_descriptors_usable(q8, k8, n) else "pointers"
+    rows.append(measure("fp8", lambda: fp8.flash_attention_fp8(*quantised, causal=causal), flops, ref,
                         device, tiles=tiles, **fields))
     if rows[-1]["note"] and tiles == "descriptors":
         sm_scale = 1.0 / math.sqrt(head_dim)
-        rows.append(measure("fp8_pointers", lambda: flash_fp8._forward(*quantised, causal, sm_scale, torch.float16,
+        rows.append(measure("fp8_pointers", lambda: fp8.forward(*quantised, causal, sm_scale, torch.float16,
                                                                         desc=False), flops, ref, device,
                             tiles="pointers", **fields))
     with torch.no_grad():
@@ -154,8 +154,8 @@ def matmul_rows(size: int, device) -> list[dict]:
     a, b = (torch.randn(size, size, device=device, generator=gen, dtype=torch.float16) for _ in range(2))
     rows = [measure("matmul_fp16", lambda: a @ b, flops, None, device, **fields)]
     try:
-        a8 = a.to(flash_fp8.FP8)
-        b8 = b.to(flash_fp8.FP8).T.contiguous().T                     # column-major, as cuBLASLt wants it
+        a8 = a.to(fp8.FP8)
+        b8 = b.to(fp8.FP8).T.contiguous().T                           # column-major, as cuBLASLt wants it
         one = torch.ones((), device=device)
     except Exception as exc:  # no fp8 on this device or torch
         rows.append(dict(impl="scaled_mm_fp8", ms=float("nan"), note=f"{type(exc).__name__}: {exc}", **fields))
@@ -174,11 +174,11 @@ def variant_rows(n: int, device, heads: int, head_dim: int, tokens: int) -> list
     q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, generator=gen, dtype=torch.float16)
                for _ in range(3))
     ref = reference_fp32(q, k, v, False)
-    quantised = flash_fp8.quantize_for_attention(q, k, v)
-    tiles = "descriptors" if flash_fp8.descriptors_usable(quantised[0], quantised[1], n) else "pointers"
-    fn = lambda: flash_fp8._forward(*quantised, False, 1.0 / math.sqrt(head_dim), torch.float16,  # noqa: E731
+    quantised = fp8.quantize_for_attention(q, k, v)
+    tiles = "descriptors" if dispatch.fp8_descriptors_usable(quantised[0], quantised[1], n) else "pointers"
+    fn = lambda: fp8.forward(*quantised, False, 1.0 / math.sqrt(head_dim), torch.float16,  # noqa: E731
                                     promote=False)
-    return [measure("fp8_acc_in_product", fn, flash_fp8.attention_flops(batch, heads, n, n, head_dim, False), ref,
+    return [measure("fp8_acc_in_product", fn, fp8.attention_flops(batch, heads, n, n, head_dim, False), ref,
                     device, n=n, causal=False, batch=batch, heads=heads, head_dim=head_dim, tiles=tiles)]
 
 
@@ -193,13 +193,13 @@ def sweep_rows(n: int, causal: bool, device, heads: int, head_dim: int, tokens: 
     q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, generator=gen, dtype=torch.float16)
                for _ in range(3))
     ref = reference_fp32(q, k, v, causal)
-    flops = flash_fp8.attention_flops(batch, heads, n, n, head_dim, causal)
+    flops = fp8.attention_flops(batch, heads, n, n, head_dim, causal)
     fields = dict(n=n, causal=causal, batch=batch, heads=heads, head_dim=head_dim)
-    quantised = flash_fp8.quantize_for_attention(q, k, v)
+    quantised = fp8.quantize_for_attention(q, k, v)
     sm_scale = 1.0 / math.sqrt(head_dim)
     rows = []
     for config in SWEEP_CONFIGS:
-        fn = lambda c=config: flash_fp8._forward(*quantised, causal, sm_scale, torch.float16, config=c)  # noqa: E731
+        fn = lambda c=config: fp8.forward(*quantised, causal, sm_scale, torch.float16, config=c)  # noqa: E731
         rows.append(measure("fp8", fn, flops, ref, device, tiles="descriptors", config=config_name(config), **fields))
     with torch.no_grad():
         rows.append(measure("fp16_attnkit", lambda: attnkit.flash_attention(q, k, v, causal=causal), flops, ref,
@@ -258,7 +258,7 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False                  # a true float32 reference
         log(f"{torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}, "
-            f"fp8 configs: descriptors {flash_fp8.GPU_CONFIGS} (by causal), pointers {flash_fp8.POINTER_CONFIG}")
+            f"fp8 configs: descriptors {fp8.GPU_CONFIGS} (by causal), pointers {fp8.POINTER_CONFIG}")
     heads, head_dim, tokens = sizes["heads"], sizes["head_dim"], sizes["tokens"]
     if "--sweep" in argv[1:]:
         rows = []

@@ -1,9 +1,9 @@
-"""The warp-specialised Gluon forward (attnkit.kernels.flash_hopper) on the H100: float64 checks, then
+"""The warp-specialised Gluon forward (attnkit.kernels.flash.hopper) on the H100: float64 checks, then
 its configurations timed beside the course's Triton forward (BEST_TRITON, autotuned) and cuDNN, side by side
 in one process; writes bench_flash_hopper.csv. "hopper" is the public function (its default
 configuration); "ws:HxNxS[xG][:hT|:p]" a configuration of it, one program a tile (G compute warp groups; hT:
-tiles in groups of T (batch, head) pairs, flash_hopper._tile_of; HEAD_GROUP's if not given) or with :p
-persistent programs (flash_hopper._attn_fwd_persistent); from
+tiles in groups of T (batch, head) pairs, hopper.tile_of; HEAD_GROUP's if not given) or with :p
+persistent programs (hopper._attn_fwd_persistent); from
 experiments/flash_hopper_gluon, "MxNxSxW[x0]" the one-partition Gluon kernel (x0: without the overlap)
 and "sched:HxNxS[:flags]" the scheduling
 variants of the warp-specialised one (flags p: ping-pong, g: persistent grid, s: P in shared memory,
@@ -28,7 +28,8 @@ import torch
 
 from attnkit.bench.flash import _sdpa, attention_flops, tflops
 from attnkit.bench.recorder import time_ms, write_results
-from attnkit.kernels import flash, flash_hopper
+from attnkit.kernels import flash
+from attnkit.kernels.flash import dispatch, hopper
 from attnkit.reference.attention import attention_ref, lse_ref
 from attnkit.tolerances import rel_error
 
@@ -41,7 +42,7 @@ def kernel_config(text: str):
     kernel, "ws:HxNxS[xG]" for the warp-specialised one (H rows per compute group, G compute groups, 2 if
     not given). run(q, k, v, causal, scale)."""
     if text == "hopper":
-        return "hopper", lambda q, k, v, causal, scale: flash_hopper.flash_attention_hopper(
+        return "hopper", lambda q, k, v, causal, scale: flash.flash_attention_hopper(
             q, k, v, causal=causal, sm_scale=scale)
     if text.startswith("ws:"):
         sizes, _, order = text[3:].partition(":")
@@ -50,8 +51,9 @@ def kernel_config(text: str):
         head_group = int(order[1:]) if order.startswith("h") else None   # h32: in groups of 32 heads
         name = f"ws{half_m}x{block_n}s{stages}" + ("" if groups == 2 else f"g{groups}") + (f"_{order}" if order else "")
         return (name,
-                lambda q, k, v, causal, scale: flash_hopper._launch(q, k, v, causal, scale, half_m, block_n, stages,
-                                                                    groups, persistent, head_group))
+                lambda q, k, v, causal, scale: hopper.launch(
+                    q, k, v, causal, scale, half_m, block_n, stages, groups, persistent,
+                    dispatch.HEAD_GROUP[causal] if head_group is None else head_group))
     sys.path.insert(0, EXPERIMENT)
     if text.startswith("sched:"):
         import scheduling

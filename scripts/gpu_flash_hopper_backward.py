@@ -1,4 +1,4 @@
-"""The warp-specialised dK/dV kernel (attnkit.kernels.flash_hopper_backward) on the H100: checks, then the
+"""The warp-specialised dK/dV kernel (attnkit.kernels.flash.hopper_backward) on the H100: checks, then the
 whole backward timed beside cuDNN's and the Triton two-kernel design's in one process.
 
     python scripts/gpu_flash_hopper_backward.py OUTDIR [--n 1024,4096,16384] [--head-dims 128,64]
@@ -23,6 +23,7 @@ rule was drawn from.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -33,7 +34,9 @@ import gpu_flash_backward as gb  # noqa: E402  (sets ATTNKIT_AUTOTUNE=0)
 import torch  # noqa: E402
 
 from attnkit.bench.recorder import write_results  # noqa: E402
-from attnkit.kernels import flash, flash_hopper_backward  # noqa: E402
+from attnkit.kernels import flash  # noqa: E402
+from attnkit.kernels.flash import backward as backward_launch  # noqa: E402
+from attnkit.kernels.flash import dispatch, hopper_backward  # noqa: E402
 from attnkit.reference.attention import attention_grads_ref  # noqa: E402
 
 DESIGNS = ("two_kernels", "warp_specialized", "warp_specialized_atomic")
@@ -43,16 +46,16 @@ class counted_dkdv:
     """Within it, calls of the Gluon dK/dV kernel are counted (``.calls``)."""
 
     def __enter__(self):
-        self.calls, self.saved = 0, flash_hopper_backward.dkdv
+        self.calls, self.saved = 0, hopper_backward.dkdv
 
         def counting(*args, **kwargs):
             self.calls += 1
             return self.saved(*args, **kwargs)
-        flash_hopper_backward.dkdv = counting
+        hopper_backward.dkdv = counting
         return self
 
     def __exit__(self, *exc):
-        flash_hopper_backward.dkdv = self.saved
+        hopper_backward.dkdv = self.saved
 
 
 def check_gqa(design, head_dim, causal, n_q, n_k) -> list[str]:
@@ -65,8 +68,8 @@ def check_gqa(design, head_dim, causal, n_q, n_k) -> list[str]:
     o, lse = flash.flash_attention_forward(q, k, v, causal=causal)
     exact = attention_grads_ref(q, k, v, do, causal=causal)
     with gb.poisoned_buffers(), counted_dkdv() as counter:
-        got = flash._backward(do, q, k, v, o, lse, causal, scale, design=design)
-    base = flash._backward(do, q, k, v, o, lse, causal, scale, design="two_kernels")
+        got = backward_launch.backward(do, q, k, v, o, lse, causal, scale, design=design)
+    base = backward_launch.backward(do, q, k, v, o, lse, causal, scale, design="two_kernels")
     failures = [] if counter.calls == 1 else [f"Gluon dK/dV ran {counter.calls} times"]
     for name, g, b, e in zip(("dq", "dk", "dv"), got, base, exact):
         err, base_err = ((t.cpu().double() - e).abs().max().item() for t in (g, b))
@@ -89,32 +92,34 @@ def kernel_alone(tensors, o, lse, causal, one_pass=False):
     delta = (o.float() * do.float()).sum(-1)
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if one_pass else None
     scale = 1 / math.sqrt(q.shape[-1])
-    return lambda: flash_hopper_backward.dkdv(q, k, v, do, lse, delta, causal, scale, dq_acc=dq_acc)
+    return lambda: hopper_backward.dkdv(q, k, v, do, lse, delta, causal, scale, dq_acc=dq_acc,
+                                        config=dispatch.gluon_backward_config(q.shape[-1]),
+                                        dq_writer=dispatch.GLUON_DQ_WRITER, descending=dispatch.GLUON_DESCENDING)
 
 
 def with_flags(design, tensors, o, lse, causal, **flags):
-    """A backward function of ``design`` run with flash_hopper_backward's module attributes (DQ_WRITER,
-    DESCENDING, CONFIG) set to ``flags``, restored after each call."""
+    """A backward function of ``design`` run with the dispatch module's Gluon backward rules (GLUON_DQ_WRITER,
+    GLUON_DESCENDING, HEAD_DIMS) set to ``flags``, restored after each call."""
     run = gb.attnkit_backward(design, tensors, o, lse, causal)
 
     def call():
-        saved = {name: getattr(flash_hopper_backward, name) for name in flags}
+        saved = {name: getattr(dispatch, name) for name in flags}
         for name, value in flags.items():
-            setattr(flash_hopper_backward, name, value)
+            setattr(dispatch, name, value)
         try:
             return run()
         finally:
             for name, value in saved.items():
-                setattr(flash_hopper_backward, name, value)
+                setattr(dispatch, name, value)
     return call
 
 
 def with_stages(stages, tensors, o, lse, causal):
     """The warp_specialized design with ``stages`` slots in its rings."""
     head_dim = tensors[0].shape[-1]
-    block_m, part_n, _, groups = flash_hopper_backward.CONFIG[head_dim]
-    config = {**flash_hopper_backward.CONFIG, head_dim: (block_m, part_n, stages, groups)}
-    return with_flags("warp_specialized", tensors, o, lse, causal, CONFIG=config)
+    block_m, part_n, _, groups = dispatch.gluon_backward_config(head_dim)
+    rules = dataclasses.replace(dispatch.HEAD_DIMS[head_dim], gluon_backward=(block_m, part_n, stages, groups))
+    return with_flags("warp_specialized", tensors, o, lse, causal, HEAD_DIMS={**dispatch.HEAD_DIMS, head_dim: rules})
 
 
 def case(rows, head_dim, n, causal, extra_stages):
@@ -126,12 +131,13 @@ def case(rows, head_dim, n, causal, extra_stages):
     timings += [(d, lambda d=d: gb.attnkit_backward(d, tensors, o, lse, causal)) for d in DESIGNS]
     timings += [(f"ws_stages{s}", lambda s=s: with_stages(s, tensors, o, lse, causal)) for s in extra_stages]
     timings += [("ws_atomic_no_writer",
-                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DQ_WRITER=None)),
+                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, GLUON_DQ_WRITER=None)),
                 ("ws_atomic_writer_atomic",
-                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DQ_WRITER="atomic")),
+                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, GLUON_DQ_WRITER="atomic")),
                 ("ws_atomic_ascending",
-                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, DESCENDING=False)),
-                ("ws_ascending", lambda: with_flags("warp_specialized", tensors, o, lse, causal, DESCENDING=False)),
+                 lambda: with_flags("warp_specialized_atomic", tensors, o, lse, causal, GLUON_DESCENDING=False)),
+                ("ws_ascending",
+                 lambda: with_flags("warp_specialized", tensors, o, lse, causal, GLUON_DESCENDING=False)),
                 ("ws_dkdv_kernel", lambda: kernel_alone(tensors, o, lse, causal)),
                 ("ws_one_pass_kernel", lambda: kernel_alone(tensors, o, lse, causal, one_pass=True))]
     new = []
@@ -145,12 +151,12 @@ def case(rows, head_dim, n, causal, extra_stages):
 
 
 def main():
-    flash.warp_specialized_backward_choice = lambda *args: True     # measure the kernel everywhere
+    dispatch.warp_specialized_backward_choice = lambda *args: True     # measure the kernel everywhere
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--n", default="1024,4096,16384")
     parser.add_argument("--head-dims", default="128,64")
-    parser.add_argument("--stages", default="", help="stages timed besides CONFIG's")
+    parser.add_argument("--stages", default="", help="stages timed besides the head dim's gluon_backward configuration")
     parser.add_argument("--check-only", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from attnkit.bench.recorder import time_ms, write_results  # noqa: E402
 from attnkit.bench.streams import graph_ms  # noqa: E402
 from attnkit.kernels import flash  # noqa: E402
+from attnkit.kernels.flash import forward as forward_launch  # noqa: E402
 
 CASES = [(1024, True), (1024, False), (4096, True)]      # (n, causal)
 IMPLS = ("split", "autotuned", "host_descriptors", "warp_specialized", "sdpa_cudnn", "sdpa_flash")
@@ -56,7 +57,7 @@ def call(impl, q, k, v, causal):
         attend = fb.implementation(impl)
         return lambda: attend(q, k, v, causal)
     rung = flash.VARIANTS[impl]
-    return lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(q.shape[-1]), rung)
+    return lambda: forward_launch.forward_rung(q, k, v, causal, 1 / math.sqrt(q.shape[-1]), rung)
 
 
 def check_fp32_defaults() -> list[str]:

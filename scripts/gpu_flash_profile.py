@@ -22,7 +22,10 @@ os.environ["ATTNKIT_AUTOTUNE"] = "0"
 import gpu_flash_backward as fb  # noqa: E402
 import torch  # noqa: E402
 
-from attnkit.kernels import flash, flash_kernels  # noqa: E402
+from attnkit.kernels import flash  # noqa: E402
+from attnkit.kernels.flash import backward as backward_launch  # noqa: E402
+from attnkit.kernels.flash import forward as forward_launch  # noqa: E402
+from attnkit.kernels.flash import triton_kernels  # noqa: E402
 
 BC = flash.BlockConfig
 # name: (pass, implementation, head_dim, n, causal, tiles by descriptors, block configuration or None:
@@ -51,13 +54,13 @@ def case_call(name: str):
             attend = fb.implementation("sdpa_cudnn")
             return lambda: attend(q, k, v, causal)
         rung = flash.VARIANTS[flash.BEST_TRITON]
-        return lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(head_dim), rung, config)
+        return lambda: forward_launch.forward_rung(q, k, v, causal, 1 / math.sqrt(head_dim), rung, config)
     if impl == "sdpa_cudnn":
         return fb.sdpa_backward(impl, tensors, causal)
     o, lse = fb.forward_for_backward(q, k, v, causal)
     launchers = ("bwd_atomic",) if impl == "atomic_dq" else ("bwd_dkdv", "bwd_dq")
     configs = {launcher: config or flash.default_config(launcher, head_dim) for launcher in launchers}
-    return lambda: flash._backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(head_dim), design=impl,
+    return lambda: backward_launch.backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(head_dim), design=impl,
                                    configs=configs, desc=desc)
 
 
@@ -94,7 +97,7 @@ def triton_meta(out_path: str) -> None:
     torch.cuda.synchronize()
     rows = []
     for fn_name in ("_attn_fwd", "_bwd_dkdv", "_bwd_dq", "_bwd_preprocess"):
-        for kernel in compiled_kernels(getattr(flash_kernels, fn_name)):
+        for kernel in compiled_kernels(getattr(triton_kernels, fn_name)):
             meta, const = kernel.metadata, constants(kernel)
             rows.append(dict(kernel=fn_name, block_m=const.get("BLOCK_M"), block_n=const.get("BLOCK_N"),
                              head_dim=const.get("HEAD_DIM"), causal=const.get("CAUSAL"),

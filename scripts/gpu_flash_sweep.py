@@ -6,6 +6,7 @@ and pipeline depths each kernel should launch with, measured, instead of the few
     python scripts/gpu_flash_sweep.py OUTDIR                               # check, time, pick winners
     ... --backward-only                                                   # the backward's sweeps alone
     ... --head-dim-256                                                    # D = 256 alone (below)
+    ... --head-dims 96,112                                                # other head dims alone (below)
 
 The compile-only runs fill Triton's on-disk cache in parallel (run N of them at once); the timing run,
 alone on the GPU, then loads every kernel from the cache. Each candidate is checked before it is timed
@@ -26,7 +27,10 @@ Sweeps (fp16, B·N = 16k tokens, 16 heads):
 With --head-dim-256: the same sweeps at D = 256 alone (backward, and the forward's "autotuned" rung, the
 launcher D = 256 uses), over ``CANDIDATES_D256`` for pointer and descriptor tiles alike: the configurations
 that ptxas compiles for sm_90a without serialising the matrix products and with at most 24 bytes spilled
-(``python -m attnkit.bench.compiled``, Triton 3.6), the halved default first.
+(``python -m attnkit.bench.compiled``, Triton 3.6), the halved default first. With --head-dims: the same
+sweeps at the head dims named (a new row of ``attnkit.kernels.flash.dispatch.HEAD_DIMS``,
+docs/adding_a_head_dim.md): backward, the "autotuned" forward and, at a power of two up to 128, the
+descriptor forward; tiles padded past 128 take ``CANDIDATES_D256``, the others ``CANDIDATES``.
 Rows go to OUTDIR/bench_flash_sweep.csv (columns: suite, launcher, desc, config, n, head_dim, causal, ms,
 tflops, vs_cudnn, vs_default (the first candidate's time / this time; the first is the launcher's old
 default), check, reason) and the winners to OUTDIR/sweep_winners.json.
@@ -46,6 +50,8 @@ import torch  # noqa: E402
 
 from attnkit.bench.recorder import write_results  # noqa: E402
 from attnkit.kernels import flash  # noqa: E402
+from attnkit.kernels.flash import dispatch  # noqa: E402
+from attnkit.kernels.flash import forward as forward_launch  # noqa: E402
 
 BC = flash.BlockConfig
 # (BLOCK_M, BLOCK_N, num_warps, num_stages). bwd_dkdv programs own BLOCK_N keys and loop over BLOCK_M
@@ -80,8 +86,8 @@ PARTNER = {"bwd_dkdv": "bwd_dq", "bwd_dq": "bwd_dkdv"}     # the other kernel of
 
 def candidates(launcher: str, desc: bool, head_dim: int = 128) -> list:
     """Pointer tiles: every configuration of CANDIDATES; descriptor tiles: the launcher's autotuning ones;
-    at D = 256 both CANDIDATES_D256."""
-    if head_dim == 256:
+    for tiles padded past 128 (D = 256) both CANDIDATES_D256."""
+    if dispatch.padded(head_dim) > 128:
         return CANDIDATES_D256[launcher]
     return [BC(*c) for c in flash.LAUNCHERS[launcher][1]] if desc else CANDIDATES[launcher]
 
@@ -105,7 +111,7 @@ def check_backward(design, configs, head_dim, causal, desc) -> str:
 
 def run_forward(q, k, v, causal, config, launcher="fwd_desc"):
     rung = flash.VARIANTS[FORWARD_RUNG[launcher]]
-    return lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(q.shape[-1]), rung, config)
+    return lambda: forward_launch.forward_rung(q, k, v, causal, 1 / math.sqrt(q.shape[-1]), rung, config)
 
 
 def check_forward(causal, config, launcher, head_dim) -> str:
@@ -148,7 +154,7 @@ def forward_sweeps(backward_only: bool):
 
 
 def forward_candidates(launcher: str, head_dim: int) -> list:
-    return CANDIDATES_D256[launcher] if head_dim == 256 else CANDIDATES[launcher]
+    return CANDIDATES_D256[launcher] if dispatch.padded(head_dim) > 128 else CANDIDATES[launcher]
 
 
 def head_dims() -> list[int]:
@@ -281,9 +287,13 @@ def main(argv) -> int:
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     backward_only = "--backward-only" in argv
-    if "--head-dim-256" in argv:
+    dims = [256] if "--head-dim-256" in argv else (
+        [int(d) for d in argv[argv.index("--head-dims") + 1].split(",")] if "--head-dims" in argv else None)
+    if dims:
         global BACKWARD_CASES, FORWARD_SWEEPS
-        BACKWARD_CASES, FORWARD_SWEEPS = [(256, True), (256, False)], [("fwd", 256)]
+        BACKWARD_CASES = [(d, causal) for d in dims for causal in (True, False)]
+        FORWARD_SWEEPS = [(launcher, d) for d in dims for launcher in ("fwd_desc", "fwd")
+                          if launcher == "fwd" or d == dispatch.padded(d) <= 128]
     items = work_items(backward_only)
     fb.check_sdpa_lse()
     if "--compile-only" in argv:

@@ -35,7 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from attnkit.bench.flash import TOKENS, _sdpa, attention_flops, reference_slice, tflops  # noqa: E402
 from attnkit.kernels import flash  # noqa: E402
-from attnkit.kernels.flash import BlockConfig, Rung  # noqa: E402
+from attnkit.kernels.flash import (  # noqa: E402
+    BlockConfig,
+    Rung,
+    layout,  # noqa: E402
+    plans,  # noqa: E402
+)
+from attnkit.kernels.flash import forward as forward_launch  # noqa: E402
 from attnkit.reference.attention import attention_ref  # noqa: E402
 from attnkit.tolerances import rel_error, tolerance  # noqa: E402
 
@@ -102,7 +108,7 @@ def reference_lse(q, k, causal):
 def check_switch_sets(names, device="cuda", shapes=None) -> dict[str, list[str]]:
     """{switch set: failures} on fresh random inputs with NaN-poisoned outputs (fixed configurations)."""
     failures = {name: [] for name in names}
-    saved, flash._new_buffer = flash._new_buffer, _poison
+    saved, layout.new_buffer = layout.new_buffer, _poison
     gen = torch.Generator(device=device).manual_seed(int(time.time()) % 2**31)   # fresh inputs every run
     try:
         for b, hq, hkv, nq, nk, d, causal, dtype in shapes or check_shapes():
@@ -117,7 +123,7 @@ def check_switch_sets(names, device="cuda", shapes=None) -> dict[str, list[str]]
             for name in names:
                 rung = replace(rung_of(name), tuned=False)
                 try:
-                    o, lse = flash._forward_rung(q, k, v, causal, 1 / math.sqrt(d), rung)
+                    o, lse = forward_launch.forward_rung(q, k, v, causal, 1 / math.sqrt(d), rung)
                     torch.cuda.synchronize() if device == "cuda" else None
                     err = rel_error(o, ref)
                     lse_ok = (torch.equal(torch.isfinite(lse), seen)
@@ -128,7 +134,7 @@ def check_switch_sets(names, device="cuda", shapes=None) -> dict[str, list[str]]
                     failures[name].append(f"{what}: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
             log(f"checked {what}: " + ", ".join(f"{n} {'ok' if not failures[n] else 'FAIL'}" for n in names))
     finally:
-        flash._new_buffer = saved
+        layout.new_buffer = saved
     return failures
 
 
@@ -169,7 +175,7 @@ def sweep(cands, *, seq_lens=SEQ_LENS, heads=HEADS, head_dim=HEAD_DIM, tokens=TO
                     fn = lambda: attend(q, k, v, causal)  # noqa: E731
                 else:
                     rung = rung_of(name)
-                    fn = lambda: flash._forward_rung(q, k, v, causal, 1 / math.sqrt(head_dim), rung, config)[0]  # noqa: E731,B023
+                    fn = lambda: forward_launch.forward_rung(q, k, v, causal, 1 / math.sqrt(head_dim), rung, config)[0]  # noqa: E731,B023
                 ms, reason = None, ""
                 t0 = time.time()
                 try:
@@ -248,7 +254,7 @@ def record(out: Path, start: float) -> int:
     log(f"correctness: {sum(map(len, failures.values()))} failures in {time.time() - start:.0f} s")
     for path in record_suites(["flash_ladder", "flash"], out):
         log(f"wrote {path} at {time.time() - start:.0f} s")
-    for name, tuned in flash._TUNED.items():
+    for name, tuned in plans.TUNED.items():
         for key, config in list(tuned.cache.items())[:30]:
             log(f"  tuned {name} {key[:5]}: {config}")
     log(f"correctness failures: {failures}")

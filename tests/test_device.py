@@ -4,6 +4,7 @@ import os
 import pytest
 
 from attnkit import device
+from attnkit.kernels.flash import layout
 
 
 def test_interpreter_is_on_without_a_gpu():
@@ -93,14 +94,13 @@ def test_kernel_wrappers_follow_the_bf16_rule(monkeypatch):
     """flash (forward and backward) follows bf16_computed_in_fp32 for its inputs."""
     import torch
 
-    from attnkit.kernels import flash
 
     x = torch.randn(1, 1, 3, 16, dtype=torch.bfloat16)
-    monkeypatch.setattr(flash, "bf16_computed_in_fp32", lambda device: True)
-    assert all(t.dtype == torch.float32 for t in flash._compute_dtype_inputs(x, x))
-    monkeypatch.setattr(flash, "bf16_computed_in_fp32", lambda device: False)
-    assert all(t.dtype == torch.bfloat16 for t in flash._compute_dtype_inputs(x, x))
-    assert flash._compute_dtype_inputs(x.half())[0].dtype == torch.float16
+    monkeypatch.setattr(layout, "bf16_computed_in_fp32", lambda device: True)
+    assert all(t.dtype == torch.float32 for t in layout.compute_dtype_inputs(x, x))
+    monkeypatch.setattr(layout, "bf16_computed_in_fp32", lambda device: False)
+    assert all(t.dtype == torch.bfloat16 for t in layout.compute_dtype_inputs(x, x))
+    assert layout.compute_dtype_inputs(x.half())[0].dtype == torch.float16
 
 
 def test_one_rule_for_where_kernels_run(monkeypatch):
@@ -154,12 +154,15 @@ def test_the_interpreter_is_not_switched_on_after_triton_is_imported(monkeypatch
 
 
 def test_no_kernel_decides_its_device_by_itself():
-    """Every kernel module and the benchmark key-read kernel go through attnkit.device: none tests for
-    the interpreter or re-decorates a kernel on its own."""
+    """Every kernel module (the FlashAttention sub-package's among them) and every benchmark module with a
+    kernel of its own go through attnkit.device: none tests for the interpreter or re-decorates a kernel on
+    its own."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "attnkit"
-    for path in [*(root / "kernels").glob("*.py"), root / "bench" / "kvcache.py"]:
+    benchmarks = [path for path in (root / "bench").glob("*.py") if "@triton.jit" in path.read_text()]
+    assert benchmarks                                         # the key-read kernel's module at least
+    for path in [*(root / "kernels").rglob("*.py"), *benchmarks]:
         text = path.read_text()
         for pattern in ("InterpretedFunction", "TRITON_INTERPRET", ".cuda()", "multiprocessing", "jit_for"):
             assert pattern not in text, f"{path.name}: {pattern}"

@@ -15,7 +15,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attnkit.kernels import flash
-from attnkit.kernels.flash import LADDER, VARIANTS, flash_attention, flash_attention_backward, flash_attention_forward
+from attnkit.kernels.flash import (
+    LADDER,
+    VARIANTS,
+    dispatch,
+    flash_attention,
+    flash_attention_backward,
+    flash_attention_forward,
+    layout,
+    plans,
+)
+from attnkit.kernels.flash import backward as backward_launch
+from attnkit.kernels.flash import forward as forward_launch
 from attnkit.reference.attention import attention_grads_ref, attention_ref, lse_ref
 from attnkit.tolerances import assert_close, rel_error, tolerance
 
@@ -30,7 +41,7 @@ def poisoned_buffers(monkeypatch):
     def nan_buffer(shape, dtype, device):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
-    monkeypatch.setattr(flash, "_new_buffer", nan_buffer)
+    monkeypatch.setattr(layout, "new_buffer", nan_buffer)
 
 
 def make_inputs(gen, b, hq, hkv, nq, nk, d, dtype, device=DEVICE):
@@ -231,10 +242,10 @@ def test_inputs_like_ones_that_passed_skip_the_checks_and_bad_ones_never_pass(mo
     """check_inputs remembers the kinds of inputs (types, shapes, dtypes, devices) that passed: another call
     with such inputs is not checked again; a bad input is checked every time (it never joins them), and a
     change of shape, dtype or device is checked afresh."""
-    monkeypatch.setattr(flash, "_PASSED_CHECKS", {})
+    monkeypatch.setattr(flash, "PASSED_CHECKS", {})
     runs = []
-    real = flash._check_inputs
-    monkeypatch.setattr(flash, "_check_inputs", lambda *args: runs.append(1) or real(*args))
+    real = flash.check_inputs_uncached
+    monkeypatch.setattr(flash, "check_inputs_uncached", lambda *args: runs.append(1) or real(*args))
     t = _valid()
     for _ in range(3):
         flash.check_inputs(t["q"], t["k"], t["v"])
@@ -339,15 +350,15 @@ def _interpreted_descriptor_kernel():
 def test_descriptor_kernel_in_the_interpreter(monkeypatch, shape, desc):
     """The forward with DESC = 1 and 2 (the GPU-only rungs' tiles) run in the interpreter: descriptor
     loads pad the ragged ends with zeros and descriptor stores clip them, as TMA does."""
-    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
-    monkeypatch.setattr(flash, "_ensure_allocator", lambda: None)
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
+    monkeypatch.setattr(layout, "ensure_allocator", lambda: None)
     launched = []
-    real_launch = flash._launch
-    monkeypatch.setattr(flash, "_launch", lambda *a, **kw: launched.append(kw["DESC"]) or real_launch(*a, **kw))
+    real_launch = plans.launch
+    monkeypatch.setattr(plans, "launch", lambda *a, **kw: launched.append(kw["DESC"]) or real_launch(*a, **kw))
     b, hq, hkv, nq, nk, d, causal = shape
     gen = torch.Generator().manual_seed(hash(shape) % 2**31)
     q, k, v = make_inputs(gen, b, hq, hkv, nq, nk, d, torch.float32, device="cpu")
-    o, lse = flash._forward_rung(q, k, v, causal, 1 / math.sqrt(d), flash.Rung(desc=desc))
+    o, lse = forward_launch.forward_rung(q, k, v, causal, 1 / math.sqrt(d), flash.Rung(desc=desc))
     assert launched == [desc]
     assert_close(o, attention_ref(q, k, v, causal=causal), torch.float32, "cpu", "o (descriptor kernel)")
     ref = reference_lse(q, k, causal)
@@ -363,12 +374,12 @@ def test_new_rungs_fall_back_where_their_features_are_missing():
     for name in ("descriptors", "host_descriptors", "warp_specialized"):
         assert flash.effective_rung(VARIANTS[name], True, q, q, q, q).desc == 0
     long = torch.randn(1, 2, 4096, 128)
-    assert flash._warp_specialized_forward(long, long, long, False, 0.1) is None      # a CPU tensor: Triton
+    assert forward_launch.warp_specialized_forward(long, long, long, False, 0.1) is None      # a CPU tensor: Triton
     for name in (flash.BEST, flash.BEST_TRITON):
         assert name in VARIANTS and list(VARIANTS).index(name) >= list(VARIANTS).index("autotuned")
     assert VARIANTS[flash.BEST].warp_specialized and not VARIANTS[flash.BEST_TRITON].warp_specialized
     strided = torch.randn(1, 2, 19, 32)[..., ::2]           # last stride 2: no TMA even on a GPU
-    assert not flash._tma_compatible(strided)
+    assert not dispatch.tma_compatible(strided)
 
 
 @pytest.mark.gpu
@@ -404,11 +415,11 @@ def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, c
     """flash_attention's forward is the Gluon kernel where the rule picks it (counted), its output and the
     gradients through the default backward match float64; a non-contiguous q falls back to Triton."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-    from attnkit.kernels import flash_hopper
+    from attnkit.kernels.flash import hopper
 
     launched = []
-    real = flash_hopper._launch
-    monkeypatch.setattr(flash_hopper, "_launch", lambda *args: launched.append(args[3]) or real(*args))
+    real = hopper.launch
+    monkeypatch.setattr(hopper, "launch", lambda *args, **kw: launched.append(args[3]) or real(*args, **kw))
     gen = torch.Generator().manual_seed(n + d)
     check_forward(gen, 1, heads, kv_heads, n, n, d, torch.float16, causal=causal)
     assert launched == [causal]
@@ -430,25 +441,25 @@ def test_best_runs_the_warp_specialized_kernel_where_it_is_chosen(monkeypatch, c
 def test_a_gluon_forward_that_fails_leaves_the_triton_forward_with_a_warning(monkeypatch):
     """As with a Triton whose Gluon API differs: one RuntimeWarning, then the Triton kernel, bit for bit."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-    from attnkit.kernels import flash_hopper
+    from attnkit.kernels.flash import hopper
 
-    def fails(*args):
+    def fails(*args, **kw):
         raise TypeError("warp_specialize() got an unexpected keyword argument")
-    monkeypatch.setattr(flash, "GLUON_FAILED", set())
-    monkeypatch.setattr(flash_hopper, "_launch", fails)
+    monkeypatch.setattr(dispatch, "GLUON_FAILED", set())
+    monkeypatch.setattr(hopper, "launch", fails)
     q, k, v = make_inputs(torch.Generator().manual_seed(5), 1, 4, 2, 1100, 1100, 128, torch.float16)
-    with pytest.warns(RuntimeWarning, match="flash_hopper: the Gluon kernel failed"):
+    with pytest.warns(RuntimeWarning, match="flash.hopper: the Gluon kernel failed"):
         o, lse = flash_attention_forward(q, k, v)
     want_o, want_lse = flash_attention_forward(q, k, v, variant=flash.BEST_TRITON)
     assert torch.equal(o, want_o) and torch.equal(lse, want_lse)
-    assert flash.GLUON_FAILED == {"attnkit.kernels.flash_hopper"}
+    assert dispatch.GLUON_FAILED == {"attnkit.kernels.flash.hopper"}
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_host_descriptor_rule_picks_the_tiles(monkeypatch, causal):
     """host_descriptors on a device with descriptors: its rule takes them at D = 64 (causal, or from 1k
     keys) and pointer loads for short non-causal sequences and other head dims."""
-    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
     rung = VARIANTS["host_descriptors"]
     short, long, d32 = (torch.randn(1, 1, n, d) for n, d in ((33, 64), (1024, 64), (33, 32)))
     assert flash.effective_rung(rung, causal, short, short, short, short).desc == (2 if causal else 0)
@@ -482,10 +493,11 @@ def test_host_descriptor_choice():
 def test_launches_through_kept_runners_match_the_jit_bit_for_bit(monkeypatch, variant):
     """The Triton forward and both Triton backward designs: each shape twice with fresh inputs, a strided
     view among them, every output through the kept runners equal bit for bit to the JIT's."""
-    from attnkit.kernels.runners import Runners
+    from attnkit.kernels.flash.runners import Runners
 
     runners = Runners()
-    monkeypatch.setattr(flash, "RUNNERS", runners)
+    monkeypatch.setattr(plans, "RUNNERS", runners)
+    monkeypatch.setattr(backward_launch, "RUNNERS", runners)
     gen = torch.Generator().manual_seed(21)
     shapes = [(2, 4, 2, 300, 300, 64, True), (1, 4, 4, 129, 700, 128, False)]
     for index, (b, hq, hkv, n_q, n_k, d, causal) in enumerate(shapes * 2):
@@ -498,9 +510,48 @@ def test_launches_through_kept_runners_match_the_jit_bit_for_bit(monkeypatch, va
             runners.enabled = enabled
             o, lse = flash_attention_forward(q, k, v, causal=causal, variant=variant)
             scale = 1 / math.sqrt(d)
-            grads = [flash._backward(do, q, k, v, o, lse, causal, scale, design=design)
+            grads = [backward_launch.backward(do, q, k, v, o, lse, causal, scale, design=design)
                      for design in ("two_kernels", "atomic_dq")]
             results.append([o, lse, *grads[0], *grads[1][1:]])        # atomic dq: not deterministic
         for name, direct, through_jit in zip("o lse dq dk dv dk' dv'".split(), *results):
             assert torch.equal(direct, through_jit), name
     assert runners.by_key
+
+
+# ------------------------------------------------------------------------------ broadcast output gradients
+def _grads(q, k, v, causal, backward_of):
+    """(dq, dk, dv) of flash_attention through ``backward_of(o)``, which calls backward on (a function of) o."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    backward_of(flash_attention(*leaves, causal=causal))
+    return [t.grad for t in leaves]
+
+
+def test_broadcast_and_strided_output_gradients_match_a_contiguous_clone():
+    """``o.sum().backward()`` hands the backward an expanded dO (every stride 0); a dO broadcast over heads
+    or transposed is strided too. Each gives the same gradients, bit for bit, as its contiguous clone (the
+    backward lays dO out as ``dispatch.backward_do`` says: contiguous, the layout its fast paths take), and
+    float64's."""
+    gen = torch.Generator().manual_seed(40)
+    q, k, v = make_inputs(gen, 1, 4, 2, 21, 29, 16, torch.float32)
+    per_row = torch.randn(1, 1, 21, 16, generator=gen).to(DEVICE).expand(1, 4, 21, 16)     # stride 0 over heads
+    transposed = torch.randn(1, 4, 16, 21, generator=gen).to(DEVICE).transpose(-1, -2)
+    for do in (torch.ones(()).to(DEVICE).expand(1, 4, 21, 16), per_row, transposed):   # the first: o.sum()'s
+        assert not do.is_contiguous()
+        strided = _grads(q, k, v, True, lambda o, do=do: o.backward(do))
+        cloned = _grads(q, k, v, True, lambda o, do=do: o.backward(do.contiguous()))
+        assert all(torch.equal(a, b) for a, b in zip(strided, cloned))
+        for name, got, want in zip(("dq", "dk", "dv"), strided, reference_grads(q, k, v, do, True)):
+            assert_close(got, want, torch.float32, DEVICE, f"{name} with a strided dO")
+    summed = _grads(q, k, v, True, lambda o: o.sum().backward())
+    ones = _grads(q, k, v, True, lambda o: o.backward(torch.ones_like(o)))
+    assert all(torch.equal(a, b) for a, b in zip(summed, ones))
+
+
+def test_the_backward_takes_do_contiguous():
+    """The rule the backward's fast paths need (the Gluon kernels' TMA, host descriptors): dO contiguous, a
+    strided one copied, a contiguous one passed as it is."""
+    do = torch.ones(2, 3, 5, 8)
+    assert dispatch.backward_do(do) is do
+    for strided in (torch.ones(()).expand(2, 3, 5, 8), do.transpose(1, 2).contiguous().transpose(1, 2)):
+        laid_out = dispatch.backward_do(strided)
+        assert laid_out.is_contiguous() and torch.equal(laid_out, strided)

@@ -19,10 +19,16 @@ from attnkit.kernels import flash
 from attnkit.kernels.flash import (
     BACKWARDS,
     TRITON_BACKWARDS,
+    dispatch,
     flash_attention,
     flash_attention_backward,
     flash_attention_varlen,
+    layout,
+    plans,
+    triton_kernels,
 )
+from attnkit.kernels.flash import backward as backward_launch
+from attnkit.kernels.flash import forward as forward_launch
 from attnkit.tolerances import assert_close
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -31,7 +37,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 @pytest.fixture(autouse=True)
 def poisoned_buffers(monkeypatch):
     """Every buffer the kernels write starts as NaN: an element left unwritten fails the comparison."""
-    monkeypatch.setattr(flash, "_new_buffer",
+    monkeypatch.setattr(layout, "new_buffer",
                         lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device))
     monkeypatch.delenv(flash.BACKWARD_ENV, raising=False)
 
@@ -182,8 +188,8 @@ def test_backward_entry_point_takes_the_design(monkeypatch):
     q, k, v, do = random_case(3, 1, 2, 1, 18, 25, 16)
     o, lse = flash.flash_attention_forward(q, k, v, causal=True)
     launched = []
-    real_launch = flash._launch
-    monkeypatch.setattr(flash, "_launch", lambda name, *a, **kw: launched.append(name) or real_launch(name, *a, **kw))
+    real_launch = plans.launch
+    monkeypatch.setattr(plans, "launch", lambda name, *a, **kw: launched.append(name) or real_launch(name, *a, **kw))
     expected = reference_grads(q, k, v, do, causal=True)
     for design, kernels in (("atomic_dq", ["bwd_atomic"]), ("two_kernels", ["bwd_dkdv", "bwd_dq"])):
         launched.clear()
@@ -279,10 +285,10 @@ def test_longest_first_changes_only_the_order(monkeypatch, options):
     band is bounded on the right, and the results match float64."""
     q, k, v, _ = random_case(hash(str(options)) % 2**31, 2, 4, 2, 53, 45, 32)
     seen = []
-    real_launch = flash._launch
-    monkeypatch.setattr(flash, "_launch", lambda *a, **kw: seen.append(kw["LONGEST_FIRST"]) or real_launch(*a, **kw))
+    real_launch = plans.launch
+    monkeypatch.setattr(plans, "launch", lambda *a, **kw: seen.append(kw["LONGEST_FIRST"]) or real_launch(*a, **kw))
     causal, window = options.get("causal", False), options.get("window", (-1, -1))
-    runs = [flash._forward_rung(q, k, v, causal, 1 / math.sqrt(32), flash.Rung(longest_first=on), window=window)
+    runs = [forward_launch.forward_rung(q, k, v, causal, 1 / math.sqrt(32), flash.Rung(longest_first=on), window=window)
             for on in (True, False)]
     assert seen == [flash.right_bounded(causal, window), False]
     assert seen[0] == (causal or window[1] >= 0)
@@ -301,8 +307,8 @@ COMPILE_FOR_SM90 = r'''
 import os
 import re
 os.environ["TRITON_INTERPRET"] = "0"   # compile for a GPU target, even on a CPU
-import attnkit.kernels.flash_kernels as kernels
 from attnkit.bench.compiled import compile_ptx
+from attnkit.kernels.flash import triton_kernels as kernels
 
 plain = dict(HEAD_DIM=128, HEAD_DIM_V=128, DIM_QK=128, DIM_V=128, BAND=False, SOFTCAP=False, VARLEN=False)
 every_feature = dict(HEAD_DIM=128, HEAD_DIM_V=64, DIM_QK=80, DIM_V=48, BAND=True, SOFTCAP=True, VARLEN=True)
@@ -374,8 +380,8 @@ def test_backward_defaults_keep_their_matrix_products_pipelined_on_an_h100():
 def test_autotuner_zeroes_the_dq_buffer_between_trials():
     """The autotuner runs each candidate several times on the same buffers: atomic adds would pile up in
     dQ unless it zeroes DQ_ACC before each trial (and before the real launch)."""
-    assert "DQ_ACC" in flash._tuned("bwd_atomic").reset_to_zero
-    assert not flash._tuned("bwd_dkdv").reset_to_zero
+    assert "DQ_ACC" in plans.tuned_launcher("bwd_atomic").reset_to_zero
+    assert not plans.tuned_launcher("bwd_dkdv").reset_to_zero
 
 
 # ------------------------------------------------------------------------------ tiles by descriptors
@@ -392,11 +398,11 @@ def _interpreted_descriptors() -> bool:
 @pytest.mark.parametrize("options", [dict(window=(7, -1), softcap=3.0), dict(window=(5, 4))], ids=str)
 def test_descriptor_backward_with_windows_and_softcap(monkeypatch, design, options):
     """The descriptor tiles under the band bounds and softcap's 1 - tanh² (GQA, ragged lengths)."""
-    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
     causal = options.get("window", (0, 0))[1] == -1
     q, k, v, do = random_case(11, 1, 4, 2, 29, 37, 16)
     o, lse = flash.flash_attention_forward(q, k, v, causal=causal, **options)
-    got = flash._backward(do, q, k, v, o, lse, causal, 0.25, design=design, desc=True,
+    got = backward_launch.backward(do, q, k, v, o, lse, causal, 0.25, design=design, desc=True,
                           window=options["window"], softcap=options.get("softcap"))
     for name, g, r in zip(("dq", "dk", "dv"), got, reference_grads(q, k, v, do, causal=causal, **options)):
         assert_close(g, r, torch.float32, DEVICE, f"{name} ({design}, descriptors, {options})")
@@ -409,27 +415,27 @@ def test_descriptor_backward_with_windows_and_softcap(monkeypatch, design, optio
 def test_descriptor_backward_in_the_interpreter(monkeypatch, design, shape):
     """DESC = 2 (the GPU's TMA tiles) in the interpreter: descriptor loads pad ragged ends with zeros and
     descriptor stores clip them, so dq, dk, dv match float64 at lengths that are not multiples of a tile."""
-    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
     launched = []
-    real_launch = flash._launch
-    monkeypatch.setattr(flash, "_launch", lambda *a, **kw: launched.append(kw["DESC"]) or real_launch(*a, **kw))
+    real_launch = plans.launch
+    monkeypatch.setattr(plans, "launch", lambda *a, **kw: launched.append(kw["DESC"]) or real_launch(*a, **kw))
     b, hq, hkv, nq, nk, d, causal = shape
     q, k, v, do = random_case(hash(shape) % 2**31, b, hq, hkv, nq, nk, d)
     o, lse = flash.flash_attention_forward(q, k, v, causal=causal)
     launched.clear()
-    got = flash._backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(d), design=design, desc=True)
-    assert launched and set(launched) == {flash._kernels.HOST_DESCRIPTORS}
+    got = backward_launch.backward(do, q, k, v, o, lse, causal, 1 / math.sqrt(d), design=design, desc=True)
+    assert launched and set(launched) == {triton_kernels.HOST_DESCRIPTORS}
     for name, g, r in zip(("dq", "dk", "dv"), got, reference_grads(q, k, v, do, causal=causal)):
         assert_close(g, r, torch.float32, DEVICE, f"{name} ({design}, descriptors)")
 
 
 def test_descriptors_only_where_the_backward_can_take_them(monkeypatch):
     """Packed sequences, a padded head dim, Dv != D and strides TMA cannot take fall back to pointers."""
-    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
     q, k, v, do = random_case(5, 1, 2, 1, 32, 32, 32)
     dq = torch.empty_like(q)
-    host, pointers = flash._kernels.HOST_DESCRIPTORS, flash._kernels.POINTERS
-    choose = flash._backward_descriptors
+    host, pointers = triton_kernels.HOST_DESCRIPTORS, triton_kernels.POINTERS
+    choose = dispatch.backward_descriptors
     tensors = (q, k, v, do, dq, k, v)
     assert choose(True, "atomic_dq", False, *tensors) == host
     assert choose(None, "two_kernels", False, *tensors) == host          # each design's own choice
@@ -445,7 +451,7 @@ def test_descriptors_only_where_the_backward_can_take_them(monkeypatch):
     wide = [torch.randn(1, 2, 32, 256) for _ in range(7)]                      # D = 256: the design's choice
     assert choose(None, "two_kernels", False, *wide) == pointers               # is pointers (measured faster)
     assert choose(True, "two_kernels", False, *wide) == host                   # unless asked
-    monkeypatch.setattr(flash, "descriptors_supported", lambda device: False)
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: False)
     assert choose(True, "two_kernels", False, *tensors) == pointers
 
 
@@ -473,9 +479,9 @@ def test_the_autotuner_tries_the_d256_default_alone():
     triton = pytest.importorskip("triton")
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in flash.LAUNCHERS["fwd"][1]]
-    assert flash._prune_by_head_dim("fwd", configs, {"HEAD_DIM": 128}, HEAD_DIM_V=128) == configs
+    assert plans.prune_by_head_dim("fwd", configs, {"HEAD_DIM": 128}, HEAD_DIM_V=128) == configs
     for name in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_atomic"):
-        (kept,) = flash._prune_by_head_dim(name, configs, {"HEAD_DIM": 256}, HEAD_DIM_V=256)
+        (kept,) = plans.prune_by_head_dim(name, configs, {"HEAD_DIM": 256}, HEAD_DIM_V=256)
         want = flash.default_config(name, 256)
         assert (kept.kwargs["BLOCK_M"], kept.kwargs["BLOCK_N"], kept.num_warps, kept.num_stages) == (
             want.block_m, want.block_n, want.num_warps, want.num_stages)
@@ -499,11 +505,11 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
                     raise OutOfResources(300_000, 232_448, "shared memory")
             return run
 
-    monkeypatch.setattr(flash._kernels, "_attn_fwd", TooBigKernel())
-    monkeypatch.setattr(flash, "triton_interprets", lambda: False)
-    monkeypatch.setattr(flash, "launch_options", lambda **options: options)   # a CPU Triton drops them
-    monkeypatch.setattr(flash, "_PLANS", {})
-    launch = lambda fixed=None: flash._launch("fwd_desc", torch.device("cpu"), False, fixed, 100, (2, 1),  # noqa: E731
+    monkeypatch.setattr(triton_kernels, "_attn_fwd", TooBigKernel())
+    monkeypatch.setattr(plans, "triton_interprets", lambda: False)
+    monkeypatch.setattr(dispatch, "launch_options", lambda **options: options)   # a CPU Triton drops them
+    monkeypatch.setattr(plans, "PLANS", {})
+    launch = lambda fixed=None: plans.launch("fwd_desc", torch.device("cpu"), False, fixed, 100, (2, 1),  # noqa: E731
                                               torch.zeros(1, dtype=torch.float16), HEAD_DIM=128, HEAD_DIM_V=128)
     assert flash.default_config("fwd_desc", 128) == flash.BlockConfig(128, 128, 8, 3)
     launch()
@@ -514,7 +520,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     with pytest.raises(OutOfResources):
         launch(flash.BlockConfig(128, 64, 4, 3))
     launched.clear()
-    flash._launch("fwd_desc", torch.device("cpu"), False, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
+    plans.launch("fwd_desc", torch.device("cpu"), False, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
                   HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
     assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
 
@@ -525,10 +531,10 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
                 raise OutOfResources(300_000, 232_448, "shared memory")
             return run
 
-    monkeypatch.setattr(flash, "_tuned", lambda name: TooBigAutotuner())
+    monkeypatch.setattr(plans, "tuned_launcher", lambda name: TooBigAutotuner())
     monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
     launched.clear()
-    flash._launch("fwd_desc", torch.device("cpu"), True, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
+    plans.launch("fwd_desc", torch.device("cpu"), True, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
                   HEAD_DIM=256, HEAD_DIM_V=256, DOT_PRECISION="ieee")
     assert launched == ["autotuned", (64, 64, 2)]    # then the fallback, as without autotuning
 
@@ -585,15 +591,15 @@ def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
         base = torch.zeros(1, dtype=torch.float16)
         block_shape = None
 
-    monkeypatch.setattr(flash._kernels, "_attn_fwd", Kernel())
-    monkeypatch.setattr(flash, "_tuned", lambda name: Autotuner())
-    monkeypatch.setattr(flash, "triton_interprets", lambda: False)
-    monkeypatch.setattr(flash, "_PLANS", {})
+    monkeypatch.setattr(triton_kernels, "_attn_fwd", Kernel())
+    monkeypatch.setattr(plans, "tuned_launcher", lambda name: Autotuner())
+    monkeypatch.setattr(plans, "triton_interprets", lambda: False)
+    monkeypatch.setattr(plans, "PLANS", {})
     monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
-    host = flash._kernels.HOST_DESCRIPTORS
+    host = triton_kernels.HOST_DESCRIPTORS
 
     def launch(n_q, desc):
-        flash._launch("fwd_desc", torch.device("cpu"), True, None, n_q, (3, 1), desc, n_q, HEAD_DIM=128, DESC=host)
+        plans.launch("fwd_desc", torch.device("cpu"), True, None, n_q, (3, 1), desc, n_q, HEAD_DIM=128, DESC=host)
 
     launch(1000, Descriptor())
     assert events == [("autotuned", (16, 3, 1))]
@@ -601,10 +607,10 @@ def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
     launch(1000, desc)
     assert events[1:] == [("kernel", (16, 3, 1), 64, 4)] and desc.block_shape == [1, 1, 64, 128]
     launch(2000, Descriptor())                       # another size: the autotuner decides again
-    assert events[2:] == [("autotuned", (32, 3, 1))] and len(flash._PLANS) == 2
-    monkeypatch.setattr(flash, "MAX_PLANS", 2)
+    assert events[2:] == [("autotuned", (32, 3, 1))] and len(plans.PLANS) == 2
+    monkeypatch.setattr(plans, "MAX_PLANS", 2)
     launch(3000, Descriptor())                       # past MAX_PLANS the plans start over
-    assert events[3:] == [("autotuned", (47, 3, 1))] and len(flash._PLANS) == 1
+    assert events[3:] == [("autotuned", (47, 3, 1))] and len(plans.PLANS) == 1
 
 
 @pytest.mark.skipif(not _interpreted_descriptors(), reason="needs Triton's interpreter with tensor descriptors")
@@ -612,13 +618,13 @@ def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
 def test_descriptor_backward_on_strided_and_expanded_views(monkeypatch, design):
     """Descriptors span views by their strides: q, k, v, dO as transposes of [B, N, H, D] buffers, and K/V
     heads expanded from one (stride 0), against float64."""
-    monkeypatch.setattr(flash, "descriptors_supported", lambda device: True)
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
     b, hq, n, d = 1, 4, 27, 16
     gen = torch.Generator().manual_seed(21)
     q, do = (torch.randn(b, n, hq, d, generator=gen).to(DEVICE).transpose(1, 2) for _ in range(2))
     k, v = (torch.randn(b, n, 1, d, generator=gen).to(DEVICE).transpose(1, 2).expand(b, 2, n, d) for _ in range(2))
     assert not q.is_contiguous() and k.stride(1) == 0
     o, lse = flash.flash_attention_forward(q, k, v, causal=True)
-    got = flash._backward(do, q, k, v, o, lse, True, 1 / math.sqrt(d), design=design, desc=True)
+    got = backward_launch.backward(do, q, k, v, o, lse, True, 1 / math.sqrt(d), design=design, desc=True)
     for name, g, r in zip(("dq", "dk", "dv"), got, reference_grads(q, k, v, do, causal=True)):
         assert_close(g, r, torch.float32, DEVICE, f"{name} ({design}, descriptors over views)")

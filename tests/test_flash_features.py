@@ -15,8 +15,14 @@ import re
 import pytest
 import torch
 
-from attnkit.kernels import flash, flash_kernels
-from attnkit.kernels.flash import flash_attention, flash_attention_forward, flash_attention_varlen
+from attnkit.kernels import flash
+from attnkit.kernels.flash import (
+    flash_attention,
+    flash_attention_forward,
+    flash_attention_varlen,
+    layout,
+    triton_kernels,
+)
 from attnkit.tolerances import assert_close
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -26,7 +32,7 @@ FA2_HEAD_DIMS = (8, 40, 59, 80, 96, 111, 112, 120, 160, 192, 224, 256)   # Flash
 @pytest.fixture(autouse=True)
 def poisoned_buffers(monkeypatch):
     """Every buffer the kernels write starts as NaN: an element left unwritten fails the comparison."""
-    monkeypatch.setattr(flash, "_new_buffer",
+    monkeypatch.setattr(layout, "new_buffer",
                         lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device))
 
 
@@ -181,14 +187,14 @@ def test_softcap_changes_the_result():
 
 
 def _key_ranges(row0s, n_cols, shift, left, right, block_rows, block_cols):
-    """flash_kernels._key_range for several row blocks, run as a kernel."""
+    """triton_kernels.key_range for several row blocks, run as a kernel."""
     import triton
     import triton.language as tl
 
     @triton.jit
     def ranges(ROW0, OUT, n_cols, shift, left, right, BR: tl.constexpr, BC: tl.constexpr):
         i = tl.program_id(0)
-        lo, a, b, hi = flash_kernels._key_range(tl.load(ROW0 + i), n_cols, shift, left, right, BR, BC)
+        lo, a, b, hi = triton_kernels.key_range(tl.load(ROW0 + i), n_cols, shift, left, right, BR, BC)
         tl.store(OUT + 4 * i, lo)
         tl.store(OUT + 4 * i + 1, a)
         tl.store(OUT + 4 * i + 2, b)
@@ -359,7 +365,7 @@ def test_bad_packed_input_raises_value_error(message, args):
 COMPILE_FOR_SM90 = r'''
 import os
 os.environ["TRITON_INTERPRET"] = "0"   # compile for a GPU target, even on a CPU
-import attnkit.kernels.flash_kernels as kernels
+from attnkit.kernels.flash import triton_kernels as kernels
 from attnkit.bench.compiled import compile_ptx
 
 constexprs = dict(HEAD_DIM=128, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, USE_EXP2=True, SPLIT=True, DESC=0,
@@ -410,7 +416,7 @@ def test_varlen_refuses_non_contiguous_cu_seqlens(how, which):
 @pytest.mark.parametrize("softcap", [1e3, 1e8])
 def test_a_large_softcap_keeps_fp32_accuracy(softcap):
     """softcap · tanh(s / softcap) with s / softcap tiny: (1 - e) / (1 + e) alone lost about 6e-8 / |x|
-    relative (1.9e-5 at 1e3, 0.72 at 1e8); the kernel's tanh must stay at fp32 rounding (flash_kernels._tanh)."""
+    relative (1.9e-5 at 1e3, 0.72 at 1e8); the kernel's tanh must stay at fp32 rounding (triton_kernels.tanh)."""
     q, k, v = dense_case(11, 1, 2, 1, 20, 20, 16)
     o, _ = flash_attention_forward(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), causal=True, softcap=softcap)
     ref = attention_torch(q.double(), k.double(), v.double(), causal=True, softcap=softcap)

@@ -1,4 +1,4 @@
-"""The FP8 (e4m3) FlashAttention forward (attnkit.kernels.flash_fp8) against float64 references.
+"""The FP8 (e4m3) FlashAttention forward (attnkit.kernels.flash.fp8) against float64 references.
 
 Two references: attention of the dequantised inputs x8 · scale (what the kernel computes with, so only
 its rounding of P to e4m3 is left: REL_TOL_DEQUANTISED), and attention of the original fp16 inputs
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from attnkit.device import triton_interprets
-from attnkit.kernels import flash_fp8
-from attnkit.kernels.flash_fp8 import (
+from attnkit.kernels.flash import fp8
+from attnkit.kernels.flash.fp8 import (
     FP8,
     REL_TOL_DEQUANTISED,
     REL_TOL_QUANTISED,
@@ -99,7 +99,7 @@ def test_one_key_tile_rounds_p_to_e4m3_exactly(causal, hq, hkv):
     if causal:
         visible = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + nk - nq
         s = s.masked_fill(~visible, -math.inf)
-    p = torch.exp(s - s.amax(-1, keepdim=True)) * 2.0 ** flash_fp8.P_SCALE_LOG2
+    p = torch.exp(s - s.amax(-1, keepdim=True)) * 2.0 ** fp8.P_SCALE_LOG2
     ref = (e4m3(p) @ v64) / p.sum(-1, keepdim=True)
     assert rel_error(o, ref) <= 1e-3
     # the rounding matters: without it the reference is much further away
@@ -181,7 +181,7 @@ def test_emulated_rounding_matches_e4m3():
     @triton.jit
     def round_kernel(X, Y, N: tl.constexpr):
         offs = tl.arange(0, N)
-        tl.store(Y + offs, flash_fp8._round_e4m3(tl.load(X + offs), True).to(tl.float32))
+        tl.store(Y + offs, fp8._round_e4m3(tl.load(X + offs), True).to(tl.float32))
 
     gen = torch.Generator().manual_seed(0)
     x = torch.cat([torch.rand(2048, generator=gen) * 256, torch.rand(1024, generator=gen) * 2.0 ** -5,
@@ -272,7 +272,7 @@ def test_accumulator_in_the_product_gives_the_same_result():
     q, k, v = make_inputs(37, 1, 2, 1, 41, 41, 64)
     quantised = quantize_for_attention(q, k, v)
     args = (*quantised, True, 1 / 8, torch.float32)
-    assert torch.allclose(flash_fp8._forward(*args, promote=False), flash_fp8._forward(*args), rtol=1e-5, atol=1e-5)
+    assert torch.allclose(fp8.forward(*args, promote=False), fp8.forward(*args), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.skipif(not triton_interprets(), reason="forces the descriptor path, which the interpreter runs anywhere")
@@ -282,15 +282,15 @@ def test_descriptor_path_matches_pointer_path(monkeypatch, n_q, n_k, causal):
     registers), run in the interpreter: the same output, bit for bit, as pointer loads."""
     pytest.importorskip("triton.tools.tensor_descriptor")
     taken = []
-    transposed = flash_fp8._v_transposed
-    monkeypatch.setattr(flash_fp8, "descriptors_usable", lambda q8, k8, n: n % 16 == 0)
-    monkeypatch.setattr(flash_fp8, "_v_transposed", lambda v8: taken.append(v8.shape) or transposed(v8))
+    transposed = fp8.v_transposed
+    monkeypatch.setattr(fp8, "fp8_descriptors_usable", lambda q8, k8, n: n % 16 == 0)
+    monkeypatch.setattr(fp8, "v_transposed", lambda v8: taken.append(v8.shape) or transposed(v8))
     q, k, v = make_inputs(43, 2, 4, 2, n_q, n_k, 64)
     quantised = quantize_for_attention(q, k, v)
     args = (*quantised, causal, 0.125, torch.float16)
-    with_descriptors = flash_fp8._forward(*args, desc=True)
+    with_descriptors = fp8.forward(*args, desc=True)
     assert taken, "the descriptor path was not taken"
-    assert torch.equal(with_descriptors, flash_fp8._forward(*args, desc=False))
+    assert torch.equal(with_descriptors, fp8.forward(*args, desc=False))
     ref = dequantised_reference(*quantised, causal, sm_scale=0.125)
     assert rel_error(with_descriptors, ref) <= REL_TOL_DEQUANTISED
 
@@ -337,12 +337,12 @@ os.environ.pop("TRITON_INTERPRET", None)
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from attnkit.kernels import flash_fp8
+from attnkit.kernels.flash import fp8
 
-fn = flash_fp8._attn_fwd_fp8
+fn = fp8._attn_fwd_fp8
 D = 128
-variants = [(flash_fp8.HOST_DESCRIPTORS, c) for c in flash_fp8.GPU_CONFIGS.values()]
-variants.append((flash_fp8.POINTERS, flash_fp8.POINTER_CONFIG))
+variants = [(fp8.HOST_DESCRIPTORS, c) for c in fp8.GPU_CONFIGS.values()]
+variants.append((fp8.POINTERS, fp8.POINTER_CONFIG))
 for desc, config in variants:
     m, n = config.block_m, config.block_n
     if desc:
@@ -377,7 +377,7 @@ def test_kernel_compiles_to_fp8_tensor_core_products_for_an_h100():
     result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line.split() for line in result.stdout.splitlines() if line.startswith("compiled")]
-    assert len(lines) == len(flash_fp8.GPU_CONFIGS) + 1, result.stdout
+    assert len(lines) == len(fp8.GPU_CONFIGS) + 1, result.stdout
     for _, desc, fp8_products, tma in lines:
         assert int(fp8_products) > 0, f"DESC={desc}: no fp8 wgmma in the PTX"
         assert (int(tma) > 0) == (desc == "2"), f"DESC={desc}: {tma} TMA copies"

@@ -1,4 +1,4 @@
-"""The warp-specialised Gluon forward (attnkit.kernels.flash_hopper): its scope refused with clear errors on
+"""The warp-specialised Gluon forward (attnkit.kernels.flash.hopper): its scope refused with clear errors on
 any machine; its PTX for the H100 read on a CPU (warp-specialised, overlapped, warp groups independent);
 on an sm_90 GPU, its outputs and log-sum-exps against float64 on fresh random inputs."""
 from __future__ import annotations
@@ -17,8 +17,9 @@ pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 from test_runners import FakeTriton  # noqa: E402
 
 from attnkit.bench.compiled import softmax_beside_product  # noqa: E402
-from attnkit.kernels import flash_hopper  # noqa: E402
-from attnkit.kernels.runners import Runners  # noqa: E402
+from attnkit.kernels import flash  # noqa: E402
+from attnkit.kernels.flash import dispatch, hopper  # noqa: E402
+from attnkit.kernels.flash.runners import Runners  # noqa: E402
 from attnkit.reference.attention import attention_ref, lse_ref  # noqa: E402
 from attnkit.tolerances import assert_close  # noqa: E402
 
@@ -39,13 +40,13 @@ def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
     launched = {}
 
     class Kernel:
-        arg_names = flash_hopper._attn_fwd_ws.arg_names
+        arg_names = hopper._attn_fwd_ws.arg_names
 
         def __getitem__(self, grid):
             return lambda *args, **options: launched.update(grid=grid, args=args, options=options)
-    monkeypatch.setattr(flash_hopper, "_attn_fwd_ws", Kernel())
+    monkeypatch.setattr(hopper, "_attn_fwd_ws", Kernel())
     q, k, v = _qkv(b=2, hq=4, hkv=2, n_q=300, n_k=333, d=128)
-    o, lse = flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 3)
+    o, lse = hopper.launch(q, k, v, True, 0.125, 64, 128, 2, 3)
     named = dict(zip(Kernel.arg_names, launched["args"]))
     assert launched["grid"] == (2 * 8,)                                # cdiv(300, 3 · 64) row blocks × B · Hq
     assert named["O"] is o and named["LSE"] is lse and o.shape == q.shape and lse.shape == (2, 4, 300)
@@ -57,22 +58,22 @@ def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
     assert (named["n_heads"], named["group"], named["n_q"], named["n_k"]) == (4, 2, 300, 333)
     assert (named["stride_ob"], named["stride_om"], named["stride_lh"]) == (o.stride(0), o.stride(2), lse.stride(1))
     assert launched["options"] == dict(HALF_M=64, BLOCK_N=128, HEAD_DIM=128, CAUSAL=True, STAGES=2,
-                                       COMPUTE_REGS=flash_hopper.COMPUTE_REGISTERS[3], GROUPS=3,
-                                       HEAD_GROUP=flash_hopper.HEAD_GROUP[True], num_warps=4)
+                                       COMPUTE_REGS=hopper.COMPUTE_REGISTERS[3], GROUPS=3,
+                                       HEAD_GROUP=dispatch.HEAD_GROUP[True], num_warps=4)
 
 
 def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkeypatch):
-    """The Gluon forward launches through attnkit.kernels.runners: a shape's first call through the JIT,
+    """The Gluon forward launches through attnkit.kernels.flash.runners: a shape's first call through the JIT,
     the next through the kept runner with the call's own tensors and every constexpr in the kernel's order
     (tests/test_runners.py checks the key and the fallback)."""
-    kernel = FakeTriton(flash_hopper._attn_fwd_ws.arg_names)
-    monkeypatch.setattr(flash_hopper, "_attn_fwd_ws", kernel)
-    monkeypatch.setattr(flash_hopper, "RUNNERS", Runners())
+    kernel = FakeTriton(hopper._attn_fwd_ws.arg_names)
+    monkeypatch.setattr(hopper, "_attn_fwd_ws", kernel)
+    monkeypatch.setattr(hopper, "RUNNERS", Runners())
     config = (64, 128, 2, 2)
     first, second, longer = (_qkv(b=2, hq=4, hkv=2, n_q=n, n_k=n, d=128, seed=n + seed)
                              for n, seed in ((300, 1), (300, 2), (301, 3)))
     for q, k, v in (first, second, longer, first):
-        flash_hopper._launch(q, k, v, True, 0.125, *config)
+        hopper.launch(q, k, v, True, 0.125, *config)
     assert [how for how, _, _ in kernel.launches] == ["jit", "runner", "jit", "runner"]
     _, grid, args = kernel.launches[1]
     assert grid == (3 * 8, 1, 1)                                       # cdiv(300, 2 · 64) × B · Hq
@@ -86,12 +87,12 @@ def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkey
 def test_the_persistent_launch_passes_its_tile_count_and_a_grid_of_one_program_per_sm(monkeypatch):
     """Persistent programs: the persistent kernel, launched with the tile count (its loop's bound) and a grid
     of one program per SM, as the runner sees it on a later call; the call's own tensors go in."""
-    kernel = FakeTriton(flash_hopper._attn_fwd_persistent.arg_names)
-    monkeypatch.setattr(flash_hopper, "_attn_fwd_persistent", kernel)
-    monkeypatch.setattr(flash_hopper, "RUNNERS", Runners())
-    monkeypatch.setattr(flash_hopper, "sm_count", lambda device: 9)
+    kernel = FakeTriton(hopper._attn_fwd_persistent.arg_names)
+    monkeypatch.setattr(hopper, "_attn_fwd_persistent", kernel)
+    monkeypatch.setattr(hopper, "RUNNERS", Runners())
+    monkeypatch.setattr(hopper, "sm_count", lambda device: 9)
     calls = [_qkv(b=2, hq=4, hkv=2, n_q=300, n_k=300, d=128, seed=seed) for seed in (1, 2)]
-    outputs = [flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 2, True) for q, k, v in calls]
+    outputs = [hopper.launch(q, k, v, True, 0.125, 64, 128, 2, 2, True) for q, k, v in calls]
     assert [how for how, _, _ in kernel.launches] == ["jit", "runner"]
     _, grid, args = kernel.launches[1]
     named = dict(zip(kernel.arg_names, args))
@@ -108,7 +109,7 @@ def test_persistent_programs_fill_the_sms_and_share_no_factor_with_the_query_blo
                                                                                        grid):
     """At most one program per SM and per tile; causal, a count coprime with the query blocks of a head, so
     that program p's tiles p, p + grid, ... go through every block length in turn."""
-    assert flash_hopper.persistent_programs(n_tiles, n_m, causal, sms) == grid
+    assert hopper.persistent_programs(n_tiles, n_m, causal, sms) == grid
     if causal and grid > 1:
         lengths = [{(p + i * grid) % n_m for i in range(n_m)} for p in range(min(grid, 5))]
         assert all(seen == set(range(n_m)) for seen in lengths)
@@ -118,8 +119,8 @@ def test_the_persistent_grid_is_the_largest_coprime_count_for_every_size():
     for n_tiles, n_m, sms in ((t, m, s) for t in (1, 7, 64, 200, 2048) for m in (1, 2, 3, 8, 12, 16, 128)
                               for s in (1, 9, 78, 132)):
         fill = min(sms, n_tiles)
-        assert flash_hopper.persistent_programs(n_tiles, n_m, False, sms) == fill
-        grid = flash_hopper.persistent_programs(n_tiles, n_m, True, sms)
+        assert hopper.persistent_programs(n_tiles, n_m, False, sms) == fill
+        grid = hopper.persistent_programs(n_tiles, n_m, True, sms)
         assert 1 <= grid <= fill and (grid == 1 or math.gcd(grid, n_m) == 1)
         assert all(math.gcd(larger, n_m) != 1 for larger in range(grid + 1, fill + 1)), (n_tiles, n_m, sms)
 
@@ -143,29 +144,29 @@ def test_the_persistent_grid_is_the_largest_coprime_count_for_every_size():
 def test_persistent_programs_are_chosen_for_short_calls_with_more_tiles_than_sms(monkeypatch, shape, causal, sms,
                                                                                   persistent):
     b, h, n_q, n_k, d = shape
-    monkeypatch.setattr(flash_hopper, "sm_count", lambda device: sms)
+    monkeypatch.setattr(dispatch, "sm_count", lambda device: sms)
     q, k = torch.empty(b, h, n_q, d, device="meta"), torch.empty(b, h, n_k, d, device="meta")
-    config = flash_hopper.launch_config(q, k, causal)
+    config = dispatch.hopper_launch_config(q, k, causal)
     assert config[-1] is persistent
-    assert config[:4] == ((64, 128, 2, 2) if persistent else flash_hopper.CONFIG[d, causal])
+    assert config[:4] == ((64, 128, 2, 2) if persistent else dispatch.HEAD_DIMS[d].gluon_forward[causal])
 
 
 def test_the_plan_is_worked_out_once_per_kind_of_input(monkeypatch):
     """plan() answers as unsupported() and launch_config() do, asking them once per kind of input (shapes,
     dtypes, device, contiguity, causal): the same shapes non-causal, or as a non-contiguous view, are other
     kinds, and the view is refused with launch_config's answer left out."""
-    monkeypatch.setattr(flash_hopper, "_PLANS", {})
-    monkeypatch.setattr(flash_hopper, "sm_major", lambda device: 9)
-    monkeypatch.setattr(flash_hopper, "sm_count", lambda device: 132)
+    monkeypatch.setattr(dispatch, "HOPPER_PLANS", {})
+    monkeypatch.setattr(dispatch, "sm_major", lambda device: 9)
+    monkeypatch.setattr(dispatch, "sm_count", lambda device: 132)
     asked = []
-    real = flash_hopper.unsupported
-    monkeypatch.setattr(flash_hopper, "unsupported", lambda *args: asked.append(args[3]) or real(*args))
+    real = dispatch.hopper_unsupported
+    monkeypatch.setattr(dispatch, "hopper_unsupported", lambda *args: asked.append(args[3]) or real(*args))
     q, k, v = (torch.empty(16, 16, 1024, 128, dtype=torch.float16, device="meta") for _ in range(3))
     for _ in range(3):
-        assert flash_hopper.plan(q, k, v, True) == (None, flash_hopper.launch_config(q, k, True))
-    assert flash_hopper.plan(q, k, v, False) == (None, flash_hopper.launch_config(q, k, False))
+        assert dispatch.hopper_plan(q, k, v, True) == (None, dispatch.hopper_launch_config(q, k, True))
+    assert dispatch.hopper_plan(q, k, v, False) == (None, dispatch.hopper_launch_config(q, k, False))
     view = torch.empty(16, 1024, 16, 128, dtype=torch.float16, device="meta").transpose(1, 2)
-    reason, config = flash_hopper.plan(view, k, v, True)
+    reason, config = dispatch.hopper_plan(view, k, v, True)
     assert "needs a contiguous" in reason and config is None
     assert asked == [True, False, True]
 
@@ -173,16 +174,16 @@ def test_the_plan_is_worked_out_once_per_kind_of_input(monkeypatch):
 def test_persistent_programs_refuse_what_they_do_not_run():
     q, k, v = _qkv(d=128)
     with pytest.raises(ValueError, match="groups: persistent programs run two compute groups"):
-        flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 3, True)
+        hopper.launch(q, k, v, True, 0.125, 64, 128, 2, 3, True)
     with pytest.raises(ValueError, match="head_group: persistent programs take the tiles head by head"):
-        flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 2, True, head_group=32)
+        hopper.launch(q, k, v, True, 0.125, 64, 128, 2, 2, True, head_group=32)
 
 
 def _tiles(n_m, n_bh, head_group, causal):
-    """(batch · head, query block) of each program in launch order, by the kernel's own ``_tile_of`` (its
+    """(batch · head, query block) of each program in launch order, by the kernel's own ``tile_of`` (its
     integer arithmetic read as Python: Gluon has no interpreter)."""
     n_programs = n_m * n_bh
-    return [flash_hopper._tile_of.fn(p, n_programs, n_m, head_group, causal) for p in range(n_programs)]
+    return [hopper.tile_of.fn(p, n_programs, n_m, head_group, causal) for p in range(n_programs)]
 
 
 @pytest.mark.parametrize("n_m, n_bh", [(8, 256), (3, 7), (1, 5), (16, 33)])
@@ -205,7 +206,7 @@ def test_each_tile_runs_once_in_the_order_of_its_head_group(n_m, n_bh, head_grou
 def test_a_head_group_that_is_not_a_positive_integer_is_refused(head_group):
     q, k, v = _qkv(d=128)
     with pytest.raises(ValueError, match="head_group"):
-        flash_hopper._launch(q, k, v, True, 0.125, 64, 128, 2, 2, head_group=head_group)
+        hopper.launch(q, k, v, True, 0.125, 64, 128, 2, 2, head_group=head_group)
 
 
 def test_head_group_one_is_head_by_head_and_matches_the_tail_models_order():
@@ -229,15 +230,15 @@ def test_head_group_one_is_head_by_head_and_matches_the_tail_models_order():
 def test_inputs_outside_the_scope_are_refused(change, causal, words):
     q, k, v = _qkv(**change)
     with pytest.raises(ValueError, match=re.escape(words)):
-        flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+        flash.flash_attention_hopper(q, k, v, causal=causal)
 
 
 def test_views_and_mixed_head_dims_are_refused():
     q, k, v = _qkv(d=128)
     with pytest.raises(ValueError, match="k: the warp-specialised forward needs a contiguous"):
-        flash_hopper.flash_attention_hopper(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
+        flash.flash_attention_hopper(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
     with pytest.raises(ValueError, match="v: head dim 64 differs from q's 128"):
-        flash_hopper.flash_attention_hopper(q, k, v[..., :64].contiguous())
+        flash.flash_attention_hopper(q, k, v[..., :64].contiguous())
 
 
 @pytest.mark.parametrize("name", ["q", "k", "v"])
@@ -256,17 +257,17 @@ def test_every_strided_or_expanded_view_is_refused_by_name(name, view):
     assert not t.is_contiguous() and t.shape == tensors[name].shape
     tensors[name] = t
     with pytest.raises(ValueError, match=f"{name}: the warp-specialised forward needs a contiguous"):
-        flash_hopper.flash_attention_hopper(**tensors)
+        flash.flash_attention_hopper(**tensors)
 
 
 def test_bad_arguments_are_named():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="q: expected 4 dimensions"):
-        flash_hopper.flash_attention_hopper(q[0], k, v)
+        flash.flash_attention_hopper(q[0], k, v)
     with pytest.raises(ValueError, match="causal"):
-        flash_hopper.flash_attention_hopper(q, k, v, causal="yes")
+        flash.flash_attention_hopper(q, k, v, causal="yes")
     with pytest.raises(ValueError, match="sm_scale"):
-        flash_hopper.flash_attention_hopper(q, k, v, sm_scale=-1.0)
+        flash.flash_attention_hopper(q, k, v, sm_scale=-1.0)
 
 
 # -------------------------------------------------------------------------------- compiled for an H100
@@ -274,14 +275,14 @@ PTX_FOR_SM90 = r'''
 import os, re
 os.environ["TRITON_INTERPRET"] = "0"
 from attnkit.bench.compiled import compile_gluon_ptx, ptxas_report, sass, softmax_beside_product
-from attnkit.kernels import flash_hopper as fh
+from attnkit.kernels.flash import dispatch, hopper
 for d, causal, persistent in ((128, True, False), (64, False, False), (128, True, True), (64, False, True)):
-    half_m, block_n, stages, groups = (64, 128, 2, 2) if persistent else fh.CONFIG[d, causal]
+    half_m, block_n, stages, groups = (64, 128, 2, 2) if persistent else dispatch.HEAD_DIMS[d].gluon_forward[causal]
     constexprs = dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=d, CAUSAL=causal, STAGES=stages,
-                      COMPUTE_REGS=fh.COMPUTE_REGISTERS[groups])
+                      COMPUTE_REGS=hopper.COMPUTE_REGISTERS[groups])
     if not persistent:
         constexprs["GROUPS"] = groups
-    ptx = compile_gluon_ptx(fh._attn_fwd_persistent if persistent else fh._attn_fwd_ws, constexprs,
+    ptx = compile_gluon_ptx(hopper._attn_fwd_persistent if persistent else hopper._attn_fwd_ws, constexprs,
                             dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4,
                             any_size=("n_heads", "group", "n_q", "n_k", "n_tiles"))
     report = ptxas_report(ptx)
@@ -356,7 +357,7 @@ def _sm90() -> bool:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_matches_float64(b, hq, hkv, n_q, n_k, d, causal, dtype):
     q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, dtype, "cuda", seed=n_q + 7 * n_k)
-    o, lse = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+    o, lse = flash.flash_attention_hopper(q, k, v, causal=causal)
     assert_close(o, attention_ref(q, k, v, causal=causal), dtype, "cuda")
     assert (lse.cpu().double() - lse_ref(q, k, causal=causal)).abs().max().item() < 1e-3
 
@@ -370,9 +371,9 @@ def test_every_tile_order_matches_float64_and_the_default_bit_for_bit(b, hq, hkv
     """Tiles handed out in groups of (batch, head) pairs, the last group short (B · H not a multiple of the
     group): every tile computed, and computed as in the default order (each tile's arithmetic is its own)."""
     q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, torch.float16, "cuda", seed=head_group + n_q)
-    config = flash_hopper.CONFIG[d, causal]
-    o, lse = flash_hopper._launch(q, k, v, causal, d ** -0.5, *config, head_group=head_group)
-    default = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+    config = dispatch.HEAD_DIMS[d].gluon_forward[causal]
+    o, lse = hopper.launch(q, k, v, causal, d ** -0.5, *config, head_group=head_group)
+    default = flash.flash_attention_hopper(q, k, v, causal=causal)
     assert torch.equal(o, default[0]) and torch.equal(lse, default[1])
     assert_close(o, attention_ref(q, k, v, causal=causal), torch.float16, "cuda")
 
@@ -393,18 +394,18 @@ class _CountingJit:
 def test_direct_launches_match_the_jits_bit_for_bit(monkeypatch):
     """Shapes in turn, each seen twice with fresh inputs: every call launched through a kept runner gives
     the JIT's o and lse bit for bit, and only a key's first call goes through the JIT."""
-    jit = _CountingJit(flash_hopper._attn_fwd_ws)
+    jit = _CountingJit(hopper._attn_fwd_ws)
     runners = Runners()
-    monkeypatch.setattr(flash_hopper, "_attn_fwd_ws", jit)
-    monkeypatch.setattr(flash_hopper, "RUNNERS", runners)
+    monkeypatch.setattr(hopper, "_attn_fwd_ws", jit)
+    monkeypatch.setattr(hopper, "RUNNERS", runners)
     shapes = [(1, 4, 2, 1000, 1000, 128, True), (2, 4, 4, 777, 777, 64, False), (1, 2, 2, 129, 4097, 64, False),
               (1, 3, 3, 1, 333, 128, True)]
     for seed, (b, hq, hkv, n_q, n_k, d, causal) in enumerate(shapes * 2):
         q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, torch.float16, "cuda", seed=seed)
         runners.enabled = True
-        direct = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+        direct = flash.flash_attention_hopper(q, k, v, causal=causal)
         runners.enabled = False
-        through_jit = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+        through_jit = flash.flash_attention_hopper(q, k, v, causal=causal)
         assert torch.equal(direct[0], through_jit[0]) and torch.equal(direct[1], through_jit[1])
         assert_close(direct[0], attention_ref(q, k, v, causal=causal), torch.float16, "cuda")
     assert len(runners.by_key) == len(shapes)
@@ -423,10 +424,10 @@ def test_persistent_programs_match_one_program_a_tile_bit_for_bit(monkeypatch, b
     """Persistent programs on 1, 5 or 132 SMs' worth of programs (so each walks many tiles, the rings' and
     Q's barriers running on across them): every tile computed as the one-program-a-tile kernel computes it
     (same arithmetic, so bit for bit), and against float64."""
-    monkeypatch.setattr(flash_hopper, "sm_count", lambda device: sms)
+    monkeypatch.setattr(hopper, "sm_count", lambda device: sms)
     q, k, v = _qkv(b, hq, hkv, n_q, n_k, d, dtype, "cuda", seed=sms + n_q)
-    o, lse = flash_hopper._launch(q, k, v, causal, d ** -0.5, 64, 128, 2, 2, True)
-    per_tile = flash_hopper._launch(q, k, v, causal, d ** -0.5, 64, 128, 2, 2, False)
+    o, lse = hopper.launch(q, k, v, causal, d ** -0.5, 64, 128, 2, 2, True)
+    per_tile = hopper.launch(q, k, v, causal, d ** -0.5, 64, 128, 2, 2, False)
     assert torch.equal(o, per_tile[0]) and torch.equal(lse, per_tile[1])
     assert_close(o, attention_ref(q, k, v, causal=causal), dtype, "cuda")
     assert (lse.cpu().double() - lse_ref(q, k, causal=causal)).abs().max().item() < 1e-3
@@ -438,7 +439,7 @@ def test_persistent_programs_match_one_program_a_tile_bit_for_bit(monkeypatch, b
 def test_a_short_call_with_more_tiles_than_sms_runs_persistent_and_matches_float64(causal):
     """The public call picks persistent programs by its rule on this GPU (200 tiles of 5 query blocks)."""
     q, k, v = _qkv(1, 40, 8, 600, 600, 128, torch.float16, "cuda", seed=600 + causal)
-    assert flash_hopper.launch_config(q, k, causal)[-1] is True
-    o, lse = flash_hopper.flash_attention_hopper(q, k, v, causal=causal)
+    assert dispatch.hopper_launch_config(q, k, causal)[-1] is True
+    o, lse = flash.flash_attention_hopper(q, k, v, causal=causal)
     assert_close(o, attention_ref(q, k, v, causal=causal), torch.float16, "cuda")
     assert (lse.cpu().double() - lse_ref(q, k, causal=causal)).abs().max().item() < 1e-3

@@ -28,8 +28,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from attnkit.kernels import flash
-from attnkit.kernels.flash import flash_attention, flash_attention_varlen
+from attnkit.kernels.flash import flash_attention, flash_attention_varlen, layout
 from attnkit.tolerances import tolerance
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -57,10 +56,11 @@ def _count(name: str) -> None:
 
 # ------------------------------------------------------------------------------------------ guards
 @contextmanager
-def guarded_buffers(module):
-    """module._new_buffer hands out views inside sentinel-filled storage; on exit every view is checked."""
+def guarded_buffers(module, name="_new_buffer"):
+    """module.<name> (the function every output buffer comes from) hands out views inside sentinel-filled
+    storage; on exit every view is checked."""
     handed = []
-    original = module._new_buffer
+    original = getattr(module, name)
 
     def guarded(shape, dtype, device):
         n = math.prod(shape)
@@ -68,11 +68,11 @@ def guarded_buffers(module):
         handed.append((storage, n))
         return storage[MARGIN:MARGIN + n].view(shape)
 
-    module._new_buffer = guarded
+    setattr(module, name, guarded)
     try:
         yield handed
     finally:
-        module._new_buffer = original
+        setattr(module, name, original)
     for storage, n in handed:
         pad = torch.cat([storage[:MARGIN], storage[MARGIN + n:]]).float()
         assert bool((pad == SENTINEL).all()), "a kernel wrote outside its buffer"
@@ -188,7 +188,7 @@ def test_flash_attention_matches_float64(data):
     scale = 1 / math.sqrt(d) if sm_scale is None else sm_scale
     ref = _attention64(q, k, v, causal, scale, window, softcap)
     leaves = [t.detach().clone().requires_grad_(grads) for t in (q, k, v)] if grads else [q, k, v]
-    with guarded_buffers(flash):
+    with guarded_buffers(layout, "new_buffer"):
         o = flash_attention(*leaves, causal=causal, sm_scale=sm_scale, window=window, softcap=softcap)
         if grads:
             do = torch.randn(o.shape, generator=gen).to(DEVICE)
@@ -255,7 +255,7 @@ def test_flash_attention_varlen_matches_each_sequence(data):
         with pytest.raises(ValueError, match="must be contiguous"):
             flash_attention_varlen(*args, **options)
         return
-    with guarded_buffers(flash):
+    with guarded_buffers(layout, "new_buffer"):
         o = flash_attention_varlen(*args, **options)
     scale = 1 / math.sqrt(d) if sm_scale is None else sm_scale
     for s in range(batch):

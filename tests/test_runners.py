@@ -1,4 +1,4 @@
-"""attnkit.kernels.runners: a launch key's first call through Triton's JIT, later ones through the compiled
+"""attnkit.kernels.flash.runners: a launch key's first call through Triton's JIT, later ones through the compiled
 kernel's runner; the key changes with everything the JIT specialises on; a failing runner warns once and
 leaves the JIT. On a CPU with Triton stood in for (``FakeTriton``) and with the real interpreter; the GPU
 tests of tests/test_flash_hopper.py and tests/test_flash.py check the runners' results bit for bit."""
@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from attnkit.kernels.runners import Runners, launch_key
+from attnkit.kernels.flash.runners import Runners, launch_key
 
 CPU = torch.device("cpu")
 

@@ -27,7 +27,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from attnkit.kernels.flash_hopper import LN2, _descriptor, _tma_load
+from attnkit.kernels.flash.hopper import LN2, descriptor, tma_load
 
 
 @gluon.jit
@@ -37,7 +37,7 @@ def _load(desc, smem, bars, row0, block, n_blocks, BLOCK_N: gl.constexpr, STAGES
     slot = block % STAGES
     wanted = block < n_blocks
     mbarrier.expect(bars.index(slot), desc.block_type.nbytes, pred=wanted)
-    _tma_load(desc, [row0 + block * BLOCK_N, 0], bars.index(slot), smem.index(slot), pred=wanted)
+    tma_load(desc, [row0 + block * BLOCK_N, 0], bars.index(slot), smem.index(slot), pred=wanted)
 
 
 @gluon.jit
@@ -104,7 +104,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale,
         first_masked = gl.minimum(first_masked, (row0 + shift + 1) // BLOCK_N)
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    _tma_load(q_desc, [off_bh * n_q + row0, 0], q_bar, q_smem)
+    tma_load(q_desc, [off_bh * n_q + row0, 0], q_bar, q_smem)
     for i in gl.static_range(STAGES):
         _load(k_desc, k_smem, k_bars, kv_row0, i, n_blocks, BLOCK_N, STAGES)
         _load(v_desc, v_smem, v_bars, kv_row0, i, n_blocks, BLOCK_N, STAGES)
@@ -183,9 +183,9 @@ def launch(q, k, v, causal: bool, sm_scale: float, block_m: int = 128, block_n: 
     n_k = k.shape[2]
     o = torch.empty_like(q)
     lse = torch.empty((batch, n_heads, n_q), device=q.device, dtype=torch.float32)
-    q_desc = _descriptor(q.view(-1, head_dim), block_m)
-    k_desc = _descriptor(k.view(-1, head_dim), block_n)
-    v_desc = _descriptor(v.view(-1, head_dim), block_n)
+    q_desc = descriptor(q.view(-1, head_dim), block_m)
+    k_desc = descriptor(k.view(-1, head_dim), block_n)
+    v_desc = descriptor(v.view(-1, head_dim), block_n)
     grid = (triton.cdiv(n_q, block_m), batch * n_heads)
     _attn_fwd_hopper[grid](q_desc, k_desc, v_desc, o, lse, sm_scale / math.log(2),
                            o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),

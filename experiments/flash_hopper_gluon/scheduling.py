@@ -1,5 +1,5 @@
 """Three more of FlashAttention-3's scheduling ideas on the course's warp-specialised forward
-(attnkit.kernels.flash_hopper), measured on the H100 (2026-11-26): none was faster. Kept as measured.
+(attnkit.kernels.flash.hopper), measured on the H100 (2026-11-26): none was faster. Kept as measured.
 
 Beside the package kernel's layout (one producer warp, two compute warp groups of 64 query rows), three
 switches of ``_launch``:
@@ -20,7 +20,7 @@ switches of ``_launch``:
   slower than the round-robin ``persistent`` switch (README.md).
 - ``one_loop``: the package kernel's key loop (one loop, the mask decided per block) instead of the split
   one; with ``persistent`` it showed that persistence gains at short sequences, which led to the package's
-  ``flash_hopper._attn_fwd_persistent`` (README.md).
+  ``hopper._attn_fwd_persistent`` (README.md).
 
 It also splits each tile's key loop in two (blocks that need no mask, then those that do), so that no
 branch sits between issuing a product and waiting for it. Partitions of ``gl.warp_specialize``
@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 
 from attnkit.device import on_device
-from attnkit.kernels.flash_hopper import _descriptor, persistent_programs  # the package kernel's host side
+from attnkit.kernels.flash.hopper import descriptor, persistent_programs  # the package kernel's host side
 
 # Triton 3.6 names the TMA load async_copy_global_to_shared; later versions async_load
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -427,9 +427,9 @@ def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, s
     n_k = k.shape[2]
     o = torch.empty_like(q)
     lse = torch.empty((batch, n_heads, n_q), device=q.device, dtype=torch.float32)
-    q_desc = _descriptor(q.view(-1, head_dim), half_m)
-    k_desc = _descriptor(k.view(-1, head_dim), block_n)
-    v_desc = _descriptor(v.view(-1, head_dim), block_n)
+    q_desc = descriptor(q.view(-1, head_dim), half_m)
+    k_desc = descriptor(k.view(-1, head_dim), block_n)
+    v_desc = descriptor(v.view(-1, head_dim), block_n)
     n_m = triton.cdiv(n_q, 2 * half_m)
     n_tiles = n_m * batch * n_heads
     grid = n_tiles

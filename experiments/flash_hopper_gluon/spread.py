@@ -14,7 +14,7 @@ GPU, date and versions; lesson 5 prints them. With ``--backward``: the backward 
 ``torch.autograd.grad`` of one forward, kept) of the two Gluon designs, ``warp_specialized`` (7 products,
 reproducible) and ``warp_specialized_atomic`` (the one pass, dQ added by TMA's bulk reductions), at D = 64
 and 128, N = 1024, 4096 and 16384, causal and not, into OUTDIR/bench_flash_spread_backward.csv. With ``--persistent``: the
-public call, the Gluon kernel's persistent programs forced (``flash_hopper._launch(..., persistent=True)``) and cuDNN at non-causal N = 4096, 8192 and
+public call, the Gluon kernel's persistent programs forced (``hopper.launch(..., persistent=True)``) and cuDNN at non-causal N = 4096, 8192 and
 16384, D = 128, into OUTDIR/bench_flash_spread_persistent.csv: whether persistent programs should run
 beyond 2k keys when not causal.
 """
@@ -73,12 +73,12 @@ def main(argv=None) -> None:
             q, k, v, causal=causal, backward=design)) for design in ("warp_specialized", "warp_specialized_atomic")}
         calls["sdpa_cudnn"] = backward_of(cudnn)
     elif args.persistent:
-        from attnkit.kernels import flash_hopper
+        from attnkit.kernels.flash import hopper
 
         cases = PERSISTENT_CASES
         calls = {impl: forward_of(call) for impl, call in
                  (("attnkit", lambda q, k, v, causal: flash_attention_forward(q, k, v, causal=causal)[0]),
-                  ("persistent", lambda q, k, v, causal: flash_hopper._launch(
+                  ("persistent", lambda q, k, v, causal: hopper.launch(
                       q, k, v, causal, q.shape[-1] ** -0.5, 64, 128, 2, 2, True)[0]),
                   ("sdpa_cudnn", cudnn))}
     else:

@@ -20,16 +20,16 @@ from pathlib import Path
 
 import torch
 
-from attnkit.kernels import flash_hopper
+from attnkit.kernels.flash import dispatch, hopper
 
 
 def main(head_group: int, causal: bool, n: int = 1024, head_dim: int = 128) -> None:
     heads, batch = 2048 // head_dim, 16384 // n
     q, k, v = (torch.randn(batch, heads, n, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
-    config = flash_hopper.CONFIG[head_dim, causal]
+    config = dispatch.HEAD_DIMS[head_dim].gluon_forward[causal]
 
     def call():
-        return flash_hopper._launch(q, k, v, causal, 1 / math.sqrt(head_dim), *config, head_group=head_group)
+        return hopper.launch(q, k, v, causal, 1 / math.sqrt(head_dim), *config, head_group=head_group)
     call()                                      # compiled and warm before the window
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()

@@ -1,5 +1,5 @@
 """The forward variants that lost on the H100, as they were in attnkit (commit 3863a76,
-attnkit/kernels/flash_kernels.py): tensor-descriptor kernels with two interleaved half query tiles
+attnkit/kernels/flash/triton_kernels.py): tensor-descriptor kernels with two interleaved half query tiles
 (HALVES), warp specialization (WARP_SPEC) and a hand-pipelined key loop (PIPELINE), on device-built
 descriptors (_attn_fwd_desc) and host-built ones (_attn_fwd_host_desc). See README.md for what was
 measured. Kept to read and to re-run, not imported by attnkit.

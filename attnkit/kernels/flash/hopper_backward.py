@@ -16,7 +16,7 @@ One program owns GROUPS · PART_N keys of one (batch, KV head) and walks the que
                            dSᵀ = Pᵀ ∘ (dPᵀ − δ_i)
                            dK += dSᵀ Q_i           (dSᵀ from registers) issued, both waited for, slot released
 
-Four matrix products per pair of blocks, as the Triton dK/dV kernel (``flash_kernels._bwd_dkdv``) does; the
+Four matrix products per pair of blocks, as the Triton dK/dV kernel (``triton_kernels._bwd_dkdv``) does; the
 difference is who waits for what: the loads never stall the products, and one group's exponentials run
 beside the other group's products. dK is scaled by sm_scale at the end.
 
@@ -31,15 +31,20 @@ into a zeroed fp32 buffer:
                          4 warps of fp32 atomic adds, four floats an instruction
 
 So every dQ element gets one addition per program (not one per group), and the additions leave the
-compute warps' instruction stream: measured on the H100 (D = 128, N = 4096, non-causal), sharing dS and the
-atomic writer together took the one pass from 5.1 to 3.1 ms; the TMA writer then made the whole backward
-1.14-1.53x as fast as with the atomic writer over D = 64 and 128, N = 1k-16k (docs/flash_notes.md, lesson 6).
-With it the one pass is the course's default backward on the H100 (``flash.DEFAULT_BACKWARD``).
+compute warps' instruction stream (their measured effect: docs/flash_notes.md, "Rule: dQ by TMA reductions",
+and lesson 6). With the TMA writer the one pass is the course's default backward on the H100
+(``dispatch.DEFAULT_BACKWARD``).
 
-Scope (``unsupported`` checks it): an sm_90 GPU with Triton's Gluon, fp16/bf16, head dim 64 or 128 for q, k
-and v, contiguous [B, H, N, D] tensors, grouped-query heads, causal aligned to the end with Nq <= Nk; no
-window, softcap or packed sequences. Gluon has no interpreter: on a CPU the kernel is only compiled for
+Scope (``dispatch.gluon_backward_unsupported`` checks it): an sm_90 GPU with Triton's Gluon, fp16/bf16, a head
+dim with a ``gluon_backward`` row of ``dispatch.HEAD_DIMS`` (64 or 128) for q, k and v, contiguous
+[B, H, N, D] tensors, grouped-query heads, causal aligned to the end with Nq <= Nk; no window, softcap or
+packed sequences. Gluon has no interpreter: on a CPU the kernel is only compiled for
 sm_90a (tests/test_flash_hopper_backward.py reads its PTX).
+
+This module holds the kernel and its launch; ``dispatch`` decides where and with which configuration it
+runs. Internal API for tests and scripts: ``dkdv`` and ``dkdv_launch`` (one launch with a given
+configuration), ``DQ_WRITERS``, ``COMPUTE_REGISTERS``; the kernel ``_attn_bwd_dkdv_ws`` keeps the name
+profilers record.
 """
 from __future__ import annotations
 
@@ -59,21 +64,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ..device import on_device
-from .flash_hopper import _descriptor, _tma_load
-from .flash_hopper import unsupported as _forward_unsupported
+from ...device import on_device
+from .hopper import descriptor, tma_load
 from .runners import RUNNERS
 
 LOG2E = gl.constexpr(1.4426950408889634)
-# (BLOCK_M, PART_N, STAGES, compute groups) by head dim: query rows per step, keys per compute group, slots
-# in the Q/dO rings
-CONFIG = {64: (64, 64, 2, 2), 128: (64, 64, 2, 2)}
-# how the one pass adds dQ: by a writer partition issuing TMA reductions ("tma") or fp32 atomic adds
-# ("atomic"), or (None) by the compute groups themselves, with atomic adds
+# how the one pass may add dQ: by a writer partition issuing TMA reductions ("tma") or fp32 atomic adds
+# ("atomic"), or (None) by the compute groups themselves, with atomic adds (``dispatch.GLUON_DQ_WRITER`` picks)
 DQ_WRITERS = (None, "atomic", "tma")
-DQ_WRITER = "tma"
-# whether each program walks its query blocks from the last down (else from its first up)
-DESCENDING = True
 # registers a compute thread may take, by dQ writer: the producer warp and a writer partition (24 registers
 # each; 4 warps atomic, 1 warp tma) pad to warp groups of 128 threads, all of them within the SM's 65,536
 COMPUTE_REGISTERS = {None: 240, "atomic": 232, "tma": 240}
@@ -108,8 +106,8 @@ def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem
     stats_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
     mbarrier.expect(kv_bar, GROUPS * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
     for part in gl.static_range(GROUPS):
-        _tma_load(k_desc, [kv_row + part * PART_N, 0], kv_bar, k_smem.index(part))
-        _tma_load(v_desc, [kv_row + part * PART_N, 0], kv_bar, v_smem.index(part))
+        tma_load(k_desc, [kv_row + part * PART_N, 0], kv_bar, k_smem.index(part))
+        tma_load(v_desc, [kv_row + part * PART_N, 0], kv_bar, v_smem.index(part))
     for step in range(n_steps):
         slot = step % STAGES
         free_phase = ((step // STAGES) & 1) ^ 1        # a fresh barrier counts as already released
@@ -118,13 +116,13 @@ def _bwd_loader(k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem
         rows = row0 + gl.arange(0, BLOCK_M, layout=stats_layout)
         mbarrier.wait(q_empty.index(slot), free_phase)
         mbarrier.expect(q_full.index(slot), q_desc.block_type.nbytes)
-        _tma_load(q_desc, [row, 0], q_full.index(slot), q_smem.index(slot))
+        tma_load(q_desc, [row, 0], q_full.index(slot), q_smem.index(slot))
         lse = gl.load(LSE + (row.to(gl.int64) + rows - row0), mask=rows < n_q, other=float("inf"))
         lse_smem.index(slot).store(lse * LOG2E)
         mbarrier.arrive(q_full.index(slot), count=1)
         mbarrier.wait(do_empty.index(slot), free_phase)
         mbarrier.expect(do_full.index(slot), do_desc.block_type.nbytes)
-        _tma_load(do_desc, [row, 0], do_full.index(slot), do_smem.index(slot))
+        tma_load(do_desc, [row, 0], do_full.index(slot), do_smem.index(slot))
         delta = gl.load(DELTA + (row.to(gl.int64) + rows - row0), mask=rows < n_q, other=0.0)
         delta_smem.index(slot).store(delta)
         mbarrier.arrive(do_full.index(slot), count=1)
@@ -314,7 +312,7 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, DQ_ACC, 
     (DQ_TMA) of 1 warp with TMA reductions through dq_desc (DQ_ACC in [BLOCK_M, D / GROUPS] fp32 blocks; any
     descriptor otherwise, unread)."""
     # key blocks vary fastest: programs running together share a head's Q and dO in L2 (the other order,
-    # every head's first block first, was 0.57-0.89x as fast on the H100: docs/flash_notes.md)
+    # every head's first block first, was slower: docs/flash_notes.md, "Rule: the Gluon backward's grid")
     start_n = gl.program_id(0) * GROUPS * PART_N
     n_heads_kv = n_heads // group
     off_bhk = gl.program_id(2) * n_heads_kv + gl.program_id(1)
@@ -389,13 +387,6 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, DQ_ACC, 
                             (_bwd_loader, loader_args)], [4, 1], [COMPUTE_REGS, 24])
 
 
-def unsupported(q, k, v, causal: bool) -> str | None:
-    """Why this kernel cannot run these (already valid) inputs, naming the argument and the rule, or None
-    (the forward's scope: the same dtypes, head dims, layouts and devices)."""
-    reason = _forward_unsupported(q, k, v, causal)
-    return reason and reason.replace("warp-specialised forward", "warp-specialised backward")
-
-
 @functools.cache
 def _dq_layout(block_m: int, cols: int):
     """The shared-memory layout of a [block_m, cols] fp32 dQ share, built once per shape."""
@@ -411,39 +402,40 @@ def _dq_descriptor(dq_acc: torch.Tensor, block_m: int, cols: int):
                             _dq_layout(block_m, cols))
 
 
-def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, dk=None, dv=None, config=None, dq_acc=None,
-         dq_writer=...):
-    """(dk, dv) of checked inputs (``unsupported`` gave None; ``do`` contiguous as q): lse and delta fp32
-    [B, Hq, Nq] contiguous (delta = Σ_d dO · O per row), written into dk, dv (k's and v's shapes) if given.
-    ``config``: (BLOCK_M, PART_N, STAGES, groups), else ``CONFIG`` by head dim. With ``dq_acc`` (fp32, q's
-    shape, contiguous, zeroed) dQ is added into it in the same pass, by a writer partition (``dq_writer``:
-    "tma" or "atomic", one of ``DQ_WRITERS``; left out, ``DQ_WRITER``) or, with None, by the compute groups.
+def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, *, config: tuple, dq_writer, descending: bool,
+         dk=None, dv=None, dq_acc=None):
+    """(dk, dv) of checked inputs (``dispatch.gluon_backward_unsupported`` gave None; ``do`` contiguous as q):
+    lse and delta fp32 [B, Hq, Nq] contiguous (delta = Σ_d dO · O per row), written into dk, dv (k's and v's
+    shapes) if given. ``config``: (BLOCK_M, PART_N, STAGES, groups) (``dispatch.gluon_backward_config``).
+    With ``dq_acc`` (fp32, q's shape, contiguous, zeroed) dQ is added into it in the same pass, by a writer
+    partition (``dq_writer``: "tma" or "atomic", one of ``DQ_WRITERS``) or, with None, by the compute groups.
+    ``descending``: each program walks its query blocks from the last down (else from its first up).
     Launched through Triton's JIT once per kind of call, then through the compiled kernel's runner
     (``runners.RUNNERS``)."""
-    grid, args, options = _dkdv_launch(q, k, v, do, lse, delta, causal, sm_scale, dk, dv, config, dq_acc, dq_writer)
+    grid, args, options = dkdv_launch(q, k, v, do, lse, delta, causal, sm_scale, dk, dv, config, dq_acc, dq_writer,
+                                      descending)
     with on_device(q.device):
         RUNNERS.launch(_attn_bwd_dkdv_ws, grid, args, options, q.device)
     return args[5], args[6]
 
 
-def _dkdv_launch(q, k, v, do, lse, delta, causal, sm_scale, dk, dv, config, dq_acc, dq_writer):
+def dkdv_launch(q, k, v, do, lse, delta, causal, sm_scale, dk, dv, config, dq_acc, dq_writer, descending):
     """(grid, the kernel's arguments in its order, its constexprs and num_warps) for ``dkdv``."""
-    dq_writer = DQ_WRITER if dq_writer is ... else dq_writer
     if dq_writer not in DQ_WRITERS:
         raise ValueError(f"dq_writer: must be one of {DQ_WRITERS}, got {dq_writer!r}")
     batch, n_heads, n_q, head_dim = q.shape
     n_heads_kv, n_k = k.shape[1], k.shape[2]
-    block_m, part_n, stages, groups = config or CONFIG[head_dim]
+    block_m, part_n, stages, groups = config
     writer = dq_writer if dq_acc is not None else None
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
-    q_desc = _descriptor(q.view(-1, head_dim), block_m)
+    q_desc = descriptor(q.view(-1, head_dim), block_m)
     dq_desc = _dq_descriptor(dq_acc, block_m, head_dim // groups) if writer == "tma" else q_desc
-    args = (q_desc, _descriptor(k.view(-1, head_dim), part_n), _descriptor(v.view(-1, head_dim), part_n),
-            _descriptor(do.view(-1, head_dim), block_m), dq_desc,
+    args = (q_desc, descriptor(k.view(-1, head_dim), part_n), descriptor(v.view(-1, head_dim), part_n),
+            descriptor(do.view(-1, head_dim), block_m), dq_desc,
             dk, dv, dk if dq_acc is None else dq_acc, lse, delta, sm_scale, sm_scale / math.log(2), n_heads,
             n_heads // n_heads_kv, n_q, n_k)
     options = dict(BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=head_dim, CAUSAL=causal, STAGES=stages,
                    COMPUTE_REGS=COMPUTE_REGISTERS[writer], ATOMIC_DQ=dq_acc is not None, DQ_WRITER=writer is not None,
-                   DESCENDING=DESCENDING, GROUPS=groups, DQ_TMA=writer == "tma", num_warps=4)
+                   DESCENDING=descending, GROUPS=groups, DQ_TMA=writer == "tma", num_warps=4)
     return (triton.cdiv(n_k, groups * part_n), n_heads_kv, batch), args, options

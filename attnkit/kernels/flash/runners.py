@@ -3,9 +3,9 @@
 ``kernel[grid](*args, **options)`` goes through Triton's JIT at every call: it binds the arguments to the
 kernel's signature, works out how to specialise the kernel on them (each integer equal to 1 or a
 multiple of 16, each pointer's 16-byte alignment, each descriptor's block and layout), hashes that into
-a key, looks the compiled kernel up and launches it. For a short attention call on the H100 machine that
-was about 35 of the forward's ~220 µs of host time (docs/flash_notes.md). The compiled kernel the JIT
-returns has a runner of its own (``compiled[grid](*every_parameter)``) that only launches.
+a key, looks the compiled kernel up and launches it: a visible share of a short attention call's host time
+(docs/flash_notes.md, "Rule: launches through kept runners"). The compiled kernel the JIT returns has a
+runner of its own (``compiled[grid](*every_parameter)``) that only launches.
 
 ``RUNNERS.launch(kernel, grid, args, options, device)`` launches a key's first call through the JIT and
 keeps the runner of the kernel it returns; later calls with that key go through the runner. The key
@@ -16,11 +16,10 @@ JIT would have picked. A runner that raises (a Triton whose compiled kernels lau
 RuntimeWarning and the JIT for the rest of the process. Triton's interpreter returns no compiled
 kernel, so there nothing is kept.
 
-Used by every launch of ``flash`` (``flash._run``) and of the warp-specialised Gluon forward
-(``flash_hopper``). Measured side by side in one process on the H100 (``scripts/gpu_flash_host_profile.py``,
-docs/flash_notes.md): the Gluon forward's 15 arguments, the runner 14–25 µs a launch against the JIT's
-32–60; the Triton kernels' ~45 arguments (a longer key to build), the short causal calls' launches 5–31%
-less host time than straight into the JIT in 11 of 12 cases over two runs (one 5% more).
+Used by every launch of the FlashAttention kernels (``plans.run_plan``, the backward's pre-pass, the Gluon
+kernels' ``hopper.launch`` and ``hopper_backward.dkdv``); what it saves against the JIT, measured side by
+side (``scripts/gpu_flash_host_profile.py``): docs/flash_notes.md, "Rule: launches through kept runners".
+Internal API for tests and scripts: ``Runners`` (a fresh set of kept runners), ``launch_key``, ``keep_recent``.
 """
 from __future__ import annotations
 

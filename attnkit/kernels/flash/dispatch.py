@@ -1,0 +1,563 @@
+"""Every rule that picks FlashAttention's kernel, backward design and launch configuration, in one place.
+
+The rest of ``attnkit.kernels.flash`` asks this module and runs what it says:
+
+- ``HEAD_DIMS``, the head-dim table: per head dim, each Triton launcher's configuration without
+  autotuning, whether the autotuner may choose, where host-built tensor descriptors pay, and the head
+  dims the Gluon kernels and the FP8 forward take with their configurations. A head dim takes the row
+  of the smallest listed head dim at or above it (``head_dim_rules``: the Triton kernels pad a tile to
+  a power of two); the Gluon and FP8 kernels run only at a listed head dim itself (``exact_rules``).
+  docs/adding_a_head_dim.md says how to add a row.
+- the forward: the ladder (``LADDER``, ``Rung``, ``VARIANTS``, ``BEST``), what a rung becomes on these
+  tensors (``effective_rung``: ``host_descriptor_choice``, ``descriptors_supported``, ``tma_compatible``),
+  where the warp-specialised Gluon forward runs (``warp_specialized_choice``, ``hopper_plan``:
+  ``hopper_unsupported`` and ``hopper_launch_config`` with its persistent programs).
+- the backward: ``BACKWARDS`` (the designs), ``DEFAULT_BACKWARD`` and ``check_backward``; which tiles
+  it moves by descriptors (``backward_descriptors``); where the Gluon backward runs
+  (``warp_specialized_backward_choice``, ``gluon_backward_module``); how dO is laid out (``backward_do``).
+- the launchers' autotuning candidates and defaults (``LAUNCHERS``, ``default_config``,
+  ``smaller_configs``, ``autotune_enabled``).
+- the FP8 forward's head dims and configurations (``FP8_GPU_CONFIGS``, ``fp8_descriptors_usable``).
+- loading the Gluon modules (``gluon_module``, the one import that may fail: Gluon's Hopper API is
+  missing from older Triton) and falling back to the Triton kernels when one fails (``run_gluon``,
+  ``GLUON_FAILED``).
+
+Each rule's comment names the recorded results and the subsection "Rule: ..." of docs/flash_notes.md behind
+it (measured figures, dates and tuning histories are kept there).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import warnings
+from dataclasses import dataclass, replace
+
+import torch
+
+from ...device import launch_options, sm_count, sm_major, triton_interprets
+from . import triton_kernels as kernels
+from .runners import keep_recent
+
+
+# ------------------------------------------------------------------------------------ configurations
+@dataclass(frozen=True)
+class BlockConfig:
+    """One launch configuration: tile sizes, warps per program, software-pipelining depth."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def meta(self) -> dict:
+        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n,
+                    **launch_options(num_warps=self.num_warps, num_stages=self.num_stages))
+
+
+INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes span several tiles
+
+
+@dataclass(frozen=True)
+class HeadDimRules:
+    """What one head dim runs. The Triton launchers' configurations (``LAUNCHERS``' names) serve every head
+    dim up to this one (the kernels pad a tile to a power of two); the fields from ``host_descriptors_from``
+    on apply at this head dim only, for q, k and v alike. None: that kernel does not run here."""
+
+    fwd: BlockConfig                          # the pointer forward without autotuning
+    fwd_desc: BlockConfig                     # the descriptor forward without autotuning
+    bwd_dkdv: BlockConfig                     # the two-kernel backward's dK/dV kernel (BLOCK_N keys a program)
+    bwd_dq: BlockConfig                       # its dQ kernel (BLOCK_M queries a program)
+    bwd_atomic: BlockConfig                   # the one-pass backward (dQ added atomically)
+    untuned: BlockConfig                      # the ladder's untuned rungs ("tiled", "exp2", "split")
+    tune_default_alone: bool = False          # the autotuner tries the default alone (shared memory is short)
+    backward_descriptors: bool = True         # the backward designs may move tiles by descriptors
+    host_descriptors_from: int | None = None  # host_descriptors rung: descriptors causal, and non-causal from Nk
+    gluon_forward: dict | None = None         # {causal: (HALF_M, BLOCK_N, STAGES, compute groups)}
+    gluon_forward_from: dict | None = None    # {causal: shortest N at which "best" runs the Gluon forward}
+    persistent_non_causal: bool = False       # non-causal Gluon forward: persistent programs at every length
+    gluon_backward: tuple | None = None       # (BLOCK_M, PART_N, STAGES, compute groups) of the Gluon backward
+    gluon_backward_from: int | None = None    # shortest N at which "warp_specialized" runs the Gluon dK/dV
+    fp8: bool = False                         # the FP8 forward takes this head dim
+
+
+# The head-dim table. Every configuration is the fastest of its sweep on the H100 (bench_flash_sweep.csv,
+# scripts/gpu_flash_sweep.py; docs/flash_notes.md, "Rule: block sizes"); the thresholds are where a kernel was
+# measured faster (docs/flash_notes.md, sections named per field in the rules below).
+HEAD_DIMS = {
+    64: HeadDimRules(
+        fwd=BlockConfig(128, 64, 4, 3), fwd_desc=BlockConfig(128, 64, 8, 3), bwd_dkdv=BlockConfig(32, 128, 4, 3),
+        bwd_dq=BlockConfig(128, 64, 4, 3), bwd_atomic=BlockConfig(64, 128, 8, 3), untuned=BlockConfig(64, 64, 4, 2),
+        host_descriptors_from=1024, gluon_forward={False: (64, 128, 2, 3), True: (64, 128, 2, 2)},
+        gluon_forward_from={False: 4096, True: 8192}, gluon_backward=(64, 64, 2, 2), gluon_backward_from=2048,
+        fp8=True),
+    128: HeadDimRules(
+        fwd=BlockConfig(128, 128, 8, 3), fwd_desc=BlockConfig(128, 128, 8, 3), bwd_dkdv=BlockConfig(64, 128, 8, 3),
+        bwd_dq=BlockConfig(128, 64, 8, 3), bwd_atomic=BlockConfig(64, 128, 8, 3), untuned=BlockConfig(64, 64, 4, 2),
+        host_descriptors_from=1024, gluon_forward={False: (64, 128, 2, 2), True: (64, 128, 2, 2)},
+        gluon_forward_from={False: 1024, True: 1024}, persistent_non_causal=True, gluon_backward=(64, 64, 2, 2),
+        gluon_backward_from=2048, fp8=True),
+    # D = 256: twice the shared memory a row; swept among the configurations ptxas compiles without
+    # serialising the products (docs/flash_notes.md, "Rule: D = 256"); the backward's tiles by pointers there
+    256: HeadDimRules(
+        fwd=BlockConfig(128, 64, 8, 2), fwd_desc=BlockConfig(128, 64, 8, 2), bwd_dkdv=BlockConfig(64, 32, 4, 2),
+        bwd_dq=BlockConfig(64, 32, 4, 2), bwd_atomic=BlockConfig(32, 32, 4, 2), untuned=BlockConfig(64, 32, 4, 2),
+        tune_default_alone=True, backward_descriptors=False),
+}
+MIN_HEAD_DIM, MAX_HEAD_DIM = 8, max(HEAD_DIMS)
+SUPPORTED_HEAD_DIMS = range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1)
+
+
+def head_dim_rules(head_dim: int) -> HeadDimRules:
+    """The row of the smallest listed head dim at or above ``head_dim`` (the Triton launchers' row)."""
+    return HEAD_DIMS[min(d for d in HEAD_DIMS if d >= head_dim)]
+
+
+def exact_rules(head_dim: int) -> HeadDimRules | None:
+    """The row of exactly this head dim, or None (the Gluon and FP8 kernels run only there)."""
+    return HEAD_DIMS.get(head_dim)
+
+
+def head_dims_with(field: str) -> tuple[int, ...]:
+    """The listed head dims whose row sets ``field`` (e.g. "gluon_forward", "fp8")."""
+    return tuple(sorted(d for d, rules in HEAD_DIMS.items() if getattr(rules, field)))
+
+
+def padded(head_dim: int) -> int:
+    """A tile's head dim: the next power of two, at least 16 (the smallest inner size of tl.dot)."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+# -------------------------------------------------------------------------- the Triton launchers
+# launcher: (kernel, candidate configurations (BLOCK_M, BLOCK_N, num_warps, num_stages) for the autotuner
+# on CUDA, {listed head dim: the configuration without autotuning}). Few candidates on purpose: each one is
+# compiled per head dim, dtype and causal flag. The candidates are the four fastest of the sweep
+# (docs/flash_notes.md, "Rule: block sizes"; the pointer forward's were not swept). In the backward, dK/dV
+# programs own BLOCK_N keys and loop over BLOCK_M queries; dQ programs own BLOCK_M queries. The one pass
+# (_bwd_dkdv with ATOMIC_DQ) holds a [BLOCK_M, D] fp32 dQ share a query block: BLOCK_M = 64 keeps its
+# five products on 64-row wgmma tiles.
+_CANDIDATES = {
+    "fwd": ("_attn_fwd", [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)]),
+    "fwd_desc": ("_attn_fwd", [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]),
+    "bwd_dkdv": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)]),
+    "bwd_dq": ("_bwd_dq", [(64, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)]),
+    "bwd_atomic": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)]),
+}
+LAUNCHERS = {name: (kernel, shapes, {d: getattr(rules, name) for d, rules in HEAD_DIMS.items()})
+             for name, (kernel, shapes) in _CANDIDATES.items()}
+
+
+def default_config(name: str, head_dim: int) -> BlockConfig:
+    """The configuration launcher ``name`` uses without autotuning at this padded head dim (the larger of
+    q's and v's): its ``HEAD_DIMS`` row's."""
+    return getattr(head_dim_rules(head_dim), name)
+
+
+def untuned_forward_config(head_dim: int) -> BlockConfig:
+    """The untuned ladder rungs' one configuration on a GPU."""
+    return head_dim_rules(head_dim).untuned
+
+
+def autotune_enabled() -> bool:
+    """Autotuning runs on CUDA unless the environment sets ATTNKIT_AUTOTUNE=0 (saves compile time)."""
+    return os.environ.get("ATTNKIT_AUTOTUNE", "1") != "0"
+
+
+def smaller_configs(config: BlockConfig):
+    """``config``, then what a default falls back to where it needs more shared memory than the GPU has
+    (fp32 tiles take twice fp16's): two pipeline stages, then smaller tiles with 4 warps."""
+    yield config
+    if config.num_stages > 2:
+        yield replace(config, num_stages=2)
+    for block_m, block_n in ((64, 64), (64, 32), (32, 32)):
+        if block_m * block_n < config.block_m * config.block_n:
+            yield BlockConfig(block_m, block_n, 4, 2)
+
+
+# ------------------------------------------------------------------------------ the forward's ladder
+# The forward's performance ladder: each rung keeps the ones before it and adds one idea.
+LADDER = {
+    "tiled": "online softmax over key tiles with exp; every tile masked; one fixed block size",
+    "exp2": "exp2 with log2(e) folded into the score scale (one MUFU instruction, one multiply less)",
+    "split": "key tiles split into unmasked ones and the masked causal diagonal / ragged end",
+    "autotuned": "block sizes, warps and pipeline stages autotuned per shape",
+    "descriptors": "tiles copied by the TMA engine through tensor descriptors (sm_90+), wider autotune space",
+    "host_descriptors": "the descriptors built once per launch on the host and passed as arguments, "
+                        "instead of four per program on the device (D = 64 and 128; host_descriptor_choice)",
+    "warp_specialized": "on sm_90, where warp_specialized_choice picks it, the warp-specialised Gluon forward "
+                        "(attnkit.kernels.flash_hopper: one producer warp, two compute warp groups; persistent "
+                        "programs for short calls and non-causal ones at D = 128); host_descriptors elsewhere",
+}
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: the constexprs of the one forward kernel ``_attn_fwd`` and how its block sizes are chosen."""
+
+    use_exp2: bool = True            # USE_EXP2
+    split: bool = True               # SPLIT
+    desc: int = kernels.POINTERS     # DESC: pointers, descriptors built per program, or built on the host
+    tuned: bool = True               # autotuned block sizes (else one fixed configuration)
+    rule: bool = False               # host_descriptor_choice decides per shape whether to use ``desc``
+    longest_first: bool = True       # LONGEST_FIRST where the band is bounded on the right (causal):
+                                     # the last query blocks, which read the most keys, start first
+    warp_specialized: bool = False   # the Gluon kernel where warp_specialized_choice picks it and it runs
+
+
+VARIANTS = {
+    "tiled": Rung(use_exp2=False, split=False, tuned=False),
+    "exp2": Rung(split=False, tuned=False),
+    "split": Rung(tuned=False),
+    "autotuned": Rung(),
+    "descriptors": Rung(desc=kernels.DEVICE_DESCRIPTORS),
+    "host_descriptors": Rung(desc=kernels.HOST_DESCRIPTORS, rule=True),
+    "warp_specialized": Rung(desc=kernels.HOST_DESCRIPTORS, rule=True, warp_specialized=True),
+}
+# "best": the fastest rung verified on the H100 (bench_flash.csv; docs/flash_notes.md). Where a rung's
+# features are missing (the interpreter, GPUs below sm_90, a Triton without tensor descriptors or Gluon,
+# strides TMA cannot take, windows, softcaps, packed sequences) it runs as the rung below it, down to
+# pointer loads as "autotuned". BEST_TRITON: the fastest rung of the Triton kernel itself (what "best" runs
+# where the Gluon kernel does not; the tools that compile, sweep and profile the Triton kernel use it).
+BEST = "warp_specialized"
+BEST_TRITON = "host_descriptors"
+
+
+@functools.lru_cache(maxsize=None)
+def descriptors_supported(device: torch.device) -> bool:
+    """Tensor-descriptor (TMA) kernels run here: a compiled CUDA device of capability >= 9.0 and a
+    Triton that has ``tl.make_tensor_descriptor`` (3.4 and newer). Asked once per device."""
+    import triton
+    import triton.language as tl
+
+    if device.type != "cuda" or not hasattr(tl, "make_tensor_descriptor") or not hasattr(triton, "set_allocator"):
+        return False
+    return not triton_interprets() and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def tma_compatible(*tensors) -> bool:
+    """TMA needs a contiguous last dimension, 16-byte aligned bases and 16-byte multiples as strides."""
+    for t in tensors:
+        size = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any((st * size) % 16 for st in t.stride()[:-1]):
+            return False
+    return True
+
+
+def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
+    """Where the host_descriptors rung uses its descriptor kernel: at a head dim whose row sets
+    ``host_descriptors_from``, causal at every length and non-causal from that many keys (docs/flash_notes.md,
+    "Rule: descriptors built on the host"); the autotuned pointer kernel elsewhere."""
+    rules = exact_rules(head_dim)
+    start = rules and rules.host_descriptors_from
+    return dict(desc=start is not None and (causal or n_k >= start))
+
+
+def right_bounded(causal: bool, window) -> bool:
+    """The band is bounded on the right (causal, or a window's right side). Query i then sees keys up to
+    i + Nk - Nq + right, so a query block reads at least as many keys as the block before it when the
+    left side is unbounded (with both sides bounded, as many but for the ends): the forward launches
+    its blocks in reverse, the longest first (``Rung.longest_first``)."""
+    return causal or window[1] >= 0
+
+
+def effective_rung(rung: Rung, causal: bool, *tensors, plain: bool = True) -> Rung:
+    """``rung`` for these tensors [B, H, N, D] (q, k, v, o): pointer loads where its rule says so, or
+    where this device, Triton or the tensors' strides cannot take descriptors, or where the shapes are
+    not ``plain`` (packed sequences, a head dim that is padded or differs between v and q)."""
+    q, k = tensors[0], tensors[1]
+    if rung.rule and not host_descriptor_choice(causal, q.shape[-1], k.shape[2])["desc"]:
+        rung = replace(rung, desc=kernels.POINTERS)
+    if rung.desc and not (plain and descriptors_supported(q.device) and tma_compatible(*tensors)):
+        rung = replace(rung, desc=kernels.POINTERS)
+    return rung
+
+
+# ------------------------------------------------------------------- the warp-specialised Gluon forward
+# The tiles' order (``hopper._tile_of``): (batch, head) pairs a group, by causal; head by head (1) measured
+# fastest (bench_flash_tile_order.csv; docs/flash_notes.md, "Rule: tile order").
+HEAD_GROUP = {False: 1, True: 1}
+# Persistent programs where Nq and Nk are at most this (bench_flash_persistent.csv; docs/flash_notes.md,
+# "Rule: persistent programs"); at every length non-causal at a head dim whose row sets persistent_non_causal
+# (bench_flash_spread_persistent.csv).
+PERSISTENT_UP_TO = 2048
+PERSISTENT_CONFIG = (64, 128, 2, 2)      # (HALF_M, BLOCK_N, STAGES, groups): persistent programs run two groups
+
+
+def warp_specialized_choice(causal: bool, head_dim: int, n_q: int, n_k: int) -> bool:
+    """Where the warp_specialized rung runs the Gluon kernel (if these inputs are in its scope): from the
+    shortest length of its row's ``gluon_forward_from`` on, where it was measured faster than the Triton
+    forward (bench_flash_hopper.csv, bench_flash_persistent.csv; docs/flash_notes.md, "Rule: where the
+    Gluon forward runs"). Lengths below those measured keep Triton."""
+    rules = exact_rules(head_dim)
+    if rules is None or rules.gluon_forward_from is None:
+        return False
+    return min(n_q, n_k) >= rules.gluon_forward_from[causal]
+
+
+def hopper_unsupported(q, k, v, causal: bool, kernel: str = "warp-specialised forward") -> str | None:
+    """Why the Gluon kernels cannot run these (already valid) inputs, naming the argument and the rule, or
+    None: fp16/bf16, a head dim with a ``gluon_forward`` row for q, k and v, contiguous [B, H, N, D]
+    tensors, causal with Nq <= Nk, an sm_90 GPU."""
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"q: dtype {q.dtype} is not supported by the {kernel}; use float16 or bfloat16"
+    dims = head_dims_with("gluon_forward")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.shape[-1] not in dims:
+            return (f"{name}: head dim {t.shape[-1]} is not supported by the {kernel}; use "
+                    f"{' or '.join(map(str, dims))}")
+        if not t.is_contiguous():
+            return f"{name}: the {kernel} needs a contiguous [B, H, N, D] tensor"
+    if v.shape[-1] != q.shape[-1]:
+        return f"v: head dim {v.shape[-1]} differs from q's {q.shape[-1]}; the {kernel} needs them equal"
+    if causal and q.shape[2] > k.shape[2]:
+        return f"q, k: causal attention here needs Nq <= Nk, got Nq = {q.shape[2]}, Nk = {k.shape[2]}"
+    if sm_major(q.device) != 9:
+        return f"q: the {kernel} runs on an sm_90 GPU (H100, H200), got device {q.device}"
+    return None
+
+
+def hopper_launch_config(q, k, causal: bool) -> tuple[int, int, int, int, bool]:
+    """(half_m, block_n, stages, groups, persistent) for these inputs: persistent programs
+    (``PERSISTENT_CONFIG``) where every tile is short (Nq and Nk up to PERSISTENT_UP_TO) or, not causal, at
+    a head dim whose row sets persistent_non_causal, and there are more tiles than SMs, so that some
+    program has a next tile to overlap; else one program a tile, the row's ``gluon_forward``."""
+    batch, n_heads, n_q, head_dim = q.shape
+    rules = HEAD_DIMS[head_dim]
+    n_tiles = math.ceil(n_q / (2 * 64)) * batch * n_heads
+    even_tiles = not causal and rules.persistent_non_causal
+    if (max(n_q, k.shape[2]) <= PERSISTENT_UP_TO or even_tiles) and n_tiles > (sm_count(q.device) or n_tiles):
+        return (*PERSISTENT_CONFIG, True)
+    return (*rules.gluon_forward[causal], False)
+
+
+HOPPER_PLANS: dict = {}      # hopper_plan's answers for the last kinds of inputs seen
+HOPPER_PLANS_KEPT = 256
+
+
+def hopper_plan(q, k, v, causal: bool) -> tuple[str | None, tuple | None]:
+    """(``hopper_unsupported``'s reason, ``hopper_launch_config``'s configuration or None) for these
+    (already valid) inputs, worked out once per kind of input: both depend only on the key below and on
+    the device's compute capability and SM count (each read once per GPU)."""
+    key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, q.is_contiguous(), k.is_contiguous(),
+           v.is_contiguous(), causal)
+    found = HOPPER_PLANS.get(key)
+    if found is None:
+        reason = hopper_unsupported(q, k, v, causal)
+        found = (reason, None if reason else hopper_launch_config(q, k, causal))
+        keep_recent(HOPPER_PLANS, key, found, HOPPER_PLANS_KEPT)
+    return found
+
+
+def gluon_forward_plan(q, k, v, causal: bool):
+    """(the Gluon forward's module, its configuration) where ``warp_specialized_choice`` picks it and it can
+    run these inputs (plain, CUDA, sm_90, contiguous, fp16/bf16) with a Triton that has Gluon's Hopper API;
+    (None, None) otherwise."""
+    if sm_major(q.device) != 9 or not warp_specialized_choice(causal, q.shape[-1], q.shape[2], k.shape[2]):
+        return None, None
+    hopper = gluon_module("hopper")
+    if hopper is None:
+        return None, None
+    reason, config = hopper_plan(q, k, v, causal)
+    return (None, None) if reason else (hopper, config)
+
+
+# ------------------------------------------------------------------------------------ the backward
+@dataclass(frozen=True)
+class BackwardDesign:
+    """One way to compute the backward: matrix products per (query block, key block) pair, and how
+    (``attnkit.kernels.flash.backward`` runs it)."""
+
+    products: int
+    summary: str
+    descriptors: bool    # tiles through host-built tensor descriptors (TMA) where the inputs allow
+    gluon: bool = False  # a Gluon kernel on sm_90 (hopper_backward); "two_kernels" wherever it cannot run
+    reproducible: bool = True   # the same gradients bit for bit on every run (no additions in a racing order)
+
+
+# The backward designs, selected by ``backward=`` (or the environment variable ATTNKIT_FLASH_BACKWARD).
+# ``descriptors``: whether a design's tiles move through host-built tensor descriptors where they can
+# (docs/flash_notes.md, "Rule: backward descriptors": the one pass's dK/dV kernel spills with them at D = 128).
+BACKWARDS = {
+    "two_kernels": BackwardDesign(7, "dK/dV kernel over key blocks, then a dQ kernel over query blocks; "
+                                     "no atomics, S and dP computed twice", True),
+    "atomic_dq": BackwardDesign(5, "one kernel over key blocks: dK, dV stored, dQ accumulated with fp32 "
+                                   "atomic adds, then converted (FlashAttention-2/3)", False, reproducible=False),
+    "warp_specialized": BackwardDesign(7, "two kernels, the dK/dV one warp-specialised in Gluon on sm_90 "
+                                          "(FlashAttention-3's layout) where it was measured faster, the "
+                                          "Triton one elsewhere", True, gluon=True),
+    "warp_specialized_atomic": BackwardDesign(5, "one warp-specialised Gluon kernel on sm_90, dQ added by "
+                                                 "TMA bulk reductions from a writer warp; two_kernels elsewhere",
+                                              True, gluon=True, reproducible=False),
+}
+# Designs whose kernels run on every machine (the interpreter, any GPU); the Gluon ones fall back to two_kernels.
+TRITON_BACKWARDS = tuple(name for name, design in BACKWARDS.items() if not design.gluon)
+# The default: the one pass, the fastest design against cuDNN's backward on the H100
+# (bench_flash_spread_backward.csv; docs/flash_notes.md, "Rule: the default backward"); everywhere else both
+# defaults are the two-kernel design. Its dQ additions land in no fixed order, so with
+# torch.use_deterministic_algorithms(True) the default is DETERMINISTIC_BACKWARD (the dK/dV kernel in
+# Gluon, dQ by the Triton dQ kernel: no additions race).
+DEFAULT_BACKWARD = "warp_specialized_atomic"
+DETERMINISTIC_BACKWARD = "warp_specialized"
+BACKWARD_ENV = "ATTNKIT_FLASH_BACKWARD"
+# The Gluon backward: how the one pass adds dQ ("tma": a writer warp's TMA bulk reductions; docs/flash_notes.md,
+# "Rule: dQ by TMA reductions") and whether a program walks its query blocks from the last down
+# (docs/flash_notes.md, "Rule: query-block order").
+GLUON_DQ_WRITER = "tma"
+GLUON_DESCENDING = True
+
+
+def check_backward(backward) -> str:
+    """The backward design's name: ``backward`` if given, else $ATTNKIT_FLASH_BACKWARD, else
+    ``DEFAULT_BACKWARD`` (``DETERMINISTIC_BACKWARD`` while torch.use_deterministic_algorithms is on);
+    ValueError unless it names one of ``BACKWARDS``, or if it names a design that is not reproducible while
+    deterministic algorithms are required (with ``warn_only=True``: a UserWarning, as PyTorch's own)."""
+    where = "backward"
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    if backward is None:
+        backward = os.environ.get(BACKWARD_ENV) or (DETERMINISTIC_BACKWARD if deterministic else DEFAULT_BACKWARD)
+        where = f"backward (from ${BACKWARD_ENV})" if os.environ.get(BACKWARD_ENV) else where
+    if not isinstance(backward, str) or backward not in BACKWARDS:
+        raise ValueError(f"{where}: expected one of {list(BACKWARDS)}, got {backward!r}")
+    if deterministic and not BACKWARDS[backward].reproducible:
+        why = (f"{where}: {backward!r} adds dQ in no fixed order, so its gradients are not reproducible, and "
+               f"torch.use_deterministic_algorithms(True) is on; use one of "
+               f"{[name for name, design in BACKWARDS.items() if design.reproducible]}")
+        if not torch.is_deterministic_algorithms_warn_only_enabled():
+            raise ValueError(why)
+        warnings.warn(why, UserWarning, stacklevel=3)
+    return backward
+
+
+def backward_do(do: torch.Tensor) -> torch.Tensor:
+    """dO as the backward's kernels take it: contiguous. The fast paths (the Gluon kernels' TMA, the Triton
+    kernels' host-built descriptors) need a contiguous dO, and a dO from ``o.sum().backward()`` is expanded
+    (stride 0): copying its B · H · N · Dv elements costs far less than the pointer kernels it would otherwise
+    run (docs/flash_notes.md, "Rule: broadcast output gradients")."""
+    return do if do.is_contiguous() else do.contiguous()
+
+
+def backward_descriptors(desc, design: str, packed: bool, *tensors) -> int:
+    """DESC for the backward kernels: HOST_DESCRIPTORS where asked (``desc``; None: the design's own
+    ``descriptors`` where the head dim's row allows them) and possible for these [B, H, N, D] views
+    (q, k, v, do, dq, dk, dv), else POINTERS."""
+    q, v = tensors[0], tensors[2]
+    wanted = BACKWARDS[design].descriptors and head_dim_rules(q.shape[-1]).backward_descriptors if desc is None \
+        else desc
+    plain = not packed and q.shape[-1] == v.shape[-1] == padded(q.shape[-1])
+    if wanted and plain and descriptors_supported(q.device) and tma_compatible(*tensors):
+        return kernels.HOST_DESCRIPTORS
+    return kernels.POINTERS
+
+
+def warp_specialized_backward_choice(head_dim: int, n_q: int, n_k: int) -> bool:
+    """Where the warp_specialized backward design runs the Gluon dK/dV kernel (if the inputs are in its
+    scope): from its row's ``gluon_backward_from`` on, where the whole backward was measured faster than
+    with the Triton two-kernel design (bench_flash_hopper_backward.csv; docs/flash_notes.md, "Rule: where
+    the Gluon backward runs")."""
+    rules = exact_rules(head_dim)
+    return rules is not None and rules.gluon_backward_from is not None and min(n_q, n_k) >= rules.gluon_backward_from
+
+
+def gluon_backward_unsupported(q, k, v, causal: bool) -> str | None:
+    """Why the Gluon backward cannot run these (already valid) inputs, or None: the forward's scope."""
+    return hopper_unsupported(q, k, v, causal, kernel="warp-specialised backward")
+
+
+def gluon_backward_config(head_dim: int) -> tuple | None:
+    """(BLOCK_M, PART_N, STAGES, groups) of the Gluon backward at this head dim (its row's), or None."""
+    rules = exact_rules(head_dim)
+    return rules and rules.gluon_backward
+
+
+def gluon_backward_module(q4, k4, v4, do4, causal: bool, windowed: bool, softcap: bool, packed: bool):
+    """The Gluon backward's module where it can run these [B, H, N, D] views: an sm_90 GPU, a Triton with
+    Gluon's Hopper API, plain contiguous inputs in its scope, no window, softcap or packed sequences; None
+    elsewhere."""
+    if packed or windowed or softcap or sm_major(q4.device) != 9 or not do4.is_contiguous():
+        return None
+    module = gluon_module("hopper_backward")
+    if module is None or gluon_backward_unsupported(q4, k4, v4, causal):
+        return None
+    return module
+
+
+# ------------------------------------------------------------------------------------ the FP8 forward
+# The descriptor kernel's configuration by causal flag, the fastest of the sweep (bench_flash_fp8_sweep.csv,
+# scripts/gpu_flash_fp8.py --sweep; docs/flash_notes.md, "Rule: FP8 configurations"); pointer loads need more
+# registers, hence larger tiles with 8 warps there (not swept).
+FP8_GPU_CONFIGS = {False: BlockConfig(64, 128, 4, 2), True: BlockConfig(64, 128, 4, 3)}
+FP8_POINTER_CONFIG = BlockConfig(128, 64, 8, 3)
+
+
+def fp8_descriptors_usable(q8, k8, n_k: int) -> bool:
+    """Host-built tensor descriptors (TMA) for the FP8 forward: compiled CUDA of capability >= 9.0, a Triton
+    that has them, q8 and k8 with a contiguous head dim and 16-byte aligned strides, and Nk a multiple of 16
+    (the row stride of V transposed is Nk bytes)."""
+    import triton.language as tl
+
+    if q8.device.type != "cuda" or triton_interprets() or not hasattr(tl, "make_tensor_descriptor"):
+        return False
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    if torch.cuda.get_device_capability(q8.device)[0] < 9 or n_k % 16:
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(st % 16 == 0 for st in t.stride()[:-1])
+               for t in (q8, k8))
+
+
+# ------------------------------------------------------------------------------ loading Gluon's kernels
+# The Gluon modules whose kernels failed to build or launch in this process: Gluon's API moves between
+# Triton versions (the kernels are written for 3.6), so on another Triton the Triton kernels run instead.
+GLUON_FAILED: set[str] = set()
+
+
+def gluon_failed(module_name: str, exc: Exception) -> None:
+    """Remember that ``module_name``'s Gluon kernels do not work with this Triton, and say so once."""
+    import triton
+
+    GLUON_FAILED.add(module_name)
+    first_line = (str(exc).splitlines() or [""])[0][:200]
+    warnings.warn(f"{module_name}: the Gluon kernel failed with Triton {triton.__version__} "
+                  f"({type(exc).__name__}: {first_line}); the Triton kernels run instead",
+                  RuntimeWarning, stacklevel=4)
+
+
+def run_gluon(module, launch):
+    """launch()'s result, or None (after one RuntimeWarning naming the module, the Triton version and the
+    error; the module is not tried again in this process) when it raises anything but running out of GPU
+    memory."""
+    try:
+        return launch()
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:            # a Gluon API this Triton does not have, or has with other arguments
+        gluon_failed(module.__name__, exc)
+        return None
+
+
+GLUON_MODULES = ("hopper", "hopper_backward")
+
+
+def gluon_module(name: str):
+    """attnkit.kernels.flash.<name>, one of ``GLUON_MODULES``, imported here on first use: the package's one
+    import that may fail, since older Triton has no Gluon Hopper API (then None, silently). None too when
+    importing it fails otherwise (with ``run_gluon``'s warning), or after its kernels failed in this process
+    (``GLUON_FAILED``)."""
+    if name not in GLUON_MODULES:
+        raise ValueError(f"name: expected one of {GLUON_MODULES}, got {name!r}")
+    module_name = f"{__package__}.{name}"
+    if module_name in GLUON_FAILED:
+        return None
+    try:
+        if name == "hopper":
+            from . import hopper as module
+        else:
+            from . import hopper_backward as module
+    except (ImportError, AttributeError):     # a Triton without Gluon's Hopper API, or an older one of it
+        return None
+    except Exception as exc:                  # a Gluon whose decorators or layouts take other arguments
+        gluon_failed(module_name, exc)
+        return None
+    return module
