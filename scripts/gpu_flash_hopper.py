@@ -65,8 +65,8 @@ def kernel_config(text: str):
                        head_group=int(group.group(1)) if group else 0,
                        order="lpt" if "L" in flags else "list" if "l" in flags else "", one_loop="u" in flags)
         return (f"sched{half_m}x{block_n}s{stages}" + (f"_{flags}" if flags else ""),
-                lambda q, k, v, causal, scale: scheduling._launch(q, k, v, causal, scale, half_m, block_n, stages,
-                                                                  **options))
+                lambda q, k, v, causal, scale: scheduling.launch(q, k, v, causal, scale, half_m, block_n, stages,
+                                                                 **options))
     import kernel as one_partition
 
     bm, bn, stages, warps, overlap = (int(x) for x in (text + "x1").split("x")[:5])

@@ -2,7 +2,7 @@
 (attnkit.kernels.flash.hopper), measured on the H100 (2026-11-26): none was faster. Kept as measured.
 
 Beside the package kernel's layout (one producer warp, two compute warp groups of 64 query rows), three
-switches of ``_launch``:
+switches of ``launch``:
 
 - ``pingpong``: the two compute groups take turns to issue their products (per tile: S_0, then S_j
   with P_{j-1} V_{j-1}, then the last P V), through a pair of mbarriers, so that one group's softmax
@@ -417,9 +417,9 @@ def _schedule_tensors(order, n_tiles, n_m, n_q, n_k, block_m, block_n, causal, n
             torch.tensor(starts, dtype=torch.int32, device=device))
 
 
-def _launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int,
-            pingpong: bool = False, persistent: bool = False, p_smem: bool = False, head_group: int = 0,
-            order: str = "", one_loop: bool = False):
+def launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int,
+           pingpong: bool = False, persistent: bool = False, p_smem: bool = False, head_group: int = 0,
+           order: str = "", one_loop: bool = False):
     """(o, lse) of checked inputs with this configuration (tiles of 2 · half_m query rows; one program a
     tile, or persistent programs; ``head_group``: the tiles' order, see ``_tile``; ``order`` "list" or
     "lpt": one persistent program per SM walking a schedule built on the host, ``static_schedule``)."""

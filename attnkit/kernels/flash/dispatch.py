@@ -273,7 +273,7 @@ def effective_rung(rung: Rung, causal: bool, *tensors, plain: bool = True) -> Ru
 
 
 # ------------------------------------------------------------------- the warp-specialised Gluon forward
-# The tiles' order (``hopper._tile_of``): (batch, head) pairs a group, by causal; head by head (1) measured
+# The tiles' order (``hopper.tile_of``): (batch, head) pairs a group, by causal; head by head (1) measured
 # fastest (bench_flash_tile_order.csv; docs/flash_notes.md, "Rule: tile order").
 HEAD_GROUP = {False: 1, True: 1}
 # Persistent programs where Nq and Nk are at most this (bench_flash_persistent.csv; docs/flash_notes.md,
