@@ -7,6 +7,7 @@ batch. One process times everything side by side; parallel processes compile and
     python scripts/gpu_flash_headdims.py OUTDIR --quick          # fp16, N = 4096 alone, fewer candidates: 5 min
     python scripts/gpu_flash_headdims.py OUTDIR --cpu --tiny     # the same logic in Triton's interpreter, tiny
     python scripts/gpu_flash_headdims.py OUTDIR --report         # markdown tables from OUTDIR's CSVs
+    python scripts/gpu_flash_headdims.py OUTDIR --ptxas          # no GPU: registers and spills of the candidates
     options: --budget S  --workers K  --dims 80,96,192  --dtypes float16  --sweep-all | --no-sweep  --rounds R
 
 What runs where. On an sm_90 GPU the dispatch sends D = 64 and 128 (q, k and v alike) to the warp-specialised
@@ -84,6 +85,8 @@ from pathlib import Path
 
 if "--cpu" in sys.argv:                        # decided before Triton is imported
     os.environ["TRITON_INTERPRET"] = "1"
+elif "--ptxas" in sys.argv:                    # compiles for sm_90a on any machine: never the interpreter
+    os.environ["TRITON_INTERPRET"] = "0"
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -1152,6 +1155,55 @@ def summarise(run: Run) -> None:
              overall=overall), indent=1, default=str))
 
 
+# ------------------------------------------------------------------------------------ --ptxas (no GPU)
+def ptxas_rows(plan: Plan, causal: bool = True) -> list:
+    """ptxas's report (registers a thread, bytes spilled, wgmma serialised) on every sweep candidate of the
+    plan's head dims, and on D = 128's through the same Triton kernels, compiled for sm_90a on this machine as
+    the dispatch launches them for contiguous fp16 tensors (pointer tiles; descriptors for "fwd_desc")."""
+    try:
+        from attnkit.analysis import compiled
+    except ImportError:
+        from attnkit.bench import compiled
+    try:
+        from attnkit.kernels.flash import triton_kernels as kernels
+    except ImportError:
+        from attnkit.kernels import flash_kernels as kernels
+    import triton
+
+    names = {"fwd": "_attn_fwd", "fwd_desc": "_attn_fwd", "bwd_dkdv": "_bwd_dkdv", "bwd_dq": "_bwd_dq",
+             "bwd_atomic": "_bwd_dkdv"}
+    rows = []
+    for d, dv in plan.head_dims:
+        for launcher, configs in plan.candidates[(padded(d), padded(dv))].items():
+            for config in configs:
+                m, n, warps, stages = config
+                desc = launcher == "fwd_desc"
+                constexprs = dict(HEAD_DIM=padded(d), HEAD_DIM_V=padded(dv), DIM_QK=d, DIM_V=dv, BAND=causal,
+                                  CAUSAL=causal, SOFTCAP=False, VARLEN=False, DOT_PRECISION="tf32", BLOCK_M=m,
+                                  BLOCK_N=n, DESC=2 if desc else 0)
+                if launcher.startswith("fwd"):
+                    constexprs.update(USE_EXP2=True, SPLIT=True, LONGEST_FIRST=causal)
+                elif launcher != "bwd_dq":
+                    constexprs["ATOMIC_DQ"] = launcher == "bwd_atomic"
+                row = dict(suite="ptxas", impl=launcher, head_dim=d, head_dim_v=dv, causal=causal,
+                           config=config_name(config), registers=float("nan"), spill_bytes=float("nan"),
+                           wgmma_serialised="", reason="")
+                t0 = time.perf_counter()
+                try:
+                    ptx = compiled.compile_ptx(getattr(kernels, names[launcher]), constexprs, warps, stages, desc)
+                    report = compiled.ptxas_report(ptx)
+                    row.update(registers=report.registers, spill_bytes=report.spill_bytes,
+                               wgmma_serialised=report.wgmma_serialised)
+                except Exception as exc:     # out of shared memory at compile time, a compile error
+                    row["reason"] = f"{type(exc).__name__}: {first_line(exc)}"
+                row["seconds"] = time.perf_counter() - t0
+                rows.append(row)
+                log(f"ptxas D={d} Dv={dv} {launcher} {row['config']}: {row['registers']} registers, "
+                    f"{row['spill_bytes']} B spilled, serialised {row['wgmma_serialised']} {row['reason']}"
+                    f" (Triton {triton.__version__})")
+    return rows
+
+
 # ------------------------------------------------------------------------------- report (docs/head_dims.md)
 def _num(x) -> float:
     try:
@@ -1258,6 +1310,8 @@ def parse_args(argv):
     parser.add_argument("out", type=Path, help="directory for the CSVs, the log and headdims_best.json")
     parser.add_argument("--quick", action="store_true", help="fp16, N = 4096 alone, fewer candidates")
     parser.add_argument("--report", action="store_true", help="print markdown tables from the CSVs in OUTDIR")
+    parser.add_argument("--ptxas", action="store_true", help="no GPU needed: ptxas's registers and spills for "
+                        "every sweep candidate, compiled for sm_90a (--dims to choose; --quick: fewer candidates)")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (with --cpu: Triton's interpreter)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU in Triton's interpreter (needs --tiny)")
     parser.add_argument("--budget", type=float, help="seconds for the whole run (default 450; --quick 300)")
@@ -1280,6 +1334,12 @@ def main(argv=None, *, timer=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.report:
         print(report(args.out))
+        return 0
+    if args.ptxas:
+        plan = make_plan("quick" if args.quick else "full", dims=[int(x) for x in args.dims.split(",")]
+                         if args.dims else None)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        write_results("flash_headdims_ptxas", ptxas_rows(plan), args.out)
         return 0
     if not args.cpu and not torch.cuda.is_available():
         print("this script times kernels on a CUDA GPU; on a CPU run it with --cpu --tiny (checks only)")
