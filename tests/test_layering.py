@@ -5,6 +5,7 @@ check module (``nbgrader.check_module``) and the diagrams of ``make figures``.""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def modules() -> dict[str, tuple[Path, bool]]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+@functools.cache
+def import_graph() -> dict[str, frozenset[str]]:
     """{module: the attnkit modules it imports}, from every import statement of its source."""
     known = modules()
     graph = {}
@@ -54,7 +56,7 @@ def import_graph() -> dict[str, set[str]]:
                 else:
                     continue
                 targets |= {f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names}
-        graph[name] = {t for t in targets if t in known and t != name}
+        graph[name] = frozenset(t for t in targets if t in known and t != name)
     return graph
 
 
