@@ -86,7 +86,7 @@ ensure_triton_backend()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .flash import check_window  # noqa: E402
+from .input_checks import check_window  # noqa: E402
 from .value_checks import raise_pending_errors  # noqa: E402,F401  (re-exported: paged.raise_pending_errors)
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256                              # D and Dv: the dense kernel's range
