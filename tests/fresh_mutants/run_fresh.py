@@ -66,7 +66,7 @@ def passes(checks, fn, seed):
     return True, ""
 
 
-def run_lab(lab, n_seeds=None, verbose=False):
+def run_lab(lab, n_seeds=None, verbose=False, only=None):
     module = importlib.import_module(f"lab{lab}_fresh")
     labmod = importlib.import_module(f"attnkit.classroom.labchecks.lab{lab}")
     seeds = range(n_seeds if n_seeds is not None else (5 if lab in SLOW else 20))
@@ -76,6 +76,8 @@ def run_lab(lab, n_seeds=None, verbose=False):
         for exercise, fns in table.items():
             checks = [getattr(labmod, name) for name in CHECKS[lab][exercise]]
             for fn in fns:
+                if only and fn.__name__ not in only:
+                    continue
                 if (fn, tuple(CHECKS[lab][exercise])) in done:
                     continue
                 done.add((fn, tuple(CHECKS[lab][exercise])))
@@ -118,13 +120,14 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 20, or 5 for slow labs)")
     parser.add_argument("--json", default=None, help="append each lab's results to this JSON-lines file")
     parser.add_argument("--dir", default=None, help="folder of the labNN_fresh.py files (default: this one)")
+    parser.add_argument("--only", default=None, help="comma-separated names of the answers to run (default: all)")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per answer as it finishes")
     args = parser.parse_args(argv)
     if args.dir:
         sys.path.insert(0, os.path.abspath(args.dir))
     for lab in args.labs:
         lab = f"{int(lab):02d}"
-        res = run_lab(lab, args.seeds, args.verbose)
+        res = run_lab(lab, args.seeds, args.verbose, set(args.only.split(",")) if args.only else None)
         print(summary(res), flush=True)
         if args.json:
             with open(args.json, "a") as f:
