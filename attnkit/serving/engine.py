@@ -37,8 +37,8 @@ import numbers
 
 import torch
 
+from ..kernels.fp8_cache import FP8, FP8_MAX, quantize_fp8
 from ..kernels.paged import raise_pending_errors
-from ..kernels.paged_extend import FP8, FP8_MAX, quantize_fp8
 from .allocator import PagedKVCache, PrefixCache, Slots
 from .backends import Backend, kernel_backend, paged_decode_torch, torch_backend
 from .comparison import Comparison, compare_with_no_cache, kv_memory

@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from ..kernels.paged_extend import FP8, quantize_fp8
+from ..kernels.fp8_cache import FP8, quantize_fp8
 from ..reference.rope import rope_cache
 from .allocator import Slots
 
