@@ -192,8 +192,6 @@ def test_lesson_2s_iomodel_is_the_cost_model_and_the_naive_timing_under_one_name
     assert lesson2.measure_naive_scaling is naive.measure_naive_scaling and lesson2.NAIVE_STEPS is naive.NAIVE_STEPS
 
 
-@pytest.mark.xfail(strict=True, reason="grading/guard.py's COURSE_IMPLEMENTATIONS still names attnkit.bench.iomodel, "
-                                       "whose functions now live in attnkit.analysis.iomodel and attnkit.bench.naive")
 def test_the_graders_guard_covers_the_cost_model_and_the_naive_timing():
     """The grader refuses calls into the course's own cost model and naive timing (lab 2 asks students to
     write them): the guard lists the modules that define them, since it guards a function in its own module."""

@@ -18,7 +18,8 @@ from .submission import CELL_PREFIX
 
 # The course's own implementations: the student's code may not call them while it is graded.
 COURSE_IMPLEMENTATIONS = ("attnkit.reference", "attnkit.kernels", "attnkit.serving.kv_cache",
-                          "attnkit.serving.tinymodel", "attnkit.bench.iomodel")
+                          "attnkit.serving.tinymodel", "attnkit.analysis.iomodel", "attnkit.bench.iomodel",
+                          "attnkit.bench.naive")
 _TOOL_CODES: set = set()           # the code of the lab's tools: what they call is theirs to call
 _PLACEHOLDER = -7310921            # in _guard_body's constants: replaced by the function's id
 _ORIGINALS: dict[int, object] = {}
