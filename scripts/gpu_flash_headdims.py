@@ -1212,6 +1212,10 @@ def _num(x) -> float:
         return float("nan")
 
 
+def _int(x) -> str:
+    return str(int(_num(x))) if _num(x) == _num(x) else "–"
+
+
 def _cell(ratio, tf=None) -> str:
     if ratio != ratio:
         return "–"
@@ -1223,8 +1227,22 @@ def report(directory: Path) -> str:
     direction (attnkit ÷ cuDNN speed, attnkit's TFLOP/s), the sweep's best per case and overall, FP8, varlen."""
     from attnkit.bench.recorder import describe_source, read_results
 
+    out = []
+    if (Path(directory) / "bench_flash_headdims_ptxas.csv").exists():
+        compiled = read_results("flash_headdims_ptxas", directory)
+        out += [f"**ptxas, sm_90a, causal, fp16** (Triton {compiled[0]['triton']}): registers a thread / bytes "
+                "spilled; * where ptxas serialised the matrix products", "",
+                "| D, Dv | launcher | " + " | ".join(f"c{i + 1}" for i in range(7)) + " |", "|---" * 9 + "|"]
+        for key in dict.fromkeys((int(r["head_dim"]), int(r["head_dim_v"]), r["impl"]) for r in compiled):
+            cells = [f"{r['config']}: {_int(r['registers'])}/{_int(r['spill_bytes'])}"
+                     + ("*" if str(r["wgmma_serialised"]) == "True" else "")
+                     for r in compiled if (int(r["head_dim"]), int(r["head_dim_v"]), r["impl"]) == key]
+            out.append(f"| {key[0]}, {key[1]} | {key[2]} | " + " | ".join(cells + [""] * (7 - len(cells))) + " |")
+        out.append("")
+    if not (Path(directory) / "bench_flash_headdims.csv").exists():
+        return "\n".join(out)
     rows = read_results("flash_headdims", directory)
-    out = [f"Source: `bench_flash_headdims.csv`, {describe_source(rows)}.", ""]
+    out += [f"Source: `bench_flash_headdims.csv`, {describe_source(rows)}.", ""]
     base = [r for r in rows if r["suite"] == "baseline" and r["impl"] in ("attnkit", "sdpa_cudnn")]
     lengths = sorted({int(r["n"]) for r in base if r["n"] == r["n"]})
     for dtype in sorted({r["dtype"] for r in base}, key=lambda x: x != "float16"):
