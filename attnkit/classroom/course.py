@@ -281,3 +281,55 @@ def readme_toc(root) -> str:
         rows.append(f"| [{lesson.heading}]({lesson.notebook}) {badge} | {minutes} | {lab} | "
                     f"{'ready' if ready else 'in preparation'} |")
     return "\n".join(rows)
+
+
+def nbgrader_source(number: int, course_dir):
+    """Put lab ``number``'s solution where nbgrader's ``generate_assignment`` reads it, and return its path.
+
+    ``course_dir/source/labNN/labNN_slug.ipynb``: the solution notebook (its ``### BEGIN SOLUTION``
+    regions and nbgrader metadata are what nbgrader reads) with the lab's Colab badge instead of the
+    solution's, so that the notebook nbgrader releases links to the lab, as ``labs/`` does.
+    """
+    from pathlib import Path
+
+    import nbformat
+
+    lesson = next((entry for entry in LESSONS if entry.number == number), None)
+    if lesson is None or not lesson.has_lab:
+        labs = ", ".join(str(entry.number) for entry in LESSONS if entry.has_lab)
+        raise ValueError(f"number: lesson {number} has no lab (labs: {labs})")
+    root = Path(__file__).resolve().parents[2]
+    solution = root / lesson.solution
+    if not solution.exists():
+        raise ValueError(f"number: {lesson.solution} is not here (a clone of the course has it; a wheel does not)")
+    nb = nbformat.read(solution, as_version=4)
+    badge_of_solution, badge_of_lab = colab_url(lesson.solution), colab_url(lesson.lab)
+    if badge_of_solution not in nb.cells[0].source:
+        raise ValueError(f"number: {lesson.solution} does not open with its Colab badge (run `make headers`)")
+    nb.cells[0].source = nb.cells[0].source.replace(badge_of_solution, badge_of_lab)
+    assignment = Path(lesson.lab).stem[:5]                       # "lab01"
+    target = Path(course_dir) / "source" / assignment / Path(lesson.lab).name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, target)
+    return target
+
+
+def main(argv=None) -> int:
+    """``python -m attnkit.classroom.course nbgrader-source NN COURSE_DIR``: see ``nbgrader_source``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m attnkit.classroom.course")
+    commands = parser.add_subparsers(dest="command", required=True)
+    source = commands.add_parser("nbgrader-source", help="put a lab's solution into an nbgrader course's source/")
+    source.add_argument("lab", type=int, help="the lab's number, e.g. 01")
+    source.add_argument("course_dir", help="the nbgrader course folder (where nbgrader_config.py is)")
+    args = parser.parse_args(argv)
+    try:
+        print(nbgrader_source(args.lab, args.course_dir))
+    except ValueError as exc:
+        parser.error(str(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
