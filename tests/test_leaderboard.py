@@ -121,6 +121,8 @@ def test_bad_arguments_get_clear_errors(tmp_path):
         leaderboard.run_leaderboard([nb], tmp_path, clock="wall")
     with pytest.raises(ValueError, match="repeats: must be a positive integer"):
         leaderboard.run_leaderboard([nb], tmp_path, clock="ops", repeats=0)
+    with pytest.raises(ValueError, match="jobs: must be a positive integer"):
+        leaderboard.run_leaderboard([nb], tmp_path, clock="ops", jobs=0)
     with pytest.raises(ValueError, match="lab: .*alice.ipynb.* pass --lab"):
         leaderboard.run_leaderboard([tmp_path / "alice.ipynb"], tmp_path, clock="ops")
     with pytest.raises(ValueError, match="notebooks: give at least one"):

@@ -415,7 +415,8 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
     """Grade ``notebooks``, time their passing kernels, write the leaderboard into ``out`` (see the
     module's doc). ``clock``: a name of ``timing.CLOCKS`` ("cuda" needs a CUDA GPU; "ops" counts the
     interpreter's operations, for tests). ``size``: the shapes, "gpu" or "tiny" (default: "gpu" for the
-    cuda clock, "tiny" otherwise). ``jobs``: processes at a time (default: the CPU count)."""
+    cuda clock, "tiny" otherwise). ``jobs``: timing workers preparing at a time; half as many notebooks are
+    graded at a time (default: the CPU count)."""
     from ...bench.recorder import provenance
     from .timing import CLOCKS, TIMED_LABS, timed_kernels
 
@@ -434,7 +435,9 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
         if e.lesson.number not in TIMED_LABS:
             raise ValueError(f"lab: lab {e.lesson.number:02d} has no kernel on the leaderboard (labs "
                              f"{', '.join(f'{n:02d}' for n in TIMED_LABS)} have)")
-    jobs = max(1, int(jobs or os.cpu_count() or 1))
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise ValueError(f"jobs: must be a positive integer, got {jobs!r}")
+    jobs = jobs or os.cpu_count() or 1
     if sandbox is None:
         sandbox = sandbox_problem() is None
     budgets = Budgets(cell_timeout=timeout, notebook_timeout=notebook_timeout, memory_mib=memory_mib)
@@ -450,7 +453,8 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
             say(f"⚠️ {problems[-1]}")
 
     # 1. grade, several notebooks at a time (each grading is three processes)
-    say(f"grading {len(entries)} notebook(s), {max(1, jobs // 3)} at a time; isolation: "
+    grading_jobs = max(1, jobs // 2)        # a grading is three processes, mostly waiting on one another
+    say(f"grading {len(entries)} notebook(s), {grading_jobs} at a time; isolation: "
         f"{'bubblewrap' if sandbox else 'no sandbox (' + (sandbox_problem() or 'turned off') + ')'}")
 
     def graded(e: Entry):
@@ -461,7 +465,7 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
             e.skipped = one_line(exc)
         return e
 
-    with ThreadPoolExecutor(max(1, jobs // 3)) as pool:
+    with ThreadPoolExecutor(grading_jobs) as pool:
         list(pool.map(graded, entries))
     done = [e for e in entries if e.grade is not None]
     for e, name in zip(done, report_names([e.notebook for e in done])):
@@ -542,7 +546,9 @@ def parser():
     p.add_argument("--out", default=os.environ.get("OUT") or "build/leaderboard",
                    help="output folder (default: $OUT, else build/leaderboard)")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="timed turns of each call (median)")
-    p.add_argument("--jobs", type=int, default=None, help="processes at a time (default: the CPU count)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="timing workers preparing at a time; half as many notebooks are graded at a time "
+                        "(default: the CPU count)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per cell, per step")
     p.add_argument("--notebook-timeout", type=float, default=DEFAULT_NOTEBOOK_TIMEOUT, help="seconds per step")
     p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MIB, help="MiB for a step's whole process tree")
