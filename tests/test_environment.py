@@ -1,7 +1,10 @@
-"""environment.yml (conda) and pyproject.toml (pip) describe the same environment."""
+"""The course's environment: environment.yml (conda) and pyproject.toml (pip) describe the same one;
+every address of the course is made from its one home and release; a linked `.venv` still grades."""
 import re
 import tomllib
+from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 
@@ -176,3 +179,56 @@ def test_readme_citation_and_package_metadata_name_the_same_home_and_release():
     assert project["urls"]["Source"] == course.REPO_URL
     assert all(not _address_problem(url) for url in project["urls"].values())
     assert project["classifiers"] and project["keywords"]
+
+
+# ------------------------------------------------- a .venv that links to an environment elsewhere (41.7)
+def test_the_sandbox_shows_a_linked_environment_under_its_linked_name(tmp_path, monkeypatch):
+    import sys
+
+    from attnkit.classroom.grading import sandbox
+
+    real = tmp_path / "envs" / "course"
+    (real / "bin").mkdir(parents=True)
+    link = tmp_path / "course" / ".venv"
+    link.parent.mkdir()
+    link.symlink_to(real, target_is_directory=True)
+    for name in ("prefix", "exec_prefix"):
+        monkeypatch.setattr(sys, name, str(link))
+    monkeypatch.setattr(sys, "executable", str(link / "bin" / "python"))
+    assert sandbox._aliases() == [(str(real), str(link))]      # once: bin/ is inside the prefix
+    args = sandbox._bwrap_args(sandbox.Budgets(), drop=False)
+    binds = [tuple(args[i + 1:i + 3]) for i, a in enumerate(args) if a == "--ro-bind"]
+    assert (str(real), str(real)) in binds and (str(real), str(link)) in binds
+    assert binds.index((str(real), str(link))) > binds.index((str(real), str(real)))
+
+    monkeypatch.setattr(sys, "prefix", str(real))                 # no link: nothing more to show
+    monkeypatch.setattr(sys, "exec_prefix", str(real))
+    monkeypatch.setattr(sys, "executable", str(real / "bin" / "python"))
+    assert sandbox._aliases() == []
+
+
+@pytest.mark.slow
+def test_make_grade_through_a_linked_venv_gives_the_solution_its_marks(tmp_path):
+    """`make grade` with `.venv` a link to a venv elsewhere: the sandbox must find the interpreter by
+    the linked name (before, bwrap could not exec it and every exercise got 0). About 10 s."""
+    import subprocess
+    import sys
+
+    from attnkit.classroom.grading import sandbox
+
+    problem = sandbox.sandbox_problem()
+    if problem:
+        pytest.skip(f"no sandbox here: {problem}")
+    link = tmp_path / "elsewhere" / ".venv"
+    link.parent.mkdir()
+    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    out = tmp_path / "grades"
+    done = subprocess.run([str(link / "bin" / "python"), "-m", "attnkit.classroom.grading", "--lab", "01",
+                           "--out", str(out), "--strict", "--require-sandbox",
+                           str(ROOT / "solutions" / "lab01_attention_by_hand.ipynb")],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = (out / "grades.csv").read_text().splitlines()
+    header, row = rows[0].split(","), rows[1].split(",")
+    assert row[header.index("score")] == row[header.index("total")] == "5"
+    assert row[header.index("sandboxed")] == "yes"

@@ -116,6 +116,20 @@ def _readable_roots() -> list[str]:
     return out
 
 
+def _aliases() -> list[tuple[str, str]]:
+    """(real folder, the name this interpreter uses for it) where the Python environment is reached
+    through a symbolic link, e.g. a `.venv` that links to a venv elsewhere: the readable roots hold the
+    real folder, and the sandbox shows it under the linked name too, where ``sys.executable`` and the
+    paths Python derives from it point."""
+    out: list[tuple[str, str]] = []
+    for path in sorted({sys.prefix, sys.exec_prefix, os.path.dirname(sys.executable)}, key=len):
+        alias, real = os.path.abspath(path), os.path.realpath(path)
+        if alias != real and os.path.isdir(real) and \
+                not any(alias == a or alias.startswith(a.rstrip("/") + "/") for _, a in out):
+            out.append((real, alias))
+    return out
+
+
 def sandbox_argv(argv: list[str], budgets: Budgets) -> list[str]:
     """``argv`` wrapped in bwrap: the readable roots read-only, a tmpfs /tmp and a tmpfs working folder
     of fixed sizes, nothing else writable, no network."""
@@ -132,6 +146,8 @@ def _bwrap_args(budgets: Budgets, drop: bool) -> list[str]:
     args += ["--size", str(int(budgets.tmp_mib) * 2**20), "--perms", "1777", "--tmpfs", "/tmp"]
     for root in _readable_roots():        # after /tmp: a course installed under /tmp is bound on top
         args += ["--ro-bind", root, root]
+    for real, alias in _aliases():        # a linked environment, under the name the interpreter uses
+        args += ["--ro-bind", real, alias]
     args += ["--size", str(int(budgets.staging_mib) * 2**20), "--perms", "1777", "--tmpfs", SANDBOX_HOME,
              "--dev", "/dev", "--proc", "/proc", "--chdir", SANDBOX_HOME, *_unshare(drop),
              "--die-with-parent", "--new-session", "--cap-drop", "ALL"]     # no capability, even in its namespace
