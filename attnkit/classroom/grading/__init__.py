@@ -4,6 +4,7 @@ a separate process that runs none of its code; a summary, JUnit XML and grades.c
     python -m attnkit.classroom.grading --lab 01 submissions/*.ipynb [--out build/grades] [--strict]
         [--require-sandbox] [--timeout 600] [--notebook-timeout 1800] [--memory 4096] [--seed N]
     make grade LAB=01 NOTEBOOK=path/to/student_lab.ipynb [TIMEOUT=600] [STRICT=1]
+    make leaderboard NOTEBOOK="a.ipynb b.ipynb"     # GPU only: times the kernels that pass; never a grade
 
 The rooms:
     lab.py          which lab, its graded exercises and checks, the tools its notebook hands out
@@ -17,7 +18,9 @@ The rooms:
     checker.py      the checker's process
     pipeline.py     one notebook graded: the three processes and how their results combine
     reports.py      summary, JUnit XML, grades.csv, and how the notebook's text is made plain
-    __main__.py     the command line
+    __main__.py     the command line (and its `leaderboard` command)
+    leaderboard.py  the kernel leaderboard: grade, time the kernels that pass, rank, write the CSVs and page
+    timing.py       the leaderboard's timing worker: a notebook's kernels timed beside the course's and cuDNN's
 """
 from .lab import GradedExercise, course_tools, find_lab, lab_checks, lab_exercises
 from .pipeline import DEFAULT_MEMORY_MIB, DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, grade, protection_summary
