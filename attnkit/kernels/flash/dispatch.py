@@ -22,6 +22,10 @@ The rest of ``attnkit.kernels.flash`` asks this module and runs what it says:
   missing from older Triton) and falling back to the Triton kernels when one fails (``run_gluon``,
   ``GLUON_FAILED``).
 
+One fallback stays below this module: a kept runner that raises sends that launcher back to Triton's JIT
+for the rest of the process (``runners.Runners``), because the Gluon modules, which this module imports,
+launch through the runners too.
+
 Each rule's comment names the recorded results and the subsection "Rule: ..." of docs/flash_notes.md behind
 it (measured figures, dates and tuning histories are kept there).
 """
