@@ -7,7 +7,7 @@ to OUTDIR/bench_flash_backward.csv (rewritten after every case, so a cut-off run
 fp16, B·N = 16k tokens, H = 16, one fixed block configuration per kernel (ATTNKIT_AUTOTUNE=0: each
 variant compiles once, ~10-15 s). Cases run in priority order and a case is skipped when its
 estimated compile and timing cost would pass the budget:
-1. backward (suite "backward"): attnkit "two_kernels" and "atomic_dq" (backward_launch.backward: the DELTA
+1. backward (suite "backward"): attnkit "two_kernels" and "atomic_dq" (flash.backward.backward: the DELTA
    pre-pass and the design's kernels; for atomic_dq also zeroing and converting the fp32 dQ buffer)
    against SDPA's cuDNN and flash backends (torch.autograd.grad through SDPA), N in {1k, 4k, 16k};
    "atomic_dq_alt": atomic_dq with its second candidate block configuration (D = 128, N = 4k);
@@ -168,7 +168,7 @@ def forward_for_backward(q, k, v, causal):
 
 def attnkit_backward(design, tensors, o, lse, causal, config=None, *, configs=None, desc=None):
     """A function running the backward ``design`` (a key of flash.BACKWARDS) with fixed configs: ``config``
-    for the one-pass kernel, or ``configs`` (launcher name -> BlockConfig); ``desc`` as backward_launch.backward's."""
+    for the one-pass kernel, or ``configs`` (launcher name -> BlockConfig); ``desc`` as flash.backward.backward's."""
     q, k, v, do = tensors
     if config is not None:
         configs = {"bwd_atomic": config}

@@ -34,7 +34,7 @@ def _qkv(b=1, hq=2, hkv=2, n_q=70, n_k=70, d=64, dtype=torch.float16, device="cp
 
 # ---------------------------------------------------------------------------- the host's side, any machine
 def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
-    """What ``_launch`` hands the kernel, read by the kernel's own argument names (the launch itself is
+    """What ``hopper.launch`` hands the kernel, read by the kernel's own argument names (the launch itself is
     stubbed: Gluon runs on an sm_90 GPU only): descriptors over q, k, v with the configuration's blocks,
     the new o and lse it returns, the scale in base 2, the sizes of a grouped-query call."""
     launched = {}
