@@ -213,14 +213,11 @@ def _paged_kernel(
     loop starts there, so the blocks before it are never loaded. exp2 with qk_scale = scale·log2 e.
     Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial state to the workspace row of
     (b, head, split): z in columns 0 .. DIM_V - 1, m (natural-log units) in DIM_V, ℓ in DIM_V + 1.
-    CHECK: program (0, 0, 0) also checks the values of the whole call first (``_check_values``).
+    CHECK: program (0, 0, 0) also checks the values of the whole call, after its own output (``_check_values``;
+    last, so that its registers do not add to the main loop's: ptxas spills no more than without it).
     """
     b = tl.program_id(1)
     split = tl.program_id(2)
-    if CHECK:
-        if (tl.program_id(0) == 0) & (b == 0) & (split == 0):
-            _check_values(bt_ptr, lens_ptr, k_scale_ptr, v_scale_ptr, state_ptr, batch, num_pages, max_len, n_kv,
-                          stride_btb, stride_btp, stride_lens, PAGE_SIZE, SCALED, BLOCK_KV, CODE, N_KERNELS, 16, 64)
     offs_g = tl.arange(0, BLOCK_G)                                       # [BLOCK_G] row of the tile
     if GROUPED:
         kv = tl.program_id(0)          # KV heads of one sequence are neighbours: they read the same pages
@@ -280,6 +277,10 @@ def _paged_kernel(
         out = acc / l_i[:, None]
         rows = out_ptr + b * stride_ob + heads * stride_oh
         tl.store(rows[:, None] + offs_dv[None, :], out.to(out_ptr.dtype.element_ty), mask=store_ok)
+    if CHECK:       # last: the main loop's registers are free by then
+        if (tl.program_id(0) == 0) & (b == 0) & (split == 0):
+            _check_values(bt_ptr, lens_ptr, k_scale_ptr, v_scale_ptr, state_ptr, batch, num_pages, max_len, n_kv,
+                          stride_btb, stride_btp, stride_lens, PAGE_SIZE, SCALED, BLOCK_KV, CODE, N_KERNELS, 16, 64)
 
 
 @triton.jit
