@@ -182,13 +182,13 @@ def test_ratios_ranks_and_the_rows_that_are_not_ranked():
 
 
 def test_the_page_shows_text_as_text_and_says_when_nothing_is_recorded():
-    row = {"rank": "1", "student": "a|b <script>alert(1)</script> *x*", "lab": "05", "kernel": "flash_forward",
+    row = {"rank": "1", "student": "a|b <script>alert(1)</script> *x* $y$", "lab": "05", "kernel": "flash_forward",
            "shape": "B=1", "student_ms": "1.5", "vs_course": "2", "vs_library": "", "library": "cuDNN SDPA",
            "gpu": "NVIDIA H100", "date": "2026-11-28", "torch": "2.11", "triton": "3.6", "clock": "c", "note": ""}
     page = leaderboard.page_markdown([row])
     line = next(l for l in page.splitlines() if "flash" in l)
     assert line.count("|") - line.count("\\|") == 13              # 12 cells: the name's pipe is escaped
-    assert "<script>" not in page and "\\<script\\>" in page and "\\*x\\*" in page
+    assert "<script>" not in page and "\\<script\\>" in page and "\\*x\\* \\$y\\$" in page
     assert "| 2.00× | – |" in line and "recorded on nvidia h100" in page.lower()
     empty = leaderboard.page_markdown([])
     assert "No leaderboard has been recorded yet" in empty and "make leaderboard" in empty

@@ -342,9 +342,9 @@ def add_grade_columns(csv_path: Path, entries: list[Entry], rows: list[dict], ke
 
 
 def _md(text) -> str:
-    """Text safe in a Markdown table cell: no pipes, no markup, no HTML."""
+    """Text safe in a Markdown table cell: no pipes, no markup, no HTML, no math."""
     text = one_line(text, 200)
-    for ch in "\\`*_{}[]<>()#+!|~":
+    for ch in "\\`*_{}[]<>()#+!|~$":
         text = text.replace(ch, "\\" + ch)
     return text
 
