@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...device import on_device, to_kernel_device, triton_interprets
+from ...device import on_device, to_kernel_device
 from . import dispatch, layout, plans
 from . import triton_kernels as kernels
 from .dispatch import DEFAULT_BACKWARD
@@ -168,7 +168,7 @@ def backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, window=(-1, -1)
     n_heads_kv, n_k = k4.shape[1], k4.shape[2]
     if packed:
         batch, n_q, n_k = cu_q.numel() - 1, varlen[2], varlen[3]
-    block_m = 16 if triton_interprets() else 64
+    block_m = dispatch.preprocess_rows()
     dims = dict(HEAD_DIM_V=dispatch.padded(head_dim_v), DIM_V=head_dim_v, VARLEN=packed)
     with on_device(device):     # through Triton's JIT once per key, then the compiled kernel's runner
         RUNNERS.launch(kernels._bwd_preprocess, (triton.cdiv(n_q, block_m), n_heads, batch),

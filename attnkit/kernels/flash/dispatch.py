@@ -16,7 +16,7 @@ The rest of ``attnkit.kernels.flash`` asks this module and runs what it says:
   it moves by descriptors (``backward_descriptors``); where the Gluon backward runs
   (``warp_specialized_backward_choice``, ``gluon_backward_module``); how dO is laid out (``backward_do``).
 - the launchers' autotuning candidates and defaults (``LAUNCHERS``, ``default_config``,
-  ``smaller_configs``, ``autotune_enabled``).
+  ``untuned_configs`` and ``smaller_configs``, ``autotune_enabled``, ``preprocess_rows``).
 - the FP8 forward's head dims and configurations (``FP8_GPU_CONFIGS``, ``fp8_descriptors_usable``).
 - loading the Gluon modules (``gluon_module``, the one import that may fail: Gluon's Hopper API is
   missing from older Triton) and falling back to the Triton kernels when one fails (``run_gluon``,
@@ -176,6 +176,21 @@ def smaller_configs(config: BlockConfig):
     for block_m, block_n in ((64, 64), (64, 32), (32, 32)):
         if block_m * block_n < config.block_m * config.block_n:
             yield BlockConfig(block_m, block_n, 4, 2)
+
+
+def untuned_configs(name: str, head_dim: int, itemsize: int) -> list[BlockConfig]:
+    """The configurations launcher ``name`` tries in turn without autotuning, at this padded head dim and
+    element size: its default, then ``smaller_configs``, the first that fits in shared memory running;
+    4-byte (fp32) tiles start at 64 x 64 (larger ones are slow to compile)."""
+    choices = list(smaller_configs(default_config(name, head_dim)))
+    if itemsize >= 4:
+        choices = [c for c in choices if c.block_m * c.block_n <= 64 * 64] or choices[-1:]
+    return choices
+
+
+def preprocess_rows() -> int:
+    """Query rows a program of the backward's pre-pass (δ = rowsum(dO ∘ O)) takes: 64, 16 in the interpreter."""
+    return INTERPRETER_CONFIG.block_m if triton_interprets() else 64
 
 
 # ------------------------------------------------------------------------------ the forward's ladder

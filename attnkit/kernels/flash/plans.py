@@ -172,10 +172,8 @@ def first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_b
     elif fixed is not None:
         choices = [fixed]
     else:
-        choices = list(dispatch.smaller_configs(default_config(name, max(constexprs["HEAD_DIM"],
-                                                                   constexprs.get("HEAD_DIM_V", 0)))))
-        if getattr(args[0], "base", args[0]).dtype.itemsize >= 4:   # fp32 tiles: start at 64 x 64 (compiling
-            choices = [c for c in choices if c.block_m * c.block_n <= 64 * 64] or choices[-1:]   # larger is slow)
+        head_dim = max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0))
+        choices = dispatch.untuned_configs(name, head_dim, getattr(args[0], "base", args[0]).dtype.itemsize)
     for config in choices:
         meta = config.meta()
         plan = LaunchPlan(kernel, meta, meta[rows_block], _descriptor_blocks(kernel, args, constexprs, meta))
