@@ -17,7 +17,8 @@ The rest of ``attnkit.kernels.flash`` asks this module and runs what it says:
   (``warp_specialized_backward_choice``, ``gluon_backward_module``); how dO is laid out (``backward_do``).
 - the launchers' autotuning candidates and defaults (``LAUNCHERS``, ``default_config``,
   ``untuned_configs`` and ``smaller_configs``, ``autotune_enabled``, ``preprocess_rows``).
-- the FP8 forward's head dims and configurations (``FP8_GPU_CONFIGS``, ``fp8_descriptors_usable``).
+- the FP8 forward's head dims and configurations (``FP8_GPU_CONFIGS``, ``fp8_config``,
+  ``fp8_descriptors_usable``).
 - loading the Gluon modules (``gluon_module``, the one import that may fail: Gluon's Hopper API is
   missing from older Triton) and falling back to the Triton kernels when one fails (``run_gluon``,
   ``GLUON_FAILED``).
@@ -506,6 +507,16 @@ def gluon_backward_module(q4, k4, v4, do4, causal: bool, windowed: bool, softcap
 # registers, hence larger tiles with 8 warps there (not swept).
 FP8_GPU_CONFIGS = {False: BlockConfig(64, 128, 4, 2), True: BlockConfig(64, 128, 4, 3)}
 FP8_POINTER_CONFIG = BlockConfig(128, 64, 8, 3)
+
+
+def fp8_config(causal: bool, descriptors: bool, config: BlockConfig | None = None) -> BlockConfig:
+    """The FP8 forward's launch configuration: ``config`` if given, else ``FP8_GPU_CONFIGS[causal]`` with
+    descriptors and ``FP8_POINTER_CONFIG`` without; in the interpreter always ``INTERPRETER_CONFIG``."""
+    if triton_interprets():
+        return INTERPRETER_CONFIG
+    if config is not None:
+        return config
+    return FP8_GPU_CONFIGS[causal] if descriptors else FP8_POINTER_CONFIG
 
 
 def fp8_descriptors_usable(q8, k8, n_k: int) -> bool:

@@ -99,7 +99,7 @@ import triton.language as tl  # noqa: E402
 
 from .dispatch import FP8_GPU_CONFIGS as GPU_CONFIGS  # noqa: E402
 from .dispatch import FP8_POINTER_CONFIG as POINTER_CONFIG  # noqa: E402
-from .dispatch import INTERPRETER_CONFIG, BlockConfig, fp8_descriptors_usable, head_dims_with  # noqa: E402
+from .dispatch import BlockConfig, fp8_config, fp8_descriptors_usable, head_dims_with  # noqa: E402
 from .triton_kernels import load_tile  # noqa: E402
 
 SUPPORTED_HEAD_DIMS = head_dims_with("fp8")     # the head dims whose row of dispatch.HEAD_DIMS sets fp8
@@ -342,10 +342,10 @@ def forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: float
              desc: bool | None = None, config: BlockConfig | None = None, promote: bool = True) -> torch.Tensor:
     """The launch (inputs already checked). ``desc``: None chooses (descriptors where usable); True
     asks for descriptors where usable; False forces pointer loads. ``config``: the launch configuration
-    on a GPU (default GPU_CONFIGS[causal] with descriptors, POINTER_CONFIG without; the interpreter always takes
-    INTERPRETER_CONFIG). ``promote``: step 4 of the module
-    docstring; False passes the accumulator into the product instead (fewer registers, sums over all
-    key tiles in the tensor cores' reduced precision), for measuring the trade-off."""
+    on a GPU (``dispatch.fp8_config`` picks it otherwise; the interpreter always takes one small one).
+    ``promote``: step 4 of the module docstring; False passes the accumulator into the product instead
+    (fewer registers, sums over all key tiles in the tensor cores' reduced precision), for measuring the
+    trade-off."""
     where = q8.device
     q8, k8, v8, q_scale, k_scale, v_scale = to_kernel_device(q8, k8, v8, q_scale, k_scale, v_scale)
     emulate = triton_interprets()
@@ -358,13 +358,9 @@ def forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale: float
     strides = [st for t in (q8, k8, v8, o) for st in t.stride()]
     vt = v_transposed(v8) if desc is not False and fp8_descriptors_usable(q8, k8, n_k) else None   # [B, Hkv, D, Nk]
     use_desc = vt is not None and vt.data_ptr() % 16 == 0
-    if emulate:
-        config = INTERPRETER_CONFIG
-    elif config is None:
-        config = GPU_CONFIGS[causal] if use_desc else POINTER_CONFIG
+    config = fp8_config(causal, use_desc, config)
     if use_desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
-
 
         def descriptor(t, rows, cols):
             return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, cols])
