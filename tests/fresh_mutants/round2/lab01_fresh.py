@@ -175,6 +175,20 @@ def softmax_log_domain_bug(S):
     return np.exp(S - lse)
 
 
+def softmax_in_place(S):
+    """Worked in place on the caller's array to save memory."""
+    S -= S.max(axis=-1, keepdims=True)
+    np.exp(S, out=S)
+    S /= S.sum(axis=-1, keepdims=True)
+    return S
+
+
+def _twice(f):
+    S = _S.copy()
+    f(S)
+    return f(S)
+
+
 # ---------------------------------------------------------------- exercise 4: attention
 
 
@@ -347,7 +361,7 @@ WRONG = {
                 by_hand_truncated, by_hand_key_columns, by_hand_unnormalised, by_hand_output_swapped],
     "scores": [scores_sqrt_nk, scores_sqrt_nq, scores_scale_d, scores_isqrt, scores_transposed, scores_fp16],
     "softmax": [softmax_global_max, softmax_axis0, softmax_no_shift, softmax_min_shift, softmax_mean_shift,
-                softmax_clip, softmax_sum_axis0, softmax_fp16, softmax_log_domain_bug],
+                softmax_clip, softmax_sum_axis0, softmax_fp16, softmax_log_domain_bug, softmax_in_place],
     "attention": [attention_diag_hidden, attention_hides_past, attention_mask_after_softmax,
                   attention_mask_after_softmax_renorm, attention_ignores_causal, attention_scaled_twice,
                   attention_mask_zero, attention_mask_minus_1e4, attention_mask_multiplied],
@@ -372,6 +386,7 @@ WITNESS = {
     "scores_isqrt": lambda f: f(_Q, _K), "scores_transposed": lambda f: f(_Qs, _Ks),
     "scores_fp16": lambda f: f(_Q * 1e3, _K),
     **{f.__name__: (lambda f: f(_S)) for f in WRONG["softmax"]},
+    "softmax_in_place": _twice,
     "attention_diag_hidden": lambda f: f(_Qs, _Ks, _Vs, True), "attention_hides_past": lambda f: f(_Qs, _Ks, _Vs, True),
     "attention_mask_after_softmax": lambda f: f(_Qs, _Ks, _Vs, True),
     "attention_mask_after_softmax_renorm": lambda f: f(_Qbig, _Kbig, _Vbig, True),

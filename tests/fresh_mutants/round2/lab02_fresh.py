@@ -76,6 +76,11 @@ def mm_output_k_by_n(batch, m, n, k, itemsize):
     return batch * 2 * m * n * k, batch * itemsize * (m * k + k * n + k * n)
 
 
+def mm_output_fp32(batch, m, n, k, itemsize):
+    """C counted in 4 bytes (an fp32 accumulator)."""
+    return batch * 2 * m * n * k, batch * (itemsize * (m * k + k * n) + 4 * m * n)
+
+
 # ---------------------------------------------------------------- exercise 2
 
 
@@ -130,6 +135,12 @@ def ff_v_once(batch, heads, n_q, n_k, d, block_q, itemsize):
 def ff_last_tile_partial(batch, heads, n_q, n_k, d, block_q, itemsize):
     """Read K and V n_q / block_q times (a fraction for the partial tile)."""
     per_head = 2 * n_q * d + (n_q / block_q) * 2 * n_k * d
+    return 4 * batch * heads * n_q * n_k * d, batch * heads * itemsize * per_head
+
+
+def ff_round_tiles(batch, heads, n_q, n_k, d, block_q, itemsize):
+    """round(n_q / block_q) tiles: a last tile less than half full is lost."""
+    per_head = 2 * n_q * d + round(n_q / block_q) * 2 * n_k * d
     return 4 * batch * heads * n_q * n_k * d, batch * heads * itemsize * per_head
 
 
@@ -302,9 +313,9 @@ def pred_q_and_k_fp32_s(n):
 
 WRONG = {
     "matmul_cost": [mm_flops_no_two, mm_no_output_bytes, mm_b_shared, mm_no_itemsize, mm_c_read_too,
-                    mm_flops_no_batch, mm_output_k_by_n],
+                    mm_flops_no_batch, mm_output_k_by_n, mm_output_fp32],
     "flash_forward_cost": [ff_tiles_floor, ff_kv_once, ff_flops_two, ff_tiles_of_keys, ff_no_output,
-                           ff_tiles_plus_one, ff_writes_lse_as_s, ff_v_once, ff_last_tile_partial],
+                           ff_tiles_plus_one, ff_writes_lse_as_s, ff_v_once, ff_last_tile_partial, ff_round_tiles],
     "decode_cost": [dec_cache_per_q_head, dec_flops_per_kv_head, dec_no_q_o, dec_only_k, dec_flops_scores_only,
                     dec_q_o_per_kv_head, dec_cache_shared_by_batch, dec_group_multiplied],
     "roofline": [rf_gib, rf_tib, rf_sum, rf_min, rf_intensity_inverted, rf_bound_inverted, rf_milliseconds,

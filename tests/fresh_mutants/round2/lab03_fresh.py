@@ -491,6 +491,27 @@ def ta_fp16_p(Q, K, V, block_q, block_k):
     return O
 
 
+def ta_l_no_column(Q, K, V, block_q, block_k):
+    """z / l without [:, None]: divides columns when a block's rows equal dv (and fails otherwise)."""
+    n_q, d = Q.shape
+    n_k, dv = V.shape
+    scale = 1 / math.sqrt(d)
+    O = np.zeros((n_q, dv))
+    for q0 in range(0, n_q, block_q):
+        Q_i = Q[q0:q0 + block_q]
+        rows = len(Q_i)
+        state = (np.full(rows, -np.inf), np.zeros(rows), np.zeros((rows, dv)))
+        for k0 in range(0, n_k, block_k):
+            K_j, V_j = K[k0:k0 + block_k], V[k0:k0 + block_k]
+            S = Q_i @ K_j.T * scale
+            m = S.max(axis=1)
+            P = np.exp(S - m[:, None])
+            state = merge(state, (m, P.sum(axis=1), P @ V_j))
+        _, l, z = state
+        O[q0:q0 + block_q] = z / l
+    return O
+
+
 WRONG = {
     "online_softmax": [os_no_rescale, os_rescale_inverted, os_block_own_max, os_keeps_blocks, os_stale_max,
                        os_first_block_max, os_unshifted_first, os_int_max, os_returns_log, os_last_element_max,
@@ -499,7 +520,7 @@ WRONG = {
               mg_exp_inverted, mg_mean_reference, mg_empty_as_zero, mg_in_place, mg_l_from_z],
     "tiled_attention": [ta_step_mixup, ta_drops_last_keys, ta_drops_last_queries, ta_tile_max, ta_no_shift,
                         ta_normalise_each_block, ta_sum_axis0, ta_divides_by_last_block_sum, ta_scale_dv,
-                        ta_state_not_reset, ta_fp16_p],
+                        ta_state_not_reset, ta_fp16_p, ta_l_no_column],
 }
 CORRECT = {k: [v] for k, v in SOLUTION.items()}
 
@@ -540,4 +561,5 @@ WITNESS = {
     "ta_tile_max": lambda f: f(_Qbig, _K, _V, 3, 4), "ta_no_shift": lambda f: f(_Qbig, _K, _V, 3, 4),
     "ta_sum_axis0": lambda f: f(_Q, _K, _V, 3, 3),
     "ta_state_not_reset": lambda f: f(_Q[:6], _K, _V, 3, 2),
+    "ta_l_no_column": lambda f: f(_Q[:6], _K, _V, 3, 2),
 }

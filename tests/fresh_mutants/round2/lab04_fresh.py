@@ -1139,16 +1139,113 @@ def sws_stale_alpha(s, v, out):
     return out
 
 
+# row_sums: rs_fp16_acc
+@triton.jit
+def row_sums_kernel__rs_fp16_acc(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    acc = tl.zeros([BLOCK_M], tl.float16)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+        acc = (acc + tl.sum(tile, axis=1)).to(tl.float16)
+    tl.store(out_ptr + rows, acc, mask=rows < M)
+
+
+def rs_fp16_acc(x, out):
+    """Row sums accumulated in fp16."""
+    M, N = x.shape
+    row_sums_kernel__rs_fp16_acc[(triton.cdiv(M, 4),)](x, out, M, N, x.stride(0), x.stride(1), BLOCK_M=4, BLOCK_N=16)
+    return out
+
+
+# row_logsumexp: lse_l_fp16
+@triton.jit
+def row_logsumexp_kernel__lse_l_fp16(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float16)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=1))
+        l = (l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)).to(tl.float16)
+        m = m_new
+    tl.store(out_ptr + rows, m + tl.log(l.to(tl.float32)), mask=rows < M)
+
+
+def lse_l_fp16(x, out):
+    """Running sum l kept in fp16."""
+    M, N = x.shape
+    row_logsumexp_kernel__lse_l_fp16[(triton.cdiv(M, 4),)](x, out, M, N, x.stride(0), x.stride(1), BLOCK_M=4, BLOCK_N=16)
+    return out
+
+
+# causal_softmax: cs_max_of_unscaled
+@triton.jit
+def causal_softmax_kernel__cs_max_of_unscaled(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    s = tl.load(s_ptr + row * stride_sm + cols * stride_sn, mask=cols < n_k, other=float("-inf"))
+    s = tl.where(cols <= row + n_k - n_q, s, float("-inf"))
+    p = tl.exp(s * scale - tl.max(s, axis=0))
+    tl.store(out_ptr + row * stride_om + cols, p / tl.sum(p, axis=0), mask=cols < n_k)
+
+
+def cs_max_of_unscaled(s, scale, out):
+    """Subtracted the maximum of the unscaled scores from the scaled ones."""
+    n_q, n_k = s.shape
+    if n_q > n_k:
+        raise ValueError(f"s: needs Nq <= Nk, got Nq = {n_q}, Nk = {n_k}")
+    causal_softmax_kernel__cs_max_of_unscaled[(n_q,)](s, out, n_q, n_k, scale, s.stride(0), s.stride(1), out.stride(0),
+                                  BLOCK=triton.next_power_of_2(n_k))
+    return out
+
+
+# softmax_weighted_sum: sws_padded_keys_score_zero
+@triton.jit
+def softmax_weighted_sum_kernel__sws_padded_keys_score_zero(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_vd,
+                                stride_om, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, D)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for start in range(0, N, BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        s = tl.load(s_ptr + rows[:, None] * stride_sm + keys[None, :] * stride_sn,
+                    mask=(rows[:, None] < M) & (keys[None, :] < N), other=0.0)
+        v = tl.load(v_ptr + keys[:, None] * stride_vn + dims[None, :] * stride_vd, mask=keys[:, None] < N, other=0.0)
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        m = m_new
+    tl.store(out_ptr + rows[:, None] * stride_om + dims[None, :], acc / l[:, None], mask=rows[:, None] < M)
+
+
+def sws_padded_keys_score_zero(s, v, out):
+    """Scores of keys past N read as 0 (other=0.0)."""
+    M, N = s.shape
+    D = v.shape[1]
+    softmax_weighted_sum_kernel__sws_padded_keys_score_zero[(triton.cdiv(M, 16),)](
+        s, v, out, M, N, s.stride(0), s.stride(1), v.stride(0), v.stride(1), out.stride(0),
+        D=D, BLOCK_M=16, BLOCK_N=16)
+    return out
+
+
 WRONG = {
     "scaled_add": [sa_store_unmasked, sa_alpha_on_y, sa_no_program_offset, sa_mask_le, sa_grid_floor],
     "block_max": [bm_other_zero, bm_start_zero, bm_loop_drops_tail, bm_no_start],
     "affine_columns": [ac_contiguous_columns, ac_scale_by_row, ac_out_with_x_stride, ac_row_mask_only, ac_bias_before_scale],
-    "row_sums": [rs_no_start, rs_acc_reset, rs_contiguous_columns, rs_loop_to_M],
+    "row_sums": [rs_no_start, rs_acc_reset, rs_contiguous_columns, rs_loop_to_M, rs_fp16_acc],
     "matmul": [mm_no_k_mask, mm_fp16_acc, mm_b_strides_swapped, mm_grid_swapped, mm_k_loop_floor],
     "prediction": [pl_read_once, pl_tiles_swapped, pl_padded_lanes, pl_floor_tiles],
-    "causal_softmax": [cs_mask_not_aligned, cs_mask_hides_diagonal, cs_no_scale, cs_max_before_mask, cs_store_unmasked, cs_row_contiguous],
-    "row_logsumexp": [lse_no_rescale, lse_other_zero, lse_stale_max, lse_log2, lse_forgot_m],
-    "softmax_weighted_sum": [sws_acc_not_rescaled, sws_v_unmasked, sws_l_not_rescaled, sws_v_row_contiguous, sws_fp16_dot, sws_stale_alpha],
+    "causal_softmax": [cs_mask_not_aligned, cs_mask_hides_diagonal, cs_no_scale, cs_max_before_mask, cs_store_unmasked, cs_row_contiguous, cs_max_of_unscaled],
+    "row_logsumexp": [lse_no_rescale, lse_other_zero, lse_stale_max, lse_log2, lse_forgot_m, lse_l_fp16],
+    "softmax_weighted_sum": [sws_acc_not_rescaled, sws_v_unmasked, sws_l_not_rescaled, sws_v_row_contiguous, sws_fp16_dot, sws_stale_alpha, sws_padded_keys_score_zero],
 }
 SOLUTION = {"scaled_add": scaled_add, "block_max": block_max, "affine_columns": affine_columns, "row_sums": row_sums,
             "matmul": matmul, "prediction": predicted_matmul_loads, "causal_softmax": causal_softmax,

@@ -1818,8 +1818,181 @@ def f5_m_updated_before_alpha(q, k, v, causal=False, block_m=16, block_n=16):
     return o, lse
 
 
+# forward: f5_kv_rows_mask_only
+@triton.jit
+def flash_forward_kernel__f5_kv_rows_mask_only(
+    Q, K, V, O, LSE,                             # pointers: q, o [B, Hq, Nq, D]; k, v [B, Hkv, Nk, D]; lse [B, Hq, Nq]
+    stride_qb, stride_qh, stride_qn, stride_qd,  # element strides of every dimension, each tensor its own
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_on, stride_od,
+    n_q, n_k, sm_scale,                          # Nq, Nk, and the softmax scale 1/√D
+    H_Q: tl.constexpr, GROUP: tl.constexpr,      # query heads Hq, and query heads per KV head Hq // Hkv
+    CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,   # D, and the next power of two
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Given: which tile of query rows, which batch and which query head this program owns.
+    tile_m = tl.program_id(0)
+    batch = tl.program_id(1) // H_Q
+    head = tl.program_id(1) % H_Q
+    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)            # [BLOCK_M] query row indices
+    offs_n = tl.arange(0, BLOCK_N)                               # [BLOCK_N] key offsets in a tile
+    offs_d = tl.arange(0, BLOCK_D)                               # [BLOCK_D]: columns past HEAD_DIM are padding
+    # Your kernel: see the steps above.
+    dims = offs_d[None, :] < HEAD_DIM
+    q_ptrs = Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < n_q) & dims, other=0.0)   # [BLOCK_M, BLOCK_D]
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)          # running row maximum
+    l_i = tl.zeros([BLOCK_M], tl.float32)                        # running row sum of exp
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)               # running unnormalised output
+
+    kv_head = head
+    if GROUP > 1:
+        kv_head = head // GROUP
+    k_base = K + batch * stride_kb + kv_head * stride_kh
+    v_base = V + batch * stride_vb + kv_head * stride_vh
+
+    hi = n_k
+    if CAUSAL:
+        last_row = tl.minimum((tile_m + 1) * BLOCK_M, n_q) - 1   # the tile's last real query row
+        hi = tl.minimum(last_row + n_k - n_q + 1, n_k)
+
+    for start_n in range(0, hi, BLOCK_N):
+        keys = start_n + offs_n                                  # [BLOCK_N] key indices of this tile
+        kv_mask = keys[:, None] < n_k
+        k = tl.load(k_base + keys[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_base + keys[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * sm_scale                    # [BLOCK_M, BLOCK_N]
+        s = tl.where(keys[None, :] < n_k, s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(keys[None, :] <= offs_m[:, None] + n_k - n_q, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))               # [BLOCK_M] new running max
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)     # a row that has seen no key yet: exp(-inf) = 0
+        alpha = tl.exp(m_i - m_use)                              # how much the old state shrinks
+        p = tl.exp(s - m_use[:, None])                           # [BLOCK_M, BLOCK_N]
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)    # [BLOCK_M, BLOCK_D]
+        m_i = m_new
+
+    seen = l_i > 0                                               # rows that see at least one key
+    acc = acc / tl.where(seen, l_i, 1.0)[:, None]
+    o_ptrs = O + batch * stride_ob + head * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < n_q) & dims)
+    lse = tl.where(seen, m_i + tl.log(l_i), float("-inf"))
+    tl.store(LSE + (batch * H_Q + head) * n_q + offs_m, lse, mask=offs_m < n_q)
+
+
+def f5_kv_rows_mask_only(q, k, v, causal=False, block_m=16, block_n=16):
+    """k and v loaded with the key mask only (columns past D read the next row)."""
+    """Launch flash_forward_kernel__f5_kv_rows_mask_only: q [B, Hq, Nq, D]; k, v [B, Hkv, Nk, D] → (o [B, Hq, Nq, D],
+    lse [B, Hq, Nq] fp32, the natural-log log-sum-exp of each row's scaled scores; −inf for a row that
+    sees no key, whose o is 0)."""
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(f"k, v: expected [B={B}, Hkv, Nk, D={D}] both, got {list(k.shape)} and {list(v.shape)}")
+    if Hq % Hkv != 0:
+        raise ValueError(f"k: Hq = {Hq} query heads must be a multiple of Hkv = {Hkv} KV heads")
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty(B, Hq, Nq, dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(Nq, block_m), B * Hq)        # one program per (query tile, batch·head)
+    flash_forward_kernel__f5_kv_rows_mask_only[grid](
+        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        Nq, Nk, 1.0 / math.sqrt(D),
+        H_Q=Hq, GROUP=Hq // Hkv, CAUSAL=causal, HEAD_DIM=D, BLOCK_D=max(16, triton.next_power_of_2(D)),
+        BLOCK_M=block_m, BLOCK_N=block_n)
+    return o, lse
+
+
+# forward: f5_max_of_unscaled
+@triton.jit
+def flash_forward_kernel__f5_max_of_unscaled(
+    Q, K, V, O, LSE,                             # pointers: q, o [B, Hq, Nq, D]; k, v [B, Hkv, Nk, D]; lse [B, Hq, Nq]
+    stride_qb, stride_qh, stride_qn, stride_qd,  # element strides of every dimension, each tensor its own
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_on, stride_od,
+    n_q, n_k, sm_scale,                          # Nq, Nk, and the softmax scale 1/√D
+    H_Q: tl.constexpr, GROUP: tl.constexpr,      # query heads Hq, and query heads per KV head Hq // Hkv
+    CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,   # D, and the next power of two
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Given: which tile of query rows, which batch and which query head this program owns.
+    tile_m = tl.program_id(0)
+    batch = tl.program_id(1) // H_Q
+    head = tl.program_id(1) % H_Q
+    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)            # [BLOCK_M] query row indices
+    offs_n = tl.arange(0, BLOCK_N)                               # [BLOCK_N] key offsets in a tile
+    offs_d = tl.arange(0, BLOCK_D)                               # [BLOCK_D]: columns past HEAD_DIM are padding
+    # Your kernel: see the steps above.
+    dims = offs_d[None, :] < HEAD_DIM
+    q_ptrs = Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < n_q) & dims, other=0.0)   # [BLOCK_M, BLOCK_D]
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)          # running row maximum
+    l_i = tl.zeros([BLOCK_M], tl.float32)                        # running row sum of exp
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)               # running unnormalised output
+
+    kv_head = head
+    if GROUP > 1:
+        kv_head = head // GROUP
+    k_base = K + batch * stride_kb + kv_head * stride_kh
+    v_base = V + batch * stride_vb + kv_head * stride_vh
+
+    hi = n_k
+    if CAUSAL:
+        last_row = tl.minimum((tile_m + 1) * BLOCK_M, n_q) - 1   # the tile's last real query row
+        hi = tl.minimum(last_row + n_k - n_q + 1, n_k)
+
+    for start_n in range(0, hi, BLOCK_N):
+        keys = start_n + offs_n                                  # [BLOCK_N] key indices of this tile
+        kv_mask = (keys[:, None] < n_k) & dims
+        k = tl.load(k_base + keys[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_base + keys[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        s_raw = tl.dot(q, tl.trans(k))
+        s = s_raw * sm_scale
+        s = tl.where(keys[None, :] < n_k, s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(keys[None, :] <= offs_m[:, None] + n_k - n_q, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(tl.where(s == float("-inf"), float("-inf"), s_raw), axis=1))               # [BLOCK_M] new running max
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)     # a row that has seen no key yet: exp(-inf) = 0
+        alpha = tl.exp(m_i - m_use)                              # how much the old state shrinks
+        p = tl.exp(s - m_use[:, None])                           # [BLOCK_M, BLOCK_N]
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)    # [BLOCK_M, BLOCK_D]
+        m_i = m_new
+
+    seen = l_i > 0                                               # rows that see at least one key
+    acc = acc / tl.where(seen, l_i, 1.0)[:, None]
+    o_ptrs = O + batch * stride_ob + head * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < n_q) & dims)
+    lse = tl.where(seen, m_i + tl.log(l_i), float("-inf"))
+    tl.store(LSE + (batch * H_Q + head) * n_q + offs_m, lse, mask=offs_m < n_q)
+
+
+def f5_max_of_unscaled(q, k, v, causal=False, block_m=16, block_n=16):
+    """Running maximum of the unscaled scores, subtracted from the scaled ones."""
+    """Launch flash_forward_kernel__f5_max_of_unscaled: q [B, Hq, Nq, D]; k, v [B, Hkv, Nk, D] → (o [B, Hq, Nq, D],
+    lse [B, Hq, Nq] fp32, the natural-log log-sum-exp of each row's scaled scores; −inf for a row that
+    sees no key, whose o is 0)."""
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(f"k, v: expected [B={B}, Hkv, Nk, D={D}] both, got {list(k.shape)} and {list(v.shape)}")
+    if Hq % Hkv != 0:
+        raise ValueError(f"k: Hq = {Hq} query heads must be a multiple of Hkv = {Hkv} KV heads")
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty(B, Hq, Nq, dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(Nq, block_m), B * Hq)        # one program per (query tile, batch·head)
+    flash_forward_kernel__f5_max_of_unscaled[grid](
+        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        Nq, Nk, 1.0 / math.sqrt(D),
+        H_Q=Hq, GROUP=Hq // Hkv, CAUSAL=causal, HEAD_DIM=D, BLOCK_D=max(16, triton.next_power_of_2(D)),
+        BLOCK_M=block_m, BLOCK_N=block_n)
+    return o, lse
+
+
 WRONG = {
-    "forward": [f5_q_rows_mask_only, f5_kv_head_mod_hkv, f5_kv_head_div_hkv, f5_hi_without_plus_one, f5_hi_from_first_row, f5_causal_not_aligned, f5_max_before_causal_mask, f5_acc_not_rescaled, f5_padded_keys_scored, f5_fp16_acc, f5_fp16_l, f5_exp2_log2e_1443, f5_lse_without_m, f5_no_key_rows_divide, f5_no_m_use, f5_v_through_k_strides, f5_o_through_q_strides, f5_lse_at_kv_head, f5_k_batch_stride_missing, f5_m_updated_before_alpha],
+    "forward": [f5_q_rows_mask_only, f5_kv_head_mod_hkv, f5_kv_head_div_hkv, f5_hi_without_plus_one, f5_hi_from_first_row, f5_causal_not_aligned, f5_max_before_causal_mask, f5_acc_not_rescaled, f5_padded_keys_scored, f5_fp16_acc, f5_fp16_l, f5_exp2_log2e_1443, f5_lse_without_m, f5_no_key_rows_divide, f5_no_m_use, f5_v_through_k_strides, f5_o_through_q_strides, f5_lse_at_kv_head, f5_k_batch_stride_missing, f5_m_updated_before_alpha, f5_kv_rows_mask_only, f5_max_of_unscaled],
 }
 SOLUTION = {"forward": flash_forward}
 CORRECT = {"forward": [flash_forward]}
@@ -1863,7 +2036,18 @@ def _q_in_nan(f):
     return f(buf[..., :24], _t((1, 2, 37, 24), 6), _t((1, 2, 37, 24), 7), False)
 
 
+def _kv_in_nan(f):
+    """k and v inside buffers of NaN (D = 24, BLOCK_D = 32: columns 24..31 are NaN)."""
+    bufs = []
+    for seed in (6, 7):
+        buf = torch.full((1, 2, 37, 32), float("nan")).half()
+        buf[..., :24] = _t((1, 2, 37, 24), seed)
+        bufs.append(buf[..., :24])
+    return f(_t((1, 2, 33, 24), 5), bufs[0], bufs[1], False)
+
+
 WITNESS.update({
+    "f5_kv_rows_mask_only": _kv_in_nan,
     "f5_q_rows_mask_only": _q_in_nan,
     "f5_kv_head_mod_hkv": lambda f: _run(f, 1, 6, 3, 17, 20, 16, False),
     "f5_kv_head_div_hkv": lambda f: _run(f, 1, 6, 3, 17, 20, 16, False),

@@ -1839,10 +1839,271 @@ def pr_tiles_of_d():
     return dots, dots / (2 * tile_pairs)
 
 
+# dkdv: dk_skip_from_key_tile
+@triton.jit
+def dkdv_kernel__dk_skip_from_key_tile(Q, K, V, DO, LSE, DELTA, DK, DV,              # lse, delta [B, Hq, Nq]; dk, dv [B, Hkv, Nk, D]
+                stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+                stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_don,
+                n_q, n_k, sm_scale,
+                H_Q: tl.constexpr, H_KV: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Given: the keys this program owns, their K and V tiles, and the accumulators.
+    tile_n = tl.program_id(0)
+    batch = tl.program_id(1) // H_KV
+    kv_head = tl.program_id(1) % H_KV
+    offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    keys = offs_n[:, None] < n_k
+    k = tl.load(K + batch * stride_kb + kv_head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+                mask=keys, other=0.0)
+    v = tl.load(V + batch * stride_vb + kv_head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
+                mask=keys, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    # Exercise 2: loop over the GROUP query heads of this KV head and over their query tiles.
+    for g in range(GROUP):
+        head = kv_head * GROUP + g
+        q_base = Q + batch * stride_qb + head * stride_qh
+        do_base = DO + batch * stride_dob + head * stride_doh
+        row_base = (batch * H_Q + head) * n_q
+        for start_m in range((tile_n * BLOCK_N) // BLOCK_M * BLOCK_M if CAUSAL else 0, n_q, BLOCK_M):
+            rows = start_m + offs_m
+            q = tl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=rows[:, None] < n_q, other=0.0)
+            do = tl.load(do_base + rows[:, None] * stride_don + offs_d[None, :], mask=rows[:, None] < n_q, other=0.0)
+            lse = tl.load(LSE + row_base + rows, mask=rows < n_q, other=0.0)
+            delta = tl.load(DELTA + row_base + rows, mask=rows < n_q, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * sm_scale
+            p = tl.exp(s - lse[:, None])
+            if CAUSAL:
+                p = tl.where(offs_n[None, :] <= rows[:, None] + n_k - n_q, p, 0.0)
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do)
+            dp = tl.dot(do, tl.trans(v))
+            ds = p * (dp - delta[:, None])
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
+    dk = dk * sm_scale
+    out = (batch * H_KV + kv_head) * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=keys)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=keys)
+
+
+def dk_skip_from_key_tile(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
+    """Causal: query tiles from the key tile's start (ignores the Nk − Nq shift)."""
+    """dK, dV [B, Hkv, Nk, D]: Δ by your row_term, then one program per (key tile, batch·KV head)."""
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    _check_shapes(q, k, v, causal)
+    q, k, v, do = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, do))
+    delta = row_term(o, do)
+    lse = lse.contiguous()
+    dk = torch.empty(B, Hkv, Nk, D, dtype=q.dtype, device=q.device)
+    dv = torch.empty_like(dk)
+    grid = (triton.cdiv(Nk, block_n), B * Hkv)
+    dkdv_kernel__dk_skip_from_key_tile[grid](q, k, v, do, lse, delta, dk, dv, *_strides(q, k, v, do), Nq, Nk, 1.0 / math.sqrt(D),
+                      H_Q=Hq, H_KV=Hkv, GROUP=Hq // Hkv, CAUSAL=causal, HEAD_DIM=D,
+                      BLOCK_M=block_m, BLOCK_N=block_n)
+    return dk, dv
+
+
+# dkdv: dk_dv_fp16_acc
+@triton.jit
+def dkdv_kernel__dk_dv_fp16_acc(Q, K, V, DO, LSE, DELTA, DK, DV,              # lse, delta [B, Hq, Nq]; dk, dv [B, Hkv, Nk, D]
+                stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+                stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_don,
+                n_q, n_k, sm_scale,
+                H_Q: tl.constexpr, H_KV: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Given: the keys this program owns, their K and V tiles, and the accumulators.
+    tile_n = tl.program_id(0)
+    batch = tl.program_id(1) // H_KV
+    kv_head = tl.program_id(1) % H_KV
+    offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    keys = offs_n[:, None] < n_k
+    k = tl.load(K + batch * stride_kb + kv_head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+                mask=keys, other=0.0)
+    v = tl.load(V + batch * stride_vb + kv_head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
+                mask=keys, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float16)
+    # Exercise 2: loop over the GROUP query heads of this KV head and over their query tiles.
+    for g in range(GROUP):
+        head = kv_head * GROUP + g
+        q_base = Q + batch * stride_qb + head * stride_qh
+        do_base = DO + batch * stride_dob + head * stride_doh
+        row_base = (batch * H_Q + head) * n_q
+        for start_m in range(0, n_q, BLOCK_M):
+            rows = start_m + offs_m
+            q = tl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=rows[:, None] < n_q, other=0.0)
+            do = tl.load(do_base + rows[:, None] * stride_don + offs_d[None, :], mask=rows[:, None] < n_q, other=0.0)
+            lse = tl.load(LSE + row_base + rows, mask=rows < n_q, other=0.0)
+            delta = tl.load(DELTA + row_base + rows, mask=rows < n_q, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * sm_scale
+            p = tl.exp(s - lse[:, None])
+            if CAUSAL:
+                p = tl.where(offs_n[None, :] <= rows[:, None] + n_k - n_q, p, 0.0)
+            dv = (dv + tl.dot(tl.trans(p.to(do.dtype)), do)).to(tl.float16)
+            dp = tl.dot(do, tl.trans(v))
+            ds = p * (dp - delta[:, None])
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
+    dk = dk * sm_scale
+    out = (batch * H_KV + kv_head) * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=keys)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=keys)
+
+
+def dk_dv_fp16_acc(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
+    """dV accumulated in fp16."""
+    """dK, dV [B, Hkv, Nk, D]: Δ by your row_term, then one program per (key tile, batch·KV head)."""
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    _check_shapes(q, k, v, causal)
+    q, k, v, do = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, do))
+    delta = row_term(o, do)
+    lse = lse.contiguous()
+    dk = torch.empty(B, Hkv, Nk, D, dtype=q.dtype, device=q.device)
+    dv = torch.empty_like(dk)
+    grid = (triton.cdiv(Nk, block_n), B * Hkv)
+    dkdv_kernel__dk_dv_fp16_acc[grid](q, k, v, do, lse, delta, dk, dv, *_strides(q, k, v, do), Nq, Nk, 1.0 / math.sqrt(D),
+                      H_Q=Hq, H_KV=Hkv, GROUP=Hq // Hkv, CAUSAL=causal, HEAD_DIM=D,
+                      BLOCK_M=block_m, BLOCK_N=block_n)
+    return dk, dv
+
+
+# dkdv: dk_lse_other_neg_inf
+@triton.jit
+def dkdv_kernel__dk_lse_other_neg_inf(Q, K, V, DO, LSE, DELTA, DK, DV,              # lse, delta [B, Hq, Nq]; dk, dv [B, Hkv, Nk, D]
+                stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+                stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_don,
+                n_q, n_k, sm_scale,
+                H_Q: tl.constexpr, H_KV: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Given: the keys this program owns, their K and V tiles, and the accumulators.
+    tile_n = tl.program_id(0)
+    batch = tl.program_id(1) // H_KV
+    kv_head = tl.program_id(1) % H_KV
+    offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    keys = offs_n[:, None] < n_k
+    k = tl.load(K + batch * stride_kb + kv_head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+                mask=keys, other=0.0)
+    v = tl.load(V + batch * stride_vb + kv_head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
+                mask=keys, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    # Exercise 2: loop over the GROUP query heads of this KV head and over their query tiles.
+    for g in range(GROUP):
+        head = kv_head * GROUP + g
+        q_base = Q + batch * stride_qb + head * stride_qh
+        do_base = DO + batch * stride_dob + head * stride_doh
+        row_base = (batch * H_Q + head) * n_q
+        for start_m in range(0, n_q, BLOCK_M):
+            rows = start_m + offs_m
+            q = tl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=rows[:, None] < n_q, other=0.0)
+            do = tl.load(do_base + rows[:, None] * stride_don + offs_d[None, :], mask=rows[:, None] < n_q, other=0.0)
+            lse = tl.load(LSE + row_base + rows, mask=rows < n_q, other=float("-inf"))
+            delta = tl.load(DELTA + row_base + rows, mask=rows < n_q, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * sm_scale
+            p = tl.exp(s - lse[:, None])
+            if CAUSAL:
+                p = tl.where(offs_n[None, :] <= rows[:, None] + n_k - n_q, p, 0.0)
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do)
+            dp = tl.dot(do, tl.trans(v))
+            ds = p * (dp - delta[:, None])
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
+    dk = dk * sm_scale
+    out = (batch * H_KV + kv_head) * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=keys)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=keys)
+
+
+def dk_lse_other_neg_inf(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
+    """Padding rows' LSE read as −inf."""
+    """dK, dV [B, Hkv, Nk, D]: Δ by your row_term, then one program per (key tile, batch·KV head)."""
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    _check_shapes(q, k, v, causal)
+    q, k, v, do = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, do))
+    delta = row_term(o, do)
+    lse = lse.contiguous()
+    dk = torch.empty(B, Hkv, Nk, D, dtype=q.dtype, device=q.device)
+    dv = torch.empty_like(dk)
+    grid = (triton.cdiv(Nk, block_n), B * Hkv)
+    dkdv_kernel__dk_lse_other_neg_inf[grid](q, k, v, do, lse, delta, dk, dv, *_strides(q, k, v, do), Nq, Nk, 1.0 / math.sqrt(D),
+                      H_Q=Hq, H_KV=Hkv, GROUP=Hq // Hkv, CAUSAL=causal, HEAD_DIM=D,
+                      BLOCK_M=block_m, BLOCK_N=block_n)
+    return dk, dv
+
+
+# dq: dq_fp16_acc
+@triton.jit
+def dq_kernel__dq_fp16_acc(Q, K, V, DO, LSE, DELTA, DQ,
+              stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+              stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_don,
+              n_q, n_k, sm_scale,
+              H_Q: tl.constexpr, H_KV: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Given: the rows this program owns, their q and dO tiles, LSE and Δ.
+    tile_m = tl.program_id(0)
+    batch = tl.program_id(1) // H_Q
+    head = tl.program_id(1) % H_Q
+    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = offs_m[:, None] < n_q
+    q = tl.load(Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :],
+                mask=rows, other=0.0)
+    do = tl.load(DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :],
+                 mask=rows, other=0.0)
+    lse = tl.load(LSE + (batch * H_Q + head) * n_q + offs_m, mask=offs_m < n_q, other=0.0)
+    delta = tl.load(DELTA + (batch * H_Q + head) * n_q + offs_m, mask=offs_m < n_q, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float16)
+    # Exercise 3: the KV head this head reads, the loop over its key tiles (causal: where it ends), dq.
+    kv_head = head // (H_Q // H_KV)
+    k_base = K + batch * stride_kb + kv_head * stride_kh
+    v_base = V + batch * stride_vb + kv_head * stride_vh
+    hi = n_k
+    if CAUSAL:
+        last_row = tl.minimum((tile_m + 1) * BLOCK_M, n_q) - 1
+        hi = tl.minimum(last_row + n_k - n_q + 1, n_k)
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=cols[:, None] < n_k, other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=cols[:, None] < n_k, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * sm_scale
+        p = tl.exp(s - lse[:, None])
+        if CAUSAL:
+            p = tl.where(cols[None, :] <= offs_m[:, None] + n_k - n_q, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dq = (dq + tl.dot(ds.to(k.dtype), k)).to(tl.float16)
+    dq = dq * sm_scale
+    out = (batch * H_Q + head) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DQ + out, dq.to(DQ.dtype.element_ty), mask=rows)
+
+
+def dq_fp16_acc(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
+    """dQ accumulated in fp16."""
+    """dQ [B, Hq, Nq, D]: Δ by your row_term, then one program per (query tile, batch·head)."""
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    _check_shapes(q, k, v, causal)
+    q, k, v, do = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, do))
+    delta = row_term(o, do)
+    lse = lse.contiguous()
+    dq = torch.empty(B, Hq, Nq, D, dtype=q.dtype, device=q.device)
+    grid = (triton.cdiv(Nq, block_m), B * Hq)
+    dq_kernel__dq_fp16_acc[grid](q, k, v, do, lse, delta, dq, *_strides(q, k, v, do), Nq, Nk, 1.0 / math.sqrt(D),
+                    H_Q=Hq, H_KV=Hkv, CAUSAL=causal, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=block_n)
+    return dq
+
+
 WRONG = {
     "row_term": [rt_fp16_products, rt_do_through_o_strides, rt_mean, rt_head_major_index, rt_sum_squares],
-    "dkdv": [dk_no_final_scale, dk_scaled_twice, dk_strided_group, dk_mask_not_aligned, dk_lse_of_kv_head, dk_no_delta, dk_do_through_q_strides, dk_first_head_only, dk_q_rows_unmasked, dk_dv_transposed, dk_p_before_scale, dk_dk_from_dp],
-    "dq": [dq_hi_not_aligned, dq_no_final_scale, dq_kv_head_mod, dq_dot_with_v, dq_mask_hides_diagonal, dq_delta_sign, dq_exp2_of_lse, dq_loop_bound_without_mask, dq_k_through_v_strides, dq_hi_no_plus_one],
+    "dkdv": [dk_no_final_scale, dk_scaled_twice, dk_strided_group, dk_mask_not_aligned, dk_lse_of_kv_head, dk_no_delta, dk_do_through_q_strides, dk_first_head_only, dk_q_rows_unmasked, dk_dv_transposed, dk_p_before_scale, dk_dk_from_dp, dk_skip_from_key_tile, dk_dv_fp16_acc, dk_lse_other_neg_inf],
+    "dq": [dq_hi_not_aligned, dq_no_final_scale, dq_kv_head_mod, dq_dot_with_v, dq_mask_hides_diagonal, dq_delta_sign, dq_exp2_of_lse, dq_loop_bound_without_mask, dq_k_through_v_strides, dq_hi_no_plus_one, dq_fp16_acc],
     "prediction": [pr_lesson_five, pr_three_and_three, pr_ratio_one_forward_dot, pr_per_tile_pair, pr_four_and_four, pr_tiles_of_d],
 }
 SOLUTION = {"row_term": row_term, "dkdv": flash_dkdv, "dq": flash_dq, "prediction": predict}

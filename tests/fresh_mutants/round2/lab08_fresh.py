@@ -1100,10 +1100,157 @@ def mg_max_over_rows(m, l, z):
     return (w[:, :, None] * z).sum(dim=1) / (w * l).sum(dim=1, keepdim=True)
 
 
+# paged_decode: pd_max_starts_at_zero
+@triton.jit
+def paged_decode_kernel__pd_max_starts_at_zero(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, sm_scale,
+                        stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_btb, stride_ob, stride_oh,
+                        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    kv = tl.program_id(0)                                   # KV head
+    b = tl.program_id(1)                                    # sequence
+    offs_g = tl.arange(0, BLOCK_G)                          # [BLOCK_G] rows: query heads of the group
+    offs_d = tl.arange(0, HEAD_DIM)                         # [D]
+    offs_n = tl.arange(0, BLOCK_N)                          # [BLOCK_N] tokens of one block
+    heads = kv * GROUP + offs_g                             # query heads that read KV head kv
+    row_ok = offs_g < GROUP
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)            # [BLOCK_G, D]
+    seq_len = tl.load(lens_ptr + b)
+    m_i = tl.zeros([BLOCK_G], tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
+    for start in range(0, seq_len, BLOCK_N):
+        tok = start + offs_n
+        valid = tok < seq_len                               # the last page is partly filled
+        page = tl.load(bt_ptr + b * stride_btb + tok // PAGE_SIZE, mask=valid, other=0)
+        slot = tok % PAGE_SIZE
+        rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh       # [BLOCK_N]
+        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * sm_scale              # [BLOCK_G, BLOCK_N]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def pd_max_starts_at_zero(q, k_pages, v_pages, block_table, seq_lens):
+    """Running maximum started at 0."""
+    """Launch one program per (KV head, sequence). q [B, Hq, D] -> o [B, Hq, D]."""
+    q, k_pages, v_pages = q.contiguous(), k_pages.contiguous(), v_pages.contiguous()
+    batch, n_heads, head_dim = q.shape
+    page_size, n_kv = k_pages.shape[1], k_pages.shape[2]
+    group = n_heads // n_kv
+    o = torch.empty_like(q)
+    paged_decode_kernel__pd_max_starts_at_zero[(n_kv, batch)](
+        q, k_pages, v_pages, block_table, seq_lens, o, 1.0 / math.sqrt(head_dim),
+        q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
+        block_table.stride(0), o.stride(0), o.stride(1),
+        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        PAGE_SIZE=page_size, BLOCK_N=16)
+    return o
+
+
+# paged_decode: pd_l_fp16
+@triton.jit
+def paged_decode_kernel__pd_l_fp16(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, sm_scale,
+                        stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_btb, stride_ob, stride_oh,
+                        GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    kv = tl.program_id(0)                                   # KV head
+    b = tl.program_id(1)                                    # sequence
+    offs_g = tl.arange(0, BLOCK_G)                          # [BLOCK_G] rows: query heads of the group
+    offs_d = tl.arange(0, HEAD_DIM)                         # [D]
+    offs_n = tl.arange(0, BLOCK_N)                          # [BLOCK_N] tokens of one block
+    heads = kv * GROUP + offs_g                             # query heads that read KV head kv
+    row_ok = offs_g < GROUP
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)            # [BLOCK_G, D]
+    seq_len = tl.load(lens_ptr + b)
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float16)
+    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
+    for start in range(0, seq_len, BLOCK_N):
+        tok = start + offs_n
+        valid = tok < seq_len                               # the last page is partly filled
+        page = tl.load(bt_ptr + b * stride_btb + tok // PAGE_SIZE, mask=valid, other=0)
+        slot = tok % PAGE_SIZE
+        rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh       # [BLOCK_N]
+        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * sm_scale              # [BLOCK_G, BLOCK_N]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = (l_i * alpha + tl.sum(p, 1)).to(tl.float16)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def pd_l_fp16(q, k_pages, v_pages, block_table, seq_lens):
+    """l kept in fp16."""
+    """Launch one program per (KV head, sequence). q [B, Hq, D] -> o [B, Hq, D]."""
+    q, k_pages, v_pages = q.contiguous(), k_pages.contiguous(), v_pages.contiguous()
+    batch, n_heads, head_dim = q.shape
+    page_size, n_kv = k_pages.shape[1], k_pages.shape[2]
+    group = n_heads // n_kv
+    o = torch.empty_like(q)
+    paged_decode_kernel__pd_l_fp16[(n_kv, batch)](
+        q, k_pages, v_pages, block_table, seq_lens, o, 1.0 / math.sqrt(head_dim),
+        q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
+        block_table.stride(0), o.stride(0), o.stride(1),
+        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        PAGE_SIZE=page_size, BLOCK_N=16)
+    return o
+
+
+# pool: pp_check_after_take
+class pp_check_after_take:
+    """Takes the pages, then raises if too few were there (pages already moved)."""
+    """A free list of pages and one page table per sequence."""
+
+    def __init__(self, num_pages, page_size):
+        self.page_size = page_size
+        self.free = list(range(num_pages))       # page ids not in use
+        self.tables = {}                         # seq id -> list of page ids
+        self.lengths = {}                        # seq id -> tokens stored
+
+    def add(self, seq):
+        self.tables[seq], self.lengths[seq] = [], 0
+
+    def append(self, seq, n_tokens):
+        """Room for n_tokens more tokens of seq; returns their [(page, offset), ...]."""
+        table, length = self.tables[seq], self.lengths[seq]
+        pages_after = -(-(length + n_tokens) // self.page_size)      # ceil
+        needed = pages_after - len(table)
+        taken = self.free[len(self.free) - needed:] if needed else []
+        del self.free[len(self.free) - len(taken):]
+        table.extend(reversed(taken))
+        if len(taken) < needed:
+            raise RuntimeError("out of pages")
+        self.lengths[seq] = length + n_tokens
+        return [(table[t // self.page_size], t % self.page_size) for t in range(length, length + n_tokens)]
+
+    def free_sequence(self, seq):
+        """Return every page of seq to the free list and forget seq."""
+        self.free.extend(self.tables.pop(seq))
+        del self.lengths[seq]
+
+
 WRONG = {
     "slots": [sl_table_indexed_by_token, sl_offset_is_page, sl_logical_pages, sl_tokens_from_one, sl_ceil_page],
-    "pool": [pp_partial_change_on_failure, pp_ignores_partial_page, pp_lengths_not_updated, pp_pages_leak, pp_raise_on_exact, pp_offsets_from_zero, pp_table_kept_after_free, pp_floor_pages],
-    "paged_decode": [pd_padding_scored, pd_strided_heads, pd_logical_page, pd_slot_div, pd_loop_by_page, pd_acc_not_rescaled, pd_fp16_acc, pd_table_row_stride_missing, pd_no_scale, pd_stale_max, pd_last_token_dropped],
+    "pool": [pp_partial_change_on_failure, pp_ignores_partial_page, pp_lengths_not_updated, pp_pages_leak, pp_raise_on_exact, pp_offsets_from_zero, pp_table_kept_after_free, pp_floor_pages, pp_check_after_take],
+    "paged_decode": [pd_padding_scored, pd_strided_heads, pd_logical_page, pd_slot_div, pd_loop_by_page, pd_acc_not_rescaled, pd_fp16_acc, pd_table_row_stride_missing, pd_no_scale, pd_stale_max, pd_last_token_dropped, pd_max_starts_at_zero, pd_l_fp16],
     "merge": [mg_unweighted_l, mg_mean_of_outputs, mg_unshifted_exp, mg_per_split_output_first, mg_keepdim_missing, mg_l_ignored, mg_max_over_rows],
 }
 SOLUTION = {"slots": token_slots, "pool": PagePool, "paged_decode": paged_decode, "merge": merge_splits}
@@ -1148,6 +1295,18 @@ def _w_decode(f, scale=4.0):
     return f(q, k, v, bt, lens)
 
 
+def _w_decode_negative(f):
+    """Every score of sequence 0 near -150: exp underflows unless the maximum is subtracted."""
+    g = torch.Generator().manual_seed(0)
+    B, Hq, Hkv, D, ps, n_pages = 2, 6, 3, 16, 4, 24
+    q = (torch.ones(B, Hq, D) * 6.1 + torch.rand(B, Hq, D, generator=g) * 0.1).half()
+    k = (-torch.ones(n_pages, ps, Hkv, D) * 6.1 + torch.rand(n_pages, ps, Hkv, D, generator=g) * 0.1).half()
+    v = torch.randn(n_pages, ps, Hkv, D, generator=g).half()
+    bt = torch.randperm(n_pages, generator=g).view(B, n_pages // B).int()
+    lens = torch.tensor([13, 30], dtype=torch.int32)
+    return f(q, k, v, bt, lens)
+
+
 def _w_merge(f):
     g = torch.Generator().manual_seed(0)
     rows, S, D = 4, 3, 4
@@ -1167,4 +1326,5 @@ WITNESS = {
     **{n.__name__: _w_decode for n in WRONG["paged_decode"]},
     **{n.__name__: _w_merge for n in WRONG["merge"]},
     "pd_padding_scored": lambda f: _w_decode(f, scale=0.5),
+    "pd_max_starts_at_zero": _w_decode_negative,
 }

@@ -459,11 +459,44 @@ def pd_step_at_page_end():
     return admitted, first_step, preempted
 
 
+# scheduler: ss_admitted_left_waiting
+def ss_admitted_left_waiting(running, waiting, pool, max_batch):
+    """Admitted requests left in the waiting list."""
+    """One step: grow (preempting if needed), requeue the preempted by arrival, admit."""
+    kept, preempted = grow(running, pool)
+    queue = sorted(waiting + preempted, key=queue_order)
+    admitted = admit(queue, len(kept), pool, max_batch)
+    return StepPlan(running=kept + admitted, waiting=queue,
+                    admitted=admitted, preempted=preempted)
+
+
+# scheduler: ss_admitted_not_running
+def ss_admitted_not_running(running, waiting, pool, max_batch):
+    """running = kept (admitted forgotten)."""
+    """One step: grow (preempting if needed), requeue the preempted by arrival, admit."""
+    kept, preempted = grow(running, pool)
+    queue = sorted(waiting + preempted, key=queue_order)
+    admitted = admit(queue, len(kept), pool, max_batch)
+    return StepPlan(running=kept, waiting=[s for s in queue if s not in admitted],
+                    admitted=admitted, preempted=preempted)
+
+
+# scheduler: ss_preempted_still_running
+def ss_preempted_still_running(running, waiting, pool, max_batch):
+    """running = the old list + admitted (preempted kept in it)."""
+    """One step: grow (preempting if needed), requeue the preempted by arrival, admit."""
+    kept, preempted = grow(running, pool)
+    queue = sorted(waiting + preempted, key=queue_order)
+    admitted = admit(queue, len(kept), pool, max_batch)
+    return StepPlan(running=running + admitted, waiting=[s for s in queue if s not in admitted],
+                    admitted=admitted, preempted=preempted)
+
+
 WRONG = {
     "pages_needed": [pn_floor, pn_negative, pn_floor_plus_one, pn_held_ignored, pn_last_token_cached],
     "grow": [gr_preempt_oldest, gr_preempt_longest, gr_victim_not_freed, gr_needs_not_popped, gr_preempt_on_exact_fit, gr_one_page_each, gr_room_for_next_token, gr_free_pages_own_counter],
     "admit": [ad_overtaking, ad_batch_off_by_one, ad_prompt_only, ad_reserve_one_less, ad_running_ignored, ad_added_before_check],
-    "scheduler": [ss_preempted_first, ss_sorted_by_rid, ss_arrival_ties_by_position, ss_n_running_before_grow, ss_admitted_first, ss_preempted_dropped, ss_admit_then_grow],
+    "scheduler": [ss_preempted_first, ss_sorted_by_rid, ss_arrival_ties_by_position, ss_n_running_before_grow, ss_admitted_first, ss_preempted_dropped, ss_admit_then_grow, ss_admitted_left_waiting, ss_admitted_not_running, ss_preempted_still_running],
     "prediction": [pd_floor_pages, pd_step_off_by_one, pd_two_preempted, pd_step_at_page_end],
 }
 SOLUTION = {"pages_needed": pages_needed, "grow": grow, "admit": admit, "scheduler": scheduler_step,

@@ -416,11 +416,74 @@ def st_bits(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_per_s, backwa
     return alpha_us + 8 * nbytes / (beta_gb_per_s * 1e9) * 1e6
 
 
+# ring: rg_skips_own_block
+def rg_skips_own_block(q, k, v, causal):
+    """Causal: skips owner >= rank (its own chunk too)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    scale = 1 / math.sqrt(q.shape[-1])
+    o = lse = None
+    k, v = k.contiguous(), v.contiguous()
+    for step in range(world):
+        owner = (rank - step) % world
+        requests = []
+        if step < world - 1:
+            next_k, next_v = torch.empty_like(k), torch.empty_like(v)
+            requests = dist.batch_isend_irecv([
+                dist.P2POp(dist.isend, k, (rank + 1) % world), dist.P2POp(dist.isend, v, (rank + 1) % world),
+                dist.P2POp(dist.irecv, next_k, (rank - 1) % world), dist.P2POp(dist.irecv, next_v, (rank - 1) % world)])
+        if not (causal and owner >= rank):
+            o_b, lse_b = block_forward_torch(q, k, v, causal and owner == rank, scale)
+            o, lse = (o_b, lse_b) if o is None else merge_blocks(o, lse, o_b, lse_b)
+        for request in requests:
+            request.wait()
+        if requests:
+            k, v = next_k, next_v
+    return o.to(q.dtype)
+
+
+# ring: rg_gqa_tiled_heads
+def rg_gqa_tiled_heads(q, k, v, causal):
+    """Expanded K/V heads with repeat (tiles) instead of repeat_interleave."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    scale = 1 / math.sqrt(q.shape[-1])
+    o = lse = None
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat(1, g, 1, 1).contiguous(), v.repeat(1, g, 1, 1).contiguous()
+    for step in range(world):
+        owner = (rank - step) % world
+        requests = []
+        if step < world - 1:
+            next_k, next_v = torch.empty_like(k), torch.empty_like(v)
+            requests = dist.batch_isend_irecv([
+                dist.P2POp(dist.isend, k, (rank + 1) % world), dist.P2POp(dist.isend, v, (rank + 1) % world),
+                dist.P2POp(dist.irecv, next_k, (rank - 1) % world), dist.P2POp(dist.irecv, next_v, (rank - 1) % world)])
+        if not (causal and owner > rank):
+            o_b, lse_b = block_forward_torch(q, k, v, causal and owner == rank, scale)
+            o, lse = (o_b, lse_b) if o is None else merge_blocks(o, lse, o_b, lse_b)
+        for request in requests:
+            request.wait()
+        if requests:
+            k, v = next_k, next_v
+    return o.to(q.dtype)
+
+
+# merge: mb_clamped_neg_inf
+def mb_clamped_neg_inf(o_a, lse_a, o_b, lse_b):
+    """−inf clamped to −1e4 (an empty row gets a finite lse)."""
+    lse_a, lse_b = lse_a.clamp(min=-1e4), lse_b.clamp(min=-1e4)
+    m = torch.maximum(lse_a, lse_b)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))        # both empty: shift by 0, not −inf
+    lse = m + torch.log(torch.exp(lse_a - m) + torch.exp(lse_b - m))  # −inf where both are empty
+    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    o = torch.exp(lse_a - safe)[..., None] * o_a + torch.exp(lse_b - safe)[..., None] * o_b  # 0 there
+    return o, lse
+
+
 WRONG = {
     "zigzag": [zz_decreasing, zz_off_by_one, zz_mirror_in_w, zz_neighbours],
     "ratio": [wr_own_chunk_full, wr_w_blocks, wr_first_rank_full, wr_quadratic],
-    "merge": [mb_no_empty_guard, mb_unshifted_exp, mb_weights_no_row_axis, mb_average, mb_weights_from_max, mb_lse_is_max, mb_logaddexp_unguarded],
-    "ring": [rg_reverse_direction, rg_no_causal_skip, rg_mask_every_block, rg_owner_plus_step, rg_unscaled, rg_zero_initial_state, rg_diagonal_at_rank_zero],
+    "merge": [mb_no_empty_guard, mb_unshifted_exp, mb_weights_no_row_axis, mb_average, mb_weights_from_max, mb_lse_is_max, mb_logaddexp_unguarded, mb_clamped_neg_inf],
+    "ring": [rg_reverse_direction, rg_no_causal_skip, rg_mask_every_block, rg_owner_plus_step, rg_unscaled, rg_zero_initial_state, rg_diagonal_at_rank_zero, rg_skips_own_block, rg_gqa_tiled_heads],
     "step_transfer": [st_gib, st_fp16_grads, st_no_alpha, st_seconds, st_k_only, st_backward_grads_only, st_bits],
 }
 SOLUTION = {"zigzag": zigzag_chunks, "ratio": predicted_work_ratio, "merge": merge_blocks, "ring": ring_forward,
@@ -446,7 +509,7 @@ def _ring_child(name, rank, world, port, causal, results):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         g = torch.Generator().manual_seed(0)
-        n, B, Hq, Hkv, D = 3, 1, 2, 1, 8
+        n, B, Hq, Hkv, D = 3, 1, 4, 2, 8
         q = torch.randn(B, Hq, n * world, D, generator=g, dtype=torch.float64)
         k = torch.randn(B, Hkv, n * world, D, generator=g, dtype=torch.float64)
         v = torch.randn(B, Hkv, n * world, D, generator=g, dtype=torch.float64)
