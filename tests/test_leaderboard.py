@@ -5,6 +5,7 @@ On a CPU the whole pipeline runs with Triton's interpreter, tiny shapes and the 
 the interpreter's loads, stores and products: a deterministic stand-in for a time)."""
 import csv
 import importlib.util
+import os
 import subprocess
 
 import nbformat
@@ -215,6 +216,8 @@ def test_the_site_shows_the_recorded_leaderboard_linked_from_the_index(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="the ops clock counts the work of Triton's interpreter; this process compiles kernels")
 def test_every_timed_kernel_runs_at_its_tiny_shape_with_the_solutions_and_a_wrong_one_is_not_timed():
     from attnkit.classroom.grading.submission import load_cells, submission_cells
 

@@ -550,8 +550,8 @@ def _work(spec, say, send, turn_fd) -> None:
     ensure_triton_backend()
     import torch
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if spec["clock"] == "cuda" and device != "cuda":
+    device = "cuda" if spec["clock"] == "cuda" else "cpu"      # the ops clock counts the interpreter's work
+    if device == "cuda" and not torch.cuda.is_available():
         send.send({"kind": "problem", "problem": "the timing process sees no CUDA GPU"})
         return
     clock = make_clock(spec["clock"])
