@@ -329,12 +329,20 @@ GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 3), "per_head": LaunchConfig(128,
 # of them, and half the memory-level parallelism. So the grouped kernel reads twice the tokens per
 # iteration, with twice the warps. ``scripts/gpu_paged.py --mode fp8`` sweeps it on the GPU.
 GPU_FP8_CONFIGS = {"grouped": LaunchConfig(256, 8, 3), "per_head": LaunchConfig(128, 4, 2)}
+# Head dims padded past 128 (D or Dv in 129 .. 256), any cache. The rule: a block's K and V rows, q and
+# the accumulator must fit in registers. At 128 tokens and 4 warps they do not (ptxas for sm_90 spills
+# kilobytes a thread, tests/test_paged_host.py compiles the kernels); 32 tokens with 8 warps (4 for
+# per_head) spill nothing. ``scripts/gpu_paged.py --mode headdims`` times the candidates on the GPU.
+GPU_WIDE_CONFIGS = {"grouped": LaunchConfig(32, 8, 3), "per_head": LaunchConfig(32, 4, 2)}
 
 
-def default_config(variant: str, cache_dtype) -> LaunchConfig:
-    """The launch configuration of ``variant`` for a cache of ``cache_dtype`` where the kernels run now."""
+def default_config(variant: str, cache_dtype, head_dim: int = 128) -> LaunchConfig:
+    """The launch configuration of ``variant`` for a cache of ``cache_dtype`` where the kernels run now;
+    ``head_dim``: the larger of D and Dv."""
     if triton_interprets():
         return INTERPRETER_CONFIG
+    if padded(head_dim) > 128:
+        return GPU_WIDE_CONFIGS[variant]
     return (GPU_FP8_CONFIGS if cache_dtype == FP8 else GPU_CONFIGS)[variant]
 
 
@@ -531,7 +539,7 @@ def _make_plan(q, k_pages, v_pages, block_table, sm_scale: float, num_splits: in
     max_len = block_table.shape[1] * page_size
     upcast = q.dtype == torch.bfloat16 and bf16_computed_in_fp32(device)
     if config is None:
-        config = default_config(variant, k_pages.dtype)
+        config = default_config(variant, k_pages.dtype, max(head_dim, dim_v))
     blocks = -(-max_len // config.block_n)
     tokens_per_split = -(-blocks // num_splits) * config.block_n       # each split: whole blocks of tokens
     grouped = variant == "grouped"
