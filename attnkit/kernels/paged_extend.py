@@ -11,9 +11,10 @@ hits and speculative verification, with decode as its one-token case.
   included. New token i of sequence b sits at position seq_lens[b] − q_len[b] + i and attends to keys
   0 … that position (causal, aligned to the end). Returns o [total_q, Hq, Dv] in q's dtype.
 - An FP8 cache: k_pages, v_pages of dtype float8_e4m3fn with ``k_scale``, ``v_scale`` fp32 [Hkv]: the
-  cache holds K / k_scale, and the kernel multiplies by the scale in registers. ``quantize_fp8(x,
-  scale)`` and ``fp8_scales(x)`` (one scale per KV head: amax / 448) of ``attnkit.kernels.fp8_cache``
-  make such a cache (also importable from here).
+  cache holds K / k_scale, and the kernel multiplies the scores by k_scale and the output by v_scale (once
+  per score and per output row, not per element of K and V). ``quantize_fp8(x, scale)`` and
+  ``fp8_scales(x)`` (one scale per KV head: amax / 448) of ``attnkit.kernels.fp8_cache`` make such a
+  cache (also importable from here).
 - ``paged_extend_ref(...)``: the same from the definitions, in float64.
 
 One program computes BLOCK_M new tokens of one query head of one sequence: it walks the sequence's
@@ -68,6 +69,7 @@ def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     last = tl.maximum(tl.minimum(ctx - q_len + row0 + BLOCK_M, ctx), 0)   # keys this block of rows may see
+    qk_scale = sm_scale_log2 * k_scale                        # K = stored K · k_scale: scaled once per score
     for start in range(0, last, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
         key_ok = keys < last
@@ -75,10 +77,10 @@ def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row
         page = tl.where((page >= 0) & (page < num_pages), page, 0).to(tl.int64)   # a bad id reads page 0
         slot = keys % PAGE
         k = tl.load(k_ptr + page[:, None] * s_kp + slot[:, None] * s_ko + kv_head * s_kh + d[None, :] * s_kd,
-                    mask=key_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32) * k_scale
+                    mask=key_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
         v = tl.load(v_ptr + page[:, None] * s_vp + slot[:, None] * s_vo + kv_head * s_vh + dv[None, :] * s_vd,
-                    mask=key_ok[:, None] & dv_ok[None, :], other=0.0).to(tl.float32) * v_scale
-        s = tl.dot(q, tl.trans(k)) * sm_scale_log2             # [BLOCK_M, BLOCK_N], log2 units
+                    mask=key_ok[:, None] & dv_ok[None, :], other=0.0).to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * qk_scale                 # [BLOCK_M, BLOCK_N], log2 units
         visible = (keys[None, :] <= pos[:, None]) & key_ok[None, :]
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
@@ -88,7 +90,7 @@ def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row
         l = l * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p, v)
         m = m_new
-    out = acc / tl.where(l == 0.0, 1.0, l)[:, None]
+    out = acc * (v_scale / tl.where(l == 0.0, 1.0, l))[:, None]     # V = stored V · v_scale, once per row
     tl.store(o_ptr + (q_start + rows)[:, None] * s_ot + head * s_oh + dv[None, :] * s_od,
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
 
