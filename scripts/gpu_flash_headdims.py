@@ -135,8 +135,8 @@ def block_config(m, n, warps, stages):
 
 
 def default_config(launcher: str, d: int, dv: int):
-    """The launcher's configuration without autotuning at these head dims (the larger padded one decides)."""
-    return _internal("dispatch:default_config", ":default_config")[2](launcher, max(padded(d), padded(dv)))
+    """The launcher's configuration without autotuning at these head dims (the larger one's row decides)."""
+    return _internal("dispatch:default_config", ":default_config")[2](launcher, max(d, dv))
 
 
 def forward_with_config(q, k, v, causal: bool, config, desc: bool = False):
