@@ -7,8 +7,9 @@ must give 5, 0 and 3 of 5 points, cell by cell, without the warning nbgrader pri
 whose value is not a score, and without a deprecation warning. The notebook nbgrader releases is the
 lab students get from ``labs/``, its Colab badge included.
 
-Needs nbgrader (the ``nbgrader`` extra, part of ``dev``: ``make test`` installs it); about 40 s on a
-2-core machine.
+The workflow needs nbgrader (the ``nbgrader`` extra, part of ``dev``: ``make test`` installs it) and
+takes about 40 s on a 2-core machine; the last test checks, without nbgrader, that a check's result is
+displayed rather than returned as the cell's value (what nbgrader would read as a score).
 """
 import os
 import re
@@ -44,7 +45,7 @@ def nbgrader_ready() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(nbgrader_ready() is not None, reason=str(nbgrader_ready()))]
+needs_nbgrader = pytest.mark.skipif(nbgrader_ready() is not None, reason=str(nbgrader_ready()))
 
 
 def guide_config() -> str:
@@ -140,6 +141,8 @@ def graded(tmp_path_factory):
     return course_dir, "\n".join(nbgrader.log)
 
 
+@pytest.mark.slow
+@needs_nbgrader
 def test_the_released_notebook_is_the_lab_students_get(graded):
     course_dir, _ = graded
     released = nbformat.read(course_dir / "release" / ASSIGNMENT / NOTEBOOK, as_version=4)
@@ -149,6 +152,8 @@ def test_the_released_notebook_is_the_lab_students_get(graded):
     assert "solutions/" not in released.cells[0].source
 
 
+@pytest.mark.slow
+@needs_nbgrader
 def test_autograde_scores_each_check_cell_without_a_warning(graded):
     from nbgrader.api import Gradebook
 
@@ -171,6 +176,8 @@ def test_autograde_scores_each_check_cell_without_a_warning(graded):
     assert "DeprecationWarning" not in log and "deprecated" not in log.lower()
 
 
+@pytest.mark.slow
+@needs_nbgrader
 def test_a_passing_check_displays_its_report_and_a_failing_one_raises(graded):
     course_dir, _ = graded
     runs = {student: nbformat.read(course_dir / "autograded" / student / ASSIGNMENT / NOTEBOOK, as_version=4)
@@ -188,3 +195,27 @@ def test_a_passing_check_displays_its_report_and_a_failing_one_raises(graded):
     failed = checks["carol"]["check-09"]
     assert [o.output_type for o in failed] == ["error"] and failed[0].ename == "AssertionError"
     assert "scores" in failed[0].evalue
+
+
+def test_a_check_result_is_displayed_not_returned_as_the_cells_value():
+    """What nbgrader scores, without nbgrader: IPython's display formatter finds nothing to put in an
+    ``execute_result`` for a check's result (it displays itself), for one check and a lab's summary."""
+    from IPython.core.formatters import DisplayFormatter
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from attnkit.classroom.checking import FAILED, PASSED, CheckResult, summarize
+
+    shown = []
+    shell = InteractiveShell.instance()
+    try:
+        shell.display_pub.publish = lambda data, metadata=None, **kw: shown.append(data)
+        formatter = DisplayFormatter(parent=shell)
+        passed = CheckResult("softmax", PASSED, "softmax: right")
+        for value, text in ((passed, "softmax: right"),
+                            (summarize([passed]), "softmax: right\n1 of 1 exercises pass.")):
+            assert formatter.format(value) == ({}, {})           # no value for an execute_result
+            assert shown.pop() == {"text/plain": text}           # shown instead, as display_data
+        assert repr(passed) == "softmax: right"
+        assert CheckResult("softmax", FAILED, "softmax: wrong").passed is False
+    finally:
+        InteractiveShell.clear_instance()
