@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from attnkit.kernels.flash import dispatch
+from attnkit.kernels.flash import dispatch, plans
 from attnkit.kernels.flash.dispatch import HEAD_DIMS, LAUNCHERS, BlockConfig, HeadDimRules
 
 
@@ -57,7 +57,8 @@ def test_the_former_hopper_table_reads_the_rows():
 
 def test_a_new_row_is_all_the_rules_need(monkeypatch):
     """A row added for D = 96 (as docs/adding_a_head_dim.md says) reaches every rule that reads the table:
-    the launchers' defaults for 65-96, the autotuner's pruning, the backward's descriptors; with Gluon
+    the launchers' defaults for 65-96 (looked up by the head dim, not the tile's padded 128), the autotuner's
+    pruning, the descriptor rule; with Gluon
     fields at a head dim its kernels cannot take, the scope check still refuses by the rule."""
     config = BlockConfig(64, 32, 4, 2)
     row = HeadDimRules(fwd=config, fwd_desc=config, bwd_dkdv=config, bwd_dq=config, bwd_atomic=config,
@@ -66,6 +67,12 @@ def test_a_new_row_is_all_the_rules_need(monkeypatch):
     monkeypatch.setattr(dispatch, "HEAD_DIMS", {**HEAD_DIMS, 96: row})
     assert dispatch.default_config("fwd", 80) is config and dispatch.default_config("fwd", 97) is HEAD_DIMS[128].fwd
     assert dispatch.untuned_forward_config(96) is config and dispatch.head_dim_rules(96).tune_default_alone
+    launch = dict(HEAD_DIM=128, HEAD_DIM_V=128, DIM_QK=96, DIM_V=72)     # a launch's constexprs: tiles of 128
+    assert dispatch.launch_head_dim(launch) == 96 and dispatch.untuned_configs("fwd", 96, 2)[0] is config
+    triton = pytest.importorskip("triton")
+    candidates = [triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8)] * 3
+    (alone,) = plans.prune_by_head_dim("fwd", candidates, {}, **launch)
+    assert (alone.kwargs["BLOCK_M"], alone.kwargs["BLOCK_N"], alone.num_warps) == (64, 32, 4)
     assert dispatch.host_descriptor_choice(False, 96, 4096) == dict(desc=True)
     assert dispatch.host_descriptor_choice(False, 96, 1024) == dict(desc=False)
     assert not dispatch.warp_specialized_choice(True, 96, 8192, 8192)

@@ -4,9 +4,9 @@ The rest of ``attnkit.kernels.flash`` asks this module and runs what it says:
 
 - ``HEAD_DIMS``, the head-dim table: per head dim, each Triton launcher's configuration without
   autotuning, whether the autotuner may choose, where host-built tensor descriptors pay, and the head
-  dims the Gluon kernels and the FP8 forward take with their configurations. A head dim takes the row
-  of the smallest listed head dim at or above it (``head_dim_rules``: the Triton kernels pad a tile to
-  a power of two); the Gluon and FP8 kernels run only at a listed head dim itself (``exact_rules``).
+  dims the Gluon kernels and the FP8 forward take with their configurations. A launch takes the row
+  of the smallest listed head dim at or above its own (``head_dim_rules``, by the larger of q's and v's:
+  ``launch_head_dim``); the Gluon and FP8 kernels run only at a listed head dim itself (``exact_rules``).
   docs/adding_a_head_dim.md says how to add a row.
 - the forward: the ladder (``LADDER``, ``Rung``, ``VARIANTS``, ``BEST``), what a rung becomes on these
   tensors (``effective_rung``: ``host_descriptor_choice``, ``descriptors_supported``, ``tma_compatible``),
@@ -66,8 +66,8 @@ INTERPRETER_CONFIG = BlockConfig(16, 16, 1, 1)      # small tiles: ragged sizes 
 @dataclass(frozen=True)
 class HeadDimRules:
     """What one head dim runs. The Triton launchers' configurations (``LAUNCHERS``' names) serve every head
-    dim up to this one (the kernels pad a tile to a power of two); the fields from ``host_descriptors_from``
-    on apply at this head dim only, for q, k and v alike. None: that kernel does not run here."""
+    dim above the row before and up to this one; the fields from ``host_descriptors_from`` on apply at this
+    head dim only, for q, k and v alike. None: that kernel does not run here."""
 
     fwd: BlockConfig                          # the pointer forward without autotuning
     fwd_desc: BlockConfig                     # the descriptor forward without autotuning
@@ -153,9 +153,16 @@ LAUNCHERS = {name: (kernel, shapes, {d: getattr(rules, name) for d, rules in HEA
 
 
 def default_config(name: str, head_dim: int) -> BlockConfig:
-    """The configuration launcher ``name`` uses without autotuning at this padded head dim (the larger of
-    q's and v's): its ``HEAD_DIMS`` row's."""
+    """The configuration launcher ``name`` uses without autotuning at this head dim (the larger of q's and
+    v's, ``launch_head_dim``): its ``HEAD_DIMS`` row's."""
     return getattr(head_dim_rules(head_dim), name)
+
+
+def launch_head_dim(constexprs: dict) -> int:
+    """The head dim a Triton launch looks its row up by: the larger of q's and v's (the constexprs DIM_QK
+    and DIM_V; the tiles' padded HEAD_DIM and HEAD_DIM_V where those are not given)."""
+    return max(constexprs.get("DIM_QK") or constexprs.get("HEAD_DIM") or 0,
+               constexprs.get("DIM_V") or constexprs.get("HEAD_DIM_V") or 0)
 
 
 def untuned_forward_config(head_dim: int) -> BlockConfig:
@@ -180,8 +187,8 @@ def smaller_configs(config: BlockConfig):
 
 
 def untuned_configs(name: str, head_dim: int, itemsize: int) -> list[BlockConfig]:
-    """The configurations launcher ``name`` tries in turn without autotuning, at this padded head dim and
-    element size: its default, then ``smaller_configs``, the first that fits in shared memory running;
+    """The configurations launcher ``name`` tries in turn without autotuning, at this head dim and element
+    size: its default, then ``smaller_configs``, the first that fits in shared memory running;
     4-byte (fp32) tiles start at 64 x 64 (larger ones are slow to compile)."""
     choices = list(smaller_configs(default_config(name, head_dim)))
     if itemsize >= 4:

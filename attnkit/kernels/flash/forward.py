@@ -65,7 +65,7 @@ def forward_rung(q, k, v, causal: bool, sm_scale: float, rung: Rung, config: Blo
     left, right, band = layout.band(causal, window)
     qk_scale, cap_scale = layout.logit_scales(sm_scale, softcap, rung.use_exp2)
     fixed = config if config is not None or rung.tuned else dispatch.untuned_forward_config(
-        max(dispatch.padded(head_dim), dispatch.padded(head_dim_v)))
+        max(head_dim, head_dim_v))
     longest_first = rung.longest_first and dispatch.right_bounded(causal, window)
     plans.launch("fwd_desc" if rung.desc else "fwd", q.device, rung.tuned and config is None, fixed,
                  n_q, (n_heads, batch), *tensors, lse, cu_q, cu_k, qk_scale, cap_scale, left, right,

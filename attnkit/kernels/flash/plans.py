@@ -30,7 +30,7 @@ def prune_by_head_dim(name: str, configs, named_args, **kwargs):
     launcher ``name`` tries its default alone."""
     import triton
 
-    head_dim = max(kwargs.get(arg, named_args.get(arg)) or 0 for arg in ("HEAD_DIM", "HEAD_DIM_V"))
+    head_dim = dispatch.launch_head_dim({**named_args, **kwargs})
     if not dispatch.head_dim_rules(head_dim).tune_default_alone:
         return configs
     config = default_config(name, head_dim)
@@ -172,8 +172,8 @@ def first_launch(name, device, tuned, fixed, grid_rows, grid_heads, args, rows_b
     elif fixed is not None:
         choices = [fixed]
     else:
-        head_dim = max(constexprs["HEAD_DIM"], constexprs.get("HEAD_DIM_V", 0))
-        choices = dispatch.untuned_configs(name, head_dim, getattr(args[0], "base", args[0]).dtype.itemsize)
+        choices = dispatch.untuned_configs(name, dispatch.launch_head_dim(constexprs),
+                                           getattr(args[0], "base", args[0]).dtype.itemsize)
     for config in choices:
         meta = config.meta()
         plan = LaunchPlan(kernel, meta, meta[rows_block], _descriptor_blocks(kernel, args, constexprs, meta))
