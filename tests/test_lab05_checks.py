@@ -295,22 +295,29 @@ def _computes_with_torch(q, k, v, causal=False):
 
 
 def _launches_the_course_kernel(q, k, v, causal=False):
-    from attnkit.kernels import flash_kernels
-    flash_kernels._attn_fwd[(1,)](q)
+    from attnkit.kernels.flash import triton_kernels
+    triton_kernels._attn_fwd[(1,)](q)
     return q
 
 
+def _uses_an_internal_entry_point(q, k, v, causal=False):
+    from attnkit.kernels.flash import forward
+    return forward.forward(q, k, v, causal=causal)
+
+
 @pytest.mark.parametrize("cheat, called", [
+    (_uses_an_internal_entry_point, "attnkit.kernels.flash.forward.forward"),
     (_uses_flash_attention, "attnkit.kernels.flash.flash_attention_forward"),
     (_uses_sdpa, "torch.nn.functional.scaled_dot_product_attention"),
     (_uses_reference, "attnkit.reference.attention.attention_ref"),
-    (_launches_the_course_kernel, "attnkit.kernels.flash_kernels._attn_fwd"),
+    (_launches_the_course_kernel, "attnkit.kernels.flash.triton_kernels._attn_fwd"),
     (_computes_with_torch, "PyTorch's bmm (aten.bmm)"),
 ])
 def test_calling_the_course_code_fails_and_is_restored(cheat, called):
     import torch.nn.functional as F
 
-    from attnkit.kernels import flash, flash_kernels
+    from attnkit.kernels import flash
+    from attnkit.kernels.flash import triton_kernels as flash_kernels
 
     before = (flash.flash_attention.__code__, lab05.attention_ref.__code__, F.scaled_dot_product_attention)
     result = lab05.check_forward(cheat, seed=0)

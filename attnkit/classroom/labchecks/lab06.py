@@ -87,13 +87,16 @@ def forbid_course_attention():
     """While inside: attnkit's FlashAttention (functions and Triton kernels), this module's own functions
     (its float64 reference among them) and torch.autograd raise ``ForbiddenCall``.
 
-    Module functions are replaced for the duration; each Triton kernel of attnkit.kernels.flash_kernels
-    gets a raising ``run`` (and, in the interpreter, ``rewrite``) on the object itself, so a reference a
-    notebook imported earlier is caught too.
+    Every function defined in a module of the attnkit.kernels.flash package is replaced for the duration;
+    each of its Triton kernels gets a raising ``run`` (and, in the interpreter, ``rewrite``) on the object
+    itself, so a reference a notebook imported earlier is caught too.
     """
+    import types
+
     import torch
 
-    from ...kernels import flash, flash_kernels
+    from ...kernels import flash
+    from .lab05 import course_kernel_modules
 
     saved = []
 
@@ -102,18 +105,21 @@ def forbid_course_attention():
             saved.append((owner, name, vars(owner).get(name, _MISSING)))
             setattr(owner, name, _forbidden(what))
 
-    for name in ("flash_attention", "flash_attention_forward", "flash_attention_backward",
-                 "_forward", "_forward_rung", "_backward", "_preprocess", "_launch"):
-        replace(flash, name, f"attnkit.kernels.flash.{name}")
+    flash_modules = [sys.modules[name] for name in course_kernel_modules(flash.__name__)]
+    for module in flash_modules:
+        for name, obj in list(vars(module).items()):
+            if isinstance(obj, types.FunctionType) and obj.__module__ == module.__name__:
+                replace(module, name, f"{module.__name__}.{name}")
     for name in ("backward", "grad"):
         replace(torch.autograd, name, f"torch.autograd.{name}")
     from triton.runtime.jit import KernelInterface
 
-    for name, obj in vars(flash_kernels).items():
-        if isinstance(obj, KernelInterface):                  # a kernel object, not a class
-            for attr in ("run", "rewrite"):
-                if callable(getattr(obj, attr, None)):
-                    replace(obj, attr, f"attnkit's Triton kernel {name}")
+    for module in flash_modules:
+        for name, obj in vars(module).items():
+            if isinstance(obj, KernelInterface):                  # a kernel object, not a class
+                for attr in ("run", "rewrite"):
+                    if callable(getattr(obj, attr, None)):
+                        replace(obj, attr, f"attnkit's Triton kernel {name}")
     try:
         with forbidden_calls(module_functions(flash, sys.modules[__name__])):
             yield
