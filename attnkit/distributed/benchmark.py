@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..bench.recorder import write_results
+from ..results import write_results
 from ..tolerances import rel_error, tolerance
 from . import context_parallel as cp
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..bench.recorder import RESULTS, read_results
+from ..results import RESULTS, read_results
 from . import context_parallel as cp
 
 SCHEMES = {("ring", "contiguous"): "ring", ("ring", "zigzag"): "zig-zag ring",
