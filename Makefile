@@ -77,7 +77,7 @@ figures: setup  ## redraw the diagrams in figures/
 	$(PY) -m attnkit.classroom.figures
 
 bench: setup  ## GPU only: measure the kernels, write CSVs to attnkit/bench/results/
-	$(PY) -m attnkit.bench.recorder
+	$(PY) -m attnkit.bench.suites
 
 site: setup  ## the course as a static website in site/_build/html, from stored outputs (SITE_ARGS=--no-solutions)
 	$(PY) -m attnkit.classroom.site $(SITE_ARGS)

@@ -6,8 +6,8 @@
    GQA/MQA, causal with Nq < Nk and Nq > Nk, fp16/bf16/fp32, every head dim, with NaN-poisoned outputs,
    and CPU tensors on a machine with a GPU (computed on the GPU, attnkit.device.kernel_device);
 2. measures the two ceilings (a large fp16 matrix product, a device-to-device copy);
-3. records the suites flash_ladder and flash into OUTDIR with attnkit.bench.recorder.record (what
-   ``python -m attnkit.bench.recorder --out OUTDIR flash_ladder flash`` does);
+3. records the suites flash_ladder and flash into OUTDIR with attnkit.bench.suites.record (what
+   ``python -m attnkit.bench.suites --out OUTDIR flash_ladder flash`` does);
 4. prints a short table of the ratios last.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from attnkit.bench.recorder import provenance, read_results, record, time_ms
+from attnkit.bench.recorder import provenance, read_results, time_ms
+from attnkit.bench.suites import record
 from attnkit.kernels import flash
 from attnkit.kernels.flash import layout, plans
 from attnkit.reference.attention import attention_ref

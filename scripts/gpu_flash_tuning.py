@@ -18,7 +18,7 @@ A time budget (default 370 s) stops the sweep early; what was measured is still 
 
 With --record (after a sweep has chosen the rungs): checks the ladder's descriptor rungs as in
 step 1, then records bench_flash_ladder.csv and bench_flash.csv into OUTDIR with
-attnkit.bench.recorder.record, as ``python -m attnkit.bench.recorder --out OUTDIR flash_ladder flash``.
+attnkit.bench.suites.record, as ``python -m attnkit.bench.suites --out OUTDIR flash_ladder flash``.
 """
 from __future__ import annotations
 
@@ -243,8 +243,8 @@ def write_csv(rows, path: Path) -> None:
 
 
 def record(out: Path, start: float) -> int:
-    """Check the descriptor rungs, then record the ladder and the full benchmark with the recorder."""
-    from attnkit.bench.recorder import record as record_suites
+    """Check the descriptor rungs, then record the ladder and the full benchmark with the suites' table."""
+    from attnkit.bench.suites import record as record_suites
 
     names = [n for n, rung in flash.VARIANTS.items() if rung.desc]
     failures = check_switch_sets(names)

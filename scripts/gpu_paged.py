@@ -10,8 +10,8 @@
    with permuted page tables, ragged lengths (seq_len 1, partial last pages), GQA group sizes 1, 4, 8
    and MQA, NaN in every slot a sequence does not own and NaN-poisoned outputs; and CPU tensors on
    this GPU machine;
-3. records the suite paged into OUTDIR with attnkit.bench.recorder.record (what
-   ``python -m attnkit.bench.recorder --out OUTDIR paged`` does): every row with the copy and
+3. records the suite paged into OUTDIR with attnkit.bench.suites.record (what
+   ``python -m attnkit.bench.suites --out OUTDIR paged`` does): every row with the copy and
    read-only-stream ceilings of ``streams.ceilings(timing="graph")``, timed from CUDA graphs like
    the kernels, and its fractions of each and of the datasheet figure;
 4. prints the ratios last.
@@ -48,8 +48,9 @@ from pathlib import Path
 import torch
 
 from attnkit.bench import paged as bench_paged
-from attnkit.bench.recorder import provenance, read_results, record, time_ms, write_results
+from attnkit.bench.recorder import provenance, read_results, time_ms, write_results
 from attnkit.bench.streams import graph_ms
+from attnkit.bench.suites import record
 from attnkit.kernels import paged
 from attnkit.tolerances import rel_error, tolerance
 

@@ -41,8 +41,10 @@ def test_every_suite_is_recorded_or_said_not_to_be():
 
 
 def test_unknown_suite_is_an_error(tmp_path):
+    from attnkit.bench import suites
+
     with pytest.raises(ValueError, match="names: unknown suites"):
-        benchmarking.record(["flsh"], tmp_path)
+        suites.record(["flsh"], tmp_path)
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.name for p in RECORDED])
@@ -55,8 +57,7 @@ def test_every_recorded_result_names_gpu_date_and_versions(path):
 
 
 def test_the_command_names_its_output_directory_and_suites(monkeypatch, tmp_path, capsys):
-    """``python -m attnkit.bench.suites --out DIR SUITE ...`` (and the same under ``attnkit.bench.recorder``)
-    records exactly those suites into DIR."""
+    """``python -m attnkit.bench.suites --out DIR SUITE ...`` records exactly those suites into DIR."""
     import torch
 
     from attnkit.bench import suites
@@ -66,7 +67,7 @@ def test_the_command_names_its_output_directory_and_suites(monkeypatch, tmp_path
     monkeypatch.setattr(suites, "record", lambda names, directory: recorded.append((names, directory)) or [])
     assert suites.main(["--out", str(tmp_path), "flash_ladder", "flash"]) == 0
     assert recorded == [(["flash_ladder", "flash"], tmp_path)]
-    assert benchmarking.main(["--out", str(tmp_path), "paged"]) == 0 and recorded[-1] == (["paged"], tmp_path)
+    assert suites.main(["--out", str(tmp_path), "paged"]) == 0 and recorded[-1] == (["paged"], tmp_path)
     assert suites.main([]) == 0 and recorded[-1] == (list(benchmarking.SUITE_NAMES), benchmarking.RESULTS)
     with pytest.raises(SystemExit):
         suites.main(["--out", str(tmp_path), "flsh"])
@@ -74,7 +75,8 @@ def test_the_command_names_its_output_directory_and_suites(monkeypatch, tmp_path
 
 
 def test_the_gpu_scripts_record_through_the_recorder():
-    """The GPU scripts write the benchmark CSVs with recorder.record only."""
+    """The GPU scripts write the benchmark CSVs with suites.record only (``python -m attnkit.bench.suites``,
+    as the Makefile's ``bench`` runs it)."""
     from pathlib import Path
 
     scripts = Path(__file__).resolve().parents[1] / "scripts"
@@ -82,6 +84,9 @@ def test_the_gpu_scripts_record_through_the_recorder():
         text = (scripts / name).read_text()
         assert "record(" in text and "csv.DictWriter" not in text, name
         assert 'write_results("' not in text, name
+        assert "attnkit.bench.suites import record" in text, name
+    assert "-m attnkit.bench.suites" in (scripts.parent / "Makefile").read_text()
+    assert not hasattr(benchmarking, "record") and not hasattr(benchmarking, "main")
 
 
 def test_every_script_result_is_recorded_and_its_script_exists():

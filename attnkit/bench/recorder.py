@@ -8,21 +8,18 @@ The suites themselves (one function each, in the modules of ``attnkit/bench/``) 
 ``attnkit.bench.suites``, which runs them:
 
     python -m attnkit.bench.suites [--out DIR] [SUITE ...]        # every suite when none is named
-    python -m attnkit.bench.recorder [--out DIR] [SUITE ...]      # the same command, under its old name
+
+Where results live and how rows are written and read is ``attnkit.results`` (the package's lowest floor, so
+that ``distributed/`` uses it too), re-exported here; this module imports no suite.
 """
 from __future__ import annotations
 
-import csv
-import datetime
-import sys
-from pathlib import Path
+from ..results import PROVENANCE, RESULTS, describe_source, provenance, read_results, write_results
 
-from ..device import versions
-
-RESULTS = Path(__file__).resolve().parent / "results"     # package data: installed with the course
+__all__ = ["RESULTS", "PROVENANCE", "SUITE_NAMES", "NOT_YET_RECORDED", "SCRIPT_RESULTS", "time_ms",
+           "provenance", "write_results", "read_results", "describe_source"]
 # The suites' names, as ``bench_<name>.csv`` and the command line call them; ``suites.SUITES`` maps each to
-# its function (that table imports every suite's module, each of which imports this one: it is imported
-# when recording, below).
+# its function (that table imports every suite's module, each of which imports this one).
 SUITE_NAMES = ("naive_attention", "naive_profile", "flash", "flash_ladder", "paged", "kvcache", "serving",
                "serving_features", "serving_steps", "softmax", "bandwidth", "decode_profile")
 # Suites written but not yet run on a GPU: their lessons say "recorded on a GPU only" until they are.
@@ -59,7 +56,6 @@ SCRIPT_RESULTS = {
                             "DIR/bench_flash_tile_order.csv DIR (RAW: ncu's lines of tile_order.py G C 1024, "
                             "experiments/flash_hopper_gluon/README.md)",
 }
-PROVENANCE = ("gpu", "date", "torch", "triton", "cuda", "cudnn")
 
 
 def time_ms(fn, *, warmup: int = 25, rep: int = 100) -> float:
@@ -67,75 +63,3 @@ def time_ms(fn, *, warmup: int = 25, rep: int = 100) -> float:
     from triton.testing import do_bench
 
     return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
-
-
-def provenance() -> dict:
-    info = versions()
-    return {
-        "gpu": info.get("gpu", "cpu"),
-        "date": datetime.date.today().isoformat(),
-        "torch": info["torch"],
-        "triton": info["triton"],
-        "cuda": info.get("cuda"),
-        "cudnn": info.get("cudnn"),
-    }
-
-
-def write_results(name: str, rows: list[dict], directory: Path = RESULTS) -> Path:
-    """Write ``rows`` to ``directory/bench_<name>.csv`` with the provenance columns added."""
-    if not rows:
-        raise ValueError("rows: nothing to write")
-    stamp = provenance()
-    rows = [{**row, **stamp} for row in rows]
-    fields = list(dict.fromkeys(k for row in rows for k in row))
-    path = Path(directory) / f"bench_{name}.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
-def read_results(name: str, directory: Path = RESULTS) -> list[dict]:
-    """The recorded rows of ``bench_<name>.csv``; numbers come back as floats where they parse."""
-    path = Path(directory) / f"bench_{name}.csv"
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        for key, value in row.items():
-            if key in PROVENANCE:
-                continue
-            try:
-                row[key] = float(value)
-            except (TypeError, ValueError):
-                pass
-    return rows
-
-
-def describe_source(rows: list[dict]) -> str:
-    """One line naming where recorded rows were measured."""
-    r = rows[0]
-    return (f"recorded on {r['gpu']} on {r['date']} with torch {r['torch']}, triton {r['triton']}, "
-            f"CUDA {r['cuda']}, cuDNN {r['cudnn']}")
-
-
-def main(argv=None) -> int:
-    """``python -m attnkit.bench.recorder``: the command of ``attnkit.bench.suites``, kept under this name
-    for the Makefile's ``bench`` and the GPU scripts that call ``recorder.record``; it and ``record`` are the
-    one import from here of the suites' table (remove both once those call ``attnkit.bench.suites``)."""
-    from .suites import main as record_command
-
-    return record_command(argv)
-
-
-def record(names, directory: Path = RESULTS) -> list[Path]:
-    """Run the named suites on this GPU and write each one's rows, with provenance, to ``directory``
-    (``attnkit.bench.suites.record``)."""
-    from .suites import record as record_suites
-
-    return record_suites(names, directory)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
