@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-from ..classroom.figures import diagram
 from ..tolerances import rel_error, tolerance
 
 TOKENS = 16 * 1024
@@ -278,16 +277,16 @@ def _recorded():
     return read_results("flash")
 
 
-@diagram("flash_fwd_tflops.png")
 def recorded_forward_tflops():
+    """``figures/flash_fwd_tflops.png`` (named in ``attnkit.classroom.figures.diagrams``)."""
     return plot_tflops(_recorded(), pass_="fwd")
 
 
-@diagram("flash_bwd_tflops.png")
 def recorded_backward_tflops():
+    """``figures/flash_bwd_tflops.png`` (named in ``attnkit.classroom.figures.diagrams``)."""
     return plot_tflops(_recorded(), pass_="bwd")
 
 
-@diagram("flash_fwd_ratios.png")
 def recorded_forward_ratios():
+    """``figures/flash_fwd_ratios.png`` (named in ``attnkit.classroom.figures.diagrams``)."""
     return plot_ratios(_recorded(), pass_="fwd")

@@ -7,7 +7,6 @@ backends on the same inputs. Each rung is checked against the float64 reference 
 """
 from __future__ import annotations
 
-from ..classroom.figures import diagram
 from ..tolerances import rel_error, tolerance
 from .flash import TOKENS, _number, _sdpa, attention_flops, reference_slice, tflops
 
@@ -91,8 +90,8 @@ def plot_ladder(rows):
     return fig
 
 
-@diagram("flash_ladder.png")
 def recorded_ladder():
+    """``figures/flash_ladder.png`` (named in ``attnkit.classroom.figures.diagrams``)."""
     from .recorder import read_results
 
     return plot_ladder(read_results("flash_ladder"))

@@ -32,14 +32,6 @@ def diagrams() -> dict:
     }
 
 
-def diagram(filename: str):
-    """Leaves ``fn`` as it is: the table of ``diagrams()`` names what is drawn. Kept while ``bench.flash``
-    and ``bench.flash_ladder`` still decorate their figures with it (they should drop it and this import)."""
-    def keep(fn):
-        return fn
-    return keep
-
-
 def main() -> int:
     import matplotlib
 
