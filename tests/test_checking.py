@@ -62,12 +62,16 @@ def test_summary_counts_passes():
 
 
 # --------------------------------------------------------------- answers that write into their inputs
-def test_a_right_answer_that_overwrites_its_input_passes():
+def test_a_right_answer_that_overwrites_its_input_fails_unless_the_check_allows_it():
     def cumsum_in_place(x):
         np.cumsum(x, out=x)                          # right, but overwrites the caller's array
         return x
 
-    assert check(cumsum_in_place).passed
+    report = check(cumsum_in_place).report
+    assert "case 1 of 2, 5 numbers: your function wrote into its input: argument 1 changed: element [2] " \
+           "was 2, is now 3 (3 of 5 elements changed)" in report, report
+    assert run_check("cumsum", cumsum_in_place, reference, CASES, tol=1e-12, hint="-",
+                     inputs_unchanged=False).passed
 
 
 def test_an_answer_that_zeroes_its_input_and_returns_matching_zeros_fails():
@@ -75,7 +79,8 @@ def test_an_answer_that_zeroes_its_input_and_returns_matching_zeros_fails():
         x[:] = 0                                     # were the reference run on x afterwards, it would agree
         return np.zeros_like(x)
 
-    result = check(zero_everything)
+    assert "wrote into its input" in check(zero_everything).report
+    result = run_check("cumsum", zero_everything, reference, CASES, tol=1e-12, hint="-", inputs_unchanged=False)
     assert result.status == FAILED and "differs from the float64 reference" in result.report
     assert "largest difference" in result.report
 
@@ -119,8 +124,12 @@ def test_nested_inputs_and_torch_tensors_are_copied_too():
         p[1]["scale"][:] = 0
         return torch.zeros(4)
 
-    assert run_check("scaled", right_but_in_place, reference, cases, tol=1e-12, hint="-").passed
-    assert run_check("scaled", wrong_zeroes_both, reference, cases, tol=1e-12, hint="-").status == FAILED
+    report = run_check("scaled", right_but_in_place, reference, cases, tol=1e-12, hint="-").report
+    assert "argument 1[0] changed: element [1] was 1, is now 2 (3 of 4 elements changed)" in report, report
+    assert run_check("scaled", right_but_in_place, reference, cases, tol=1e-12, hint="-",
+                     inputs_unchanged=False).passed
+    assert run_check("scaled", wrong_zeroes_both, reference, cases, tol=1e-12, hint="-",
+                     inputs_unchanged=False).status == FAILED
     assert torch.equal(pair[0], torch.arange(4.0)) and pair[1]["scale"][0] == 2.0
 
 
@@ -380,3 +389,32 @@ def test_componentwise_error_judges_each_row_by_its_terms():
     assert run_check("rows", lambda: got, lambda: bounded, [case(label="one")], tol=1e-3, hint="").passed
     assert check_tolerance("float32") == 1e-5 and check_tolerance("float32", dot=True) == 2e-3
     assert check_tolerance("float16") == check_tolerance("float16", dot=True) == 2e-3
+
+
+def test_a_function_that_writes_into_its_input_fails_and_says_where():
+    def softmax_in_place(S):
+        S -= S.max(axis=1, keepdims=True)
+        np.exp(S, out=S)
+        S /= S.sum(axis=1, keepdims=True)
+        return S
+
+    def reference(S):
+        e = np.exp(S - S.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    S = np.array([[1.0, 2.0, np.nan], [0.0, 0.5, 0.25]])
+    cases = [case(S[:, :2].copy(), label="2×2 scores")]
+    result = run_check("softmax", softmax_in_place, reference, cases, tol=1e-12, hint="h")
+    assert result.status == FAILED
+    assert "case 1 of 1, 2×2 scores: your function wrote into its input: argument 1 changed: element [0, 0]" \
+        in result.report, result.report
+    assert "(4 of 4 elements changed)" in result.report
+    # The same function passes where writing into the argument is the contract.
+    assert run_check("softmax", softmax_in_place, reference, cases, tol=1e-12, hint="h",
+                     inputs_unchanged=False).passed
+    # NaN in an input that stays NaN is no change; arrays nested in tuples are looked into.
+    states = [case((S.copy(), np.zeros(2)), label="a tuple holding NaN")]
+    assert run_check("first", lambda t: t[0][0, :2].copy(), lambda t: t[0][0, :2], states, tol=0.0, hint="h").passed
+    report = run_check("first", lambda t: t[1].__setitem__(0, 1.0) or t[0][0, :2].copy(), lambda t: t[0][0, :2],
+                       states, tol=0.0, hint="h").report
+    assert "argument 1[1] changed: element [0] was 0, is now 1" in report, report

@@ -194,6 +194,45 @@ def fresh_copy(value):
     return copy.deepcopy(value)
 
 
+def _arrays_in(value, path: str):
+    """(path, array) for each NumPy array or torch tensor in ``value`` and the tuples, lists and dicts
+    holding it (other objects are not looked into)."""
+    if isinstance(value, np.ndarray) or type(value).__name__ == "Tensor":
+        yield path, value
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from _arrays_in(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _arrays_in(item, f"{path}[{key!r}]")
+
+
+def _host(x) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor (bfloat16 has no NumPy dtype)
+        x = x.detach().to("cpu")
+        return (x.float() if str(x.dtype) == "torch.bfloat16" else x).numpy()
+    return np.asarray(x)
+
+
+def changed_input(before: tuple, after: tuple, names: Sequence[str] = ()) -> str | None:
+    """None when every array in ``after`` (the arguments as the student's function left them) holds
+    what ``before`` (an untouched copy) holds, NaN for NaN; else which argument changed and where."""
+    for index, (was, now) in enumerate(zip(before, after)):
+        label = names[index] if index < len(names) else f"argument {index + 1}"
+        for (path, a), (_, b) in zip(_arrays_in(was, label), _arrays_in(now, label)):
+            a, b = _host(a), _host(b)
+            if a.shape != b.shape:
+                return f"{path} changed shape from {a.shape} to {b.shape}"
+            same = a == b
+            if np.issubdtype(a.dtype, np.inexact) and np.issubdtype(b.dtype, np.inexact):
+                same |= np.isnan(a) & np.isnan(b)
+            if not np.all(same):
+                where = tuple(int(i) for i in np.argwhere(~same)[0]) if same.ndim else ()
+                return (f"{path} changed: element {list(where)} was {a[where]:.6g}, is now "
+                        f"{b[where]:.6g} ({int((~same).sum())} of {same.size} elements changed)")
+    return None
+
+
 # ------------------------------------------------------------------ what a lesson claims about structure
 class OneShotStream:
     """A stream of 1-D blocks that can be read once, like a generator: ``for block in stream``.
@@ -335,6 +374,7 @@ def run_check(
     fixed: int | None = None,
     kernel_guards: bool = False,
     isolate: bool = False,
+    inputs_unchanged: bool = True,
 ) -> CheckResult:
     """Run ``student_fn`` on every case and compare with ``reference_fn``.
 
@@ -351,13 +391,16 @@ def run_check(
     ``guarded_allocations``: a store outside a tensor it allocated fails the case.
     ``isolate``: the cases run in a forked child (``isolated``) where kernels are interpreted, so a
     crash fails the check with the case it was on.
+    ``inputs_unchanged``: a function that writes into its (array) arguments fails the case, since its
+    caller's data is lost; pass False where an argument is an output the function fills.
     The first failing case is reported with what was expected, what came back, where they differ,
     and the hint.
     """
     if isolate:
         return isolated(name, lambda: run_check(name, student_fn, reference_fn, cases, tol=tol, hint=hint,
                                                 compare=compare, forbidden=forbidden, fixed=fixed,
-                                                kernel_guards=kernel_guards), hint=hint)
+                                                kernel_guards=kernel_guards,
+                                                inputs_unchanged=inputs_unchanged), hint=hint)
     def within_tolerance(got, expected) -> bool:
         err = answer_error(got, expected)
         return np.isfinite(err) and err <= tol
@@ -407,6 +450,11 @@ def run_check(
             return CheckResult(name, FAILED, f"❌ {name}: {where}: {damage}: a tl.store without the mask "
                                              f"of its rows (or columns), or through the wrong strides.\n"
                                              f"   hint: {hint}")
+        changed = inputs_unchanged and changed_input(c.args, args)
+        if changed:
+            return CheckResult(name, FAILED, f"❌ {name}: {where}: your function wrote into its input: "
+                                             f"{changed}. Its caller still needs that data: compute into "
+                                             f"new arrays.\n   hint: {hint}")
         if got is None:
             return CheckResult(name, FAILED, f"❌ {name}: {where}: your function returned None "
                                              f"(did you forget `return`?)\n   hint: {hint}")

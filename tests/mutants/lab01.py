@@ -98,7 +98,6 @@ def softmax_in_place(S):
     return S
 
 
-SOFTMAX_RIGHT["writes into its input"] = softmax_in_place
 
 
 def softmax_float32(S):
@@ -138,6 +137,9 @@ def softmax_mean_shift(S):
     return e / e.sum(axis=1, keepdims=True)
 
 SOFTMAX_WRONG = {
+    # Overwrites the caller's S: whoever passed the scores has lost them (the check's inputs are
+    # compared before and after the call).
+    "writes into its input": softmax_in_place,
     "one global maximum": lambda S: np.exp(S - S.max()) / np.exp(S - S.max()).sum(axis=1, keepdims=True),
     "no maximum (overflows)": lambda S: np.exp(S) / np.exp(S).sum(axis=1, keepdims=True),
     "column maxima": lambda S: np.exp(S - S.max(axis=0, keepdims=True)) / np.exp(
@@ -339,8 +341,10 @@ def hand_course_reference():
     return tuple(__import__("attnkit.classroom.labchecks.lab01", fromlist=["x"]).reference_by_hand().values())
 
 
-HAND_RIGHT = {"rounded": hand_rounded, "cut off after 4 decimals": hand_cut_off,
-              "fractions and tuples": hand_fractions_and_tuples}
+HAND_RIGHT = {"rounded": hand_rounded, "fractions and tuples": hand_fractions_and_tuples,
+              "6 decimals, whole scores as ints": lambda: ([2, 0, 1.5, 0.5],
+                                                           [0.508907, 0.068873, 0.308668, 0.113552],
+                                                           [1.044679, 0.491093])}
 
 HAND_WRONG = {
     "computed with NumPy": hand_computed,
@@ -356,6 +360,11 @@ HAND_WRONG = {
     "output of the lesson's first query": lambda: ([2.0, 0.0, 1.5, 0.5], [0.5089, 0.0689, 0.3087, 0.1136],
                                                    [1.2696, 0.8427]),
     "only two scores": lambda: ([2.0, 0.0], [0.5089, 0.0689, 0.3087, 0.1136], [1.0447, 0.4911]),
+    # The lab says "round once, at the end": a number cut off, or rounded before its last step, can be
+    # a whole unit of the 4th decimal off (0.1135 for 0.113552).
+    "cut off after 4 decimals": hand_cut_off,
+    "each e^s rounded to 4 decimals before dividing": lambda: ([2.0, 0.0, 1.5, 0.5],
+                                                               [0.5089, 0.0689, 0.3087, 0.1135], [1.0447, 0.4911]),
     "truncated to 2 decimals": lambda: ([2.0, 0.0, 1.5, 0.5], [0.50, 0.06, 0.30, 0.11], [1.04, 0.49]),
 }
 

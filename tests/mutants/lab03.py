@@ -200,7 +200,20 @@ def _merge_with(a, b, *, m_of=np.maximum, weight=lambda m_x, m: np.exp(m_x - m),
     return (m if m_out is None else m_out(m_a, m_b)), l, z
 
 
+def merge_into_a(a, b):
+    (m_a, l_a, z_a), (m_b, l_b, z_b) = a, b
+    m = np.maximum(m_a, m_b)
+    alpha, beta = np.exp(m_a - m), np.exp(m_b - m)
+    l_a *= alpha                                              # a's arrays overwritten: its caller's state is lost
+    l_a += beta * l_b
+    z_a *= alpha[:, None]
+    z_a += beta[:, None] * z_b
+    m_a[...] = m
+    return m_a, l_a, z_a
+
+
 MERGE_WRONG = {
+    "writes the merge into a's arrays": merge_into_a,
     "loops over rows (the lab asks for none)": merge_loops,
     "row maxima by a loop over zip": merge_maxima_by_zip,
     "one maximum for all rows": lambda a, b: _merge_with(a, b, m_of=lambda x, y: np.full_like(x, max(x.max(),

@@ -298,7 +298,10 @@ FIXED_SHAPES = [(3, 5, 8, 2), (6, 4, 2, 3), (1, 7, 16, 5), (5, 3, 9, 4)]
 # ------------------------------------------------------------------------------------ exercise 1
 # A fifth query joins the lesson's example (its K and V unchanged): the lesson never prints its row.
 HAND_QUERY = np.array([2.0, 0.0, 0.0, 1.0])
-HAND_TOL = 1e-4            # 4 decimals, rounded once at the end: within one unit of the 4th decimal
+# 4 decimals, rounded once at the end: within half a unit of the 4th decimal of the exact value (a
+# truncated number, or one rounded before the last step, can be a whole unit off). 1e-9 absorbs the
+# binary representation of a typed decimal.
+HAND_TOL = 0.5e-4 + 1e-9
 HAND_PARTS = (("scores", 4, "s_j = q·k_j / √d (d = 4, so divide by 2)"),
               ("weights", 4, "p_j = exp(s_j − max s) / Σ exp(s_k − max s); the four add up to 1"),
               ("output", 2, "o = Σ p_j v_j, a vector of d_v = 2 numbers"))
@@ -345,6 +348,19 @@ def _typed_numbers(fn) -> str | None:
     return ", ".join(names) if names else None
 
 
+def _how_far(difference: float) -> str:
+    """How far a typed number is from the exact value, in a band that does not give the value away."""
+    size = abs(difference)
+    if not math.isfinite(size):
+        return "a non-finite amount"
+    for limit, words in ((1e-4, "less than 0.0001 (one unit of the 4th decimal)"),
+                         (1e-3, "between 0.0001 and 0.001"), (1e-2, "between 0.001 and 0.01"),
+                         (1e-1, "between 0.01 and 0.1")):
+        if size < limit:
+            return words
+    return "more than 0.1"
+
+
 def _check_by_hand(by_hand, *, seed: int | None = None) -> CheckResult:
     """by_hand() -> (scores, weights, output) of the query (2, 0, 0, 1) against the example's K and V,
     typed to 4 decimals: 4, 4 and 2 numbers. ``seed`` is accepted for the common interface."""
@@ -376,8 +392,11 @@ def _check_by_hand(by_hand, *, seed: int | None = None) -> CheckResult:
         if wrong:
             j = wrong[0]
             return CheckResult(name, FAILED,
-                               f"❌ {name}: the {part}: your entry {j} ({numbers[j]:.4f}) is off by more than "
-                               f"{HAND_TOL:g} ({len(wrong)} of {size} entries are).\n   hint: {rule}")
+                               f"❌ {name}: the {part}: your entry {j} ({numbers[j]:.4f}) is off by "
+                               f"{_how_far(numbers[j] - want[part][j])} ({len(wrong)} of {size} entries are "
+                               f"off by more than 0.00005, half a unit of the 4th decimal).\n   hint: {rule}"
+                               + ("; round once, at the end, to the nearest 4th decimal (not cut off)"
+                                  if abs(numbers[j] - want[part][j]) < 2e-4 else ""))
     return CheckResult(name, PASSED, f"✅ {name}: the scores, the weights and the output are right to 4 decimals.")
 
 
