@@ -386,6 +386,8 @@ def _causal(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BL
         p = tl.exp(s)
     elif BUG == 6:
         p = tl.exp(s - tl.max(tl.where(visible, raw, NEG_INF), axis=0))
+    elif BUG == 12:                                # the row maximum taken before the mask
+        p = tl.exp(s - tl.max(scaled, axis=0))
     elif BUG == -1:
         p = tl.exp2((s - tl.max(s, axis=0)) * 1.4426950408889634)
     elif BUG == 11:
@@ -413,7 +415,8 @@ def causal_softmax(s, scale, out, bug=0):
 CAUSAL_WRONG = {"no row maximum": 1, "mask aligned to the start (j <= i)": 2, "strict mask": 3,
                 "scale forgotten": 4, "hidden scores set to 0": 5, "maximum of the unscaled scores": 6,
                 "row stride taken as Nk": 7, "store without a mask": 8, "offset Nq − Nk": 9,
-                "column stride ignored": 10, "exp2 with log2(e) cut to 1.44": 11}
+                "column stride ignored": 10, "exp2 with log2(e) cut to 1.44": 11,
+                "row maximum taken before the mask": 12}
 CAUSAL_RIGHT = {"exp2 with log2(e)": dict(bug=-1), "one combined mask": dict(bug=-2)}
 
 
@@ -543,7 +546,11 @@ def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_v
                 l = l + tl.sum(p, axis=1)
             else:
                 l = l * alpha + tl.sum(p, axis=1)
-            if BUG == 1:
+            if BUG == 13:                          # p and v in float16 for the product
+                acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v.to(tl.float16)).to(tl.float32)
+            elif BUG == 14:                        # p rounded to float16, v kept in float32
+                acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16).to(tl.float32), v)
+            elif BUG == 1:
                 acc = acc + tl.dot(p, v)
             elif BUG == 9:
                 acc = acc + tl.dot(p, v) * alpha[:, None]
@@ -568,7 +575,8 @@ def softmax_weighted_sum(s, v, out, bug=0, block_n=16):
 WSUM_WRONG = {"acc not rescaled": 1, "l not rescaled": 2, "normalised after every tile": 3,
               "two passes (maximum, then sums)": 4, "masked scores read 0": 5, "v not masked past N": 6,
               "p against the old maximum": 7, "no final division": 8, "alpha on the new tile": 9,
-              "s's column stride ignored": 10, "v's column stride ignored": 11, "exp2 with log2(e) cut to 1.44": 12}
+              "s's column stride ignored": 10, "v's column stride ignored": 11, "exp2 with log2(e) cut to 1.44": 12,
+              "p and v cast to float16 for tl.dot": 13, "p rounded to float16": 14}
 WSUM_RIGHT = {"exp2 and log2(e)": dict(bug=-1), "tiles of 32 keys": dict(block_n=32)}
 
 
@@ -579,9 +587,9 @@ CATALOGUE = {  # exercise: (check, launcher, wrong, right, number of fixed cases
     "affine_columns": (lab04.check_affine_columns, affine_columns, AFFINE_WRONG, AFFINE_RIGHT, 6),
     "row_sums": (lab04.check_row_sums, row_sums, ROW_SUMS_WRONG, ROW_SUMS_RIGHT, 6),
     "matmul": (lab04.check_matmul, matmul, MATMUL_WRONG, MATMUL_RIGHT, 5),
-    "causal_softmax": (lab04.check_causal_softmax, causal_softmax, CAUSAL_WRONG, CAUSAL_RIGHT, 5),
+    "causal_softmax": (lab04.check_causal_softmax, causal_softmax, CAUSAL_WRONG, CAUSAL_RIGHT, 6),
     "row_logsumexp": (lab04.check_row_logsumexp, row_logsumexp, LSE_WRONG, LSE_RIGHT, 6),
-    "softmax_weighted_sum": (lab04.check_softmax_weighted_sum, softmax_weighted_sum, WSUM_WRONG, WSUM_RIGHT, 7),
+    "softmax_weighted_sum": (lab04.check_softmax_weighted_sum, softmax_weighted_sum, WSUM_WRONG, WSUM_RIGHT, 9),
 }
 
 

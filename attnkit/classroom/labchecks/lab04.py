@@ -526,6 +526,13 @@ def _causal_cases(seed):
     made.insert(2, Puzzle((matrix(rng.standard_normal((6, 23)) * 20, transposed=True), 0.25), (6, 23),
                           "s 6 × 23 stored column by column (use stride_sn), scores of spread 5 (exp2 needs "
                           "log2(e) to all its digits)"))
+    # Visible keys near −200, the last key (hidden from every row but the last) at +300: a row maximum
+    # taken before the mask is 150 after scaling, every visible exp(−250) underflows and the row is 0/0.
+    hidden_high = rng.standard_normal((5, 19)) - 200.0
+    hidden_high[:, -1] = 300.0
+    made.insert(3, Puzzle((matrix(hidden_high), 0.5), (5, 19),
+                          "s 5 × 19, visible keys near −200 and the last key, hidden from rows 0–3, at +300, "
+                          "scale 0.5 (the row maximum must be taken after the mask)"))
     return made
 
 
@@ -594,6 +601,13 @@ def _weighted_cases(seed):
     lone_values = np.zeros((160, 16))
     lone_values[0] = rng.standard_normal(16) + 3.0
 
+    # float16 keeps 5 exponent bits: values above 65504 overflow, weights below 6e-8 vanish; the fp32
+    # product (tf32 on a GPU keeps fp32's 8 exponent bits) holds both.
+    far = np.full((2, 40), -20.0)
+    far[:, 0] = 0.0
+    far_values = rng.standard_normal((40, 16)) + 3.0
+    far_values[0] = 0.0
+
     cases = [make((2, 47), 16, np.sort(rng.standard_normal((2, 47)) * 3, axis=1) + np.linspace(0, 40, 47),
                   "2 × 47, rising along the row (the maximum grows in every tile)"),
              make((3, 33), 16, rng.standard_normal((3, 33)) * 300 + 800,
@@ -606,7 +620,11 @@ def _weighted_cases(seed):
              make((3, 19), 16, rng.standard_normal((3, 19)) * 3, "3 × 19, v stored column by column (use stride_vd)",
                   v_by_columns=True),
              make((3, 160), 16, lone, "3 × 160, one key 4 above the rest holds a quarter of the weight",
-                  values=lone_values)]
+                  values=lone_values),
+             make((3, 40), 16, rng.standard_normal((3, 40)) * 3, "3 × 40 of values about ±10⁵ (above float16's "
+                  "largest, 65504: keep p and v in float32 for tl.dot)", values=rng.standard_normal((40, 16)) * 1e5),
+             make((2, 40), 16, far, "2 × 40, key 0 scores 20 above the rest and has value 0: the output is the "
+                  "other keys' weights, e^−20 ≈ 2e-9 each (below float16's smallest, 6e-8)", values=far_values)]
     for _ in range(2):
         m, n, d = int(rng.integers(1, 5)), int(rng.integers(2, 60)), int(rng.choice([16, 32]))
         cases.append(make((m, n), d, rng.standard_normal((m, n)) * 5, f"{m} × {n}"))
