@@ -5,29 +5,36 @@ Importing ``attnkit`` is light: Triton is imported only when a kernel is first u
 """
 from __future__ import annotations
 
-import importlib
-
 from .device import Runtime, runtime, setup, versions
 from .tolerances import REL_TOL, assert_close, rel_error, tolerance
 
 __version__ = "0.1.0"
 
-# Public names that live in heavier modules, imported on first use.
-_LAZY = {
-    "flash_attention": "attnkit.kernels.flash",
-    "flash_attention_varlen": "attnkit.kernels.flash",
-    "flash_attention_fp8": "attnkit.kernels.flash_fp8",
-    "quantize_for_attention": "attnkit.kernels.flash_fp8",
-    "paged_extend": "attnkit.kernels.paged_extend",
-    "paged_decode": "attnkit.kernels.paged",
-    "kv_cache_bytes": "attnkit.serving.kv_cache",
-    "attention_ref": "attnkit.reference.attention",
-}
+# Public names that live in heavier modules (torch, Triton), imported on first use by ``_load``.
+_LAZY = ("flash_attention", "flash_attention_varlen", "flash_attention_fp8", "quantize_for_attention",
+         "paged_extend", "paged_decode", "kv_cache_bytes", "attention_ref")
+
+
+def _load(name: str):
+    """The public name ``name`` of ``_LAZY``, imported from the module that defines it."""
+    if name in ("flash_attention", "flash_attention_varlen"):
+        from .kernels import flash as module
+    elif name in ("flash_attention_fp8", "quantize_for_attention"):
+        from .kernels.flash import fp8 as module
+    elif name == "paged_extend":
+        from .kernels import paged_extend as module
+    elif name == "paged_decode":
+        from .kernels import paged as module
+    elif name == "kv_cache_bytes":
+        from .serving import kv_cache as module
+    else:
+        from .reference import attention as module
+    return getattr(module, name)
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return _load(name)
     raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
 
 

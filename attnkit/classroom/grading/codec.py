@@ -33,7 +33,9 @@ def _course_name(name) -> bool:
 
 
 def _resolve(path: str):
-    """The course's class or function named ``module:qualname`` (only ``attnkit.*``)."""
+    """The course's class or function named ``module:qualname`` (only ``attnkit.*``). The name comes from
+    the data itself (an object of any of the course's classes may cross), so its module is loaded by name:
+    a module of the course, which the checker's process may import anyway."""
     module_name, _, qualname = str(path).partition(":")
     if not _course_name(module_name) or not qualname:
         raise CodecError(f"{path!r} is not one of the course's names")
@@ -517,6 +519,16 @@ def encode_exception(exc: BaseException, cells: tuple[str, ...] = ("<notebook ce
 
 class StudentError(Exception):
     """A student's exception whose own class could not be rebuilt."""
+
+
+def stand_in(name: str, state: dict):
+    """What the check gets for an exercise that is missing or refused: a function that raises."""
+    def missing(*args, **kwargs):
+        if state.get("state") == "missing":
+            raise StudentError(f"the notebook defines no `{name}`")
+        raise StudentError(f"`{name}` is not graded: see its report")
+    missing.__name__ = name
+    return missing
 
 
 def decode_exception(data, depth: int = 0) -> BaseException:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from contextlib import suppress
 
 from .submission import CELL_PREFIX
 
@@ -73,7 +74,10 @@ def _functions(modules, lab_module) -> list:
 
 def tool_functions(tools) -> list:
     """The functions named by (module, name) pairs (and their classes' methods and their Triton kernels'
-    Python functions): the lab's tools, never guarded."""
+    Python functions): the lab's tools, never guarded.
+
+    The pairs are the ``from attnkit... import name`` lines of the lab notebook (``lab.course_tools``), any
+    module of the course a lab chooses to hand out, so each is loaded by its name here."""
     found_all = []
     for module_name, name in tools:
         try:
@@ -87,13 +91,26 @@ def tool_functions(tools) -> list:
     return found_all
 
 
+def load_course_implementations() -> None:
+    """Import each package or module of ``COURSE_IMPLEMENTATIONS`` (each by an import statement, the same
+    names as the table); one that cannot load here cannot be called either."""
+    with suppress(Exception):
+        from ... import reference  # noqa: F401
+    with suppress(Exception):
+        from ... import kernels  # noqa: F401
+    with suppress(Exception):
+        from ...serving import kv_cache, tinymodel  # noqa: F401
+    with suppress(Exception):
+        from ...analysis import iomodel  # noqa: F401
+    with suppress(Exception):
+        from ...bench import iomodel as bench_iomodel  # noqa: F401
+    with suppress(Exception):
+        from ...bench import naive  # noqa: F401
+
+
 def install(lab_module, tools=()) -> int:
     """Guard every course implementation loaded now except the lab's tools; returns how many."""
-    for prefix in COURSE_IMPLEMENTATIONS:
-        try:
-            importlib.import_module(prefix)
-        except Exception:  # noqa: BLE001 - a part of the course that cannot load here cannot be called
-            continue
+    load_course_implementations()
     modules = [m for n, m in list(sys.modules.items()) if m is not None and
                any(n == p or n.startswith(p + ".") for p in COURSE_IMPLEMENTATIONS)]
     tool_list = tool_functions(tools)

@@ -93,14 +93,13 @@ CALL_LIMIT = 2**30          # the largest request from the checker
 
 
 def _student(spec: dict, say, send: channel.Writer, calls_fd: int) -> None:
-    import importlib
-
     from . import guard
     from .calls import Server
+    from .checker import lab_module
     from .lab import lab_checks
     from .submission import load_cells, submission_cells
 
-    module = importlib.import_module(spec["module"])
+    module = lab_module(spec["module"])
     exercises = lab_checks(module, pairs=spec.get("pairs"))
     to_checker = channel.Writer(calls_fd)
     try:
@@ -180,6 +179,7 @@ def _functions(exercises, ns):
     raises, and what the checker is told about it."""
     from . import codec
     from .calls import _packed
+    from .codec import stand_in
     from .submission import origin_problem
 
     functions, states = {}, {}
@@ -208,18 +208,6 @@ def _functions(exercises, ns):
 
 
 _MISSING = object()
-
-
-def stand_in(name: str, state: dict):
-    """What the check gets for an exercise that is missing or refused: a function that raises."""
-    from .codec import StudentError
-
-    def missing(*args, **kwargs):
-        if state.get("state") == "missing":
-            raise StudentError(f"the notebook defines no `{name}`")
-        raise StudentError(f"`{name}` is not graded: see its report")
-    missing.__name__ = name
-    return missing
 
 
 def _timed(fn, name: str, timeout: float, say):

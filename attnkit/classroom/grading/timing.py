@@ -449,14 +449,14 @@ def _start():
 def _load(spec, say):
     """The notebook's namespace, loaded as the grader's student process loads it."""
     import base64
-    import importlib
 
     import nbformat
 
     from . import guard
+    from .checker import lab_module
     from .submission import load_cells, submission_cells
 
-    module = importlib.import_module(spec["module"])
+    module = lab_module(spec["module"])
     guard.install(module, [tuple(t) for t in spec.get("tools") or []])
     if spec.get("notebook") is None:
         return None
