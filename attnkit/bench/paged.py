@@ -380,37 +380,52 @@ def run_fp8(outdir=None, *, shape=SHAPES["batch"], accuracy_shape=FP8_ACCURACY_S
     p = fp8_cache(make_problem(batch, context, device=device))
     say(f"problem B={batch} context={context} Hq={HQ} Hkv={HKV} D={HEAD_DIM}: fp16 cache "
         f"{kv_bytes(batch, context) / 1e6:.0f} MB, fp8 cache {kv_bytes(batch, context, itemsize=1) / 1e6:.0f} MB")
-
-    def measure(kernels):
-        timed, outputs = [], {}
-        for method, (kernel, cache) in FP8_CASES.items():
-            if kernel not in kernels:
-                continue
-            try:
-                fn = (decode_call if kernel == "decode" else extend_call)(p, cache)
-                outputs[cache] = fn()
-            except Exception as exc:
-                timed.append((method, cache, float("nan"), float("nan"), failed_note(exc)))
-                say(f"{method}: {failed_note(exc)}")
-                continue
-            timed.append((method, cache, *time_case(fn, device)))
-            say(f"{method}: {timed[-1][2]:.4f} ms (graph), {timed[-1][3]:.4f} ms (eager) {timed[-1][4]}")
-        diff = (max_abs_error(outputs["fp8"], outputs["fp16"]) if len(outputs) == 2 else float("nan"))
-        return timed, diff
-
-    def add_rows(timed, diff, ceils):
-        for method, cache, ms, eager, note in timed:
-            row = measured_row(ceils, shape="batch", method=method, batch=batch, context=context, splits=1, ms=ms,
-                               eager_ms=eager, nbytes=kv_bytes(batch, context, itemsize=1 if cache == "fp8" else 2),
-                               note=note)
-            rows.append(dict(kind="timing", cache="fp8 e4m3" if cache == "fp8" else "fp16", **row,
-                             max_abs_error_vs_fp16=diff if cache == "fp8" else float("nan")))
-
-    decode_timed, decode_diff = measure(("decode",))
+    decode_timed, decode_diff = _fp8_measure(p, ("decode",), device, say)
     extend_p = p if with_extend else None
     p = None  # free the memory before the ceilings
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()
+    ceils = _fp8_ceilings(say)
+    rows += _fp8_timing_rows(decode_timed, decode_diff, ceils, shape)
+    save()
+    say(f"paged_decode fp16 / fp8 time: {fp8_ratios(rows)['paged_decode grouped: fp16 / fp8 time (graph)']:.3f} "
+        f"(target {FP8_TARGET}); fp8 output vs fp16 output: max abs error {decode_diff:.2e}")
+    rows += _fp8_accuracy(accuracy_shape, device, False, say)
+    save()
+    if with_extend:
+        extend_timed, extend_diff = _fp8_measure(extend_p, ("extend",), device, say)
+        extend_p = None
+        rows += _fp8_timing_rows(extend_timed, extend_diff, ceils, shape)
+        rows += _fp8_accuracy(accuracy_shape, device, True, say)
+        save()
+    for name, value in fp8_ratios(rows).items():
+        say(f"{name}: {value:.3f}")
+    say("done")
+    return rows
+
+
+def _fp8_measure(p, kernels, device, say) -> tuple[list[tuple], float]:
+    """run_fp8's timings of the cases of ``FP8_CASES`` whose kernel is in ``kernels``, on both caches of
+    ``p``: [(method, cache, graph ms, eager ms, note)], and the largest difference of the two outputs."""
+    timed, outputs = [], {}
+    for method, (kernel, cache) in FP8_CASES.items():
+        if kernel not in kernels:
+            continue
+        try:
+            fn = (decode_call if kernel == "decode" else extend_call)(p, cache)
+            outputs[cache] = fn()
+        except Exception as exc:
+            timed.append((method, cache, float("nan"), float("nan"), failed_note(exc)))
+            say(f"{method}: {failed_note(exc)}")
+            continue
+        timed.append((method, cache, *time_case(fn, device)))
+        say(f"{method}: {timed[-1][2]:.4f} ms (graph), {timed[-1][3]:.4f} ms (eager) {timed[-1][4]}")
+    diff = (max_abs_error(outputs["fp8"], outputs["fp16"]) if len(outputs) == 2 else float("nan"))
+    return timed, diff
+
+
+def _fp8_ceilings(say) -> dict:
+    """run_fp8's bandwidth ceilings (``streams.ceilings``), or NaNs and the error when they fail."""
     try:
         from . import streams
 
@@ -422,37 +437,40 @@ def run_fp8(outdir=None, *, shape=SHAPES["batch"], accuracy_shape=FP8_ACCURACY_S
         ceils = dict(copy_GBps=nan, read_GBps=nan, datasheet_GBps=nan, ceiling_timing=failed_note(exc),
                      ceiling_bytes=0)
         say(f"ceilings: {failed_note(exc)}")
-    add_rows(decode_timed, decode_diff, ceils)
-    save()
-    say(f"paged_decode fp16 / fp8 time: {fp8_ratios(rows)['paged_decode grouped: fp16 / fp8 time (graph)']:.3f} "
-        f"(target {FP8_TARGET}); fp8 output vs fp16 output: max abs error {decode_diff:.2e}")
+    return ceils
+
+
+def _fp8_timing_rows(timed, diff, ceils, shape) -> list[dict]:
+    """run_fp8's rows of the timings ``_fp8_measure`` returned, at the batch ``shape`` (B, context)."""
+    batch, context = shape
+    rows = []
+    for method, cache, ms, eager, note in timed:
+        row = measured_row(ceils, shape="batch", method=method, batch=batch, context=context, splits=1, ms=ms,
+                           eager_ms=eager, nbytes=kv_bytes(batch, context, itemsize=1 if cache == "fp8" else 2),
+                           note=note)
+        rows.append(dict(kind="timing", cache="fp8 e4m3" if cache == "fp8" else "fp16", **row,
+                         max_abs_error_vs_fp16=diff if cache == "fp8" else float("nan")))
+    return rows
+
+
+def _fp8_accuracy(accuracy_shape, device, with_extend: bool, say) -> list[dict]:
+    """run_fp8's accuracy rows: paged_decode's (``with_extend`` False) or paged_extend's, or one row with
+    the error when they fail."""
+    rows = []
     try:
-        acc = fp8_accuracy_rows(*accuracy_shape, device=device, with_extend=False)
+        acc = fp8_accuracy_rows(*accuracy_shape, device=device, with_extend=with_extend)
+        acc = acc[4:] if with_extend else acc
         rows.extend(acc)
         for r in acc:
             say(f"{r['method']}: max abs error {r['max_abs_error']:.2e}, rel error {r['rel_error']:.2e}")
     except Exception as exc:
-        rows.append(dict(kind="accuracy", method="paged_decode accuracy", B=accuracy_shape[0],
-                         context=accuracy_shape[1], note=failed_note(exc)))
-        say(f"accuracy: {failed_note(exc)}")
-    save()
-    if with_extend:
-        p = extend_p
-        extend_timed, extend_diff = measure(("extend",))
-        add_rows(extend_timed, extend_diff, ceils)
-        p = extend_p = None
-        try:
-            acc = fp8_accuracy_rows(*accuracy_shape, device=device, with_extend=True)[4:]
-            rows.extend(acc)
-            for r in acc:
-                say(f"{r['method']}: max abs error {r['max_abs_error']:.2e}, rel error {r['rel_error']:.2e}")
-        except Exception as exc:
+        if with_extend:
             rows.append(dict(kind="accuracy", method="paged_extend accuracy", note=failed_note(exc)))
             say(f"paged_extend accuracy: {failed_note(exc)}")
-        save()
-    for name, value in fp8_ratios(rows).items():
-        say(f"{name}: {value:.3f}")
-    say("done")
+        else:
+            rows.append(dict(kind="accuracy", method="paged_decode accuracy", B=accuracy_shape[0],
+                             context=accuracy_shape[1], note=failed_note(exc)))
+            say(f"accuracy: {failed_note(exc)}")
     return rows
 
 
