@@ -358,13 +358,14 @@ def paged_problem(batch, context, d, dv, page=16, dtype=torch.float16, seed=0):
     return q, k, v, table, torch.full((batch,), context, dtype=torch.int32, device="cuda")
 
 
+HEADDIM_SHAPE = (64, 4096)                              # (B, context) of the bandwidth comparison
 HEADDIM_CANDIDATES = [paged.LaunchConfig(n, w, 3) for n, w in ((32, 8), (64, 8), (128, 4))]
 
 
 def headdims_mode(out: Path) -> list[dict]:
     """Each head size's default configuration checked against float64 and timed, then the candidates."""
     rows = []
-    batch, context = 64, 4096
+    batch, context = HEADDIM_SHAPE
     for d, dv in HEAD_DIMS:
         small = paged_problem(3, 640, d, dv, seed=d + dv)
         small[4][:2] = torch.tensor([1, 333], dtype=torch.int32)
