@@ -49,9 +49,10 @@ SCRIPT_RESULTS = {
                         "at --head-dims 64 --lengths 1024,2048 (rows appended)",
     "flash_persistent": "python scripts/gpu_flash_hopper.py --out DIR --name flash_persistent --configs hopper,"
                         "ws:64x128x2,ws:64x128x2:p --check-configs 3 --lengths 1024,2048,4096,8192,16384",
-    "context_parallel": "python scripts/gpu_context_parallel.py DIR --world 2, then --world 4 (rows appended)",
-    "context_parallel_pingpong": "python scripts/gpu_context_parallel.py DIR --world 2, then --world 4 "
-                                 "(rows appended)",
+    "context_parallel": "python scripts/gpu_context_parallel.py W2 --world 2 --repeats 3, the same with W4 and "
+                        "--world 4, then python scripts/gpu_context_parallel.py DIR --merge W2 W4",
+    "context_parallel_pingpong": "python scripts/gpu_context_parallel.py DIR: the runs and merge of context_parallel",
+    "tensor_parallel_decode": "python scripts/gpu_tensor_parallel.py DIR --tp 2 4",
     "flash_tile_order_ncu": "python experiments/flash_hopper_gluon/tile_order.py --csv RAW "
                             "DIR/bench_flash_tile_order.csv DIR (RAW: ncu's lines of tile_order.py G C 1024, "
                             "experiments/flash_hopper_gluon/README.md)",
