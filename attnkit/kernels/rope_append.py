@@ -86,6 +86,21 @@ class _Plan:
 def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, total_sequence_length,
           mode, base, cos_cache, sin_cache, k_scale=None, v_scale=None) -> _Plan:
     """Check every input (ValueError naming the argument and the rule) and work out the update."""
+    share_buffer = _check_tensors(q, k, v, k_cache, v_cache, share_buffer, mode, base)
+    batch, new_len, q_heads, head_dim = q.shape
+    kv_heads = k.shape[2]
+    quantized = check_scales(k_cache, k_scale, v_scale, kv_heads, q.device)
+    cache_len = k_cache.shape[2]
+    past_len = _past_len(seqlens_k, batch, new_len, q.device)
+    present_len = _present_len(past_len, new_len, cache_len, share_buffer, total_sequence_length)
+    positions = _positions(position_ids, past_len, batch, new_len, q.device)
+    _check_rope_tables(cos_cache, sin_cache, head_dim, positions, q.device)
+    return _Plan(batch, new_len, q_heads, kv_heads, head_dim, past_len, positions, present_len, q.dtype, quantized)
+
+
+def _check_tensors(q, k, v, k_cache, v_cache, share_buffer, mode, base) -> bool:
+    """The tensors' ranks, dtypes, devices, overlaps and shapes, the mode and the base; returns
+    ``share_buffer`` as a bool."""
     validation.tensor("q", q, 4, "[B, S, Hq, D] (BSNH)")
     validation.tensor("k", k, 4, "[B, S, Hkv, D] (BSNH)")
     validation.tensor("v", v, 4, "[B, S, Hkv, D] (BSNH)")
@@ -127,25 +142,31 @@ def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, tota
     if k_cache.shape[0] != batch or k_cache.shape[1] != kv_heads or k_cache.shape[3] != head_dim:
         raise ValueError(f"k_cache: expected [B={batch}, Hkv={kv_heads}, S_cache, D={head_dim}] (BNSH), "
                          f"got {tuple(k_cache.shape)}")
-    quantized = check_scales(k_cache, k_scale, v_scale, kv_heads, q.device)
-    cache_len = k_cache.shape[2]
+    return share_buffer
 
-    # seqlens_k: index of each sequence's last token after this update.
+
+def _past_len(seqlens_k, batch: int, new_len: int, device) -> torch.Tensor:
+    """int64 [B] on the CPU: the rows already in the cache (``seqlens_k``: index of each sequence's last
+    token after this update; None: an empty cache)."""
     if seqlens_k is None:
-        past_len = torch.zeros(batch, dtype=torch.int64)
-    else:
-        if not isinstance(seqlens_k, torch.Tensor) or seqlens_k.shape != (batch,) or seqlens_k.dtype not in (
-                torch.int32, torch.int64):
-            raise ValueError(f"seqlens_k: expected an int32 or int64 tensor of shape [B={batch}], got "
-                             f"{getattr(seqlens_k, 'shape', type(seqlens_k).__name__)} "
-                             f"{getattr(seqlens_k, 'dtype', '')}")
-        if seqlens_k.device != q.device:
-            raise ValueError(f"seqlens_k: must be on {q.device} like q, got {seqlens_k.device}")
-        past_len = seqlens_k.to("cpu", torch.int64) + 1 - new_len
-        if int(past_len.min()) < 0:
-            b = int(past_len.argmin())
-            raise ValueError(f"seqlens_k: seqlens_k[{b}] = {int(seqlens_k[b])} is the index of the last token, "
-                             f"so it must be >= S - 1 = {new_len - 1} (past_len = seqlens_k + 1 - S >= 0)")
+        return torch.zeros(batch, dtype=torch.int64)
+    if not isinstance(seqlens_k, torch.Tensor) or seqlens_k.shape != (batch,) or seqlens_k.dtype not in (
+            torch.int32, torch.int64):
+        raise ValueError(f"seqlens_k: expected an int32 or int64 tensor of shape [B={batch}], got "
+                         f"{getattr(seqlens_k, 'shape', type(seqlens_k).__name__)} "
+                         f"{getattr(seqlens_k, 'dtype', '')}")
+    if seqlens_k.device != device:
+        raise ValueError(f"seqlens_k: must be on {device} like q, got {seqlens_k.device}")
+    past_len = seqlens_k.to("cpu", torch.int64) + 1 - new_len
+    if int(past_len.min()) < 0:
+        b = int(past_len.argmin())
+        raise ValueError(f"seqlens_k: seqlens_k[{b}] = {int(seqlens_k[b])} is the index of the last token, "
+                         f"so it must be >= S - 1 = {new_len - 1} (past_len = seqlens_k + 1 - S >= 0)")
+    return past_len
+
+
+def _present_len(past_len, new_len: int, cache_len: int, share_buffer: bool, total_sequence_length) -> int:
+    """Rows of the cache written to: the shared buffer's, or the new (present) buffer's."""
     total = past_len + new_len                                        # [B] tokens after the update
     if share_buffer:
         present_len = cache_len
@@ -164,7 +185,11 @@ def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, tota
             raise ValueError(f"total_sequence_length: expected an integer >= the longest sequence "
                              f"({int(total.max())}), got {total_sequence_length!r}")
         present_len = int(present_len)
+    return present_len
 
+
+def _positions(position_ids, past_len, batch: int, new_len: int, device) -> torch.Tensor:
+    """int64 [B, S] on the CPU: the rotation position of each new token."""
     if position_ids is None:
         positions = past_len[:, None] + torch.arange(new_len)[None, :]
     else:
@@ -173,11 +198,16 @@ def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, tota
             raise ValueError(f"position_ids: expected an int32 or int64 tensor of shape [B={batch}, S={new_len}], "
                              f"got {getattr(position_ids, 'shape', type(position_ids).__name__)} "
                              f"{getattr(position_ids, 'dtype', '')}")
-        if position_ids.device != q.device:
-            raise ValueError(f"position_ids: must be on {q.device} like q, got {position_ids.device}")
+        if position_ids.device != device:
+            raise ValueError(f"position_ids: must be on {device} like q, got {position_ids.device}")
         positions = position_ids.to("cpu", torch.int64)
         if int(positions.min()) < 0:
             raise ValueError(f"position_ids: must be >= 0, got minimum {int(positions.min())}")
+    return positions
+
+
+def _check_rope_tables(cos_cache, sin_cache, head_dim: int, positions, device) -> None:
+    """The optional cos/sin tables: both or neither, [max_positions, D/2] on q's device, long enough."""
     if (cos_cache is None) != (sin_cache is None):
         raise ValueError("cos_cache, sin_cache: give both or neither")
     if cos_cache is not None:
@@ -185,15 +215,14 @@ def _plan(q, k, v, k_cache, v_cache, seqlens_k, position_ids, share_buffer, tota
             if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[1] != head_dim // 2:
                 raise ValueError(f"{name}: expected [max_positions, D/2 = {head_dim // 2}], got "
                                  f"{getattr(t, 'shape', type(t).__name__)}")
-            if t.device != q.device:
-                raise ValueError(f"{name}: must be on {q.device} like q, got {t.device}")
+            if t.device != device:
+                raise ValueError(f"{name}: must be on {device} like q, got {t.device}")
         if cos_cache.shape != sin_cache.shape:
             raise ValueError(f"cos_cache, sin_cache: shapes differ ({tuple(cos_cache.shape)} vs "
                              f"{tuple(sin_cache.shape)})")
         if int(positions.max()) >= cos_cache.shape[0]:
             raise ValueError(f"cos_cache: position {int(positions.max())} needs row {int(positions.max())}, "
                              f"but the table has {cos_cache.shape[0]} rows")
-    return _Plan(batch, new_len, q_heads, kv_heads, head_dim, past_len, positions, present_len, q.dtype, quantized)
 
 
 def check_scales(k_cache, k_scale, v_scale, kv_heads: int, device) -> bool:
