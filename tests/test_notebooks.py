@@ -3,7 +3,7 @@ import nbformat
 import pytest
 from conftest import ROOT
 
-from attnkit.classroom import notebooks
+from attnkit.classroom import course, notebooks
 from attnkit.classroom.course import LESSONS, course_entries
 from attnkit.classroom.labgen import main as labgen_main
 
@@ -151,10 +151,10 @@ def test_without_triton_a_cell_needing_it_prints_a_note_and_others_still_fail():
         assert r4.success and r4.result == 42
         assert out.stdout.count("skipped:") == 2 and "Colab with a GPU runtime" in out.stdout
         assert skipper.skipped == 2
-        assert notebooks.recorded_copy("/home/me/course/labs/lab05_flash_attention.ipynb").endswith(
-            "/blob/main/solutions/lab05_flash_attention.ipynb")
-        assert notebooks.recorded_copy("05_flash_attention.ipynb").endswith(
-            "/blob/main/notebooks/05_flash_attention.ipynb")
+        assert notebooks.recorded_copy("/home/me/course/labs/lab05_flash_attention.ipynb") == \
+            f"{notebooks.REPO_URL}/blob/{course.REF}/solutions/lab05_flash_attention.ipynb"
+        assert notebooks.recorded_copy("05_flash_attention.ipynb") == \
+            f"{notebooks.REPO_URL}/blob/{course.REF}/notebooks/05_flash_attention.ipynb"
         assert notebooks.recorded_copy("") == notebooks.REPO_URL
     finally:
         shell.ast_transformers[:] = [t for t in shell.ast_transformers

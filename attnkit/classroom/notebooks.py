@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from .course import BRANCH, REPO_URL, DeepDive, colab_url, course_entries, pip_spec, readme_toc
+from .course import REPO_URL, DeepDive, colab_url, course_entries, pip_spec, readme_toc, repo_url
 from .nbgrader import NBGRADER_SCHEMA, add_nbgrader_metadata, nbgrader_metadata  # noqa: F401  (kept here too)
 
 ROOT = Path(__file__).resolve().parents[2]      # the repository (a clone; not in an installed wheel)
@@ -37,7 +37,7 @@ TOC_END = "<!-- /toc -->"
 ABOUT_BEGIN = "<!-- about: written by `make headers` from attnkit/classroom/course.py -->"
 ABOUT_END = "<!-- /about -->"
 QUESTIONS_MARK = "<!-- questions: written by `make headers` from attnkit/classroom/course.py -->"
-GLOSSARY_URL = f"{REPO_URL}/blob/{BRANCH}/docs/glossary.md"
+GLOSSARY_URL = repo_url("docs/glossary.md")
 # The one reason allowed with the marker: what makes the output machine-dependent.
 DEVICE_REASONS = ("timing", "benchmark", "versions")
 # Where a setup cell's Colab branch installs the course from, when set (a fork, a release, a wheel).
@@ -454,9 +454,9 @@ def recorded_copy(session: str) -> str:
     kernel's session name (the notebook's path, where Jupyter gives it): a lab's is its solution."""
     name = Path(session).name
     if re.fullmatch(r"\d\d_\w+\.ipynb", name):
-        return f"{REPO_URL}/blob/{BRANCH}/notebooks/{name}"
+        return repo_url(f"notebooks/{name}")
     if re.fullmatch(r"lab\d\d_\w+\.ipynb", name):
-        return f"{REPO_URL}/blob/{BRANCH}/solutions/{name}"
+        return repo_url(f"solutions/{name}")
     return REPO_URL
 
 
