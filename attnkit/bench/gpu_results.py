@@ -65,7 +65,7 @@ def hopper_backward_ratios(rows) -> dict:
 
 def spread_ratios(rows, impl: str, baseline: str = "sdpa_cudnn") -> dict:
     """{(head_dim, n, causal): [baseline's time ÷ impl's, one per repeat]} from the alternating repeats of
-    experiments/flash_hopper_gluon/spread.py (bench_flash_spread*.csv); each pair timed one after the other.
+    scripts/gpu_flash_spread.py (bench_flash_spread*.csv); each pair timed one after the other.
     Rows without a head_dim (the forward's first recording) are its D = 128 runs."""
     pairs = {}
     for r in rows:

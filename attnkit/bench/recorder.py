@@ -36,10 +36,10 @@ SCRIPT_RESULTS = {
     "flash_profile": "bash scripts/gpu_session.sh tune-time DIR (ncu, then scripts/summarize_ncu.py); the backward's "
                      "rows: record-backward-profile",
     "flash_overhead": "python scripts/gpu_flash_overhead.py DIR",
-    "flash_suite_row": "python experiments/host_profile/suite_row.py DIR",
-    "flash_spread": "python experiments/flash_hopper_gluon/spread.py DIR --repeats 12",
-    "flash_spread_persistent": "python experiments/flash_hopper_gluon/spread.py DIR --repeats 12 --persistent",
-    "flash_spread_backward": "python experiments/flash_hopper_gluon/spread.py DIR --repeats 7 --backward",
+    "flash_suite_row": "python scripts/gpu_flash_suite_row.py DIR",
+    "flash_spread": "python scripts/gpu_flash_spread.py DIR --repeats 12",
+    "flash_spread_persistent": "python scripts/gpu_flash_spread.py DIR --repeats 12 --persistent",
+    "flash_spread_backward": "python scripts/gpu_flash_spread.py DIR --repeats 7 --backward",
     "flash_hopper": "python scripts/gpu_flash_hopper.py --out DIR --configs hopper,ws:64x128x3,128x128x2x8,"
                     "128x128x2x8x0 --check-configs 2",
     "flash_hopper_backward": "python scripts/gpu_flash_hopper_backward.py DIR --n 1024,2048,4096,8192,16384",
@@ -53,9 +53,9 @@ SCRIPT_RESULTS = {
                         "--world 4, then python scripts/gpu_context_parallel.py DIR --merge W2 W4",
     "context_parallel_pingpong": "python scripts/gpu_context_parallel.py DIR: the runs and merge of context_parallel",
     "tensor_parallel_decode": "python scripts/gpu_tensor_parallel.py DIR --tp 2 4",
-    "flash_tile_order_ncu": "python experiments/flash_hopper_gluon/tile_order.py --csv RAW "
-                            "DIR/bench_flash_tile_order.csv DIR (RAW: ncu's lines of tile_order.py G C 1024, "
-                            "experiments/flash_hopper_gluon/README.md)",
+    "flash_tile_order_ncu": "python scripts/gpu_flash_tile_order_ncu.py --csv RAW DIR/bench_flash_tile_order.csv DIR "
+                            "(RAW: ncu's lines of gpu_flash_tile_order_ncu.py G C 1024, "
+                            "experiments/flash_hopper_gluon/tile_order_ncu.csv)",
 }
 
 

@@ -1,7 +1,7 @@
 """Why one row of the SDPA suite moves between recordings: the course's causal call at N = 1024 (D = 128,
 fp16, B = 16, 16 heads) measured 0.18 ms in the ladder and 0.31 ms in the suite of the same recording.
 
-    PYTHONPATH=. python experiments/host_profile/suite_row.py OUTDIR
+    PYTHONPATH=. python scripts/gpu_flash_suite_row.py OUTDIR
 
 In one process, for causal N = 512, 1024 and 2048 and non-causal 1024, each three times, in this order:
 - ``suite``: the suite's own ``attnkit.bench.flash.measure`` (check, then the forward through
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("ATTNKIT_AUTOTUNE", "0")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # gpu_flash_overhead beside it
 
 import torch  # noqa: E402
 from gpu_flash_overhead import host_us  # noqa: E402

@@ -1,22 +1,23 @@
 """How steady is one ratio? The course's forward and cuDNN's, timed alternately many times in one process,
 with the GPU's clock and power read while each timing runs.
 
-    PYTHONPATH=. python experiments/flash_hopper_gluon/spread.py OUTDIR [--repeats 12] [--backward | --persistent]
+    PYTHONPATH=. python scripts/gpu_flash_spread.py OUTDIR [--repeats 12] [--backward | --persistent]
 
 The same non-causal forward (fp16, D = 128, B·N = 16k tokens, 16 heads, N = 4096) measured 0.891 ms in the
-SDPA suite and 0.974 ms in the ladder of one recording (cuDNN 0.914 and 0.900). Here each repeat
-allocates fresh q, k, v and times the course's call (``flash_attention_forward``) and cuDNN's one after the
-other with ``triton.testing.do_bench``, at causal N = 1024 and 2048 (target 2 of issue 17) and non-causal
-4096, 8192 and 16384 (target 3). ``nvidia-smi`` samples the SM clock, the power draw and the active clock
-event reasons every 100 ms; each row keeps the samples taken while its timing ran (median clock, highest
-power, whether the power cap, reason 0x4, was active). Rows go to OUTDIR/bench_flash_spread.csv with the
-GPU, date and versions; lesson 5 prints them. With ``--backward``: the backward instead (the suite's way:
-``torch.autograd.grad`` of one forward, kept) of the two Gluon designs, ``warp_specialized`` (7 products,
-reproducible) and ``warp_specialized_atomic`` (the one pass, dQ added by TMA's bulk reductions), at D = 64
-and 128, N = 1024, 4096 and 16384, causal and not, into OUTDIR/bench_flash_spread_backward.csv. With ``--persistent``: the
-public call, the Gluon kernel's persistent programs forced (``hopper.launch(..., persistent=True)``) and cuDNN at non-causal N = 4096, 8192 and
-16384, D = 128, into OUTDIR/bench_flash_spread_persistent.csv: whether persistent programs should run
-beyond 2k keys when not causal.
+SDPA suite and 0.974 ms in the ladder of one recording (cuDNN 0.914 and 0.900). Here each repeat allocates
+fresh q, k, v and times the course's call (``flash_attention_forward``) and cuDNN's one after the other with
+``triton.testing.do_bench``, at causal N = 1024 and 2048 (target 2 of issue 17) and non-causal 4096, 8192 and
+16384 (target 3). ``nvidia-smi`` samples the SM clock, the power draw and the active clock event reasons every
+100 ms; each row keeps the samples taken while its timing ran (median clock, highest power, whether the power
+cap, reason 0x4, was active). Rows go to OUTDIR/bench_flash_spread.csv with the GPU, date and versions; lesson
+5 prints them. With ``--backward``: the backward instead (the suite's way: ``torch.autograd.grad`` of one
+forward, kept) of the two Gluon designs, ``warp_specialized`` (7 products, reproducible) and
+``warp_specialized_atomic`` (the one pass, dQ added by TMA's bulk reductions), at D = 64 and 128, N = 1024,
+4096 and 16384, causal and not, into OUTDIR/bench_flash_spread_backward.csv. With ``--persistent``: the public
+call, the Gluon kernel's persistent programs forced (``hopper.launch(..., persistent=True)``) and cuDNN at
+non-causal N = 4096, 8192 and 16384, D = 128, into OUTDIR/bench_flash_spread_persistent.csv: whether
+persistent programs should run beyond 2k keys when not causal. The runs and their reading:
+experiments/flash_hopper_gluon/README.md and docs/flash_notes.md.
 """
 from __future__ import annotations
 

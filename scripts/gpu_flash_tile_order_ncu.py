@@ -1,13 +1,15 @@
-"""One call of the package's Gluon forward with its tiles in groups of G (batch, head) pairs, inside a
-profiler window, for Nsight Compute to read what the order does to the L2 cache (README.md, "The order
-of a causal grid's tiles"). fp16, B · N = 16k tokens, 2048 / D heads.
+"""One call of the package's Gluon forward with its tiles in groups of G (batch, head) pairs, inside a profiler
+window, for Nsight Compute to read what the order does to the L2 cache
+(experiments/flash_hopper_gluon/README.md, "The order of a causal grid's tiles"). fp16, B · N = 16k tokens,
+2048 / D heads.
+
 
     ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum,... --csv \
-        python experiments/flash_hopper_gluon/tile_order.py GROUP CAUSAL [N] [D]
-    python experiments/flash_hopper_gluon/tile_order.py --csv RAW PROVENANCE.csv OUTDIR
+        python scripts/gpu_flash_tile_order_ncu.py GROUP CAUSAL [N] [D]
+    python scripts/gpu_flash_tile_order_ncu.py --csv RAW PROVENANCE.csv OUTDIR
 
-tile_order_ncu.csv holds ncu's CSV lines of each run after a "# causal=C head_group=G" line (recorded on
-the H100 on 2026-11-27, tile_order_run.log has the GPU and versions); ``--csv`` turns them into
+experiments/flash_hopper_gluon/tile_order_ncu.csv holds ncu's CSV lines of each run after a "# causal=C
+head_group=G" line (tile_order_run.log beside it has the GPU, date and versions); ``--csv`` turns them into
 attnkit/bench/results/bench_flash_tile_order_ncu.csv, with the provenance of a CSV recorded in the same
 session (bench_flash_tile_order.csv), for lesson 5.
 """
