@@ -138,6 +138,9 @@ WRONG_FORWARD = {
     "exp2 with log2(e) cut to 1.44": [(S_DOT, "s = tl.dot(q, tl.trans(k)) * (sm_scale * 1.44)"),
                                       (ALPHA, "alpha = tl.exp2(m_i - m_use)"), (P, "p = tl.exp2(s - m_use[:, None])"),
                                       (LSE, 'lse = tl.where(seen, (m_i + tl.log2(l_i)) / 1.44, float("-inf"))')],
+    # log2(e) typed 1.4427: the scale is off by 3.4e-6, invisible in o under fp16's bound, not in the fp32 LSE
+    "exp2 with log2(e) typed 1.4427": [(ALPHA, "alpha = tl.exp2((m_i - m_use) * 1.4427)"),
+                                       (P, "p = tl.exp2((s - m_use[:, None]) * 1.4427)")],
     # the LSE
     "LSE without the maximum": [(LSE, 'lse = tl.where(seen, tl.log(l_i), float("-inf"))')],
     "LSE in log2 units": [(LSE, 'lse = tl.where(seen, m_i + tl.log2(l_i), float("-inf"))')],

@@ -2,6 +2,7 @@
 kernels run in the interpreter), every right one passes, the blank lab says "not implemented yet", and
 an off-by-one row is diagnosed as such."""
 import linecache
+import os
 
 import nbformat
 import pytest
@@ -155,3 +156,19 @@ def test_a_cache_size_returned_as_a_float_fails_on_every_seed_and_says_int():
                                   SEEDS[:5], contains="got float")
     assert_rejected_on_every_seed(lab07.check_cache_bytes, lambda *a: RIGHT["cache_bytes"]["formula"](*a) > 0,
                                   SEEDS[:5], contains="got bool")
+
+
+def test_a_rope_append_that_crashes_fails_and_names_the_case(monkeypatch):
+    """A store past the cache (the KV head taken as the program's head, not head − Hq) corrupts the heap
+    of the process it runs in: the check runs the cases in a child and reports the case it was on."""
+    from attnkit.classroom import checking
+
+    monkeypatch.setattr(checking, "ISOLATE", True)
+    if not checking.can_isolate():
+        pytest.skip("crash isolation is for the interpreter (a compiled kernel's stray store faults the GPU)")
+
+    def aborts(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+        os.abort()                                    # what a corrupted heap does ("double free or corruption")
+
+    result = lab07.check_rope_append(aborts, seed=0)
+    assert result.status == FAILED and "case 1 of" in result.report and "crashed" in result.report, result.report

@@ -166,6 +166,10 @@ def describe_difference(got, expected) -> str:
     if got64.shape != exp64.shape:
         return f"   expected shape {exp64.shape}, got shape {got64.shape}"
     lines = []
+    explain = getattr(expected, "explain", None)         # a check's own words for the part that failed
+    note = explain(got) if callable(explain) else None
+    if note:
+        lines.append(note)
     magnitude = getattr(expected, "magnitude", None)
     if not np.all(np.isfinite(got64)):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(got64))[0])

@@ -39,7 +39,7 @@ import numpy as np
 
 from ...device import runtime
 from ...reference.attention import attention_ref  # noqa: F401  (the course's reference, guarded while students run)
-from ...tolerances import check_tolerance, with_magnitude
+from ...tolerances import check_tolerance, componentwise_error, with_magnitude
 from ..checking import (
     FAILED,
     CheckResult,
@@ -352,7 +352,7 @@ def _hidden_high_qkv(gen, b, hq, hkv, nq, nk, d):
 
 
 VALUES = {"normal": _normal_qkv, "hidden_high": _hidden_high_qkv, "gaps": _gap_qkv, "long": _lone_qkv(11.5, True),
-          "tenth": _lone_qkv(float(np.log(9 * 159)), False)}
+          "tenth": _lone_qkv(float(np.log(9 * 159)), False), "fifth": _lone_qkv(float(np.log(255 / 4)), False)}
 
 
 def _make_case(gen, shape, causal: bool, index: int, note: str = "", values: str = "normal"):
@@ -392,6 +392,8 @@ FORWARD_FIXED = (
     ((1, 1, 1, 16, 528, 16), "33 key tiles, key 0 holds almost all the weight: fp16 running sums drop the rest",
      "long"),
     ((1, 1, 1, 5, 160, 16), "key 0 holds a tenth of the weight: the scores' scale must be exact", "tenth"),
+    ((1, 1, 1, 4, 256, 16), "key 0 scores ln(255/4) above 255 others and holds a fifth of the weight: the LSE "
+     "moves by the scale's error times 3.3", "fifth"),
 )
 CAUSAL_FIXED = (
     ((1, 1, 1, 33, 33, 16), "query 32 sees key 32, the first key of tile 2", "normal"),
@@ -487,7 +489,44 @@ def _reference(q, k, v, causal):
     p = torch.exp(scores - torch.where(torch.isneginf(lse), 0.0, lse)[..., None])
     ref = _as_compared(p @ v64, lse)
     magnitude = np.concatenate([(p @ v64.abs()).numpy(), np.zeros(tuple(lse.shape) + (1,))], axis=-1)
-    return with_magnitude(ref, magnitude)
+    ref = with_magnitude(ref, magnitude)
+    seen = torch.isfinite(scores)
+    largest = torch.where(seen, scores.abs(), 0.0).amax(dim=-1).numpy()
+    ref.lse_bound = LSE_EPS * np.finfo(np.float32).eps * (largest + np.log(np.maximum(seen.sum(-1).numpy(), 1)) + 1)
+    ref.explain = lambda got: _explain_lse(got, ref)
+    return ref
+
+
+# The LSE is float32 (fp16 products are exact in fp32, the sums and exp run in fp32): each row's LSE may
+# differ from the float64 one by LSE_EPS float32 epsilons times (its largest |score| + ln(keys seen) + 1),
+# the size of the rounding of its maximum, its sum of exponentials and their log. An error in the scores'
+# scale (log2(e) typed short) moves the LSE by that error times the weighted mean of s − max s.
+LSE_EPS = 4.0
+
+
+def _lse_error(got, expected):
+    """(row index, error, bound) of the row whose LSE is furthest past its bound, or None when none is."""
+    got64, want = np.asarray(got, dtype=np.float64)[..., -1], np.asarray(expected, dtype=np.float64)[..., -1]
+    bound = expected.lse_bound
+    over = np.where(np.isfinite(got64), np.abs(got64 - want) - bound, np.inf)
+    if not np.any(over > 0):
+        return None
+    where = np.unravel_index(int(np.argmax(over)), over.shape)
+    return tuple(int(i) for i in where), float(abs(got64[where] - want[where])), float(bound[where])
+
+
+def _compare(got, expected) -> bool:
+    err = componentwise_error(got, expected, expected.magnitude)
+    return bool(np.isfinite(err) and err <= _tol()) and _lse_error(got, expected) is None
+
+
+def _explain_lse(got, expected):
+    found = _lse_error(got, expected) if np.shape(got) == np.shape(expected) else None
+    if found is None:
+        return None
+    (b, h, i), err, bound = found
+    return (f"   the LSE of row [{b}, {h}, {i}] is off by {err:.3g} (natural-log units; float32 rounding "
+            f"allows {bound:.2g} here)")
 
 
 def _tol() -> float:
@@ -504,7 +543,7 @@ def _check(name: str, flash_forward: Callable, fixed, random_shapes, causal: boo
     if not callable(flash_forward):
         raise ValueError(f"flash_forward: must be the launch function, got {type(flash_forward).__name__}")
     return guarded_check(name, _student(flash_forward), _reference, _cases(fixed, random_shapes, causal, seed),
-                         tol=_tol(), hint=_hint(hint), fixed=len(fixed), kernel=True)
+                         tol=_tol(), hint=_hint(hint), compare=_compare, fixed=len(fixed), kernel=True)
 
 
 def _with_exercise_1_note(result: CheckResult, flash_forward: Callable) -> CheckResult:

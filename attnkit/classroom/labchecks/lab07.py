@@ -40,6 +40,7 @@ from ..checking import (
     exercise_check,
     fixed_and_random,
     fresh_copy,
+    isolated,
     module_functions,
     not_implemented,
     run_check,
@@ -245,7 +246,13 @@ def _append_cases(seed):
 
 
 def _check_rope_append(rope_append: Callable, *, seed: int | None = None) -> CheckResult:
-    """``rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode) -> q_rot``, writing the caches in place."""
+    """``rope_append(q, k, v, k_cache, v_cache, seqlens_k, mode) -> q_rot``, writing the caches in place.
+    The cases run in a child process (``isolated``): a store past the cache that corrupts memory fails
+    the check with the case it was on instead of ending the notebook's kernel."""
+    return isolated("rope_append", lambda: _rope_append_cases(rope_append, seed), hint=HINT_CACHE)
+
+
+def _rope_append_cases(rope_append: Callable, seed: int | None) -> CheckResult:
     cases, n_fixed = _append_cases(seed)
     results: dict[int, tuple] = {}
     student_fn = unwrapped(rope_append)
