@@ -33,10 +33,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-import socket
 import sys
-import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,7 +43,8 @@ from ..course import LESSONS, Lesson
 from .lab import find_lab
 from .pipeline import DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, grade, protection_summary
 from .reports import Grade, csv_cell, one_line, report_names, write_reports
-from .sandbox import Budgets, run_budgeted, sandbox_problem
+from .sandbox import Budgets, sandbox_problem
+from .timing_runs import TimingJob, grading_reaches_gpu, run_timing_jobs
 
 CSV_NAME = "bench_leaderboard.csv"
 PAGE_NAME = "leaderboard.md"
@@ -58,8 +56,6 @@ NOT_GRADED = ("A timing is never part of a grade: grades come from the checks al
               "passes every check of its exercise is timed.")
 FIELDS = ["rank", "student", "lab", "kernel", "shape", "student_ms", "course_ms", "library", "library_ms",
           "vs_course", "vs_library", "spread_pct", "repeats", "note", "sandboxed", "clock"]
-TIMING_ARGV = [sys.executable, "-I", "-c", "from attnkit.classroom.grading.timing import main; main()"]
-PROBE_ARGV = [sys.executable, "-I", "-c", "from attnkit.classroom.grading.timing import probe; probe()"]
 
 
 @dataclass
@@ -119,84 +115,6 @@ def _samples(value) -> list[float]:
         return []
     numbers = [_number(v) for v in value[:1000]]
     return [v for v in numbers if v is not None]
-
-
-# -------------------------------------------------------------------------------------- timing workers
-@dataclass
-class _Job:
-    key: tuple                    # ("student", index) or ("baseline", lab)
-    spec: dict
-    frames: list = field(default_factory=list)
-    problem: str | None = None
-
-
-class _Turn:
-    """The grader's end of a worker's turn connection: ready when the worker says so."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.ready = threading.Event()
-        self.answered = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        from . import channel, timing
-
-        frame = channel.read_frame(self.sock.fileno(), timing.GO_LIMIT)
-        if isinstance(frame, dict) and frame.get("kind") == "ready":
-            self.ready.set()
-        self.answered.set()
-
-    def go(self) -> None:
-        from . import channel
-
-        try:
-            channel.Writer(self.sock.fileno()).send({"kind": "go"})
-        except OSError:
-            pass
-
-
-def _run_jobs(jobs: list[_Job], budgets: Budgets, sandbox: bool, parallel: int, env: dict, say) -> None:
-    """Run the timing workers ``parallel`` at a time: a batch prepares together, then each times alone."""
-    for start in range(0, len(jobs), parallel):
-        batch = jobs[start:start + parallel]
-        with tempfile.TemporaryDirectory(prefix=f"attnkit-leaderboard-{os.getpid()}-") as tmp, \
-                ThreadPoolExecutor(len(batch)) as pool:
-            running = []
-            for i, job in enumerate(batch):
-                folder = Path(tmp) / str(i)
-                folder.mkdir()
-                grader_end, worker_end = socket.socketpair()
-                future = pool.submit(run_budgeted, TIMING_ARGV, budgets, sandbox=sandbox, spec=job.spec,
-                                     workdir=folder, calls_fd=os.dup(worker_end.fileno()), env=env)
-                worker_end.close()
-                running.append((job, grader_end, future, _Turn(grader_end)))
-            for _, _, future, turn in running:          # every worker ready (or ended) before any times
-                while not turn.answered.wait(0.2) and not future.done():
-                    pass
-            for job, grader_end, future, turn in running:
-                if turn.ready.is_set() and not future.done():
-                    say(f"timing {job.spec['label']}")
-                    turn.go()
-                run = future.result()
-                grader_end.close()
-                job.frames = run.frames
-                problem = next((f.get("problem") for f in run.frames if f.get("kind") == "problem"), None)
-                if isinstance(problem, str):
-                    job.problem = one_line(problem)
-                elif run.stopped:
-                    job.problem = f"the timing process {run.stopped}"
-                elif not any(f.get("kind") == "done" for f in run.frames):
-                    tail = (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
-                    job.problem = f"the timing process ended without its results ({one_line(tail, 200)})"
-
-
-def grading_reaches_gpu(budgets: Budgets, sandbox: bool) -> tuple[bool, str]:
-    """Whether a process on the grading steps' caps reaches the GPU, and what it said."""
-    with tempfile.TemporaryDirectory(prefix=f"attnkit-probe-{os.getpid()}-") as tmp:
-        run = run_budgeted(PROBE_ARGV, budgets, sandbox=sandbox, spec={}, workdir=Path(tmp))
-    frame = next((f for f in run.frames if f.get("kind") == "probe"), {})
-    return frame.get("cuda") is True, one_line(frame.get("problem") or run.stopped or "", 200)
 
 
 # ------------------------------------------------------------------------------------------- the rows
@@ -417,8 +335,38 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
     interpreter's operations, for tests). ``size``: the shapes, "gpu" or "tiny" (default: "gpu" for the
     cuda clock, "tiny" otherwise). ``jobs``: timing workers preparing at a time; half as many notebooks are
     graded at a time (default: the CPU count)."""
-    from ...bench.recorder import provenance
-    from .timing import CLOCKS, TIMED_LABS, timed_kernels
+    from .timing import CLOCKS, timed_kernels
+
+    entries, size, jobs = _checked(notebooks, lab, clock, size, repeats, jobs)
+    if sandbox is None:
+        sandbox = sandbox_problem() is None
+    budgets = Budgets(cell_timeout=timeout, notebook_timeout=notebook_timeout, memory_mib=memory_mib)
+    device = "cuda" if clock == "cuda" else "cpu"
+    kernels = timed_kernels()
+    problems = []
+    if clock == "cuda":
+        reaches, why = grading_reaches_gpu(budgets, sandbox)
+        if not reaches:
+            problems.append(f"the grading steps' processes do not reach the GPU here ({why or 'no CUDA device'}): "
+                            f"their checks run in Triton's interpreter on the CPU, more slowly")
+            say(f"⚠️ {problems[-1]}")
+    _grade_entries(entries, kernels, max(1, jobs // 2), sandbox, say, timeout=timeout,
+                   notebook_timeout=notebook_timeout, memory_mib=memory_mib, seed=seed)
+    work = _timing_work(entries, kernels, dict(cell_timeout=timeout, clock=clock, size=size, repeats=repeats))
+    if work:
+        say(f"timing {len(work)} process(es), {jobs} preparing at a time, one timing at a time")
+        run_timing_jobs(work, budgets, sandbox, jobs, {"TRITON_INTERPRET": "0" if clock == "cuda" else "1"}, say)
+    baselines = _read_timings(work, entries, problems)
+    rows = build_rows(entries, baselines, device=device, clock=CLOCKS[clock].describe)
+    _write_outputs(Path(out), entries, rows, kernels, device)
+    say(f"isolation of every step (grading and timing): {protection_summary(sandbox, budgets)}")
+    return Leaderboard(entries, rows, Path(out), clock, problems)
+
+
+def _checked(notebooks, lab, clock, size, repeats, jobs) -> tuple[list[Entry], str, int]:
+    """Step 0: the arguments checked (a ValueError naming the argument), each notebook's entry, the shapes'
+    size and the number of jobs."""
+    from .timing import CLOCKS, TIMED_LABS
 
     if clock not in CLOCKS:
         raise ValueError(f"clock: expected one of {sorted(CLOCKS)}, got {clock!r}")
@@ -437,30 +385,18 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
                              f"{', '.join(f'{n:02d}' for n in TIMED_LABS)} have)")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
         raise ValueError(f"jobs: must be a positive integer, got {jobs!r}")
-    jobs = jobs or os.cpu_count() or 1
-    if sandbox is None:
-        sandbox = sandbox_problem() is None
-    budgets = Budgets(cell_timeout=timeout, notebook_timeout=notebook_timeout, memory_mib=memory_mib)
-    device = "cuda" if clock == "cuda" else "cpu"
-    out = Path(out)
-    kernels = timed_kernels()
-    problems = []
-    if clock == "cuda":
-        reaches, why = grading_reaches_gpu(budgets, sandbox)
-        if not reaches:
-            problems.append(f"the grading steps' processes do not reach the GPU here ({why or 'no CUDA device'}): "
-                            f"their checks run in Triton's interpreter on the CPU, more slowly")
-            say(f"⚠️ {problems[-1]}")
+    return entries, size, jobs or os.cpu_count() or 1
 
-    # 1. grade, several notebooks at a time (each grading is three processes)
-    grading_jobs = max(1, jobs // 2)        # a grading is three processes, mostly waiting on one another
+
+def _grade_entries(entries: list[Entry], kernels, grading_jobs: int, sandbox: bool, say, **limits) -> None:
+    """Step 1: grade, ``grading_jobs`` notebooks at a time (a grading is three processes, mostly waiting on
+    one another); each graded entry gets its report name and the kernels it may time."""
     say(f"grading {len(entries)} notebook(s), {grading_jobs} at a time; isolation: "
         f"{'bubblewrap' if sandbox else 'no sandbox (' + (sandbox_problem() or 'turned off') + ')'}")
 
     def graded(e: Entry):
         try:
-            e.grade = grade(e.notebook, e.lesson.number, timeout=timeout, notebook_timeout=notebook_timeout,
-                            memory_mib=memory_mib, sandbox=sandbox, seed=seed)
+            e.grade = grade(e.notebook, e.lesson.number, sandbox=sandbox, **limits)
         except ValueError as exc:
             e.skipped = one_line(exc)
         return e
@@ -473,36 +409,40 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
         e.gated = _gated(e.grade, kernels[e.lesson.number])
         say(f"   {name}: {e.grade.score} of {e.grade.total}; timed: {', '.join(k.name for k in e.gated) or 'none'}")
 
-    # 2. time: one worker per notebook with a kernel to time, one clean worker per lab
+
+def _timing_work(entries: list[Entry], kernels, settings: dict) -> list[TimingJob]:
+    """Step 2's jobs: one worker per notebook with a kernel to time, one clean worker per lab (no notebook:
+    the baselines). ``settings``: the spec's cell_timeout, clock, size and repeats."""
+    import base64
+
     from .lab import course_tools, lab_exercises
+    from .sandbox import safe_read
 
     def spec(lesson, items, notebook=None, label=""):
-        import base64
-
         module, _ = lab_exercises(lesson)
         return {"notebook": None if notebook is None else base64.b64encode(notebook).decode(),
-                "cell_timeout": timeout, "module": module.__name__, "tools": course_tools(lesson),
-                "lab": lesson.number, "items": items, "clock": clock, "size": size, "repeats": repeats,
-                "label": label}
-
-    from .sandbox import safe_read
+                "cell_timeout": settings["cell_timeout"], "module": module.__name__, "tools": course_tools(lesson),
+                "lab": lesson.number, "items": items, "clock": settings["clock"], "size": settings["size"],
+                "repeats": settings["repeats"], "label": label}
 
     work = []
     for i, e in enumerate(entries):
         if e.gated:
             data = safe_read(e.notebook, 20 * 2**20)
-            work.append(_Job(("student", i), spec(e.lesson, [k.name for k in e.gated], data, e.student)))
+            work.append(TimingJob(("student", i), spec(e.lesson, [k.name for k in e.gated], data, e.student)))
     labs = {}
     for e in entries:
         if e.gated:
             labs.setdefault(e.lesson.number, (e.lesson, []))[1].extend(k.name for k in e.gated)
     for number, (lesson, names) in sorted(labs.items()):
         names = [k.name for k in kernels[number] if k.name in names]
-        work.append(_Job(("baseline", number), spec(lesson, names, None, f"lab {number:02d} baselines")))
-    if work:
-        say(f"timing {len(work)} process(es), {jobs} preparing at a time, one timing at a time")
-        env = {"TRITON_INTERPRET": "0" if clock == "cuda" else "1"}
-        _run_jobs(work, budgets, sandbox, jobs, env, say)
+        work.append(TimingJob(("baseline", number), spec(lesson, names, None, f"lab {number:02d} baselines")))
+    return work
+
+
+def _read_timings(work: list[TimingJob], entries: list[Entry], problems: list[str]) -> dict:
+    """The jobs' frames: each entry's timing and problem; returns the clean baselines, {lab: {kernel:
+    {"course": ms, "library": ms}}}. A job's problem is added to ``problems``."""
     baselines: dict = {}
     for job in work:
         if job.key[0] == "baseline":
@@ -516,9 +456,13 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
             e.problem = job.problem
             if job.problem:
                 problems.append(f"{e.student}: {job.problem}")
+    return baselines
 
-    # 3. rows, reports, page
-    rows = build_rows(entries, baselines, device=device, clock=CLOCKS[clock].describe)
+
+def _write_outputs(out: Path, entries: list[Entry], rows: list[dict], kernels, device: str) -> None:
+    """Step 4: each lab's reports and grades.csv (with the ratios' columns), the CSV and the page."""
+    from ...bench.recorder import provenance
+
     stamp = provenance()
     for lesson_number in sorted({e.lesson.number for e in entries}):
         group = [e for e in entries if e.lesson.number == lesson_number]
@@ -529,9 +473,6 @@ def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str 
         add_grade_columns(folder / "grades.csv", graded_group, rows, kernels[lesson_number], device)
     write_csv(rows, out / CSV_NAME, stamp)
     (out / PAGE_NAME).write_text(page_markdown(read_rows(out / CSV_NAME)), encoding="utf-8")
-    isolation = protection_summary(sandbox, budgets)
-    say(f"isolation of every step (grading and timing): {isolation}")
-    return Leaderboard(entries, rows, out, clock, problems)
 
 
 # ---------------------------------------------------------------------------------------- the command
