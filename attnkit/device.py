@@ -3,6 +3,9 @@
 Every notebook starts with ``attnkit.setup()``. Every module that imports Triton calls
 ``ensure_triton_backend()`` first, so the interpreter is switched on before Triton is imported even
 when a student skips the setup cell.
+
+Internal names that ``tests/test_device.py`` replaces or clears (internal API, for those tests only):
+``_version`` (an installed package's version) and ``_cuda_sm_count`` (the per-GPU cache behind ``sm_count``).
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ def _mend_old_interpreter() -> None:
     1-element arrays the interpreter uses for scalars, so a loop such as ``range(lo, hi, BLOCK)`` with
     computed bounds fails. Newer Triton squeezes the array first; this does the same for older ones.
     """
-    if not _interpreter_breaks_on_new_numpy():
+    if not interpreter_breaks_on_new_numpy():
         return
     from triton.runtime import interpreter
 
@@ -130,7 +133,8 @@ class Runtime:
         return f"attnkit: {where}{colab} · {kernels} · torch {_version('torch')} · triton {self.triton or '-'}"
 
 
-def _detect() -> Runtime:
+def detect() -> Runtime:
+    """The machine's runtime, detected afresh (``runtime()`` detects it once and keeps it)."""
     ensure_triton_backend()
     notes: list[str] = []
     in_colab = "google.colab" in sys.modules
@@ -158,7 +162,7 @@ def _detect() -> Runtime:
     return Runtime("cpu", None, None, triton, triton is not None, in_colab, tuple(notes))
 
 
-def _interpreter_breaks_on_new_numpy() -> bool:
+def interpreter_breaks_on_new_numpy() -> bool:
     """Older Triton interpreters turn a scalar tensor into an int with int(array), which NumPy 2.4
     rejects for 1-element arrays; newer ones squeeze first. Read the installed source, import nothing."""
     import importlib.util
@@ -285,7 +289,7 @@ def launch_options(**options) -> dict:
 @functools.lru_cache(maxsize=1)
 def runtime() -> Runtime:
     """The machine's runtime, detected once."""
-    return _detect()
+    return detect()
 
 
 def setup(verbose: bool = True) -> Runtime:

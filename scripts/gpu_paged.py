@@ -121,8 +121,8 @@ def make_case(gen, lens, hq, hkv, d, page_size, dtype, device):
 
 def check_all() -> list[str]:
     failures = []
-    saved = paged._new_buffer
-    paged._new_buffer = lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
+    saved = paged.new_buffer
+    paged.new_buffer = lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
     gen = torch.Generator(device="cuda").manual_seed(2024)
     cases = [  # (lens, Hq, Hkv, D, page_size, dtype)
         ([1000, 1, 517, 64], 32, 8, 128, 16, torch.float16),
@@ -165,7 +165,7 @@ def check_all() -> list[str]:
     err = rel_error(paged.paged_decode(*cpu_case, num_splits=2), paged.paged_decode_ref(*cpu_case))
     if not err <= tolerance(torch.float16, "cpu"):
         failures.append(f"cpu tensors: {err:.2e}")
-    paged._new_buffer = saved
+    paged.new_buffer = saved
     return failures
 
 

@@ -34,7 +34,7 @@ def _fake_cuda(monkeypatch, name, capability):
 
 def test_a_t4_is_flagged_and_gets_no_bf16_kernels(monkeypatch):
     _fake_cuda(monkeypatch, "Tesla T4", (7, 5))
-    rt = device._detect()
+    rt = device.detect()
     assert rt.device == "cuda" and not rt.triton_supported_gpu and not rt.bf16_kernels
     assert any("7.5" in note and "bf16" in note for note in rt.notes)
     assert "sm_75" in rt.summary()
@@ -42,7 +42,7 @@ def test_a_t4_is_flagged_and_gets_no_bf16_kernels(monkeypatch):
 
 def test_an_h100_gets_compiled_kernels_and_bf16(monkeypatch):
     _fake_cuda(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
-    rt = device._detect()
+    rt = device.detect()
     assert rt.triton_supported_gpu and rt.bf16_kernels and not rt.notes
     assert "compiled Triton kernels" in rt.summary()
 
@@ -52,7 +52,7 @@ def test_missing_triton_is_reported(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(device, "_version", lambda name: None if name == "triton" else "1.0")
-    rt = device._detect()
+    rt = device.detect()
     assert not rt.has_triton and "no Triton" in rt.summary()
     assert any("not installed" in note for note in rt.notes)
 
@@ -68,12 +68,12 @@ def test_old_triton_interpreter_with_new_numpy_is_flagged(monkeypatch, tmp_path)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: fake_spec)
     monkeypatch.setattr(device, "_version", lambda name: {"numpy": "2.4.1"}.get(name, "3.4.0"))
     interpreter.write_text("tensor.__index__ = lambda self: int(self.handle.data)\n")
-    assert device._interpreter_breaks_on_new_numpy()
+    assert device.interpreter_breaks_on_new_numpy()
     interpreter.write_text('scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))\n')
-    assert not device._interpreter_breaks_on_new_numpy()
+    assert not device.interpreter_breaks_on_new_numpy()
     interpreter.write_text("tensor.__index__ = lambda self: int(self.handle.data)\n")
     monkeypatch.setattr(device, "_version", lambda name: {"numpy": "2.3.5"}.get(name, "3.4.0"))
-    assert not device._interpreter_breaks_on_new_numpy()
+    assert not device.interpreter_breaks_on_new_numpy()
 
 
 def test_bf16_is_computed_in_fp32_where_triton_cannot_take_it(monkeypatch):

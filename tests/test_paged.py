@@ -37,7 +37,7 @@ def poisoned_buffers(monkeypatch):
     def nan_buffer(shape, dtype, device):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
-    monkeypatch.setattr(paged, "_new_buffer", nan_buffer)
+    monkeypatch.setattr(paged, "new_buffer", nan_buffer)
 
 
 def make_case(gen, lens, *, hq=4, hkv=2, d=16, page_size=8, dtype=torch.float16, spare_pages=3,

@@ -18,7 +18,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 @pytest.fixture(autouse=True)
 def poisoned_buffers(monkeypatch):
-    monkeypatch.setattr(paged, "_new_buffer", lambda shape, dtype, device: torch.full(shape, float("nan"),
+    monkeypatch.setattr(paged, "new_buffer", lambda shape, dtype, device: torch.full(shape, float("nan"),
                                                                                        dtype=dtype, device=device))
 
 

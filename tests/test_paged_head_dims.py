@@ -25,8 +25,8 @@ def poisoned_buffers(monkeypatch):
     def nan_buffer(shape, dtype, device):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
-    monkeypatch.setattr(paged, "_new_buffer", nan_buffer)
-    monkeypatch.setattr(paged_extend, "_new_buffer", nan_buffer)
+    monkeypatch.setattr(paged, "new_buffer", nan_buffer)
+    monkeypatch.setattr(paged_extend, "new_buffer", nan_buffer)
 
 
 def make_cache(seed, lens, d, dv, page, dtype, *, hq=4, hkv=2, strided=False):

@@ -56,7 +56,7 @@ def _count(name: str) -> None:
 
 # ------------------------------------------------------------------------------------------ guards
 @contextmanager
-def guarded_buffers(module, name="_new_buffer"):
+def guarded_buffers(module, name="new_buffer"):
     """module.<name> (the function every output buffer comes from) hands out views inside sentinel-filled
     storage; on exit every view is checked."""
     handed = []
@@ -450,7 +450,7 @@ def test_paged_kernels_match_float64_in_a_child_process():
 def _state(tables, prefix):
     """Everything an operation may change, as plain values."""
     return ({s: list(t) for s, t in tables.tables.items()}, dict(tables.lengths),
-            list(tables.allocator._free), list(tables.allocator._refs), list(prefix.page_of.items()),
+            list(tables.allocator.free_list), list(tables.allocator.refcounts), list(prefix.page_of.items()),
             dict(prefix.key_of), prefix.lookup_tokens, prefix.hit_tokens)
 
 
@@ -510,4 +510,4 @@ def test_allocator_operations_are_atomic(data):
         for p in range(tables.num_pages):
             expected = held.get(p, 0) + (p in prefix.key_of)
             assert tables.allocator.refcount(p) == expected, f"page {p}: count {tables.allocator.refcount(p)}"
-            assert (p in tables.allocator._free) == (expected == 0)
+            assert (p in tables.allocator.free_list) == (expected == 0)

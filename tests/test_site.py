@@ -247,7 +247,7 @@ def fake_package(tmp_path, files: dict[str, bytes]) -> tuple[site.Vendored, Path
             path = tmp_path / "file"
             path.write_bytes(data)
             tar.add(path, arcname=f"package/{name}")
-    item = site.Vendored("@scope/widget", "1.2.3", site._sri(tarball.read_bytes()), "MIT", ("dist/*.js", "LICENSE"))
+    item = site.Vendored("@scope/widget", "1.2.3", site.sri(tarball.read_bytes()), "MIT", ("dist/*.js", "LICENSE"))
     registry = tmp_path / "registry"
     (registry / "@scope" / "widget" / "-").mkdir(parents=True)
     shutil.copy(tarball, registry / "@scope" / "widget" / "-" / item.tarball)

@@ -105,7 +105,8 @@ WIDGET_JS = {f"vendor/{VENDORED[0].folder}/require.js": {},
              f"vendor/{VENDORED[1].folder}/embed-amd.js": {}}
 
 
-def _sri(data: bytes) -> str:
+def sri(data: bytes) -> str:
+    """The Subresource Integrity string of ``data`` (``sha512-`` and its base64 digest), as npm records it."""
     return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
 
 
@@ -135,13 +136,13 @@ def vendor(cache: str | Path = VENDOR_DIR, *, registry: str | None = None, fetch
                     f"the site serves {item.package} {item.version} itself, and {tarball} is missing: fetching "
                     f"{url} failed ({exc}). Build once with a network (or `python -m attnkit.classroom.site "
                     f"--fetch`), or copy that file there from a machine that has it.") from exc
-            if _sri(data) != item.integrity:
+            if sri(data) != item.integrity:
                 raise RuntimeError(f"{url} does not match its pinned checksum {item.integrity}: not used")
             cache.mkdir(parents=True, exist_ok=True)
             part = tarball.with_name(f"{tarball.name}.{os.getpid()}.part")
             part.write_bytes(data)
             os.replace(part, tarball)
-        elif _sri(tarball.read_bytes()) != item.integrity:
+        elif sri(tarball.read_bytes()) != item.integrity:
             raise RuntimeError(f"{tarball} does not match its pinned checksum {item.integrity}: delete it and "
                                "build again to fetch it anew")
         folder = static / "vendor" / item.folder

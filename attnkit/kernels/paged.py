@@ -12,7 +12,9 @@ Public functions
 - ``paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale=None)``: the float64
   reference, token by token through the page table.
 - ``check_paged_inputs(...)``: the ValueErrors; ``choose_num_splits(...)``: the split heuristic;
-  ``launch(...)``: the kernels on inputs already checked (what the benchmarks time).
+  ``launch(...)``: the kernels on inputs already checked (what the benchmarks time); ``new_buffer(shape,
+  dtype, device)``: where every output and workspace buffer comes from (tests and scripts/gpu_paged.py
+  replace it to hand out NaN-filled or guarded buffers).
 
 Shapes
 - q: [B, Hq, D], the one new token of each of B sequences;
@@ -502,7 +504,7 @@ def choose_num_splits(batch: int, n_kv: int, max_len: int, device) -> int:
 
 
 # --------------------------------------------------------------------------------- plans and launch
-def _new_buffer(shape, dtype, device) -> torch.Tensor:
+def new_buffer(shape, dtype, device) -> torch.Tensor:
     """Every output and workspace buffer the kernels write, contiguous (tests fill these with NaN instead)."""
     return torch.empty(shape, dtype=dtype, device=device)
 
@@ -587,10 +589,10 @@ def _run(plan: _Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_sca
         state = plan.state if plan.state is not None else value_checks.state(device)
     else:
         state = seq_lens                             # never read without CHECK
-    o = _new_buffer(plan.out_shape, q.dtype, device)
+    o = new_buffer(plan.out_shape, q.dtype, device)
     split = plan.num_splits > 1
     if split:
-        workspace = _new_buffer(plan.workspace_shape, torch.float32, device)
+        workspace = new_buffer(plan.workspace_shape, torch.float32, device)
         target, target_strides = workspace, workspace.stride()[:3]
     else:
         target, target_strides = o, (*o.stride()[:2], 0)
@@ -752,4 +754,5 @@ def paged_decode_ref(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float
 
 __all__ = ["paged_decode", "merge_partials", "gather_dense", "paged_decode_ref", "token_pages",
            "check_paged_inputs", "raise_pending_errors", "choose_num_splits", "launch", "default_config",
-           "LaunchConfig", "VARIANTS", "SUPPORTED_HEAD_DIMS", "MIN_HEAD_DIM", "MAX_HEAD_DIM", "SUPPORTED_DTYPES"]
+           "LaunchConfig", "VARIANTS", "SUPPORTED_HEAD_DIMS", "MIN_HEAD_DIM", "MAX_HEAD_DIM", "SUPPORTED_DTYPES",
+           "new_buffer"]

@@ -245,8 +245,9 @@ def _bad_values(total_q: int, num_pages: int, page_size: int, block_table, seq_l
 
 
 # ------------------------------------------------------------------------------------ the kernel
-def _new_buffer(shape, dtype, device) -> torch.Tensor:
-    """The output buffer the kernel writes (tests hand out guarded or poisoned buffers instead)."""
+def new_buffer(shape, dtype, device) -> torch.Tensor:
+    """The output buffer the kernel writes (tests replace this function to hand out guarded or poisoned
+    buffers instead)."""
     return torch.empty(shape, dtype=dtype, device=device)
 
 
@@ -275,7 +276,7 @@ def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm
     k_pages, v_pages = (fp8_read(t) for t in (k_pages, v_pages))
     total_q, hq, d = q.shape
     batch, hkv, page = block_table.shape[0], k_pages.shape[2], k_pages.shape[1]
-    o = _new_buffer((total_q, hq, v_pages.shape[3]), q.dtype, q.device)
+    o = new_buffer((total_q, hq, v_pages.shape[3]), q.dtype, q.device)
     max_q = int(max_q_len) if max_q_len is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     scaled = k_scale is not None
     if scaled:                                       # [Hkv], read as scale_ptr + kv_head: made contiguous
@@ -322,4 +323,4 @@ def paged_extend_ref(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *
     return out
 
 
-__all__ = ["paged_extend", "paged_extend_ref", "check_extend_inputs", "fp8_scales", "quantize_fp8", "FP8"]
+__all__ = ["paged_extend", "paged_extend_ref", "check_extend_inputs", "fp8_scales", "quantize_fp8", "FP8", "new_buffer"]
