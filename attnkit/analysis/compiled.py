@@ -176,19 +176,20 @@ def launcher_constexprs(name: str, head_dim: int, causal: bool, config) -> tuple
     """(kernel, constexprs, descriptors) of launcher ``name`` as the course launches it on the H100 for
     fp16 inputs at this head dim: the forward as its rung ("fwd": "autotuned", "fwd_desc": BEST_TRITON), the
     two-kernel backward with host descriptors (pointers at D = 256), the one-pass backward with pointers."""
-    from ..kernels import flash, flash_kernels
+    from ..kernels import flash
+    from ..kernels.flash import triton_kernels
 
-    kernel = getattr(flash_kernels, flash.LAUNCHERS[name][0])
+    kernel = getattr(triton_kernels, flash.LAUNCHERS[name][0])
     dims = dict(HEAD_DIM=head_dim, HEAD_DIM_V=head_dim, DIM_QK=head_dim, DIM_V=head_dim, BAND=causal,
                 SOFTCAP=False, VARLEN=False, CAUSAL=causal, DOT_PRECISION="tf32",
                 BLOCK_M=config.block_m, BLOCK_N=config.block_n)
     if name.startswith("fwd"):
         rung = flash.VARIANTS[flash.BEST_TRITON if name == "fwd_desc" else "autotuned"]
-        desc = flash_kernels.HOST_DESCRIPTORS if name == "fwd_desc" else flash_kernels.POINTERS
+        desc = triton_kernels.HOST_DESCRIPTORS if name == "fwd_desc" else triton_kernels.POINTERS
         dims.update(USE_EXP2=rung.use_exp2, SPLIT=rung.split, DESC=desc, LONGEST_FIRST=causal and rung.longest_first)
         return kernel, dims, bool(desc)
     descriptors = name != "bwd_atomic" and flash.BACKWARDS["two_kernels"].descriptors and head_dim <= 128
-    dims["DESC"] = flash_kernels.HOST_DESCRIPTORS if descriptors else flash_kernels.POINTERS
+    dims["DESC"] = triton_kernels.HOST_DESCRIPTORS if descriptors else triton_kernels.POINTERS
     if name != "bwd_dq":
         dims["ATOMIC_DQ"] = name == "bwd_atomic"
     return kernel, dims, descriptors
@@ -218,10 +219,12 @@ def forward_waits() -> list[str]:
     kernel, constexprs, descriptors = launcher_constexprs("fwd_desc", 128, False, config)
     lines = [("Triton forward", compile_ptx(kernel, constexprs, config.num_warps, config.num_stages, descriptors))]
     try:
-        from ..kernels import flash_hopper as hopper
+        from ..kernels.flash import hopper
     except ImportError as missing:          # a Triton without Gluon's Hopper API
         return [f"{lines[0][0]}: {_wait_facts(lines[0][1])}", f"warp-specialised forward: needs Gluon ({missing})"]
-    half_m, block_n, stages, groups = hopper.CONFIG[128, False]
+    from ..kernels.flash.dispatch import HEAD_DIMS
+
+    half_m, block_n, stages, groups = HEAD_DIMS[128].gluon_forward[False]
     ptx = compile_gluon_ptx(hopper._attn_fwd_ws, dict(HALF_M=half_m, BLOCK_N=block_n, HEAD_DIM=128, CAUSAL=False,
                                                       STAGES=stages, COMPUTE_REGS=hopper.COMPUTE_REGISTERS[groups],
                                                       GROUPS=groups),

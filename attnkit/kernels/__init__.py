@@ -7,8 +7,8 @@ sliding windows and an FP8 cache), paged_extend (several new tokens per sequence
 rope_append (rotate and append to the KV cache, fp16/bf16/fp32 or FP8). input_checks: the options the
 dense and paged kernels share (window, softcap, packed sequences' offsets).
 
-flash_kernels, flash_hopper and flash_fp8 are the former paths of three of flash's modules, kept for the
-imports that still name them.
+flash_hopper is the former path of ``flash.hopper``, kept because the forward's ladder
+(``flash.dispatch.LADDER``, printed in lessons' stored outputs) names it.
 
 Where each runs is decided by ``attnkit.device``; inputs are checked by ``attnkit.validation``.
 """

@@ -1,8 +1,8 @@
 """Former path of the warp-specialised Gluon forward, which lives in ``attnkit.kernels.flash.hopper`` (its
 rules in ``attnkit.kernels.flash.dispatch``).
 
-Kept only for the modules that still import this name (``bench.compiled``); importing it needs Gluon's
-Hopper API, as before.
+Kept because the forward's ladder (``flash.dispatch.LADDER``, printed in lessons' stored outputs) names
+this path; importing it needs Gluon's Hopper API, as before.
 """
 from .flash.dispatch import HEAD_DIMS, HEAD_GROUP  # noqa: F401
 from .flash.hopper import COMPUTE_REGISTERS, _attn_fwd_persistent, _attn_fwd_ws, persistent_programs  # noqa: F401

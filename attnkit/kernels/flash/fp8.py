@@ -111,7 +111,7 @@ _P_SCALE_LOG2 = tl.constexpr(P_SCALE_LOG2)   # the same, as a compiled kernel ma
 REL_TOL_DEQUANTISED = 4e-2              # against float64 attention of x8 · scale
 REL_TOL_QUANTISED = 8e-2                # against float64 attention of the inputs before quantising
 
-POINTERS, HOST_DESCRIPTORS = 0, 2       # how tiles move (the values of DESC, as in flash_kernels)
+POINTERS, HOST_DESCRIPTORS = 0, 2       # how tiles move (the values of DESC, as in triton_kernels)
 
 
 # ------------------------------------------------------------------------------------------ kernel
