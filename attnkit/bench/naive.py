@@ -163,7 +163,7 @@ def measure_naive_scaling(Ns, *, d: int, heads: int, dtype=None, device: str | N
 
 
 # A line of the profiler's own log (Kineto, written by C++ to file descriptor 2), such as
-# "USDT:2026-11-22 08:15:19 20716:20716 SyncActivityProfilerHandler.cpp:52] profiler_start".
+# "USDT:<date> <time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52] profiler_start" (the pattern below).
 _PROFILER_LOG = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\] ")
 
 
