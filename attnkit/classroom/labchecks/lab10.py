@@ -314,8 +314,8 @@ def _transfer_reference(tokens_per_rank, kv_heads, head_dim, alpha_us, beta_gb_p
 def _check_transfer(step_transfer_us, *, seed: int | None = None) -> CheckResult:
     """step_transfer_us(n, Hkv, D, α µs, β GB/s, backward) = α + bytes/β in µs, within 0.1%."""
     fixed = [
-        case(16384, 8, 128, 44.5, 374.0, False, label="N = 64k on 4 GPUs, Llama 3 8B's KV heads, the recorded "
-                                                      "H100 link, forward"),
+        case(16384, 8, 128, 44.5, 374.0, False, label="N = 64k on 4 GPUs, Llama 3 8B's KV heads, an H100 "
+                                                      "NVLink's α and β, forward"),
         case(16384, 8, 128, 44.5, 374.0, True, label="the same step in the backward"),
         case(512, 8, 128, 44.5, 374.0, False, label="512 tokens per rank: α is most of the time"),
         case(131072, 32, 128, 5.0, 50.0, True, label="multi-head, 50 GB/s (InfiniBand), backward: bytes dominate"),
