@@ -60,6 +60,9 @@ Where it runs: as every kernel of the course, by ``attnkit.device.kernel_device`
 compiled kernels; on a machine without a GPU, CPU tensors run the same kernels in Triton's
 interpreter, with bf16 computed in fp32 and rounded (the interpreter's bf16 is not faithful); CPU
 tensors on a machine with a GPU are computed on the GPU and copied back.
+
+Internal API, for the tests that compile them (``tests/test_paged_host.py``): the kernels
+``_paged_kernel`` (decode, with or without splits) and ``_merge_splits_kernel`` (the splits' merge).
 """
 from __future__ import annotations
 
