@@ -12,19 +12,46 @@ text on every run and every device.
 """
 from __future__ import annotations
 
-import copy
 import os
 import traceback
-import tracemalloc
-import types
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..tolerances import REL_TOL, _as_float64, componentwise_error, dtype_name, rel_error
+from ..tolerances import REL_TOL, dtype_name, rel_error
+from .call_rules import (  # noqa: F401  (re-exported: labs and tests import them from here)
+    _FORBIDDEN,
+    ForbiddenCall,
+    OneShotStream,
+    _forbidden_body,
+    _megabytes,
+    _refuse,
+    forbidden_calls,
+    memory_peak,
+    module_functions,
+)
+from .comparing import (  # noqa: F401  (re-exported: labs and tests import them from here)
+    _arrays_in,
+    _distinct_digits,
+    _host,
+    _preview,
+    answer_error,
+    changed_input,
+    describe_difference,
+    fresh_copy,
+)
+from .kernel_guards import (  # noqa: F401  (re-exported: labs and tests import them from here)
+    _ALLOCATORS,
+    GUARD_ELEMENTS,
+    POISON,
+    _Guarded,
+    guarded_allocations,
+    layout_name,
+    placed,
+    poisoned_masked_loads,
+)
 
 PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
 
@@ -136,212 +163,6 @@ def unwrapped(fn: Callable) -> Callable:
     return call
 
 
-def _preview(a: np.ndarray, limit: int = 6) -> str:
-    flat = np.asarray(a, dtype=np.float64)
-    with np.printoptions(precision=4, suppress=True, threshold=limit, edgeitems=2, linewidth=100):
-        return np.array2string(flat, prefix="      ").replace("\n", "\n      ")
-
-
-def _distinct_digits(expected: float, got: float) -> tuple[str, str]:
-    """Two numbers written with 6 significant digits, or more until they read differently (up to 17)."""
-    for digits in range(6, 18):
-        want, have = f"{expected:.{digits}g}", f"{got:.{digits}g}"
-        if want != have:
-            break
-    return want, have
-
-
-def answer_error(got, expected) -> float:
-    """The error a check bounds: ``componentwise_error`` when ``expected`` carries a ``magnitude`` (see
-    ``attnkit.tolerances.with_magnitude``), else the relative error ‖got − expected‖/‖expected‖."""
-    magnitude = getattr(expected, "magnitude", None)
-    if magnitude is not None:
-        return componentwise_error(got, expected, magnitude)
-    return rel_error(got, expected)
-
-
-def describe_difference(got, expected) -> str:
-    """Lines that say how ``got`` differs from ``expected``: shape, error, the worst element."""
-    got64, exp64 = _as_float64(got), _as_float64(expected)
-    if got64.shape != exp64.shape:
-        return f"   expected shape {exp64.shape}, got shape {got64.shape}"
-    lines = []
-    explain = getattr(expected, "explain", None)         # a check's own words for the part that failed
-    note = explain(got) if callable(explain) else None
-    if note:
-        lines.append(note)
-    magnitude = getattr(expected, "magnitude", None)
-    if not np.all(np.isfinite(got64)):
-        where = tuple(int(i) for i in np.argwhere(~np.isfinite(got64))[0])
-        lines.append(f"   got a non-finite value ({got64[where]}) at index {list(where)}")
-    elif magnitude is not None:
-        lines.append(f"   largest row error ‖got − expected‖/‖|terms|‖ = "
-                     f"{componentwise_error(got64, exp64, magnitude):.3g} (each row against the size of the "
-                     f"terms summed into it)")
-    else:
-        lines.append(f"   relative error ‖got − expected‖/‖expected‖ = {rel_error(got64, exp64):.3g}")
-    if np.all(np.isfinite(got64)):
-        where = np.unravel_index(int(np.argmax(np.abs(got64 - exp64))), exp64.shape)
-        where = tuple(int(i) for i in where)
-        want, have = _distinct_digits(exp64[where], got64[where])
-        lines.append(f"   largest difference at index {list(where)}: expected {want}, got {have}")
-    lines.append(f"   expected: {_preview(exp64)}")
-    lines.append(f"   got:      {_preview(got64)}")
-    coarse = str(getattr(got, "dtype", "")).replace("torch.", "")
-    if coarse in ("float16", "bfloat16"):
-        lines.append(f"   (your answer is {coarse}, too coarse for this check: compute in float64)")
-    return "\n".join(lines)
-
-
-def fresh_copy(value):
-    """A deep copy of a case's arguments: a function that writes into its inputs changes only its copy."""
-    return copy.deepcopy(value)
-
-
-def _arrays_in(value, path: str):
-    """(path, array) for each NumPy array or torch tensor in ``value`` and the tuples, lists and dicts
-    holding it (other objects are not looked into)."""
-    if isinstance(value, np.ndarray) or type(value).__name__ == "Tensor":
-        yield path, value
-    elif isinstance(value, (tuple, list)):
-        for i, item in enumerate(value):
-            yield from _arrays_in(item, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _arrays_in(item, f"{path}[{key!r}]")
-
-
-def _host(x) -> np.ndarray:
-    if hasattr(x, "detach"):  # a torch tensor (bfloat16 has no NumPy dtype)
-        x = x.detach().to("cpu")
-        return (x.float() if str(x.dtype) == "torch.bfloat16" else x).numpy()
-    return np.asarray(x)
-
-
-def changed_input(before: tuple, after: tuple, names: Sequence[str] = ()) -> str | None:
-    """None when every array in ``after`` (the arguments as the student's function left them) holds
-    what ``before`` (an untouched copy) holds, NaN for NaN; else which argument changed and where."""
-    for index, (was, now) in enumerate(zip(before, after)):
-        label = names[index] if index < len(names) else f"argument {index + 1}"
-        for (path, a), (_, b) in zip(_arrays_in(was, label), _arrays_in(now, label)):
-            a, b = _host(a), _host(b)
-            if a.shape != b.shape:
-                return f"{path} changed shape from {a.shape} to {b.shape}"
-            same = a == b
-            if np.issubdtype(a.dtype, np.inexact) and np.issubdtype(b.dtype, np.inexact):
-                same |= np.isnan(a) & np.isnan(b)
-            if not np.all(same):
-                where = tuple(int(i) for i in np.argwhere(~same)[0]) if same.ndim else ()
-                return (f"{path} changed: element {list(where)} was {a[where]:.6g}, is now "
-                        f"{b[where]:.6g} ({int((~same).sum())} of {same.size} elements changed)")
-    return None
-
-
-# ------------------------------------------------------------------ what a lesson claims about structure
-class OneShotStream:
-    """A stream of 1-D blocks that can be read once, like a generator: ``for block in stream``.
-
-    Each block arrives in the same buffer, which the stream overwrites with the next block: keeping the
-    blocks (``list(stream)``) keeps views of one buffer, and a second pass finds the stream exhausted.
-    ``blocks`` holds the data, for the reference.
-    """
-
-    def __init__(self, blocks: Sequence[np.ndarray]):
-        self.blocks = [np.array(b, dtype=np.float64).ravel() for b in blocks]
-        self._next = 0
-        self._buffer = np.empty(max((len(b) for b in self.blocks), default=0))
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> np.ndarray:
-        if self._next >= len(self.blocks):
-            raise StopIteration
-        block = self.blocks[self._next]
-        self._next += 1
-        view = self._buffer[:len(block)]
-        view[:] = block
-        return view
-
-    def __repr__(self) -> str:
-        return f"<a one-pass stream of {len(self.blocks)} blocks>"
-
-
-class ForbiddenCall(Exception):
-    """Raised by a course function that a student's answer may not call (see ``forbidden_calls``)."""
-
-
-_FORBIDDEN: list[str] = []       # the forbidden functions called while a guard is on, in order
-
-
-def _forbidden_body(*args, **kwargs):
-    # Runs as the body of a forbidden function, with that function's globals: only builtins here.
-    import sys as _sys
-
-    from attnkit.classroom import checking as _checking
-    return _checking._refuse(_sys._getframe().f_code.co_name)
-
-
-def _refuse(name: str):
-    _FORBIDDEN.append(name)
-    raise ForbiddenCall(f"{name} is the course's own implementation: write this exercise yourself")
-
-
-def module_functions(*modules) -> tuple[Callable, ...]:
-    """The plain functions defined at the top level of ``modules`` (what ``forbidden_calls`` can guard)."""
-    found = []
-    for module in modules:
-        for value in vars(module).values():
-            if isinstance(value, types.FunctionType) and value.__module__ == module.__name__ \
-                    and not value.__code__.co_freevars:
-                found.append(value)
-    return tuple(found)
-
-
-@contextmanager
-def forbidden_calls(functions: Iterable[Callable]):
-    """While the block runs, each of ``functions`` raises ``ForbiddenCall`` when called, through any
-    name a notebook imported it under; yields the list of the names called (also when the student's
-    code caught the error)."""
-    swapped, called = [], []
-    start = len(_FORBIDDEN)
-    try:
-        for fn in dict.fromkeys(functions):          # each once, in order
-            code = fn.__code__
-            if code.co_freevars:
-                raise ValueError(f"functions: {fn.__qualname__} is a closure; only module-level "
-                                 f"functions can be forbidden")
-            fn.__code__ = _forbidden_body.__code__.replace(co_name=fn.__name__, co_qualname=fn.__qualname__)
-            swapped.append((fn, code))
-        yield called
-    finally:
-        for fn, code in swapped:
-            fn.__code__ = code
-        called.extend(_FORBIDDEN[start:])
-        del _FORBIDDEN[start:]
-
-
-@contextmanager
-def memory_peak():
-    """Yields a one-item list that holds, after the block, the peak bytes allocated during it."""
-    started = not tracemalloc.is_tracing()
-    if started:
-        tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    tracemalloc.reset_peak()
-    peak = [0]
-    try:
-        yield peak
-    finally:
-        peak[0] = max(0, tracemalloc.get_traced_memory()[1] - base)
-        if started:
-            tracemalloc.stop()
-
-
-def _megabytes(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
-
-
 def within_dtype_tolerance(tol: float, relaxed: Sequence[str] = ("float32",)) -> Callable[[Any, Any], bool]:
     """A comparison that allows ``tol`` (the float64 bound) and, for an answer in one of the ``relaxed``
     dtypes, that dtype's own bound: a float32 table computed in float32 passes, a float16 one does not."""
@@ -363,6 +184,64 @@ def within_dtype_tolerance(tol: float, relaxed: Sequence[str] = ("float32",)) ->
 def fixed_and_random(fixed: int, drawn: int) -> str:
     """'5 fixed and 4 random inputs' (the words of a pass line)."""
     return f"{fixed} fixed and {drawn} random input{'' if drawn == 1 else 's'}"
+
+
+@dataclass
+class _Call:
+    """What one call of the student's function did."""
+
+    got: Any = None
+    called: list = field(default_factory=list)     # forbidden course functions it called
+    peak: int = 0                                   # bytes at its peak (cases with ``max_bytes``)
+    damage: str | None = None                       # a store outside a tensor it allocated
+    error: BaseException | None = None              # what it raised, unwrapped
+
+
+def _call_student(student_fn, c: Case, args, kwargs, forbidden, kernel_guards: bool) -> _Call:
+    """Call ``student_fn`` on one case's copies ``args``, ``kwargs`` under the case's guards."""
+    call = _Call()
+    peak = [0]
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"), forbidden_calls(forbidden) as call.called:
+            warnings.simplefilter("ignore")      # keep the report the only output
+            if c.max_bytes is None and kernel_guards:
+                with poisoned_masked_loads(), guarded_allocations() as guard:
+                    call.got = student_fn(*args, **kwargs)
+                call.damage = guard.damaged()
+            elif c.max_bytes is None:
+                call.got = student_fn(*args, **kwargs)
+            else:
+                with memory_peak() as peak:
+                    call.got = student_fn(*args, **kwargs)
+    except Exception as exc:  # a blank, or a student's bug: report it, never a traceback
+        call.error = exc if is_not_implemented(exc) else student_error(exc)
+    call.peak = peak[0]
+    return call
+
+
+def _case_problem(call: _Call, c: Case, args, expected, compare, inputs_unchanged: bool) -> str | None:
+    """What is wrong with one call, in words (the first problem found), or None."""
+    if call.called:
+        return (f"your function called the course's own {call.called[0]}: write this exercise with NumPy "
+                f"(and your earlier functions) only.")
+    if call.error is not None:
+        last = traceback.extract_tb(call.error.__traceback__)[-1]
+        return (f"your function raised {type(call.error).__name__}: {call.error}\n"
+                f"   (line {last.lineno}: {last.line})")
+    if c.max_bytes is not None and call.peak > c.max_bytes:
+        return (f"your function allocated {_megabytes(call.peak)} at its peak; this case allows at most "
+                f"{_megabytes(c.max_bytes)}.")
+    if call.damage:
+        return f"{call.damage}: a tl.store without the mask of its rows (or columns), or through the wrong strides."
+    changed = inputs_unchanged and changed_input(c.args, args)
+    if changed:
+        return (f"your function wrote into its input: {changed}. Its caller still needs that data: compute "
+                f"into new arrays.")
+    if call.got is None:
+        return "your function returned None (did you forget `return`?)"
+    if not compare(call.got, expected):
+        return f"differs from the float64 reference.\n{describe_difference(call.got, expected)}"
+    return None
 
 
 def run_check(
@@ -415,56 +294,13 @@ def run_check(
         where = f"case {index} of {len(cases)}, {c.label}"
         expected = reference_fn(*fresh_copy(c.args), **fresh_copy(c.kwargs))
         args, kwargs = fresh_copy(c.args), fresh_copy(c.kwargs)
-        called: list[str] = []
-        peak = [0]
-        damage = None
         progress(where)
-        try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"), forbidden_calls(forbidden) as called:
-                warnings.simplefilter("ignore")      # keep the report the only output
-                if c.max_bytes is None and kernel_guards:
-                    with poisoned_masked_loads(), guarded_allocations() as guard:
-                        got = student_fn(*args, **kwargs)
-                    damage = guard.damaged()
-                elif c.max_bytes is None:
-                    got = student_fn(*args, **kwargs)
-                else:
-                    with memory_peak() as peak:
-                        got = student_fn(*args, **kwargs)
-        except Exception as exc:  # a blank, or a student's bug: report it, never a traceback
-            if is_not_implemented(exc):
-                return not_implemented(name)
-            exc = student_error(exc)
-            if not called:
-                last = traceback.extract_tb(exc.__traceback__)[-1]
-                return CheckResult(name, FAILED,
-                                   f"❌ {name}: {where}: your function raised {type(exc).__name__}: {exc}\n"
-                                   f"   (line {last.lineno}: {last.line})\n   hint: {hint}")
-        if called:
-            return CheckResult(name, FAILED,
-                               f"❌ {name}: {where}: your function called the course's own {called[0]}: "
-                               f"write this exercise with NumPy (and your earlier functions) only.\n"
-                               f"   hint: {hint}")
-        if c.max_bytes is not None and peak[0] > c.max_bytes:
-            return CheckResult(name, FAILED,
-                               f"❌ {name}: {where}: your function allocated {_megabytes(peak[0])} at its "
-                               f"peak; this case allows at most {_megabytes(c.max_bytes)}.\n"
-                               f"   hint: {hint}")
-        if damage:
-            return CheckResult(name, FAILED, f"❌ {name}: {where}: {damage}: a tl.store without the mask "
-                                             f"of its rows (or columns), or through the wrong strides.\n"
-                                             f"   hint: {hint}")
-        changed = inputs_unchanged and changed_input(c.args, args)
-        if changed:
-            return CheckResult(name, FAILED, f"❌ {name}: {where}: your function wrote into its input: "
-                                             f"{changed}. Its caller still needs that data: compute into "
-                                             f"new arrays.\n   hint: {hint}")
-        if got is None:
-            return CheckResult(name, FAILED, f"❌ {name}: {where}: your function returned None "
-                                             f"(did you forget `return`?)\n   hint: {hint}")
-        if not compare(got, expected):
-            return CheckResult(name, FAILED, f"❌ {name}: {where}: differs from the float64 reference.\n"
-                                             f"{describe_difference(got, expected)}\n   hint: {hint}")
+        call = _call_student(student_fn, c, args, kwargs, forbidden, kernel_guards)
+        if call.error is not None and is_not_implemented(call.error):
+            return not_implemented(name)
+        problem = _case_problem(call, c, args, expected, compare, inputs_unchanged)
+        if problem:
+            return CheckResult(name, FAILED, f"❌ {name}: {where}: {problem}\n   hint: {hint}")
     if fixed is None:
         inputs = f"{len(cases)} random inputs"
     else:
@@ -577,170 +413,6 @@ def _number_of(exercises: Sequence[Exercise], function: str) -> int:
     return next(i for i, e in enumerate(exercises, start=1) if e.function == function)
 
 
-# ------------------------------------------------------------------ defences for kernel exercises
-# What a kernel check varies so that mistakes nobody catalogued still fail (docs/authoring.md, "Checks
-# vary what students get wrong"):
-#   layouts   every tensor argument, in some case, with its own strides (``placed``)
-#   poison    inputs inside NaN-filled buffers; masked loads without ``other=`` read NaN in the
-#             interpreter, as on a GPU they read whatever is there (``poisoned_masked_loads``)
-#   sentinels the tensors a student's function allocates sit inside buffers whose padding is checked
-#             after every call: a store outside its tensor is named (``guarded_allocations``)
-#   crashes   where kernels run in Triton's interpreter, a check runs in a forked child process, so a
-#             store that corrupts the heap (SIGABRT, SIGSEGV) fails the check with the case it was on
-#             (``isolated``)
-POISON = float("nan")
-GUARD_ELEMENTS = 4096          # padding before and after a guarded tensor (in elements), at least its size
-
-
-def placed(values, *, order: Sequence[int] | None = None, gap: int = 0, step: int = 1, dtype=None,
-           device=None, fill: float = POISON, lead: int = GUARD_ELEMENTS, trail: int | None = None):
-    """A tensor equal to ``values`` whose storage has a chosen layout, inside a buffer of ``fill``.
-
-    ``order``: the dimensions from outermost to innermost in memory (``(1, 0)`` stores a matrix column
-    by column; default: the logical order). ``gap``: extra (``fill``) elements after each run of every
-    dimension, so no stride equals the product of the sizes inside it. ``step``: the innermost stride
-    (2 leaves one ``fill`` element between neighbours). ``lead`` and ``trail`` (default: the tensor's
-    span, at least ``GUARD_ELEMENTS``): ``fill`` elements before and after it, so a read past either end
-    returns ``fill`` (NaN: the answer becomes NaN) instead of another tensor's data.
-    """
-    import torch
-
-    t = torch.as_tensor(values)
-    dtype = dtype or t.dtype
-    device = device or t.device
-    ndim = t.dim()
-    order = tuple(range(ndim)) if order is None else tuple(int(d) for d in order)
-    if sorted(order) != list(range(ndim)):
-        raise ValueError(f"order: must be a permutation of the {ndim} dimensions, got {order}")
-    if gap < 0 or step < 1:
-        raise ValueError(f"gap, step: need gap >= 0 and step >= 1, got gap={gap}, step={step}")
-    strides = [0] * ndim
-    stride = step
-    for dim in reversed(order):                 # innermost first
-        strides[dim] = stride
-        stride = t.shape[dim] * stride + gap
-    span = max(stride, 1)
-    trail = max(span, GUARD_ELEMENTS) if trail is None else int(trail)
-    if dtype.is_floating_point:
-        buf = torch.full((lead + span + trail,), fill, dtype=dtype, device=device)
-    else:
-        buf = torch.full((lead + span + trail,), int(fill) if fill == fill else -(2**30), dtype=dtype,
-                         device=device)
-    view = buf.as_strided(tuple(t.shape), tuple(strides), lead)
-    view.copy_(t.to(device=device, dtype=dtype))
-    return view
-
-
-def layout_name(t) -> str:
-    """'strides (…)' of a tensor, for a case's label."""
-    return "strides (" + ", ".join(str(s) for s in t.stride()) + ")"
-
-
-@contextmanager
-def poisoned_masked_loads():
-    """While inside, Triton's interpreter fills the masked-off lanes of a floating-point ``tl.load``
-    without ``other=`` with NaN (it fills them with 0 otherwise; a GPU leaves whatever the registers
-    held): a kernel that needs ``other=`` and leaves it out gets NaN. Does nothing where kernels are
-    compiled."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        yield
-        return
-    try:
-        from triton.runtime import interpreter
-    except ImportError:                                   # no Triton: nothing to poison
-        yield
-        return
-    builder = interpreter.InterpreterBuilder
-    original = builder.create_masked_load
-
-    def masked_load(self, ptrs, mask, other, *args):
-        if other is None:
-            dtype_tt = ptrs.get_element_ty()
-            dtype_np = interpreter._get_np_dtype(dtype_tt)
-            if np.issubdtype(dtype_np, np.floating):
-                other = interpreter.TensorHandle(np.full(ptrs.data.shape, np.nan, dtype=dtype_np), dtype_tt)
-        return original(self, ptrs, mask, other, *args)
-
-    builder.create_masked_load = masked_load
-    try:
-        yield
-    finally:
-        builder.create_masked_load = original
-
-
-class _Guarded:
-    """The tensors allocated while ``guarded_allocations`` is on, each inside a padded buffer."""
-
-    def __init__(self, sentinel: float):
-        self.sentinel = sentinel
-        self.buffers: list = []             # (buffer, lead, numel, what)
-
-    def damaged(self) -> str | None:
-        """Which allocation had its padding written, in words; None when every padding is intact."""
-        import torch
-
-        for buf, lead, numel, what in self.buffers:
-            pads = torch.cat([buf[:lead], buf[lead + numel:]])     # (called after the guard is off)
-            if buf.dtype.is_floating_point:
-                same = pads == self.sentinel
-            else:
-                same = pads == int(self.sentinel)
-            if not bool(same.all()):
-                where = int((~same).nonzero()[0, 0])
-                count = lead - where if where < lead else where - lead + 1     # (pads skip the tensor)
-                side = (f"{count} element{'s' if count != 1 else ''} "
-                        f"{'before its start' if where < lead else 'past its end'}")
-                return f"a store landed outside the tensor {what} ({side})"
-        return None
-
-
-_ALLOCATORS = ("empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "ones", "ones_like")
-
-
-@contextmanager
-def guarded_allocations(sentinel: float = -7777.0):
-    """While inside, ``torch.empty``, ``torch.zeros``, ``torch.full``, ``torch.ones`` and their
-    ``_like`` forms return tensors placed inside larger buffers of ``sentinel`` (an ``empty`` tensor is
-    filled with NaN: an element the kernel never writes reads NaN). Yields a ``_Guarded`` whose
-    ``damaged()`` names the first tensor whose padding changed: a kernel stored outside it (a store
-    without its row or column mask)."""
-    import torch
-
-    guard = _Guarded(sentinel)
-    saved = {name: getattr(torch, name) for name in _ALLOCATORS}
-
-    def wrap(name):
-        original = saved[name]
-
-        def allocate(*args, **kwargs):
-            t = original(*args, **kwargs)
-            if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.layout != torch.strided or \
-                    kwargs.get("out") is not None:
-                return t
-            numel = t.numel()
-            pad = max(numel, GUARD_ELEMENTS)
-            fill = sentinel if t.dtype.is_floating_point else int(sentinel)
-            buf = saved["full"]((pad + numel + pad,), fill, dtype=t.dtype, device=t.device)
-            view = buf[pad:pad + numel].view(t.shape)
-            if name.startswith("empty") and t.dtype.is_floating_point:
-                view.fill_(POISON)
-            else:
-                view.copy_(t)
-            if t.requires_grad:
-                view.requires_grad_(True)
-            guard.buffers.append((buf, pad, numel, f"of shape {list(t.shape)} made by torch.{name}"))
-            return view
-        return allocate
-
-    try:
-        for name in _ALLOCATORS:
-            setattr(torch, name, wrap(name))
-        yield guard
-    finally:
-        for name, fn in saved.items():
-            setattr(torch, name, fn)
-
-
 # --------------------------------------------------------------------------------- crash isolation
 _PROGRESS: list = []        # in a checking child: the write end of the pipe that reports progress
 
@@ -779,6 +451,54 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _run_in_child(run: Callable[[], CheckResult], read_end: int, write_end: int, errors) -> None:
+    """In the forked child: run the check with its output silenced, send the verdict (or the check's own
+    error) through ``write_end``, and exit without returning."""
+    import io
+    import pickle
+    import sys
+
+    code = 0
+    try:
+        os.close(read_end)
+        import faulthandler
+
+        faulthandler.disable()                               # a crash is reported by the parent
+        os.dup2(errors.fileno(), 2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        sys.stdout = sys.stderr = io.StringIO()
+        os.environ.pop("NBGRADER_EXECUTION", None)           # the parent raises, not the child
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(1)
+        _PROGRESS[:] = [write_end]
+        result = run()
+        payload = pickle.dumps((result.name, result.status, result.report))
+        os.write(write_end, b"\x1f" + payload)
+    except BaseException as exc:                             # the check itself failed: say so
+        try:
+            os.write(write_end, b"\x1d" + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
+        except Exception:
+            pass
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _read_child(pid: int, read_end: int) -> tuple[bytes, int]:
+    """Everything the child wrote to the pipe, and its exit status once it ends."""
+    chunks = []
+    while True:
+        chunk = os.read(read_end, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    return b"".join(chunks), status
+
+
 def isolated(name: str, run: Callable[[], CheckResult], *, hint: str = "") -> CheckResult:
     """``run()`` in a forked child process when ``can_isolate()``, else here.
 
@@ -803,44 +523,9 @@ def isolated(name: str, run: Callable[[], CheckResult], *, hint: str = "") -> Ch
         warnings.simplefilter("ignore", DeprecationWarning)     # "multi-threaded, use of fork()"
         pid = os.fork()
     if pid == 0:                                                 # the child: run, report, never return
-        code = 0
-        try:
-            os.close(read_end)
-            import faulthandler
-
-            faulthandler.disable()                               # a crash is reported by the parent
-            os.dup2(errors.fileno(), 2)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            import io
-
-            sys.stdout = sys.stderr = io.StringIO()
-            os.environ.pop("NBGRADER_EXECUTION", None)           # the parent raises, not the child
-            torch = sys.modules.get("torch")
-            if torch is not None:
-                torch.set_num_threads(1)
-            _PROGRESS[:] = [write_end]
-            result = run()
-            payload = pickle.dumps((result.name, result.status, result.report))
-            os.write(write_end, b"\x1f" + payload)
-        except BaseException as exc:                             # the check itself failed: say so
-            try:
-                os.write(write_end, b"\x1d" + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
-            except Exception:
-                pass
-            code = 1
-        finally:
-            os._exit(code)
+        _run_in_child(run, read_end, write_end, errors)
     os.close(write_end)
-    chunks = []
-    while True:
-        chunk = os.read(read_end, 1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    data = b"".join(chunks)
+    data, status = _read_child(pid, read_end)
     verdict_at = data.find(b"\x1f")
     if verdict_at >= 0:
         result_name, result_status, report = pickle.loads(data[verdict_at + 1:])
