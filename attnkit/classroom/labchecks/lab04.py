@@ -33,339 +33,43 @@ and to attnkit's own kernels and references raise while the student's function r
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import traceback
-import warnings
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from ...device import runtime
 from ...reference.attention import softmax_np
-from ...tolerances import check_tolerance, rel_error
+from ...tolerances import check_tolerance
 from ..checking import (
     FAILED,
     PASSED,
     CheckResult,
     Exercise,
     check_exercises,
-    describe_difference,
     is_not_implemented,
-    isolated,
     not_implemented,
-    poisoned_masked_loads,
-    progress,
-    student_error,
 )
-
-SENTINEL = -7777.0     # what `out` holds before the kernel runs, and what must stay around it
-PAD_ROWS = 48          # guard rows above and below a 2-D tensor (more than any block of rows)
-PAD = 256              # guard elements before and after a 1-D tensor (more than any block)
-ROW_GAP = 7            # extra elements at the end of each row of a 2-D input: its stride is not its width
-
-
-class ForbiddenCall(Exception):
-    """Raised when the student's function calls a library routine that the puzzle asks to write."""
-
-
-# ------------------------------------------------------------------------------------------ inputs
-def _torch():
-    import torch
-
-    return torch
-
-
-def vector(values):
-    """A 1-D fp32 tensor holding ``values``, inside a buffer of NaN (PAD elements on each side)."""
-    torch = _torch()
-    values = torch.as_tensor(np.asarray(values, dtype=np.float32))
-    buf = torch.full((len(values) + 2 * PAD,), float("nan"), device=runtime().device)
-    view = buf[PAD:PAD + len(values)]
-    view.copy_(values)
-    return view
-
-
-def matrix(values, dtype=None, *, transposed: bool = False):
-    """A 2-D tensor holding ``values`` inside a NaN buffer, with row stride = width + ROW_GAP.
-
-    ``transposed``: stored column by column instead (strides (1, rows + ROW_GAP)).
-    """
-    torch = _torch()
-    dtype = dtype or torch.float32
-    values = np.asarray(values, dtype=np.float64)
-    stored = values.T if transposed else values
-    rows, cols = stored.shape
-    buf = torch.full((rows + 2 * PAD_ROWS, cols + ROW_GAP), float("nan"), dtype=dtype, device=runtime().device)
-    view = buf[PAD_ROWS:PAD_ROWS + rows, :cols]
-    view.copy_(torch.as_tensor(stored).to(dtype))
-    return view.t() if transposed else view
-
-
-def _out_pad(shape) -> int:
-    """Guard elements on each side of ``out``: PAD, and PAD_ROWS of its rows for a 2-D one."""
-    return PAD + (PAD_ROWS * int(shape[-1]) if len(shape) > 1 else 0)
-
-
-def output(shape):
-    """A contiguous fp32 ``out`` of ``shape``, filled with SENTINEL, inside a buffer of SENTINEL."""
-    torch = _torch()
-    numel, pad = int(np.prod(shape)), _out_pad(shape)
-    buf = torch.full((numel + 2 * pad,), SENTINEL, device=runtime().device)
-    return buf[pad:pad + numel].view(*shape)
-
-
-def _float64(t):
-    if hasattr(t, "detach"):
-        return t.detach().to("cpu").double().numpy()
-    return t
-
-
-def _element_addresses(t) -> np.ndarray:
-    """The byte address of every element of tensor ``t`` (any strides), as uint64."""
-    offsets = np.zeros(tuple(t.shape), dtype=np.int64)
-    for dim, (size, stride) in enumerate(zip(t.shape, t.stride())):
-        shape = [1] * t.dim()
-        shape[dim] = size
-        offsets = offsets + (np.arange(size, dtype=np.int64) * stride).reshape(shape)
-    return (np.uint64(t.data_ptr()) + (offsets * t.element_size()).astype(np.uint64)).ravel()
-
-
-# ------------------------------------------------------------------------------- watching the kernel
-def _interpreting() -> bool:
-    """Whether Triton kernels run in the interpreter here (switched on before triton is imported)."""
-    from ...device import ensure_triton_backend
-
-    ensure_triton_backend()
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-class _Memory:
-    """Every address that the interpreted kernel loads (with its lanes' mask) and stores."""
-
-    def __init__(self):
-        self.loads, self.stores = [], []
-
-    @staticmethod
-    def _lanes(ptrs, mask):
-        data = np.asarray(ptrs.data)
-        on = np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
-        return data[on].astype(np.uint64).ravel()
-
-    @contextlib.contextmanager
-    def watching(self, always: bool = False):
-        """Record the interpreter's loads and stores (``always``: even where kernels are compiled, for a
-        kernel run explicitly in the interpreter)."""
-        if not (always or _interpreting()):
-            yield False                         # compiled on a GPU: nothing to watch
-            return
-        from triton.runtime import interpreter
-
-        builder = interpreter.InterpreterBuilder
-        load, store = builder.create_masked_load, builder.create_masked_store
-        memory = self
-
-        def watched_load(self, ptrs, mask, other, *args):
-            memory.loads.append(memory._lanes(ptrs, mask))
-            return load(self, ptrs, mask, other, *args)
-
-        def watched_store(self, ptrs, value, mask, *args):
-            memory.stores.append(memory._lanes(ptrs, mask))
-            return store(self, ptrs, value, mask, *args)
-
-        builder.create_masked_load, builder.create_masked_store = watched_load, watched_store
-        try:
-            yield True
-        finally:
-            builder.create_masked_load, builder.create_masked_store = load, store
-
-    def loaded(self) -> np.ndarray:
-        return np.concatenate(self.loads) if self.loads else np.zeros(0, np.uint64)
-
-    def stored(self) -> np.ndarray:
-        return np.concatenate(self.stores) if self.stores else np.zeros(0, np.uint64)
-
-
-def _raiser(*args, **kwargs):
-    # Runs as the code of a course function, with that function's module globals: reach the
-    # exception through the builtins only.
-    raise __import__("attnkit.classroom.labchecks.lab04", fromlist=["ForbiddenCall"]).ForbiddenCall()
-
-
-def _forbidden_torch():
-    torch = _torch()
-    import torch.nn.functional as F
-
-    names = {
-        torch: ("softmax", "log_softmax", "logsumexp", "matmul", "mm", "bmm", "einsum", "tensordot",
-                "addmm", "baddbmm", "amax", "max", "cumsum", "inner", "outer", "mv", "dot"),
-        torch.Tensor: ("softmax", "log_softmax", "logsumexp", "matmul", "mm", "bmm", "__matmul__",
-                       "__rmatmul__", "amax", "max", "sum", "cumsum", "mv", "dot"),
-        F: ("softmax", "log_softmax", "scaled_dot_product_attention", "linear"),
-    }
-    return [(owner, name) for owner, attrs in names.items() for name in attrs if hasattr(owner, name)]
-
-
-def _forbidden_course():
-    """attnkit's own kernels and references: functions whose code is swapped while the student runs."""
-    import importlib
-
-    from .lab05 import course_kernel_modules
-
-    found = []
-    for module_name in course_kernel_modules() + ("attnkit.reference.attention", "attnkit.reference.online_softmax",
-                                                  "attnkit.reference.tiled_numpy"):
-        try:
-            module = importlib.import_module(module_name)
-        except Exception:  # a module that cannot load here cannot be called either
-            continue
-        for value in vars(module).values():
-            if callable(value) and getattr(value, "__module__", None) == module_name and \
-                    hasattr(value, "__code__") and not value.__code__.co_freevars:
-                found.append(value)
-    return found + [counted_matmul_loads, _counting_matmul]      # the prediction's measurement
-
-
-@contextlib.contextmanager
-def _forbidding():
-    """PyTorch's softmax, reductions and matrix products, and attnkit's kernels, raise ForbiddenCall."""
-    saved_attrs = [(owner, name, owner.__dict__.get(name, getattr(owner, name)))
-                   for owner, name in _forbidden_torch()]
-    saved_code = [(fn, fn.__code__) for fn in _forbidden_course()]
-    try:
-        for owner, name, _ in saved_attrs:
-            raiser = _named_raiser(f"{'torch.Tensor' if owner is _torch().Tensor else owner.__name__}.{name}")
-            setattr(owner, name, raiser)
-        for fn, _ in saved_code:
-            fn.__code__ = _raiser.__code__.replace(co_name=fn.__name__, co_qualname=f"{fn.__module__}.{fn.__name__}")
-        yield
-    finally:
-        for owner, name, value in saved_attrs:
-            setattr(owner, name, value)
-        for fn, code in saved_code:
-            fn.__code__ = code
-
-
-def _named_raiser(name):
-    def raiser(*args, **kwargs):
-        raise ForbiddenCall(name)
-    return raiser
-
-
-def _forbidden_name(exc: ForbiddenCall) -> str:
-    """The routine that raised: named in the exception, or the code name of the swapped function."""
-    if exc.args:
-        return str(exc.args[0])
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb.tb_frame.f_code.co_qualname if tb is not None else "a course function"
-
-
-# ---------------------------------------------------------------------------------------- the runner
-@dataclass
-class Puzzle:
-    """One input of a puzzle: the arguments before ``out``, the output, and what the kernel may read."""
-
-    args: tuple
-    out_shape: tuple
-    label: str
-    stream: int | None = None              # index in args of the input that must be read in one pass
-
-
-def _find_forbidden(exc):
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, ForbiddenCall):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def _fail(name, where, text, hint):
-    return CheckResult(name, FAILED, f"❌ {name}: {where}: {text}\n   hint: {hint}")
-
-
-def run_puzzle(name: str, student_fn: Callable, reference: Callable, puzzles, *, hint: str,
-               tol: float | None = None) -> CheckResult:
-    """Run ``student_fn(*args, out)`` on each puzzle input and judge ``out`` (see the module's doc).
-
-    ``tol``: the bound on the relative error, the same on a CPU and a GPU (default: float32's; a puzzle
-    whose fp32 products go through tl.dot passes ``check_tolerance("float32", dot=True)``). Where kernels
-    are interpreted, the cases run in a child process (a crash fails the check and names the case) and a
-    masked load without ``other=`` reads NaN in its masked lanes."""
-    if not callable(student_fn):
-        raise ValueError(f"{name}: must be the puzzle's launch function, got {type(student_fn).__name__}")
-    return isolated(name, lambda: _run_puzzle(name, student_fn, reference, puzzles, hint=hint, tol=tol), hint=hint)
-
-
-def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResult:
-    torch = _torch()
-    tol = check_tolerance("float32") if tol is None else tol
-    for index, p in enumerate(puzzles, start=1):
-        where = f"case {index} of {len(puzzles)}, {p.label}"
-        expected = np.asarray(reference(*[_float64(a) for a in p.args]), dtype=np.float64).reshape(p.out_shape)
-        out = output(p.out_shape)
-        memory = _Memory()
-        progress(where)
-        try:
-            with memory.watching() as watched, poisoned_masked_loads(), _forbidding(), warnings.catch_warnings(), \
-                    np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")          # keep the report the only output
-                got = student_fn(*p.args, out)
-        except Exception as exc:
-            forbidden = _find_forbidden(exc)
-            if forbidden is not None:
-                return _fail(name, where, f"your function calls {_forbidden_name(forbidden)}; this puzzle is "
-                                          f"to compute the result in your own Triton kernel", hint)
-            if is_not_implemented(exc):
-                return not_implemented(name)
-            exc = student_error(exc)
-            last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-            line = f"\n   (line {last.lineno}: {last.line})" if last else ""
-            return _fail(name, where, f"your function raised {type(exc).__name__}: {exc}{line}", hint)
-        base = out.untyped_storage()
-        whole = torch.tensor([], dtype=out.dtype, device=out.device).set_(base).cpu().numpy()
-        pad = _out_pad(p.out_shape)
-        inside = np.zeros(whole.shape, dtype=bool)
-        inside[pad:pad + out.numel()] = True
-        if np.any(whole[~inside] != SENTINEL):
-            first = int(np.flatnonzero(whole[~inside] != SENTINEL)[0])
-            side = "before" if first < pad else "after"
-            return _fail(name, where, f"your kernel wrote outside `out` ({side} it): a store without the "
-                                      f"right mask", hint)
-        if watched:
-            tensors = [a for a in p.args if hasattr(a, "data_ptr")]
-            allowed = np.concatenate([_element_addresses(t) for t in tensors + [out]])
-            loaded = memory.loaded()
-            outside = ~np.isin(loaded, allowed)
-            if np.any(outside):
-                return _fail(name, where, f"your kernel read {int(outside.sum())} element(s) outside its "
-                                          f"inputs (past the end of a row or of the data: mask those loads)", hint)
-            written = np.isin(_element_addresses(out), memory.stored())
-            if not np.all(written):
-                missing = np.unravel_index(int(np.flatnonzero(~written)[0]), tuple(out.shape))
-                return _fail(name, where, f"out[{', '.join(str(int(i)) for i in missing)}] was not written by "
-                                          f"your kernel's tl.store (the result must come from the kernel)", hint)
-            if p.stream is not None:
-                streamed = _element_addresses(p.args[p.stream])
-                _, counts = np.unique(loaded[np.isin(loaded, streamed)], return_counts=True)
-                if counts.size and counts.max() > 1:
-                    return _fail(name, where, f"your kernel reads each input element {int(counts.max())} "
-                                              f"times; this puzzle asks for ONE pass (keep a running maximum "
-                                              f"and rescale the running sums when it grows)", hint)
-        if got is not None and got is not out and not (hasattr(got, "data_ptr") and got.data_ptr() == out.data_ptr()):
-            return _fail(name, where, "return `out` (the tensor your kernel wrote), not a new tensor", hint)
-        err = rel_error(out, expected)
-        if not (np.isfinite(err) and err <= tol):
-            return CheckResult(name, FAILED, f"❌ {name}: {where}: differs from the float64 reference "
-                                             f"(bound {tol:g}).\n{describe_difference(out, expected)}\n"
-                                             f"   hint: {hint}")
-    return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {len(puzzles)} inputs "
-                                     f"(fixed edge cases, then random ones).")
+from .lab04_runner import (  # noqa: F401  (lab 04's names, importable from here as before)
+    PAD,
+    PAD_ROWS,
+    ROW_GAP,
+    SENTINEL,
+    ForbiddenCall,
+    Puzzle,
+    _element_addresses,
+    _fail,
+    _find_forbidden,
+    _forbidden_name,
+    _forbidding,
+    _interpreting,
+    _Memory,
+    _run_puzzle,
+    _torch,
+    matrix,
+    output,
+    run_puzzle,
+    vector,
+)
 
 
 def _rng(seed):
