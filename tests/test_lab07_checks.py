@@ -9,9 +9,17 @@ import pytest
 from mutants.lab07 import RIGHT, TRITON_WRONG, WRONG, append_torch
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_tests
 
+from attnkit.classroom import checking
 from attnkit.classroom.checking import FAILED, NOT_IMPLEMENTED
 from attnkit.classroom.labchecks import lab07
 from attnkit.classroom.notebooks import ROOT
+
+
+@pytest.fixture(autouse=True)
+def in_process(monkeypatch):
+    """rope_append's cases run here, not in a child process (a fork per check of a process holding
+    torch costs more than the case); the crash test switches the child process back on."""
+    monkeypatch.setattr(checking, "ISOLATE", False)
 
 
 def _notebook_namespace(relpath: str, replace: tuple[str, str] | None = None) -> dict:
@@ -161,8 +169,6 @@ def test_a_cache_size_returned_as_a_float_fails_on_every_seed_and_says_int():
 def test_a_rope_append_that_crashes_fails_and_names_the_case(monkeypatch):
     """A store past the cache (the KV head taken as the program's head, not head − Hq) corrupts the heap
     of the process it runs in: the check runs the cases in a child and reports the case it was on."""
-    from attnkit.classroom import checking
-
     monkeypatch.setattr(checking, "ISOLATE", True)
     if not checking.can_isolate():
         pytest.skip("crash isolation is for the interpreter (a compiled kernel's stray store faults the GPU)")
