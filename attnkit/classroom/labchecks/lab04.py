@@ -20,7 +20,9 @@ Inputs are views into larger buffers filled with NaN, 2-D inputs have a row stri
 row (so the strides must be used), every 2-D input is stored column by column in some fixed case (so
 the column stride must be used too), and ``out`` sits inside a buffer of a sentinel value. Values go
 below −1000 (a masked lane's ``other=`` must be −inf) and one puzzle 8 case puts a quarter of each
-row's weight on one key (the scores' scale must be exact: log2(e) cut to 1.44 fails it). Sizes are
+row's weight on one key (the scores' scale must be exact: log2(e) cut to 1.44 fails it); puzzle 6 hides a
+key scoring far above the visible ones (a row maximum taken before the mask is 0/0), and puzzle 8 has
+values above float16's range and weights below it (p or v cast to float16 for tl.dot fails). Sizes are
 small and never all multiples of the blocks, so a missing mask either reads NaN or writes outside
 ``out``. In the interpreter the check also records every address the kernel loads and stores: reads
 must stay inside the inputs, every element of ``out`` must be written by the kernel's ``tl.store``,

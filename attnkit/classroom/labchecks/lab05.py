@@ -22,7 +22,9 @@ column stride, fails) inside a buffer of NaN (a load past an edge, or a masked l
 ``other=``, gives NaN); o and lse, allocated by the launch function, sit between sentinels checked after
 the call; and on a CPU the cases run in a child process, so a kernel that crashes it fails with the
 case it was on. Each row (its o and its LSE) is judged against the size of its terms, |P|·|V|, with
-the float16 bound, on a CPU and a GPU alike.
+the float16 bound, on a CPU and a GPU alike; each row's LSE, computed in float32, is held to a float32
+bound (``LSE_EPS``), so an error in the scores' scale that o's fp16 bound cannot see (log2(e) typed
+1.4427) fails.
 
 While the student's function runs, the course's own attention code (``attnkit.kernels.flash``,
 ``attnkit.kernels.paged``, the references), PyTorch's ``scaled_dot_product_attention`` and PyTorch's
