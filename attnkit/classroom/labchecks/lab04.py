@@ -52,6 +52,7 @@ from ..checking import (
     not_implemented,
 )
 from .lab04_runner import (  # noqa: F401  (lab 04's names, importable from here as before)
+    ALSO_FORBIDDEN,
     PAD,
     PAD_ROWS,
     ROW_GAP,
@@ -420,6 +421,9 @@ def counted_matmul_loads(M: int, N: int, K: int) -> int:
         inside = np.isin(loaded, _element_addresses(a)) | np.isin(loaded, _element_addresses(b))
         _COUNTED[key] = int(inside.sum())
     return _COUNTED[key]
+
+
+ALSO_FORBIDDEN.extend((counted_matmul_loads, _counting_matmul))   # the prediction's measurement
 
 
 def check_prediction(predicted_matmul_loads, *, seed: int | None = None) -> CheckResult:
