@@ -299,10 +299,13 @@ def test_site_lesson3_widget_renders_offline(offline_site):
 
 def test_site_search_finds_lessons_from_disk_and_each_page_has_one_search_box(offline_site):
     search = SitePage(offline_site, "search.html", "?q=softmax")
-    # results from the index, then a snippet under each (from _static/search_text.js: fetch is refused here)
+    # results from the index, then a snippet under each (from _static/search_text.js: fetch is refused here);
+    # Sphinx appends the results one at a time, 5 ms apart, and says "Search finished" after the last
     search.page.wait_for_function("""() => {
+        const summary = document.querySelector('#search-results p.search-summary');
         const items = document.querySelectorAll('#search-results li');
-        return items.length > 0 && document.querySelectorAll('#search-results li p.context').length === items.length;
+        return summary !== null && summary.innerText.startsWith('Search finished') && items.length > 0 &&
+            document.querySelectorAll('#search-results li p.context').length === items.length;
     }""")
     found = search.page.eval_on_selector_all("#search-results li", """items => items.map(
         li => [li.querySelector('a').href, li.querySelector('p.context').innerText])""")
