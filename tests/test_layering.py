@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,6 +118,16 @@ def test_the_figures_table_names_a_drawing_function_for_each_file():
     assert len(table) == 10 and all(name.endswith(".png") for name in table)
     for name, draw in table.items():
         assert callable(draw) and draw.__module__.startswith(("attnkit.analysis.", "attnkit.bench.")), name
+
+
+def test_one_labs_check_module_loads_no_other_lab_and_no_triton():
+    """A grading process of lab 01 holds lab 01's checks alone: loading every lab's would bring Triton and
+    torch into a process whose forked children each count them again against the notebook's memory cap."""
+    code = ("import sys; from attnkit.classroom import nbgrader; nbgrader.check_module(1); "
+            "print(sorted(m for m in sys.modules if m.startswith('attnkit.classroom.labchecks.lab')), "
+            "'triton' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["['attnkit.classroom.labchecks.lab01']", "False"], out
 
 
 def test_a_grading_worker_loads_only_a_labs_check_module():
