@@ -449,9 +449,9 @@ def test_tp_generate_refuses_a_group_of_another_size():
 def test_recorded_bytes_per_rank_equal_comm_bytes_and_the_runs_are_described():
     from attnkit.distributed import recorded as rc
 
-    times, checks, pingpong = rc.load()
+    assert rc.bytes_agree(rc.load()[0]) == []                                  # every machine's rows
+    times, checks, pingpong = rc.load(gpu="H100")
     assert times and checks and pingpong and all(r["ok"] == "True" for r in checks)
-    assert rc.bytes_agree(times) == []
     wrong = [{**times[0], "bytes_per_rank": times[0]["bytes_per_rank"] + 1}]
     assert len(rc.bytes_agree(wrong)) == 1
     text = rc.describe_runs(times, pingpong)
@@ -474,10 +474,37 @@ def test_crossover_is_the_smallest_n_from_which_every_longer_n_wins():
     assert rc.crossover({8: 0.5, 16: 1.2, 32: 1.5}) == 16
     assert rc.crossover({8: 1.1, 16: 0.9, 32: 1.5}) == 32          # a win before a loss does not count
     assert rc.crossover({8: 0.5, 16: 1.0}) is None                  # equal is not faster
-    times = rc.load()[0]
+    times = rc.load(gpu="H100")[0]
     measured = rc.speedups(times)
     assert rc.measured_crossover(times, "ring", "contiguous", 4, "fwd") == rc.crossover(
         measured[("ring", "contiguous", 4, "fwd")])
+
+
+def test_a_series_over_n_takes_the_rows_of_one_gpu():
+    """The recording merges machines (H100s at 8k-128k, H200s at 256k): load(gpu=...) keeps one GPU's rows,
+    and the functions that set rows of different N side by side refuse rows of two GPUs."""
+    from attnkit.distributed import recorded as rc
+
+    every, _, _ = rc.load()
+    assert rc.gpus(every) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    h100, h100_checks, h100_pingpong = rc.load(gpu="H100")
+    h200, h200_checks, h200_pingpong = rc.load(gpu="H200")
+    assert len(h100) + len(h200) == len(every)
+    assert rc.gpus(h100, h100_checks, h100_pingpong) == ["NVIDIA H100 80GB HBM3"] and rc.gpus(h200) == ["NVIDIA H200"]
+    assert max(int(r["N"]) for r in h100) == 131072 and {int(r["N"]) for r in h200} == {262144}
+    assert h200_checks == [] and h200_pingpong == []          # the 256k runs timed only (--skip check pingpong)
+    assert {(r["variant"], r["layout"], int(r["world"]), r["pass_"]) for r in h200} == {
+        (v, lay, w, p) for (v, lay) in rc.SCHEMES for w in (2, 4) for p in rc.PASSES}
+    for r in h200:                                            # each ratio is within the row's own machine
+        assert r["speedup"] == pytest.approx(r["one_device_ms"] / r["ms"])
+        assert r["overlap_fraction"] == pytest.approx(r["ms"] / r["compute_ms"])
+    assert set(rc.overlap(h200)) == set(rc.speedups(h200)) and len(rc.speedups(h200)) == 16
+    for mixed in (rc.speedups, rc.overlap, lambda rows: rc.predicted_speedups(rows, {2: (0, 1e30), 4: (0, 1e30)})):
+        with pytest.raises(ValueError, match="more than one GPU"):
+            mixed(every)
+    for bad in ("A100", "", 100):
+        with pytest.raises(ValueError, match="gpu:"):
+            rc.load(gpu=bad)
 
 
 def test_step_shares_count_the_slowest_ranks_causal_blocks():
@@ -517,7 +544,7 @@ def test_the_alpha_beta_model_of_a_run():
         rc.predicted_ms("ulysses", "contiguous", world=2, one_fwd_ms=1.0, one_bwd_ms=None, alpha=0, beta=1e9, **shape)
     with pytest.raises(ValueError, match="alpha, beta"):
         rc.predicted_ms("ring", "zigzag", world=2, one_fwd_ms=1.0, one_bwd_ms=None, alpha=0, beta=0, **shape)
-    times, _, pingpong = rc.load()
+    times, _, pingpong = rc.load(gpu="H100")
     model = rc.predicted_speedups(times, {w: rc.fitted(pingpong, w) for w in (2, 4)})
     assert set(model) == set(rc.speedups(times))
 

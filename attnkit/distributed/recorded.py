@@ -6,10 +6,14 @@ slowest rank's median ms per scheme, pass and N, one GPU's ms on the whole seque
 bytes each rank receives) and ``bench_context_parallel_pingpong.csv`` (one-way µs per message size between
 ranks 0 and 1, and the least-squares α, β in the ``kind=fit`` row). This module reads them:
 
-- ``load()``: (time rows, check rows, ping-pong rows); ``describe_runs`` names the GPUs, the link, NCCL and
-  the library versions (``describe_each_world``: one line per world size, which may be another machine);
+- ``load()``: (time rows, check rows, ping-pong rows); ``load(gpu="H100")`` keeps the rows of the GPUs whose
+  name contains ``gpu`` (a recording may merge the runs of several machines; each row names its GPU);
+  ``gpus(rows)`` names them; ``describe_runs`` names the GPUs, the link, NCCL and the library versions
+  (``describe_each_world``: one line per world size, which may be another machine);
   ``fitted(pingpong, world)``: α in seconds, β in bytes/s;
 - ``speedups(rows)`` and ``measured_crossover``: the smallest recorded N from which a scheme beats one GPU;
+  these, ``overlap`` and ``predicted_speedups`` set rows of different N side by side, so they refuse rows of
+  more than one GPU (a ``ValueError``): a series over N must come from one machine;
 - ``overlap(rows)``: the overlap fraction per scheme, pass and N, the scheme's time ÷ its compute alone (the
   same blocks timed with no communication, ``context_parallel.no_communication``): 1 when every transfer
   hides behind compute; ``has_overlap(rows)`` says whether a recording has it (runs before it did not);
@@ -40,11 +44,33 @@ GRAD_ITEMSIZE = 4          # the ring's and the all-gather's dK, dV travel in fl
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
-def load(directory: Path = RESULTS) -> tuple[list[dict], list[dict], list[dict]]:
-    """(time rows, check rows, ping-pong rows) of the recorded context-parallel runs."""
+def load(directory: Path = RESULTS, gpu: str | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+    """(time rows, check rows, ping-pong rows) of the recorded context-parallel runs; with ``gpu``, only the
+    rows whose GPU name contains it (``"H100"``, ``"H200"``), a ``ValueError`` if no row's does."""
     rows = read_results("context_parallel", directory)
     pingpong = read_results("context_parallel_pingpong", directory)
+    if gpu is not None:
+        if not isinstance(gpu, str) or not gpu.strip():
+            raise ValueError(f"gpu: expected a non-empty part of a GPU name such as 'H100', got {gpu!r}")
+        recorded = gpus(rows, pingpong)
+        rows, pingpong = ([r for r in t if str(gpu) in str(r["gpu"])] for t in (rows, pingpong))
+        if not rows and not pingpong:
+            raise ValueError(f"gpu: no recorded row's GPU name contains {gpu!r}; recorded: {', '.join(recorded)}")
     return ([r for r in rows if r["kind"] == "time"], [r for r in rows if r["kind"] == "check"], pingpong)
+
+
+def gpus(*tables: list[dict]) -> list[str]:
+    """The GPU names of the rows, sorted (a row without a ``gpu`` column names none)."""
+    return sorted({str(r["gpu"]) for t in tables for r in t if r.get("gpu") not in (None, "")})
+
+
+def _one_gpu(rows: list[dict]) -> list[dict]:
+    """``rows``, if they come from one GPU: a series over N compares rows of one machine only."""
+    names = gpus(rows)
+    if len(names) > 1:
+        raise ValueError(f"rows: recorded on more than one GPU ({'; '.join(names)}); a series over N compares one "
+                         "machine's rows: pass load(gpu=...)'s rows")
+    return rows
 
 
 def load_tp_decode(directory: Path = RESULTS) -> list[dict]:
@@ -120,7 +146,7 @@ def fitted(pingpong: list[dict], world: int) -> tuple[float, float]:
 def speedups(rows: list[dict]) -> dict:
     """{(variant, layout, world, pass): {N: one GPU's ms ÷ the scheme's ms}} from the time rows."""
     out = {}
-    for r in rows:
+    for r in _one_gpu(rows):
         key = (r["variant"], r["layout"], int(r["world"]), r["pass_"])
         out.setdefault(key, {})[int(r["N"])] = r["speedup"]
     return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
@@ -137,7 +163,7 @@ def overlap(rows: list[dict]) -> dict:
         raise ValueError("rows: recorded without the compute-alone time (no compute_ms column): rerun "
                          "scripts/gpu_context_parallel.py")
     out = {}
-    for r in rows:
+    for r in _one_gpu(rows):
         out.setdefault((r["variant"], r["layout"], int(r["world"]), r["pass_"]), {})[int(r["N"])] = (
             r["ms"] / r["compute_ms"])
     return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
@@ -221,7 +247,8 @@ def predicted_ms(variant: str, layout: str, *, world: int, one_fwd_ms: float, on
 def predicted_speedups(rows: list[dict], fits: dict) -> dict:
     """{(variant, layout, world, pass): {N: one GPU's recorded ms ÷ the model's ms}} for every time row;
     ``fits``: {world: (α in s, β in bytes/s)}, each run modelled with the link fitted on its own machine."""
-    one = {(int(r["world"]), int(r["N"]), r["pass_"]): r["one_device_ms"] for r in rows}   # each run timed its own
+    # each run timed its own one-GPU reference, and ``fits`` are the link of that one machine
+    one = {(int(r["world"]), int(r["N"]), r["pass_"]): r["one_device_ms"] for r in _one_gpu(rows)}
     out = {}
     for r in rows:
         n, w = int(r["N"]), int(r["world"])
@@ -247,7 +274,7 @@ def bytes_agree(rows: list[dict]) -> list[dict]:
     return bad
 
 
-__all__ = ["SCHEMES", "PASSES", "load", "load_tp_decode", "describe_tp", "describe_link", "describe_runs",
+__all__ = ["SCHEMES", "PASSES", "load", "gpus", "load_tp_decode", "describe_tp", "describe_link", "describe_runs",
            "describe_each_world", "fitted",
            "speedups", "has_overlap", "overlap", "crossover", "measured_crossover", "step_shares", "predicted_ms",
            "predicted_speedups", "bytes_agree"]
