@@ -26,7 +26,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per cell")
     p.add_argument("--notebook-timeout", type=float, default=DEFAULT_NOTEBOOK_TIMEOUT,
                    help="seconds per notebook, for each of its steps")
-    p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MIB, help="MiB for a step's whole process tree")
+    p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MIB,
+                   help="MiB of resident memory for a step's whole process tree")
+    p.add_argument("--gpu-memory", type=int, default=0,
+                   help="let the steps use the GPU, each CUDA process's allocator capped at this many MiB (they "
+                        "then have no address-space cap, which CUDA cannot start under); default 0: no GPU")
     p.add_argument("--processes", type=int, default=Budgets.processes, help="processes in a step's tree")
     p.add_argument("--tmp", type=int, default=Budgets.tmp_mib, help="MiB of the sandbox's /tmp")
     p.add_argument("--staging", type=int, default=Budgets.staging_mib, help="MiB of a step's working folder")
@@ -56,7 +60,7 @@ def main(argv=None) -> int:
     try:
         find_lab(args.lab)
         Budgets(args.timeout, args.notebook_timeout, args.memory, args.processes, args.tmp, args.staging,
-                args.output_cap, args.keep_executed)
+                args.output_cap, args.keep_executed, args.gpu_memory)
     except ValueError as exc:
         p.error(str(exc))
     problem = sandbox_problem()
@@ -73,7 +77,8 @@ def main(argv=None) -> int:
             grades.append(grade(nb, args.lab, timeout=args.timeout, notebook_timeout=args.notebook_timeout,
                                 memory_mib=args.memory, sandbox=False if args.no_sandbox else None, seed=args.seed,
                                 max_notebook_mib=args.max_notebook, processes=args.processes, tmp_mib=args.tmp,
-                                staging_mib=args.staging, output_mib=args.output_cap, keep_mib=args.keep_executed))
+                                staging_mib=args.staging, output_mib=args.output_cap, keep_mib=args.keep_executed,
+                                gpu_memory_mib=args.gpu_memory))
         except ValueError as exc:
             skipped.append((nb, one_line(exc)))
             print(f"skipped {one_line(nb)}: {one_line(exc)}", flush=True)

@@ -25,6 +25,14 @@ Steps (each notebook's lab is ``--lab`` or read from its file name, ``labNN_...`
    kernel: rank within its lab and kernel, student, the times and ratios, the GPU, date and versions)
    and ``leaderboard.md`` (the page the course's site shows, ``page_markdown``).
 
+The board is refused (``LeaderboardRefused``: nothing but the grades is written, and a board already in
+``--out`` is removed) when it could not mean anything: with the cuda clock, when a process on the grading
+steps' caps does not reach the GPU; and for each lab on the board, when the course's own solution (always
+graded with the others: added when not given) does not pass every check, or its kernels, or the clean
+baselines, are not timed. A step that uses the GPU has no address-space cap (CUDA cannot start under
+one): its memory is held by the resident size of its process tree and a cap on each CUDA process's
+allocator (``sandbox``).
+
 The timing worker runs the student's code: that code can change anything in its own process,
 including what it reports. That is why a timing is shown, never graded, and why the checks above exist.
 """
@@ -43,12 +51,13 @@ from ..course import LESSONS, Lesson
 from .lab import find_lab
 from .pipeline import DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, grade, protection_summary
 from .reports import Grade, csv_cell, one_line, report_names, write_reports
-from .sandbox import Budgets, sandbox_problem
+from .sandbox import PACKAGE_DIR, Budgets, sandbox_problem
 from .timing_runs import TimingJob, grading_reaches_gpu, run_timing_jobs
 
 CSV_NAME = "bench_leaderboard.csv"
 PAGE_NAME = "leaderboard.md"
 DEFAULT_MEMORY_MIB = 8192        # a process tree's resident memory: torch, CUDA and Triton in one process
+DEFAULT_GPU_MEMORY_MIB = 16384   # each CUDA process's allocator (lab 08's timed cache alone is 1 GiB)
 DEFAULT_REPEATS = 5
 DISTURBED = 1.5                  # in-process baseline / clean baseline (or its inverse) above this: not ranked
 IMPLAUSIBLE = 0.5                # student time / fastest clean baseline below this: not ranked
@@ -70,6 +79,11 @@ class Entry:
     gated: list = field(default_factory=list)        # the timed kernels whose checks all passed
     timing: dict = field(default_factory=dict)       # kernel name -> the worker's frame
     problem: str | None = None                       # why its timing worker gave nothing
+    solution: bool = False                           # the course's own solution of its lab
+
+
+class LeaderboardRefused(RuntimeError):
+    """The leaderboard would mean nothing (see the module's doc): no board was written."""
 
 
 @dataclass
@@ -82,6 +96,24 @@ class Leaderboard:
 
 
 # ------------------------------------------------------------------------------------------- helpers
+def course_solution(lesson: Lesson) -> Path | None:
+    """The course's solution notebook of ``lesson``'s lab in this checkout, or None (an installed package
+    has no solutions/)."""
+    path = PACKAGE_DIR.parent / lesson.solution
+    return path if path.is_file() else None
+
+
+def _is_solution(path: Path, lesson: Lesson) -> bool:
+    """Whether ``path`` is the course's solution of ``lesson``'s lab: that file, or a copy of it."""
+    solution = course_solution(lesson)
+    if solution is None:
+        return False
+    try:
+        return Path(path).resolve() == solution.resolve() or Path(path).read_bytes() == solution.read_bytes()
+    except OSError:
+        return False
+
+
 def _lab_of(path: Path, lab) -> Lesson:
     if lab is not None:
         return find_lab(lab)
@@ -329,38 +361,129 @@ def page_markdown(rows: list[dict], source: str = CSV_NAME) -> str:
 def run_leaderboard(notebooks, out, *, lab=None, clock: str = "cuda", size: str | None = None,
                     repeats: int = DEFAULT_REPEATS, jobs: int | None = None, sandbox: bool | None = None,
                     timeout: float = DEFAULT_TIMEOUT, notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
-                    memory_mib: int = DEFAULT_MEMORY_MIB, seed: int | None = None, say=print) -> Leaderboard:
+                    memory_mib: int = DEFAULT_MEMORY_MIB, gpu_memory_mib: int = DEFAULT_GPU_MEMORY_MIB,
+                    seed: int | None = None, require_solution: bool = True, say=print) -> Leaderboard:
     """Grade ``notebooks``, time their passing kernels, write the leaderboard into ``out`` (see the
     module's doc). ``clock``: a name of ``timing.CLOCKS`` ("cuda" needs a CUDA GPU; "ops" counts the
     interpreter's operations, for tests). ``size``: the shapes, "gpu" or "tiny" (default: "gpu" for the
     cuda clock, "tiny" otherwise). ``jobs``: timing workers preparing at a time; half as many notebooks are
-    graded at a time (default: the CPU count)."""
+    graded at a time (default: the CPU count). ``gpu_memory_mib``: with the cuda clock, each CUDA process's
+    allocator cap (the steps then have no address-space cap). ``require_solution``: grade the course's
+    solution of each lab beside the notebooks (added when not given) and refuse the board unless it passes
+    and is timed. Raises ``LeaderboardRefused`` (nothing but the grades written) when the board would mean
+    nothing, ``ValueError`` for bad arguments."""
     from .timing import CLOCKS, timed_kernels
 
     entries, size, jobs = _checked(notebooks, lab, clock, size, repeats, jobs)
+    uses_gpu = clock == "cuda"
+    if uses_gpu and (not isinstance(gpu_memory_mib, int) or isinstance(gpu_memory_mib, bool) or gpu_memory_mib < 1):
+        raise ValueError(f"gpu_memory_mib: the cuda clock needs a positive GPU memory cap in MiB, "
+                         f"got {gpu_memory_mib!r}")
+    if require_solution:
+        _add_solutions(entries, say)
     if sandbox is None:
         sandbox = sandbox_problem() is None
-    budgets = Budgets(cell_timeout=timeout, notebook_timeout=notebook_timeout, memory_mib=memory_mib)
-    device = "cuda" if clock == "cuda" else "cpu"
+    budgets = Budgets(cell_timeout=timeout, notebook_timeout=notebook_timeout, memory_mib=memory_mib,
+                      gpu_memory_mib=gpu_memory_mib if uses_gpu else 0)
+    device = "cuda" if uses_gpu else "cpu"
     kernels = timed_kernels()
     problems = []
-    if clock == "cuda":
+    out = Path(out)
+    if uses_gpu:
         reaches, why = grading_reaches_gpu(budgets, sandbox)
         if not reaches:
-            problems.append(f"the grading steps' processes do not reach the GPU here ({why or 'no CUDA device'}): "
-                            f"their checks run in Triton's interpreter on the CPU, more slowly")
-            say(f"⚠️ {problems[-1]}")
+            _refuse(out, [], f"a process on the grading steps' caps does not reach the GPU "
+                             f"({why or 'no CUDA device'}): the checks would run in Triton's interpreter, not "
+                             f"on the GPU the kernels are timed on")
     _grade_entries(entries, kernels, max(1, jobs // 2), sandbox, say, timeout=timeout,
-                   notebook_timeout=notebook_timeout, memory_mib=memory_mib, seed=seed)
+                   notebook_timeout=notebook_timeout, memory_mib=memory_mib, seed=seed,
+                   gpu_memory_mib=budgets.gpu_memory_mib)
+    failed = _failed_solutions(entries)
+    if failed:
+        _refuse(out, entries, "the course's own solution does not pass its checks, so the checks (or the "
+                              "grader) are wrong here: " + "; ".join(failed))
     work = _timing_work(entries, kernels, dict(cell_timeout=timeout, clock=clock, size=size, repeats=repeats))
     if work:
         say(f"timing {len(work)} process(es), {jobs} preparing at a time, one timing at a time")
-        run_timing_jobs(work, budgets, sandbox, jobs, {"TRITON_INTERPRET": "0" if clock == "cuda" else "1"}, say)
+        run_timing_jobs(work, budgets, sandbox, jobs, {"TRITON_INTERPRET": "0" if uses_gpu else "1"}, say)
     baselines = _read_timings(work, entries, problems)
     rows = build_rows(entries, baselines, device=device, clock=CLOCKS[clock].describe)
-    _write_outputs(Path(out), entries, rows, kernels, device)
+    untimed = _untimed_solutions(entries, rows, work) if require_solution else []
+    if untimed:
+        _refuse(out, entries, "the course's own kernels were not all timed: " + "; ".join(untimed))
+    _write_outputs(out, entries, rows, kernels, device)
     say(f"isolation of every step (grading and timing): {protection_summary(sandbox, budgets)}")
-    return Leaderboard(entries, rows, Path(out), clock, problems)
+    return Leaderboard(entries, rows, out, clock, problems)
+
+
+def _add_solutions(entries: list[Entry], say) -> None:
+    """Mark the course's solutions among ``entries``, and add the solution of each lab that has none (a
+    ``ValueError`` where this checkout has no solutions/ to add)."""
+    for e in entries:
+        e.solution = _is_solution(e.notebook, e.lesson)
+    for lesson in sorted({e.lesson for e in entries}, key=lambda lesson: lesson.number):
+        if any(e.solution for e in entries if e.lesson == lesson):
+            continue
+        solution = course_solution(lesson)
+        if solution is None:
+            raise ValueError(f"notebooks: the course's solution of lab {lesson.number:02d} ({lesson.solution}) is "
+                             f"not here, and the leaderboard grades it beside the submissions (its checks must "
+                             f"pass and its kernels be timed): pass its path")
+        say(f"adding the course's solution {lesson.solution}: a board is published only if it passes and is timed")
+        entries.append(Entry(solution, lesson, solution=True))
+
+
+def _failed_solutions(entries: list[Entry]) -> list[str]:
+    """For each course solution that did not pass every check: its name, score and why."""
+    out = []
+    for e in entries:
+        if not e.solution:
+            continue
+        if e.grade is None:
+            out.append(f"{e.notebook} was not graded ({e.skipped})")
+            continue
+        if e.grade.score == e.grade.total:
+            continue
+        why = [one_line(r.report, 300) for r in e.grade.results if not r.passed][:3]
+        if e.grade.problem:
+            why.insert(0, one_line(e.grade.problem, 300))
+        out.append(f"{e.student or e.notebook}: {e.grade.score} of {e.grade.total} ({' / '.join(why)})")
+    return out
+
+
+def _untimed_solutions(entries: list[Entry], rows: list[dict], work: list[TimingJob]) -> list[str]:
+    """What of the course's own timing is missing: a solution kernel with no time, a lab's clean baselines
+    that failed."""
+    out = []
+    timed = {(r["student"], r["kernel"]) for r in rows}
+    for e in entries:
+        if not e.solution:
+            continue
+        for kernel in e.gated:
+            if (e.student, kernel.name) not in timed:
+                frame = e.timing.get(kernel.name) or {}
+                out.append(f"{e.student}, {kernel.name}: "
+                           f"{_note_text(frame.get('notes')) or e.problem or 'no time came back'}")
+    for job in work:
+        if job.key[0] == "baseline" and job.problem:
+            out.append(f"lab {job.key[1]:02d} baselines: {job.problem}")
+    return out
+
+
+def _refuse(out: Path, entries: list[Entry], reason: str):
+    """Write the grades of ``entries`` (for the record), remove a board left in ``out`` by an earlier run,
+    and raise ``LeaderboardRefused``."""
+    for lesson_number in sorted({e.lesson.number for e in entries}):
+        group = [e for e in entries if e.lesson.number == lesson_number]
+        write_reports([e.grade for e in group if e.grade is not None], out / "grades" / Path(group[0].lesson.lab).stem,
+                      [(str(e.notebook), e.skipped) for e in group if e.skipped])
+    for name in (CSV_NAME, PAGE_NAME):
+        try:
+            (out / name).unlink()
+        except FileNotFoundError:
+            pass
+    where = f" (the grades: {out / 'grades'})" if entries else ""
+    raise LeaderboardRefused(f"no leaderboard was written: {reason}{where}")
 
 
 def _checked(notebooks, lab, clock, size, repeats, jobs) -> tuple[list[Entry], str, int]:
@@ -492,7 +615,10 @@ def parser():
                         "(default: the CPU count)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per cell, per step")
     p.add_argument("--notebook-timeout", type=float, default=DEFAULT_NOTEBOOK_TIMEOUT, help="seconds per step")
-    p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MIB, help="MiB for a step's whole process tree")
+    p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MIB,
+                   help="MiB of resident memory for a step's whole process tree")
+    p.add_argument("--gpu-memory", type=int, default=DEFAULT_GPU_MEMORY_MIB,
+                   help="MiB of GPU memory for each CUDA process of a step (its allocator's cap)")
     p.add_argument("--seed", type=int, default=None, help="the hidden cases' seed (default: a secret one)")
     p.add_argument("--no-sandbox", action="store_true", help="run without bubblewrap even where it works")
     return p
@@ -518,7 +644,12 @@ def main(argv=None) -> int:
     try:
         board = run_leaderboard(args.notebooks, args.out, lab=args.lab, repeats=args.repeats, jobs=args.jobs,
                                 sandbox=False if args.no_sandbox else None, timeout=args.timeout,
-                                notebook_timeout=args.notebook_timeout, memory_mib=args.memory, seed=args.seed)
+                                notebook_timeout=args.notebook_timeout, memory_mib=args.memory,
+                                gpu_memory_mib=args.gpu_memory, seed=args.seed,
+                                say=lambda line: print(line, flush=True))
+    except LeaderboardRefused as exc:
+        print(f"❌ {exc}", file=sys.stderr, flush=True)
+        return 1
     except ValueError as exc:
         p.error(str(exc))
     for row in board.rows:

@@ -55,9 +55,13 @@ def worker_argv(kind: str) -> list[str]:
 
 def protection_summary(sandbox: bool, budgets: Budgets) -> str:
     cgroup = cgroup_problem()
-    caps = ("a cgroup v2 memory.max and pids.max per step" if cgroup is None else
+    per_process = (f"no RLIMIT_AS (the steps use the GPU, and CUDA cannot start under an address-space cap), "
+                   f"PyTorch's CUDA allocator capped at {budgets.gpu_memory_mib} MiB per process"
+                   if budgets.uses_gpu else "RLIMIT_AS per process")
+    caps = ("a cgroup v2 memory.max and pids.max per step" + (f"; {per_process}" if budgets.uses_gpu else "")
+            if cgroup is None else
             f"no cgroup ({cgroup}): the grader sums the tree's resident memory and counts its processes "
-            f"four times a second, with RLIMIT_AS per process" +
+            f"four times a second, with {per_process}" +
             (" and RLIMIT_NPROC as user nobody" if sandbox and drops_to_nobody() else
              " and RLIMIT_NPROC" if nproc_limit(budgets, sandbox) else
              " (RLIMIT_NPROC never limits root, and user nobody cannot read the course here)"))
@@ -79,7 +83,8 @@ def grade(notebook: str | Path, lab: str | int, *, timeout: float = DEFAULT_TIME
           sandbox: bool | None = None, seed: int | None = None, kernel_name: str = "python3",
           max_notebook_mib: float = MAX_NOTEBOOK_MIB, **limits) -> Grade:
     """Grade ``notebook`` for lab ``lab`` (see the module's doc). ``limits``: the other fields of
-    ``sandbox.Budgets`` (processes, tmp_mib, staging_mib, output_mib, keep_mib).
+    ``sandbox.Budgets`` (processes, tmp_mib, staging_mib, output_mib, keep_mib; gpu_memory_mib above 0: the
+    steps use the GPU, with no address-space cap and that cap on each CUDA process's allocator).
 
     ``sandbox``: None uses bubblewrap when it works here, True requires it, False turns it off.
     Never raises for what is inside the notebook (errors, hangs, a dead kernel, unreadable JSON): those

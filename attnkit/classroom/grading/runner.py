@@ -10,6 +10,10 @@
   (forbidden calls, memory, a kernel's loads and stores): its verdicts can only fail an exercise.
 - ``checker`` (in ``checker.py``): never sees the notebook; its verdicts alone can pass one.
 
+In a step that uses the GPU (``spec["gpu_memory_mib"]`` > 0) each of these processes that runs CUDA
+caps PyTorch's allocator first (``sandbox.cap_gpu_memory``): the student's and the checker's here, the
+notebook's kernel through an IPython startup file written before the kernel starts.
+
 Everything a worker tells the grader goes over the pipes the grader passed it (``channel``).
 """
 from __future__ import annotations
@@ -43,6 +47,13 @@ def _read_notebook(spec):
 def main(kind: str) -> None:
     """Entry point of the processes the grader starts."""
     spec, say, channel_fd, calls_fd = _start()
+    gpu_mib = int(spec.get("gpu_memory_mib") or 0)
+    if gpu_mib and kind != "notebook":
+        problem = sandbox.cap_gpu_memory(gpu_mib)
+        if problem:                   # never run uncapped on the GPU: the step ends, and its stderr says why
+            sys.stderr.write(f"the GPU memory cap of {gpu_mib} MiB could not be set: {problem}\n")
+            sys.stderr.flush()
+            os._exit(3)
     if kind == "notebook":
         _notebook(spec, say, channel.Writer(channel_fd))
     elif kind == "student":
@@ -66,6 +77,8 @@ def _notebook(spec: dict, say, send: channel.Writer) -> None:
     except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook: reported
         send.send({"kind": "status", "problem": f"the notebook could not be read: {type(exc).__name__}: {exc}"})
         return
+    if spec.get("gpu_memory_mib"):
+        _kernel_startup(int(spec["gpu_memory_mib"]))
     client = NotebookClient(nb, timeout=spec["cell_timeout"], kernel_name=spec["kernel"], allow_errors=True,
                             interrupt_on_timeout=True, resources={"metadata": {"path": os.getcwd()}})
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
@@ -86,6 +99,27 @@ def _notebook(spec: dict, say, send: channel.Writer) -> None:
         status["problem"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     executed()
     send.send(status)
+
+
+KERNEL_STARTUP = '''def _attnkit_gpu_cap():
+    from attnkit.classroom.grading.sandbox import cap_gpu_memory
+    problem = cap_gpu_memory({mib})
+    if problem:
+        raise SystemExit("the GPU memory cap of {mib} MiB could not be set: " + problem)
+_attnkit_gpu_cap()
+del _attnkit_gpu_cap
+'''
+
+
+def _kernel_startup(mib: int) -> None:
+    """An IPython folder (``IPYTHONDIR``, in this step's working folder) whose startup file caps the
+    notebook kernel's CUDA allocator at ``mib`` MiB before the notebook's first cell runs."""
+    folder = os.path.join(os.getcwd(), ".ipython")
+    startup = os.path.join(folder, "profile_default", "startup")
+    os.makedirs(startup, mode=0o700, exist_ok=True)
+    with open(os.path.join(startup, "00-gpu-memory.py"), "w", encoding="utf-8") as f:
+        f.write(KERNEL_STARTUP.format(mib=int(mib)))
+    os.environ["IPYTHONDIR"] = folder
 
 
 # ----------------------------------------------------------------------------- step 2: the student's

@@ -6,8 +6,15 @@ Caps per process tree (one notebook's step):
 - time: the notebook's budget, and a step's budget from the progress pipe (a step that sends nothing new
   for longer than the cell budget plus a grace period is killed);
 - memory: a cgroup v2 ``memory.max`` where the grader may create cgroups; otherwise the grader sums the
-  resident memory of the tree four times a second and kills it past the cap, and every process also
-  has an address-space cap (RLIMIT_AS) of the same size;
+  resident memory of the tree four times a second and kills it past the cap, and every process of a
+  step that uses no GPU also has an address-space cap (RLIMIT_AS) of the same size;
+- GPU memory, in a step that uses the GPU (``Budgets.gpu_memory_mib`` > 0): no RLIMIT_AS, because CUDA's
+  driver reserves far more address space than it uses (a range that grows with the device's memory and
+  unified memory), so under an address-space cap of a few GiB ``torch.cuda.is_available()`` is False.
+  Such a step's memory is held by the two caps above, which count resident pages only, and each of
+  its CUDA processes (the student's, the checker's, the timing worker and the notebook's kernel) caps
+  PyTorch's allocator at ``gpu_memory_mib`` (``torch.cuda.set_per_process_memory_fraction``) before any
+  notebook code runs; in bubblewrap the NVIDIA device files are bound in;
 - processes: a cgroup v2 ``pids.max``; otherwise RLIMIT_NPROC for an unprivileged user (as root, the
   sandbox drops to user ``nobody`` so that the limit applies) and the same count of the tree;
 - disk: in the sandbox the working folder and /tmp are tmpfs of a fixed size; without it the working
@@ -16,6 +23,7 @@ Caps per process tree (one notebook's step):
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
@@ -45,6 +53,7 @@ class Budgets:
     staging_mib: int = 256             # the working folder
     output_mib: int = 256              # what comes back over the pipes, per step
     keep_mib: int = 16                 # the largest executed copy kept in the reports
+    gpu_memory_mib: int = 0            # 0: the step uses no GPU (RLIMIT_AS applies); else each CUDA process's cap
 
     def __post_init__(self):
         for name in ("cell_timeout", "notebook_timeout", "memory_mib", "processes", "tmp_mib", "staging_mib",
@@ -52,6 +61,13 @@ class Budgets:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"{name}: must be a positive number, got {value!r}")
+        value = self.gpu_memory_mib
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"gpu_memory_mib: must be a whole number of MiB, 0 (no GPU) or more, got {value!r}")
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.gpu_memory_mib > 0
 
 
 # ------------------------------------------------------------------------------------------ bubblewrap
@@ -149,26 +165,72 @@ def _bwrap_args(budgets: Budgets, drop: bool) -> list[str]:
     for real, alias in _aliases():        # a linked environment, under the name the interpreter uses
         args += ["--ro-bind", real, alias]
     args += ["--size", str(int(budgets.staging_mib) * 2**20), "--perms", "1777", "--tmpfs", SANDBOX_HOME,
-             "--dev", "/dev", "--proc", "/proc", "--chdir", SANDBOX_HOME, *_unshare(drop),
+             "--dev", "/dev"]
+    if budgets.uses_gpu:                  # a minimal /dev has no GPU: its device files are bound in
+        for device in gpu_device_files():
+            args += ["--dev-bind", device, device]
+    args += ["--proc", "/proc", "--chdir", SANDBOX_HOME, *_unshare(drop),
              "--die-with-parent", "--new-session", "--cap-drop", "ALL"]     # no capability, even in its namespace
     if drop:
         args += ["--cap-add", "CAP_SETUID,CAP_SETGID"]       # used once, to become nobody, then gone
     return args + ["--"]
 
 
+def gpu_device_files() -> list[str]:
+    """The NVIDIA device files of this machine (/dev/nvidia0, nvidiactl, nvidia-uvm, ...), which a step
+    that uses the GPU needs inside the sandbox."""
+    found = []
+    for pattern in ("/dev/nvidia*", "/dev/nvidia-caps/*"):
+        found += [p for p in sorted(glob.glob(pattern)) if not os.path.isdir(p)]
+    return found
+
+
 # ------------------------------------------------------------------------------------- in the worker
+def worker_spec(spec: dict, budgets: Budgets, sandbox: bool) -> dict:
+    """``spec`` with the caps a worker applies to itself (``apply_limits``): the memory budget (an
+    address-space cap only where the step uses no GPU), the GPU memory cap, the file size, the
+    process count, and whether to become ``nobody``."""
+    return dict(spec, memory_mib=budgets.memory_mib, staging_mib=budgets.staging_mib,
+                gpu_memory_mib=budgets.gpu_memory_mib, nproc=nproc_limit(budgets, sandbox),
+                drop_to_nobody=bool(sandbox and drops_to_nobody()))
+
+
+def rlimits(spec: dict) -> list[tuple[str, int]]:
+    """The resource limits ``apply_limits`` sets for ``spec``: RLIMIT_AS (the memory budget) only where
+    the step uses no GPU (CUDA cannot start under an address-space cap of a few GiB; see the module's
+    doc), no core files, RLIMIT_FSIZE, and RLIMIT_NPROC where the grader gave one."""
+    mib = 2**20
+    limits = [] if spec.get("gpu_memory_mib") else [("RLIMIT_AS", int(spec["memory_mib"]) * mib)]
+    limits += [("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", int(spec["staging_mib"]) * mib)]
+    if spec.get("nproc"):
+        limits.append(("RLIMIT_NPROC", int(spec["nproc"])))
+    return limits
+
+
+def cap_gpu_memory(mib: int) -> str | None:
+    """In a worker of a step that uses the GPU: cap PyTorch's CUDA allocator in this process at ``mib``
+    MiB (a larger allocation raises ``torch.OutOfMemoryError``). None when capped (or there is no GPU to
+    cap); otherwise why it could not be."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, int(mib) * 2**20 / total))
+    except Exception as exc:  # noqa: BLE001 - reported by the caller
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
 def apply_limits(spec: dict) -> list[str]:
-    """The worker's first act: caps on address space, process count, file size and core files; in the
-    sandbox as root, become ``nobody``; die with the grader. Returns the caps that could not be set."""
+    """The worker's first act: the caps of ``rlimits`` (address space where no GPU is used, process
+    count, file size, core files); in the sandbox as root, become ``nobody``; die with the grader.
+    Returns the caps that could not be set."""
     import resource
 
     missing = []
-    mib = 2**20
-    limits = [("RLIMIT_AS", int(spec["memory_mib"]) * mib), ("RLIMIT_CORE", 0),
-              ("RLIMIT_FSIZE", int(spec["staging_mib"]) * mib)]
-    if spec.get("nproc"):
-        limits.append(("RLIMIT_NPROC", int(spec["nproc"])))
-    for name, value in limits:
+    for name, value in rlimits(spec):
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
         except (AttributeError, ValueError, OSError):   # not on this system (macOS has no RLIMIT_AS cap)
@@ -400,9 +462,7 @@ def run_budgeted(argv: list[str], budgets: Budgets, *, sandbox: bool, spec: dict
     and watch it: the budgets above, the progress pipe, the channel. ``calls_fd``: its end of the
     connection between the student's process and the checker's (closed here once passed on).
     ``env``: variables to add."""
-    nproc = nproc_limit(budgets, sandbox)
-    spec = dict(spec, memory_mib=budgets.memory_mib, staging_mib=budgets.staging_mib, nproc=nproc,
-                drop_to_nobody=bool(sandbox and drops_to_nobody()))
+    spec = worker_spec(spec, budgets, sandbox)
     progress_r, progress_w = os.pipe()
     channel_r, channel_w = os.pipe()
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "MPLBACKEND": "Agg",

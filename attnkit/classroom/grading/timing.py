@@ -434,12 +434,13 @@ def gate_error(got, want) -> float:
 # ------------------------------------------------------------------------------------------ the worker
 def _start():
     spec = json.loads(sys.stdin.buffer.readline())
-    limits = dict(spec)
-    if spec.get("clock") == "cuda":
-        # CUDA reserves far more address space than it uses: the address-space cap would stop it from
-        # starting. The grader's cap on the resident memory of the process tree remains.
-        limits["memory_mib"] = 2**40
-    sandbox.apply_limits(limits)
+    if spec.get("clock") == "cuda" and not spec.get("gpu_memory_mib"):
+        raise SystemExit("the cuda clock needs budgets that let the step use the GPU (Budgets.gpu_memory_mib)")
+    sandbox.apply_limits(spec)          # no address-space cap where the step uses the GPU (sandbox's doc)
+    if spec.get("gpu_memory_mib"):
+        problem = sandbox.cap_gpu_memory(int(spec["gpu_memory_mib"]))
+        if problem:
+            raise SystemExit(f"the GPU memory cap of {spec['gpu_memory_mib']} MiB could not be set: {problem}")
     progress_fd, channel_fd, turn_fd = channel.worker_fds()
     for fd in (progress_fd, channel_fd, turn_fd):
         if fd is not None:
@@ -582,19 +583,3 @@ def _work(spec, say, send, turn_fd) -> None:
                 frame["notes"] = {**notes, "worker": f"timing failed: {type(exc).__name__}"}
         send.send(frame)
     send.send({"kind": "done"})
-
-
-def probe() -> None:
-    """Entry point of a probe started with the grading steps' own caps: whether a process of theirs
-    reaches the GPU (CUDA reserves more address space than a small RLIMIT_AS allows)."""
-    spec = json.loads(sys.stdin.buffer.readline())
-    sandbox.apply_limits(spec)
-    progress_fd, channel_fd, _ = channel.worker_fds()
-    send = channel.Writer(channel_fd)
-    try:
-        import torch
-
-        send.send({"kind": "probe", "cuda": bool(torch.cuda.is_available())})
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
-        send.send({"kind": "probe", "cuda": False, "problem": f"{type(exc).__name__}: {str(exc)[:200]}"})
-    os._exit(0)

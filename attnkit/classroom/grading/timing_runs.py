@@ -1,10 +1,12 @@
 """The leaderboard's timing workers, run from the grader's process: a batch of workers prepares at once
 (load, compile, check), then each times alone when the grader tells it to go (``run_timing_jobs``); and
-whether a process on the grading steps' caps reaches the GPU (``grading_reaches_gpu``). The worker itself is
-``timing.main``; the leaderboard (``leaderboard.run_leaderboard``) builds the jobs and reads their frames.
+whether a process on the grading steps' caps reaches the GPU (``grading_reaches_gpu``, whose worker is
+``probe``). The timing worker itself is ``timing.main``; the leaderboard (``leaderboard.run_leaderboard``)
+builds the jobs and reads their frames.
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -14,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import channel, sandbox
 from .reports import one_line
 from .sandbox import Budgets, run_budgeted
 
 TIMING_ARGV = [sys.executable, "-I", "-c", "from attnkit.classroom.grading.timing import main; main()"]
-PROBE_ARGV = [sys.executable, "-I", "-c", "from attnkit.classroom.grading.timing import probe; probe()"]
+PROBE_ARGV = [sys.executable, "-I", "-c", "from attnkit.classroom.grading.timing_runs import probe; probe()"]
 
 
 @dataclass
@@ -39,7 +42,7 @@ class _Turn:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
-        from . import channel, timing
+        from . import timing
 
         frame = channel.read_frame(self.sock.fileno(), timing.GO_LIMIT)
         if isinstance(frame, dict) and frame.get("kind") == "ready":
@@ -47,8 +50,6 @@ class _Turn:
         self.answered.set()
 
     def go(self) -> None:
-        from . import channel
-
         try:
             channel.Writer(self.sock.fileno()).send({"kind": "go"})
         except OSError:
@@ -96,3 +97,28 @@ def grading_reaches_gpu(budgets: Budgets, sandbox: bool) -> tuple[bool, str]:
         run = run_budgeted(PROBE_ARGV, budgets, sandbox=sandbox, spec={}, workdir=Path(tmp))
     frame = next((f for f in run.frames if f.get("kind") == "probe"), {})
     return frame.get("cuda") is True, one_line(frame.get("problem") or run.stopped or "", 200)
+
+
+def probe() -> None:
+    """Entry point of a probe started with the grading steps' own caps: whether a process of theirs
+    reaches the GPU (CUDA cannot start under an address-space cap of a few GiB: a step that uses the GPU
+    has none, see ``sandbox``) and whether its GPU memory cap can be set."""
+    spec = json.loads(sys.stdin.buffer.readline())
+    sandbox.apply_limits(spec)
+    progress_fd, channel_fd, _ = channel.worker_fds()
+    send = channel.Writer(channel_fd)
+    try:
+        import torch
+
+        cuda = bool(torch.cuda.is_available())
+        frame = {"kind": "probe", "cuda": cuda}
+        if not cuda:
+            frame["problem"] = "torch.cuda.is_available() is False in a process on these caps"
+        elif spec.get("gpu_memory_mib"):
+            problem = sandbox.cap_gpu_memory(int(spec["gpu_memory_mib"]))
+            if problem:
+                frame.update(cuda=False, problem=f"the GPU memory cap could not be set: {problem}")
+        send.send(frame)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        send.send({"kind": "probe", "cuda": False, "problem": f"{type(exc).__name__}: {str(exc)[:200]}"})
+    os._exit(0)

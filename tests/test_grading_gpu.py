@@ -1,0 +1,126 @@
+"""The grading steps on a machine with a GPU: CUDA cannot start under an address-space cap (RLIMIT_AS) of a
+few GiB, so a step that uses the GPU has none; its memory is held by the resident size of its process
+tree (and a cgroup where one exists) and a cap on each CUDA process's allocator. A step that uses no GPU
+keeps RLIMIT_AS. No test here needs a GPU."""
+import json
+import sys
+
+import pytest
+
+from attnkit.classroom.grading import Budgets, protection_summary, runner, sandbox
+
+MIB = 2**20
+# A worker in miniature: reads its spec, applies its limits, says what RLIMIT_AS is, then holds ``hold``
+# MiB of resident memory (pages written) for a second.
+WORKER = """import json, resource, sys, time
+from attnkit.classroom.grading import sandbox
+spec = json.loads(sys.stdin.buffer.readline())
+sandbox.apply_limits(spec)
+sys.stderr.write("RLIMIT_AS " + json.dumps(resource.getrlimit(resource.RLIMIT_AS)) + "\\n")
+sys.stderr.flush()
+hold = bytearray(int(spec["hold"]) * 2**20)
+for i in range(0, len(hold), 4096):
+    hold[i] = 1
+time.sleep(1.5)
+"""
+
+
+def run_worker(tmp_path, budgets, hold=0):
+    return sandbox.run_budgeted([sys.executable, "-I", "-c", WORKER], budgets, sandbox=False, spec={"hold": hold},
+                                workdir=tmp_path)
+
+
+def address_space(run):
+    line = next(l for l in run.stderr.splitlines() if l.startswith("RLIMIT_AS "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+def test_a_gpu_steps_spec_carries_no_address_space_cap_but_a_resident_memory_budget():
+    spec = sandbox.worker_spec({}, Budgets(memory_mib=4096, gpu_memory_mib=16384), sandbox=False)
+    assert spec["memory_mib"] == 4096 and spec["gpu_memory_mib"] == 16384
+    limits = dict(sandbox.rlimits(spec))
+    assert "RLIMIT_AS" not in limits
+    assert limits["RLIMIT_CORE"] == 0 and limits["RLIMIT_FSIZE"] == Budgets.staging_mib * MIB
+
+
+def test_a_cpu_steps_spec_keeps_its_address_space_cap():
+    spec = sandbox.worker_spec({}, Budgets(memory_mib=4096), sandbox=False)
+    assert spec["gpu_memory_mib"] == 0
+    assert dict(sandbox.rlimits(spec))["RLIMIT_AS"] == 4096 * MIB
+
+
+def test_in_a_real_worker_the_gpu_step_has_no_rlimit_as_and_the_cpu_step_has_it(tmp_path):
+    import resource
+
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "gpu").mkdir()
+    cpu = run_worker(tmp_path / "cpu", Budgets(memory_mib=1024))
+    gpu = run_worker(tmp_path / "gpu", Budgets(memory_mib=1024, gpu_memory_mib=2048))
+    assert cpu.stopped is None and gpu.stopped is None, (cpu.stderr, gpu.stderr)
+    assert address_space(cpu) == [1024 * MIB, 1024 * MIB]
+    # The grader's own limit (unlimited here, or whatever the machine set) is all a GPU step inherits.
+    assert address_space(gpu) == list(resource.getrlimit(resource.RLIMIT_AS))
+    assert address_space(gpu) != [1024 * MIB, 1024 * MIB]
+
+
+def test_without_rlimit_as_the_trees_resident_memory_still_stops_a_gpu_step(tmp_path):
+    run = run_worker(tmp_path, Budgets(memory_mib=200, gpu_memory_mib=2048), hold=400)
+    assert run.stopped == "used more than its 200 MiB of memory (all its processes together)"
+    assert run.peak_mib > 200
+
+
+def test_the_isolation_line_says_how_a_gpu_steps_memory_is_held():
+    gpu = protection_summary(False, Budgets(memory_mib=8192, gpu_memory_mib=16384))
+    cpu = protection_summary(False, Budgets(memory_mib=8192))
+    assert "no RLIMIT_AS (the steps use the GPU" in gpu and "capped at 16384 MiB per process" in gpu
+    assert "no RLIMIT_AS" not in cpu and "capped at" not in cpu
+    if sandbox.cgroup_problem() is not None:       # no cgroup: the per-process caps are named for both
+        assert "with RLIMIT_AS per process" in cpu
+
+
+def test_bubblewrap_binds_the_gpu_device_files_only_for_a_gpu_step(monkeypatch):
+    monkeypatch.setattr(sandbox, "gpu_device_files", lambda: ["/dev/nvidiactl", "/dev/nvidia0"])
+    monkeypatch.setattr(sandbox, "_readable_roots", lambda: [])
+    gpu = sandbox._bwrap_args(Budgets(gpu_memory_mib=1024), drop=False)
+    cpu = sandbox._bwrap_args(Budgets(), drop=False)
+    assert [gpu[i + 1] for i, a in enumerate(gpu) if a == "--dev-bind"] == ["/dev/nvidiactl", "/dev/nvidia0"]
+    assert "--dev-bind" not in cpu
+    assert gpu.index("--dev") < gpu.index("--dev-bind")        # bound on top of the minimal /dev
+
+
+def test_the_notebook_kernel_caps_its_allocator_from_a_startup_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("IPYTHONDIR", raising=False)
+    runner._kernel_startup(3072)
+    startup = tmp_path / ".ipython" / "profile_default" / "startup" / "00-gpu-memory.py"
+    assert startup.is_file() and "cap_gpu_memory(3072)" in startup.read_text()
+    import os
+
+    assert os.environ["IPYTHONDIR"] == str(tmp_path / ".ipython")
+    namespace = {}
+    exec(compile(startup.read_text(), str(startup), "exec"), namespace)    # no GPU here: nothing to cap
+    assert [k for k in namespace if not k.startswith("__")] == []          # it leaves no name behind
+
+
+def test_cap_gpu_memory_sets_the_fraction_of_the_devices_memory(monkeypatch):
+    import torch
+
+    set_to = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: type("P", (), {"total_memory": 80 * 1024 * MIB})())
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, *a: set_to.append(f))
+    assert sandbox.cap_gpu_memory(16384) is None and set_to == [pytest.approx(0.2)]
+    assert sandbox.cap_gpu_memory(10**9) is None and set_to[-1] == 1.0
+
+    def fails(*a):
+        raise RuntimeError("no context")
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", fails)
+    assert sandbox.cap_gpu_memory(1024) == "RuntimeError: no context"
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "8"])
+def test_a_bad_gpu_memory_budget_is_a_clear_error(value):
+    with pytest.raises(ValueError, match="gpu_memory_mib: must be a whole number of MiB, 0 \\(no GPU\\) or more"):
+        Budgets(gpu_memory_mib=value)
