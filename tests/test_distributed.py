@@ -507,6 +507,29 @@ def test_a_series_over_n_takes_the_rows_of_one_gpu():
             rc.load(gpu=bad)
 
 
+def test_the_docs_table_of_the_256k_rows_is_the_csvs():
+    """docs/context_parallel.md's table of the H200 rows, recomputed from the shipped CSV."""
+    from pathlib import Path
+
+    from attnkit.distributed import recorded as rc
+
+    h200 = rc.load(gpu="H200")[0]
+    model = rc.predicted_speedups(h200, {2: (0.0, 1e30), 4: (0.0, 1e30)})
+    row = {(r["variant"], r["layout"], int(r["world"]), r["pass_"]): r for r in h200}
+    expected = []
+    for (variant, layout), name in rc.SCHEMES.items():
+        for w in (2, 4):
+            for p in rc.PASSES:
+                r = row[(variant, layout, w, p)]
+                m = model[(variant, layout, w, p)][int(r["N"])]
+                expected.append(f"| {name} | {w} | {p} | {r['one_device_ms']:.0f} | {r['ms']:.0f} | {r['speedup']:.2f} "
+                                f"| {m:.2f} | {r['speedup'] / m:.0%} | {r['overlap_fraction']:.2f} |")
+    note = (Path(__file__).resolve().parent.parent / "docs" / "context_parallel.md").read_text(encoding="utf-8")
+    rows = [line for line in note.splitlines() if line.startswith("| ") and line.split(" | ")[0][2:] in
+            {name for name in rc.SCHEMES.values()}]
+    assert rows == expected
+
+
 def test_step_shares_count_the_slowest_ranks_causal_blocks():
     from attnkit.distributed import recorded as rc
 
