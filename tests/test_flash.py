@@ -480,11 +480,13 @@ def test_numpy_scalars_are_valid_scales():
 
 
 def test_host_descriptor_choice():
-    """The host_descriptors rung: descriptors at D = 64 and 128 (causal always, non-causal from 1k keys)."""
+    """The host_descriptors rung: descriptors at D = 64 and 128 (causal always, non-causal from 1k keys) and
+    at D = 256 at every length."""
     choice = flash.host_descriptor_choice
     assert choice(True, 128, 512) == choice(False, 64, 1024) == choice(True, 64, 16384) == dict(desc=True)
+    assert choice(False, 256, 16) == choice(True, 256, 4096) == dict(desc=True)
     assert choice(False, 128, 512) == dict(desc=False)
-    assert all(choice(c, d, 4096) == dict(desc=False) for c in (False, True) for d in (16, 32, 256))
+    assert all(choice(c, d, 4096) == dict(desc=False) for c in (False, True) for d in (16, 32, 192))
 
 
 @pytest.mark.gpu

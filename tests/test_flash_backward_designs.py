@@ -456,11 +456,12 @@ def test_descriptors_only_where_the_backward_can_take_them(monkeypatch):
 
 
 def test_default_configs_by_head_dim():
-    """Without autotuning each launcher has one configuration per head-dim class: D <= 64, <= 128, 256."""
+    """Without autotuning each launcher has one configuration per head-dim class: D <= 64, <= 128, <= 192, 256."""
     for name, (_, candidates, by_head_dim) in flash.LAUNCHERS.items():
-        assert set(by_head_dim) == {64, 128, 256}, name
+        assert set(by_head_dim) == {64, 128, 192, 256}, name
         assert flash.default_config(name, 32) == flash.default_config(name, 64) == by_head_dim[64]
         assert flash.default_config(name, 128) == by_head_dim[128]
+        assert flash.default_config(name, 160) == flash.default_config(name, 192) == by_head_dim[192]
         assert flash.default_config(name, 256) == by_head_dim[256]
         big = by_head_dim[256]      # twice the shared memory per row: two stages at most
         assert big.block_m * big.block_n <= 128 * 64 and big.num_stages == 2
@@ -473,18 +474,15 @@ def test_default_configs_by_head_dim():
     assert flash.default_config("bwd_atomic", 256) == flash.BlockConfig(32, 32, 4, 2)
 
 
-def test_the_autotuner_tries_the_d256_default_alone():
-    """At D = 256 the candidates for 64 and 128 need more shared memory than the GPU has: the autotuner's
-    pruning keeps the launcher's D = 256 default, and leaves smaller head dims' candidates alone."""
-    triton = pytest.importorskip("triton")
-    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-               for m, n, w, s in flash.LAUNCHERS["fwd"][1]]
-    assert plans.prune_by_head_dim("fwd", configs, {"HEAD_DIM": 128}, HEAD_DIM_V=128) == configs
-    for name in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_atomic"):
-        (kept,) = plans.prune_by_head_dim(name, configs, {"HEAD_DIM": 256}, HEAD_DIM_V=256)
-        want = flash.default_config(name, 256)
-        assert (kept.kwargs["BLOCK_M"], kept.kwargs["BLOCK_N"], kept.num_warps, kept.num_stages) == (
-            want.block_m, want.block_n, want.num_warps, want.num_stages)
+def test_head_dims_above_128_launch_their_defaults_without_the_autotuner(monkeypatch):
+    """Rows 192 and 256 (twice the shared memory a row) run each launcher's default, falling back to smaller
+    tiles where shared memory is short; 64 and 128 autotune unless ATTNKIT_AUTOTUNE=0."""
+    monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
+    assert [d for d in range(8, 257) if not dispatch.autotuned(d)] == list(range(129, 257))
+    monkeypatch.setenv("ATTNKIT_AUTOTUNE", "0")
+    assert not any(dispatch.autotuned(d) for d in (64, 128))
+    assert flash.default_config("fwd", 192) == flash.BlockConfig(128, 64, 8, 3)       # the D = 192 sweep
+    assert flash.default_config("fwd", 193) == flash.default_config("fwd", 256) == flash.BlockConfig(128, 64, 8, 2)
 
 
 def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
@@ -524,7 +522,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
                   HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
     assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
 
-    class TooBigAutotuner:                           # its one candidate does not fit (fp32 at D = 256)
+    class TooBigAutotuner:                           # none of its candidates fits
         def __getitem__(self, grid):
             def run(*args, **constexprs):
                 launched.append("autotuned")
@@ -535,8 +533,12 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
     launched.clear()
     plans.launch("fwd_desc", torch.device("cpu"), True, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
-                  HEAD_DIM=256, HEAD_DIM_V=256, DOT_PRECISION="ieee")
+                  HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
     assert launched == ["autotuned", (64, 64, 2)]    # then the fallback, as without autotuning
+    launched.clear()
+    plans.launch("fwd_desc", torch.device("cpu"), True, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
+                  HEAD_DIM=256, HEAD_DIM_V=256, DOT_PRECISION="ieee")
+    assert launched == [(64, 64, 2)]                 # D = 256: the default's fp32 fallback, no autotuner
 
 
 @pytest.mark.parametrize("design", TRITON_BACKWARDS)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from attnkit.kernels.flash import dispatch, plans
+from attnkit.kernels.flash import dispatch
 from attnkit.kernels.flash.dispatch import HEAD_DIMS, LAUNCHERS, BlockConfig, HeadDimRules
 
 
@@ -18,16 +18,18 @@ def _power_of_two(x: int) -> bool:
 @pytest.mark.parametrize("head_dim", sorted(HEAD_DIMS))
 def test_every_row_is_complete_and_launchable(head_dim):
     """Each row names a configuration for every Triton launcher (tiles a power of two, as tl.arange needs);
-    the kernels that run at this head dim only (Gluon, FP8, host descriptors) sit at powers of two up to
-    128 (TMA boxes and the Gluon layouts), with a configuration for each causal flag."""
+    the kernels that run at this head dim only sit at powers of two: host-built descriptors up to 256 (the
+    D = 256 forward's were checked on the GPU: bench_flash_headdims_sweep.csv), Gluon and FP8 up to 128 (their
+    layouts), with a configuration for each causal flag."""
     rules = HEAD_DIMS[head_dim]
     for name in LAUNCHERS:
         config = getattr(rules, name)
         assert isinstance(config, BlockConfig) and LAUNCHERS[name][2][head_dim] is config
         assert _power_of_two(config.block_m) and _power_of_two(config.block_n) and config.num_warps in (1, 2, 4, 8)
     assert _power_of_two(rules.untuned.block_m) and _power_of_two(rules.untuned.block_n)
-    special = (rules.host_descriptors_from, rules.gluon_forward, rules.gluon_backward, rules.fp8 or None)
-    if any(field is not None for field in special):
+    if rules.host_descriptors_from is not None:
+        assert head_dim == dispatch.padded(head_dim)
+    if any(field is not None for field in (rules.gluon_forward, rules.gluon_backward, rules.fp8 or None)):
         assert head_dim == dispatch.padded(head_dim) <= 128
     if rules.gluon_forward is not None:
         assert set(rules.gluon_forward) == set(rules.gluon_forward_from) == {False, True}
@@ -36,7 +38,8 @@ def test_every_row_is_complete_and_launchable(head_dim):
 
 def test_a_head_dim_takes_the_row_at_or_above_it():
     """The Triton launchers' row of D is the smallest listed head dim at or above D (a tile is padded to a
-    power of two): 8-64 the row of 64, 65-128 of 128, 129-256 of 256; the per-head-dim kernels only at D."""
+    power of two): 8-64 the row of 64, 65-128 of 128, 129-192 of 192, 193-256 of 256; the per-head-dim
+    kernels only at D."""
     for d in dispatch.SUPPORTED_HEAD_DIMS:
         want = min(key for key in HEAD_DIMS if key >= d)
         assert dispatch.head_dim_rules(d) is HEAD_DIMS[want]
@@ -57,22 +60,20 @@ def test_the_former_hopper_table_reads_the_rows():
 
 def test_a_new_row_is_all_the_rules_need(monkeypatch):
     """A row added for D = 96 (as docs/adding_a_head_dim.md says) reaches every rule that reads the table:
-    the launchers' defaults for 65-96 (looked up by the head dim, not the tile's padded 128), the autotuner's
-    pruning, the descriptor rule; with Gluon
+    the launchers' defaults for 65-96 (looked up by the head dim, not the tile's padded 128), whether they
+    autotune, the descriptor rule; with Gluon
     fields at a head dim its kernels cannot take, the scope check still refuses by the rule."""
     config = BlockConfig(64, 32, 4, 2)
     row = HeadDimRules(fwd=config, fwd_desc=config, bwd_dkdv=config, bwd_dq=config, bwd_atomic=config,
-                       untuned=config, tune_default_alone=True, backward_descriptors=False,
+                       untuned=config, autotune=False, backward_descriptors=False,
                        host_descriptors_from=2048)
     monkeypatch.setattr(dispatch, "HEAD_DIMS", {**HEAD_DIMS, 96: row})
     assert dispatch.default_config("fwd", 80) is config and dispatch.default_config("fwd", 97) is HEAD_DIMS[128].fwd
-    assert dispatch.untuned_forward_config(96) is config and dispatch.head_dim_rules(96).tune_default_alone
+    assert dispatch.untuned_forward_config(96) is config and not dispatch.autotuned(96)
     launch = dict(HEAD_DIM=128, HEAD_DIM_V=128, DIM_QK=96, DIM_V=72)     # a launch's constexprs: tiles of 128
     assert dispatch.launch_head_dim(launch) == 96 and dispatch.untuned_configs("fwd", 96, 2)[0] is config
-    triton = pytest.importorskip("triton")
-    candidates = [triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8)] * 3
-    (alone,) = plans.prune_by_head_dim("fwd", candidates, {}, **launch)
-    assert (alone.kwargs["BLOCK_M"], alone.kwargs["BLOCK_N"], alone.num_warps) == (64, 32, 4)
+    monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
+    assert dispatch.autotuned(97) and not dispatch.autotuned(dispatch.launch_head_dim(launch))
     assert dispatch.host_descriptor_choice(False, 96, 4096) == dict(desc=True)
     assert dispatch.host_descriptor_choice(False, 96, 1024) == dict(desc=False)
     assert not dispatch.warp_specialized_choice(True, 96, 8192, 8192)
@@ -92,3 +93,48 @@ def test_a_new_row_is_all_the_rules_need(monkeypatch):
 def test_only_the_gluon_modules_are_loaded_by_name():
     with pytest.raises(ValueError, match=r"name: expected one of \('hopper', 'hopper_backward'\)"):
         dispatch.gluon_module("flash_hopper")
+
+
+def test_pad_width_covers_65_to_127_on_sm90_only(monkeypatch):
+    """The rule (docs/head_dims.md, "Rule: pad 65-127 to 128"): Dv = D from 65 to 127, not packed, where the
+    D = 128 row's fast paths can run (sm_90+); every other head dim runs as it is."""
+    def qv(d, dv=None):
+        return torch.empty(1, 1, 4, d), torch.empty(1, 1, 4, dv or d)
+
+    assert not any(dispatch.pad_width(*qv(d)) for d in range(8, 257))        # the CPU: no descriptors
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
+    assert [d for d in range(8, 257) if dispatch.pad_width(*qv(d))] == list(range(65, 128))
+    assert {dispatch.pad_width(*qv(d)) for d in range(65, 128)} == {128}
+    assert dispatch.pad_width(*qv(80, 64)) is None and dispatch.pad_width(*qv(80), packed=True) is None
+
+
+@pytest.mark.parametrize("d, causal, dtype", [(80, False, torch.float32), (72, True, torch.float32),
+                                              (112, True, torch.float16)])
+def test_padded_head_dims_match_float64_forward_gradients_and_refuse_second_derivatives(monkeypatch, d, causal,
+                                                                                         dtype):
+    """Through the padded path (forced here on the CPU): o and dq, dk, dv against float64 attention, GQA,
+    Nq < Nk (the causal mask aligned bottom-right), non-contiguous inputs, sizes off the tiles; the outputs have
+    the caller's head dim; without a graph the same o; gradients of gradients still raise."""
+    from attnkit.kernels.flash import flash_attention
+    from attnkit.tolerances import assert_close
+
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
+    gen = torch.Generator().manual_seed(d)
+    q = torch.randn(1, 2, d, 19, generator=gen).to(dtype).transpose(-1, -2).requires_grad_()   # [1, 2, 19, d]
+    k, v = (torch.randn(1, 1, 23, d, generator=gen).to(dtype).requires_grad_() for _ in range(2))
+    do = torch.randn(1, 2, 19, d, generator=gen).to(dtype)
+    o = flash_attention(q, k, v, causal=causal)
+    grads = torch.autograd.grad(o, (q, k, v), do)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    mask = torch.ones(19, 23, dtype=torch.bool).tril(23 - 19) if causal else None
+    ref = torch.nn.functional.scaled_dot_product_attention(q64, k64.repeat_interleave(2, 1),
+                                                           v64.repeat_interleave(2, 1), attn_mask=mask)
+    refs = torch.autograd.grad(ref, (q64, k64, v64), do.double())
+    assert o.shape == (1, 2, 19, d) and all(g.shape == t.shape for g, t in zip(grads, (q, k, v)))
+    for name, got, want in zip(("o", "dq", "dk", "dv"), (o, *grads), (ref, *refs)):
+        assert_close(got, want, dtype, what=name)
+    with torch.no_grad():
+        assert torch.equal(flash_attention(q, k, v, causal=causal), o.detach())
+    dq, = torch.autograd.grad(flash_attention(q, k, v, causal=causal), q, do, create_graph=True)
+    with pytest.raises(RuntimeError, match="second derivatives"):
+        dq.sum().backward()

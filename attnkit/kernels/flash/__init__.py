@@ -61,7 +61,7 @@ import torch
 from ... import validation
 from ..input_checks import check_cu_seqlens, check_softcap, check_window
 from . import backward as _backward_launch
-from . import dispatch, forward
+from . import dispatch, forward, layout
 from .dispatch import (
     BACKWARD_ENV,
     BACKWARDS,
@@ -199,22 +199,31 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal: bool = False, sm_sc
 
 # ------------------------------------------------------------------------------------------ autograd
 class FlashAttentionFunction(torch.autograd.Function):
-    """Forward saves (q, k, v, o, lse); backward recomputes the probabilities tile by tile."""
+    """Forward saves (q, k, v, o, lse); backward recomputes the probabilities tile by tile. Where
+    ``dispatch.pad_width`` says so, both run on q, k, v zero-padded to a listed head dim (saved padded)."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale, window=(-1, -1), softcap=None, varlen=None, design=DEFAULT_BACKWARD):
+        width = dispatch.pad_width(q, v, packed=varlen is not None)
+        head_dim, inputs = q.shape[-1], (q, k, v)
+        if width:
+            q, k, v = (layout.pad_head_dim(t, width) for t in inputs)
         o, lse = forward.forward(q, k, v, causal, sm_scale, BEST, window, softcap, varlen)
-        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.save_for_backward(q, k, v, o, lse, *(inputs if width else ()))
         ctx.options = (causal, sm_scale, window, softcap, varlen, design)
-        return o
+        ctx.unpadded = head_dim if width else None
+        return o[..., :head_dim].contiguous() if width else o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
+        q, k, v, o, lse, *inputs = ctx.saved_tensors
         with torch.no_grad():
-            dq, dk, dv = _backward_launch.backward(do, q, k, v, o, lse, *ctx.options)
+            do_run = layout.pad_head_dim(do, o.shape[-1]) if ctx.unpadded else do
+            dq, dk, dv = _backward_launch.backward(do_run, q, k, v, o, lse, *ctx.options)
+            if ctx.unpadded:
+                dq, dk, dv = (t[..., :ctx.unpadded] for t in (dq, dk, dv))
         if torch.is_grad_enabled():       # create_graph=True: the gradients may be differentiated again
-            dq, dk, dv = _NoSecondDerivative.apply(dq, dk, dv, q, k, v, do)
+            dq, dk, dv = _NoSecondDerivative.apply(dq, dk, dv, *(inputs or (q, k, v)), do)
         return dq, dk, dv, None, None, None, None, None, None
 
 
@@ -244,8 +253,17 @@ def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = N
     causal, sm_scale, window, softcap = check_options(q, causal, sm_scale, window, softcap)
     design = check_backward(backward)
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
-        return forward.forward(q, k, v, causal, sm_scale, BEST, window, softcap)[0]   # no graph to record
+        return _forward_no_graph(q, k, v, causal, sm_scale, window, softcap)
     return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, window, softcap, None, design)
+
+
+def _forward_no_graph(q, k, v, causal, sm_scale, window, softcap):
+    """o where there is no graph to record (no gradient wanted), padded as the autograd forward is."""
+    width = dispatch.pad_width(q, v)
+    if not width:
+        return forward.forward(q, k, v, causal, sm_scale, BEST, window, softcap)[0]
+    padded = (layout.pad_head_dim(t, width) for t in (q, k, v))
+    return forward.forward(*padded, causal, sm_scale, BEST, window, softcap)[0][..., :q.shape[-1]].contiguous()
 
 
 # ------------------------------------------------------------------------------- packed sequences

@@ -75,7 +75,8 @@ class HeadDimRules:
     bwd_dq: BlockConfig                       # its dQ kernel (BLOCK_M queries a program)
     bwd_atomic: BlockConfig                   # the one-pass backward (dQ added atomically)
     untuned: BlockConfig                      # the ladder's untuned rungs ("tiled", "exp2", "split")
-    tune_default_alone: bool = False          # the autotuner tries the default alone (shared memory is short)
+    autotune: bool = True                     # False: each launcher runs its default (``untuned_configs``)
+    pad_from: int | None = None               # sm_90+: a head dim from this up to the row's runs zero-padded to it
     backward_descriptors: bool = True         # the backward designs may move tiles by descriptors
     host_descriptors_from: int | None = None  # host_descriptors rung: descriptors causal, and non-causal from Nk
     gluon_forward: dict | None = None         # {causal: (HALF_M, BLOCK_N, STAGES, compute groups)}
@@ -101,13 +102,20 @@ HEAD_DIMS = {
         bwd_dq=BlockConfig(128, 64, 8, 3), bwd_atomic=BlockConfig(64, 128, 8, 3), untuned=BlockConfig(64, 64, 4, 2),
         host_descriptors_from=1024, gluon_forward={False: (64, 128, 2, 2), True: (64, 128, 2, 2)},
         gluon_forward_from={False: 1024, True: 1024}, persistent_non_causal=True, gluon_backward=(64, 64, 2, 2),
-        gluon_backward_from=2048, fp8=True),
-    # D = 256: twice the shared memory a row; swept among the configurations ptxas compiles without
-    # serialising the products (docs/flash_notes.md, "Rule: D = 256"); the backward's tiles by pointers there
+        gluon_backward_from=2048, fp8=True, pad_from=65),
+    # D = 192 (Dv = 128, DeepSeek's) and D = 256: twice the shared memory a row; swept among the
+    # configurations ptxas compiles without serialising the products (docs/flash_notes.md, "Rule: D = 256");
+    # each launcher's default without the autotuner, and at D = 256 the forward's tiles by host-built
+    # descriptors (bench_flash_headdims_sweep.csv, D = 192 and 256 forward: the fixed configurations beat the
+    # autotuned launch; docs/head_dims.md, "Rule: head dims above 128"); the backward's tiles by pointers
+    192: HeadDimRules(
+        fwd=BlockConfig(128, 64, 8, 3), fwd_desc=BlockConfig(128, 64, 8, 2), bwd_dkdv=BlockConfig(64, 32, 4, 2),
+        bwd_dq=BlockConfig(64, 32, 4, 2), bwd_atomic=BlockConfig(32, 32, 4, 2), untuned=BlockConfig(64, 32, 4, 2),
+        autotune=False, backward_descriptors=False),
     256: HeadDimRules(
         fwd=BlockConfig(128, 64, 8, 2), fwd_desc=BlockConfig(128, 64, 8, 2), bwd_dkdv=BlockConfig(64, 32, 4, 2),
         bwd_dq=BlockConfig(64, 32, 4, 2), bwd_atomic=BlockConfig(32, 32, 4, 2), untuned=BlockConfig(64, 32, 4, 2),
-        tune_default_alone=True, backward_descriptors=False),
+        autotune=False, backward_descriptors=False, host_descriptors_from=0),
 }
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, max(HEAD_DIMS)
 SUPPORTED_HEAD_DIMS = range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1)
@@ -126,6 +134,29 @@ def exact_rules(head_dim: int) -> HeadDimRules | None:
 def head_dims_with(field: str) -> tuple[int, ...]:
     """The listed head dims whose row sets ``field`` (e.g. "gluon_forward", "fp8")."""
     return tuple(sorted(d for d, rules in HEAD_DIMS.items() if getattr(rules, field)))
+
+
+def autotuned(head_dim: int) -> bool:
+    """Whether a launch at this head dim (``launch_head_dim``) may autotune: on CUDA unless the environment
+    says ATTNKIT_AUTOTUNE=0 (``autotune_enabled``) and where its row does not set ``autotune=False``."""
+    return autotune_enabled() and head_dim_rules(head_dim).autotune
+
+
+def pad_width(q: torch.Tensor, v: torch.Tensor, packed: bool = False) -> int | None:
+    """The head dim q, k and v run zero-padded to, or None. Where a row sets ``pad_from`` (D = 128: from
+    65), a head dim from there up to the row's own, with Dv = D and not packed, runs as the row's on sm_90+:
+    its tiles are that wide anyway (``padded``), and the row's fast paths (the Gluon kernels, host-built
+    descriptors) need the head dim exactly. Zero columns change no score (q.k) and give o zero columns;
+    sm_scale stays 1/sqrt(the true D) (bench_flash_headdims_sweep.csv, impl pad128 at D = 80, 96, 112;
+    docs/head_dims.md, "Rule: pad 65-127 to 128")."""
+    head_dim = q.shape[-1]
+    if packed or v.shape[-1] != head_dim or head_dim > MAX_HEAD_DIM:
+        return None
+    width = min(d for d in HEAD_DIMS if d >= head_dim)
+    start = HEAD_DIMS[width].pad_from
+    if start is None or not start <= head_dim < width or not descriptors_supported(q.device):
+        return None
+    return width
 
 
 def padded(head_dim: int) -> int:

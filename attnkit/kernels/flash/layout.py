@@ -21,6 +21,11 @@ def new_buffer(shape, dtype, device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def pad_head_dim(t: torch.Tensor, width: int) -> torch.Tensor:
+    """t with its last dim zero-padded to ``width`` (a new contiguous tensor; ``dispatch.pad_width``)."""
+    return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
+
+
 def dot_precision(dtype) -> str:
     """fp32 inputs get true fp32 products: tf32 (10-bit mantissa) scores err by ~1e-3 after exp."""
     return "ieee" if dtype == torch.float32 else "tf32"

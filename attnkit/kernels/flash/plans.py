@@ -1,18 +1,17 @@
 """How a Triton launcher of ``dispatch.LAUNCHERS`` runs: autotuning, fixed configurations and the plan cache.
 
 A call's first launch of a kind (``plan_key``) decides the configuration (the autotuner on CUDA where
-``dispatch.autotune_enabled``; else the head dim's default and, where it needs more shared memory than the
+``dispatch.autotuned``; else the head dim's default and, where it needs more shared memory than the
 GPU has, ``dispatch.smaller_configs``; one small configuration in the interpreter) and keeps that decision
 as a ``LaunchPlan``; later calls of the kind reuse it and go straight to the kernel through
 ``runners.RUNNERS`` (the host's time per call is part of a short call's).
 
 Internal API for tests and scripts: ``launch`` (one launch by launcher name), ``PLANS`` and ``MAX_PLANS``
-(the plan cache), ``tuned_launcher`` and ``TUNED`` (the autotuned launchers), ``prune_by_head_dim`` (the
-autotuner's pruning), ``set_block_shapes`` (host descriptors' block shapes).
+(the plan cache), ``tuned_launcher`` and ``TUNED`` (the autotuned launchers), ``set_block_shapes`` (host
+descriptors' block shapes).
 """
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import dataclass
 
@@ -21,22 +20,8 @@ import torch
 from ...device import on_device, triton_interprets
 from . import dispatch
 from . import triton_kernels as kernels
-from .dispatch import INTERPRETER_CONFIG, LAUNCHERS, BlockConfig, default_config
+from .dispatch import INTERPRETER_CONFIG, LAUNCHERS, BlockConfig
 from .runners import RUNNERS
-
-
-def prune_by_head_dim(name: str, configs, named_args, **kwargs):
-    """Where the head dim's row says so (``tune_default_alone``: D = 256, twice the shared memory a row),
-    launcher ``name`` tries its default alone."""
-    import triton
-
-    head_dim = dispatch.launch_head_dim({**named_args, **kwargs})
-    if not dispatch.head_dim_rules(head_dim).tune_default_alone:
-        return configs
-    config = default_config(name, head_dim)
-    return [triton.Config({"BLOCK_M": config.block_m, "BLOCK_N": config.block_n}, num_warps=config.num_warps,
-                          num_stages=config.num_stages, pre_hook=configs[0].pre_hook)]
-
 
 TUNED = {}
 
@@ -52,8 +37,7 @@ def tuned_launcher(name: str):
                    for m, n, w, s in shapes]
         key = [a for a in ("n_q", "n_k", "HEAD_DIM", "HEAD_DIM_V", "DIM_QK", "DIM_V", "CAUSAL", "BAND", "SOFTCAP",
                            "VARLEN", "DESC", "LONGEST_FIRST") if a in kernel.arg_names]
-        prune = functools.partial(prune_by_head_dim, name)
-        options = dict(configs=configs, key=key, prune_configs_by={"early_config_prune": prune})
+        options = dict(configs=configs, key=key)
         if name == "bwd_atomic":   # atomic adds: every trial must start from a zeroed dQ buffer
             options["reset_to_zero"] = ["DQ_ACC"]
         if "do_bench" in inspect.signature(triton.autotune).parameters:   # shorter trials than the default
@@ -137,7 +121,7 @@ def launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | No
     memory (fp32 starts at 64 x 64 tiles); a ``fixed`` that does not fit raises Triton's OutOfResources.
     The first call of each kind (``plan_key``) decides, autotuning included; later calls of that kind
     reuse its plan and go straight to the kernel (the host's time per call is part of a short call's)."""
-    tuned = tuned and dispatch.autotune_enabled() and not triton_interprets()
+    tuned = tuned and dispatch.autotuned(dispatch.launch_head_dim(constexprs)) and not triton_interprets()
     key = plan_key(name, tuned, fixed, rows_block, args, constexprs)
     plan = PLANS.get(key)
     if plan is None:
