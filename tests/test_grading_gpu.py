@@ -6,8 +6,10 @@ import json
 import sys
 
 import pytest
+import torch
 
 from attnkit.classroom.grading import Budgets, protection_summary, runner, sandbox
+from attnkit.classroom.grading.timing_runs import grading_reaches_gpu
 
 MIB = 2**20
 # A worker in miniature: reads its spec, applies its limits, says what RLIMIT_AS is, then holds ``hold``
@@ -97,14 +99,24 @@ def test_the_notebook_kernel_caps_its_allocator_from_a_startup_file(tmp_path, mo
     import os
 
     assert os.environ["IPYTHONDIR"] == str(tmp_path / ".ipython")
+    capped = []          # (the real cap would hold this test process to 3 GiB of GPU memory on a GPU)
+    monkeypatch.setattr(sandbox, "cap_gpu_memory", lambda mib: capped.append(mib))
     namespace = {}
-    exec(compile(startup.read_text(), str(startup), "exec"), namespace)    # no GPU here: nothing to cap
+    exec(compile(startup.read_text(), str(startup), "exec"), namespace)
+    assert capped == [3072]
     assert [k for k in namespace if not k.startswith("__")] == []          # it leaves no name behind
+    monkeypatch.setattr(sandbox, "cap_gpu_memory", lambda mib: "RuntimeError: no context")
+    with pytest.raises(SystemExit, match="the GPU memory cap of 3072 MiB could not be set: RuntimeError"):
+        exec(compile(startup.read_text(), str(startup), "exec"), {})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_process_on_the_gpu_steps_caps_reaches_it(tmp_path):
+    reaches, why = grading_reaches_gpu(Budgets(memory_mib=8192, gpu_memory_mib=4096), sandbox=False)
+    assert reaches, why
 
 
 def test_cap_gpu_memory_sets_the_fraction_of_the_devices_memory(monkeypatch):
-    import torch
-
     set_to = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
