@@ -50,7 +50,9 @@ SCRIPT_RESULTS = {
     "flash_persistent": "python scripts/gpu_flash_hopper.py --out DIR --name flash_persistent --configs hopper,"
                         "ws:64x128x2,ws:64x128x2:p --check-configs 3 --lengths 1024,2048,4096,8192,16384",
     "context_parallel": "python scripts/gpu_context_parallel.py W2 --world 2 --repeats 3, the same with W4 and "
-                        "--world 4, then python scripts/gpu_context_parallel.py DIR --merge W2 W4",
+                        "--world 4, then python scripts/gpu_context_parallel.py DIR --merge W2 W4; N = 256k: "
+                        "--seq-lens 262144 --repeats 3 --skip check pingpong at --world 2 and 4 (C2, C4), then "
+                        "--merge SHIPPED C2 C4 (docs/context_parallel.md)",
     "context_parallel_pingpong": "python scripts/gpu_context_parallel.py DIR: the runs and merge of context_parallel",
     "tensor_parallel_decode": "python scripts/gpu_tensor_parallel.py DIR --tp 2 4",
     "flash_broadcast_do": "python scripts/gpu_flash_broadcast_do.py DIR --repeats 5",

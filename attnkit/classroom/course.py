@@ -206,7 +206,7 @@ LESSONS = (
                       "the rest go, and what removes it?",
                       "R requests share a P-token prompt and each adds S tokens of its own: how many cache bytes "
                       "does a decode step read with and without cascade decoding, and why are the results equal?")),
-    Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=125,
+    Lesson(10, "beyond_one_gpu", "Beyond one GPU", True, minutes=135,
            objectives=("merge attention computed on different devices with the log-sum-exp rule",
                        "run ring attention, forward and backward, the all-gather K/V variant (its gradient a "
                        "reduce-scatter) and Ulysses' all-to-all of heads",
