@@ -136,3 +136,21 @@ def test_cap_gpu_memory_sets_the_fraction_of_the_devices_memory(monkeypatch):
 def test_a_bad_gpu_memory_budget_is_a_clear_error(value):
     with pytest.raises(ValueError, match="gpu_memory_mib: must be a whole number of MiB, 0 \\(no GPU\\) or more"):
         Budgets(gpu_memory_mib=value)
+
+
+@pytest.mark.parametrize("lab, has_gpu, given, expected", [("05", True, [], 16384), ("01", True, [], 0),
+                                                           ("05", False, [], 0), ("05", True, ["--gpu-memory", "0"], 0),
+                                                           ("08", True, ["--gpu-memory", "2048"], 2048)])
+def test_make_grade_lets_a_gpu_labs_steps_use_the_gpu_where_there_is_one(tmp_path, monkeypatch, lab, has_gpu,
+                                                                        given, expected):
+    from attnkit.classroom.grading import __main__ as command
+
+    seen = []
+
+    def grade(notebook, lab, **limits):
+        seen.append(limits["gpu_memory_mib"])
+        raise ValueError("not graded in this test")
+    monkeypatch.setattr(command, "grade", grade)
+    monkeypatch.setattr(command, "_has_gpu", lambda: has_gpu)
+    command.main(["--lab", lab, str(tmp_path / "a.ipynb"), "--out", str(tmp_path / "out"), "--no-sandbox", *given])
+    assert seen == [expected]

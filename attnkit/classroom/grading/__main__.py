@@ -11,8 +11,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from .lab import find_lab
-from .pipeline import DEFAULT_MEMORY_MIB, DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, MAX_NOTEBOOK_MIB, grade
+from .lab import GPU_LABS, find_lab
+from .pipeline import (
+    DEFAULT_GPU_MEMORY_MIB,
+    DEFAULT_MEMORY_MIB,
+    DEFAULT_NOTEBOOK_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    MAX_NOTEBOOK_MIB,
+    grade,
+)
 from .reports import one_line, write_reports
 from .sandbox import Budgets, sandbox_problem
 
@@ -28,9 +35,11 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds per notebook, for each of its steps")
     p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MIB,
                    help="MiB of resident memory for a step's whole process tree")
-    p.add_argument("--gpu-memory", type=int, default=0,
+    p.add_argument("--gpu-memory", type=int, default=None,
                    help="let the steps use the GPU, each CUDA process's allocator capped at this many MiB (they "
-                        "then have no address-space cap, which CUDA cannot start under); default 0: no GPU")
+                        "then have no address-space cap, which CUDA cannot start under); 0: no GPU; default: "
+                        f"{DEFAULT_GPU_MEMORY_MIB} for labs {', '.join(f'{n:02d}' for n in GPU_LABS)} where this "
+                        "machine has a CUDA GPU, else 0")
     p.add_argument("--processes", type=int, default=Budgets.processes, help="processes in a step's tree")
     p.add_argument("--tmp", type=int, default=Budgets.tmp_mib, help="MiB of the sandbox's /tmp")
     p.add_argument("--staging", type=int, default=Budgets.staging_mib, help="MiB of a step's working folder")
@@ -58,7 +67,9 @@ def main(argv=None) -> int:
     if args.no_sandbox and args.require_sandbox:
         p.error("--no-sandbox and --require-sandbox contradict each other")
     try:
-        find_lab(args.lab)
+        lesson = find_lab(args.lab)
+        if args.gpu_memory is None:
+            args.gpu_memory = DEFAULT_GPU_MEMORY_MIB if lesson.number in GPU_LABS and _has_gpu() else 0
         Budgets(args.timeout, args.notebook_timeout, args.memory, args.processes, args.tmp, args.staging,
                 args.output_cap, args.keep_executed, args.gpu_memory)
     except ValueError as exc:
@@ -91,6 +102,14 @@ def main(argv=None) -> int:
         print(f"skipped {len(skipped)} path(s): " + "; ".join(f"{one_line(p)} ({w})" for p, w in skipped))
     print(f"grades: {out / 'grades.csv'}")
     return 1 if args.strict and (skipped or not all(g.passed for g in grades)) else 0
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ from pathlib import Path
 from ..course import LESSONS, Lesson
 from ..nbgrader import LAB_NUMBERS, check_module
 
+# The labs whose checks run on the course's device (``attnkit.device.runtime().device``): Triton kernels
+# and the course's device tensors. On a machine with a CUDA GPU, `make grade` lets their steps use it.
+GPU_LABS = (4, 5, 6, 7, 8)
+
 
 @dataclass(frozen=True)
 class GradedExercise:

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from ..course import LESSONS, Lesson
 from .lab import find_lab
-from .pipeline import DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, grade, protection_summary
+from .pipeline import DEFAULT_GPU_MEMORY_MIB, DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, grade, protection_summary
 from .reports import Grade, csv_cell, one_line, report_names, write_reports
 from .sandbox import PACKAGE_DIR, Budgets, sandbox_problem
 from .timing_runs import TimingJob, grading_reaches_gpu, run_timing_jobs
@@ -57,7 +57,6 @@ from .timing_runs import TimingJob, grading_reaches_gpu, run_timing_jobs
 CSV_NAME = "bench_leaderboard.csv"
 PAGE_NAME = "leaderboard.md"
 DEFAULT_MEMORY_MIB = 8192        # a process tree's resident memory: torch, CUDA and Triton in one process
-DEFAULT_GPU_MEMORY_MIB = 16384   # each CUDA process's allocator (lab 08's timed cache alone is 1 GiB)
 DEFAULT_REPEATS = 5
 DISTURBED = 1.5                  # in-process baseline / clean baseline (or its inverse) above this: not ranked
 IMPLAUSIBLE = 0.5                # student time / fastest clean baseline below this: not ranked

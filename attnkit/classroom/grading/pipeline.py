@@ -44,6 +44,7 @@ ROLE = "ATTNKIT_GRADING_ROLE"       # "student" or "checker": which process of a
 DEFAULT_TIMEOUT = 600              # seconds per cell: the Triton interpreter is slow on a CPU
 DEFAULT_NOTEBOOK_TIMEOUT = 1800    # seconds per notebook, for each step
 DEFAULT_MEMORY_MIB = 4096          # the whole process tree of a step (importing torch maps about 1 GiB)
+DEFAULT_GPU_MEMORY_MIB = 16384     # each CUDA process's allocator, in a step that uses the GPU
 MAX_NOTEBOOK_MIB = 20              # the largest submission read
 
 
