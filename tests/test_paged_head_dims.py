@@ -152,3 +152,38 @@ def test_head_dims_out_of_range_are_refused(d, dv, message):
         paged.paged_decode(q, k, v, table, lens)
     with pytest.raises(ValueError, match=message):
         paged_extend.paged_extend(q, k, v, table, lens, torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE))
+
+
+@pytest.mark.parametrize("make,expected", [
+    (lambda: torch.empty(3, 16, 8, 120), 8),                       # D = 120: strides 15360, 960, 120
+    (lambda: torch.empty(3, 16, 8, 128), 16),
+    (lambda: torch.empty(3, 16, 8, 80, dtype=torch.float8_e4m3fn), 16),
+    (lambda: torch.empty(3, 16, 8, 122)[..., 1:121], 2),            # one layer of a wider buffer
+    (lambda: torch.empty(3, 16, 8, 128)[..., ::2], 16),             # strides 16384, 1024, 128, 2
+    (lambda: torch.empty(1, 16, 1, 120).expand(5, 16, 8, 120), 8),  # stride 0: its contiguous copy decides
+    (lambda: torch.empty(3, 1, 1, 24).expand(3, 16, 8, 24), 8),
+    (lambda: torch.empty(3, 16, 8, 120).transpose(1, 2), 8),
+])
+def test_row_alignment_divides_every_row_offset(make, expected):
+    """The kernels read a row at page·s0 + slot·s1 + head·s2 and are told that this is a multiple of
+    ``row_alignment`` (so that D = 120's rows are read in 16-byte vectors): the claim must hold for every
+    row of the tensor and of its contiguous copy (what a bf16 upcast passes), and be the largest one."""
+    t = make()
+    align = paged.row_alignment(t)
+    assert align == expected
+    for strides in (t.stride()[:-1], t.contiguous().stride()[:-1]):
+        index = torch.cartesian_prod(*(torch.arange(n) for n in t.shape[:-1])).reshape(-1, t.dim() - 1)
+        offsets = (index * torch.tensor(strides)).sum(-1)
+        assert bool((offsets % align == 0).all())
+
+
+def test_every_head_size_and_cache_has_a_launch_configuration():
+    """One table holds every GPU launch configuration: each (variant, cache, head-dim class) has an entry,
+    D = 120 is in D = 128's class, and DeepSeek's (192, 128) has its own."""
+    classes = {paged.head_dim_class(d, dv) for d in range(8, 257, 8) for dv in (d, 128)}
+    assert classes == {"narrow", "wide_qk", "wide"}
+    assert set(paged.GPU_CONFIGS) == {(variant, cache, c) for variant in paged.VARIANTS for cache in ("16", "fp8")
+                                      for c in classes}
+    assert paged.head_dim_class(120) == paged.head_dim_class(128) == paged.head_dim_class(80) == "narrow"
+    assert paged.head_dim_class(192, 128) == "wide_qk" and paged.head_dim_class(192) == "wide"
+    assert paged.head_dim_class(64, 256) == "wide"

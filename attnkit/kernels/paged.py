@@ -66,6 +66,7 @@ Internal API, for the tests that compile them (``tests/test_paged_host.py``): th
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -116,10 +117,18 @@ def padded(head_dim: int) -> int:
 
 # ------------------------------------------------------------------------------------------- kernels
 @triton.jit
-def _load_rows(ptr, rows, stride_d, valid, DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+def _load_rows(ptr, rows, stride_d, valid, DIM: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr):
     """[len(rows), BLOCK_D] elements at ptr + rows[:, None] + d·stride_d; rows not ``valid`` and the
-    columns d >= DIM (the padding to a power of two) read as zeros and touch no memory."""
+    columns d >= DIM (the padding to a power of two) read as zeros and touch no memory. ALIGN: a power of
+    two that divides every row offset (``row_alignment``), so that a row is read in vectors of up to 16
+    bytes: Triton itself knows only which strides are multiples of 16, and without the hint rows of
+    D = 120 (strides multiples of 8) were read one element at a time, not asynchronously, with
+    kilobytes of spills (docs/paged_notes.md, "Head sizes"). ``tl.multiple_of`` on the sum did not
+    survive Triton's rewriting of it; a product by ALIGN does."""
     offs_d = tl.arange(0, BLOCK_D)
+    if ALIGN < 16:          # at 16 Triton knows it already: it specialises each stride divisible by 16
+        if ALIGN > 1:
+            rows = (rows // ALIGN) * ALIGN              # the same values; the product tells Triton
     ptrs = ptr + rows[:, None] + offs_d[None, :] * stride_d
     if DIM == BLOCK_D:
         mask = valid[:, None]
@@ -132,7 +141,7 @@ def _load_rows(ptr, rows, stride_d, valid, DIM: tl.constexpr, BLOCK_D: tl.conste
 def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp,
               stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
               DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-              PAGE_SIZE: tl.constexpr):
+              PAGE_SIZE: tl.constexpr, K_ALIGN: tl.constexpr, V_ALIGN: tl.constexpr):
     """The K rows [len(tok), BLOCK_D] and V rows [len(tok), BLOCK_DV] of KV head kv for the tokens ``tok``
     of one sequence, found through its row of the page table (token t: page bt_row[t // PAGE_SIZE], slot
     t % PAGE_SIZE); tokens not ``valid`` and the head-dim padding read as zeros and touch no page."""
@@ -141,8 +150,8 @@ def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp,
     slot = tok % PAGE_SIZE                                               # offset inside the page
     k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
     v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
-    k = _load_rows(k_ptr, k_rows, stride_kd, valid, DIM_QK, BLOCK_D)
-    v = _load_rows(v_ptr, v_rows, stride_vd, valid, DIM_V, BLOCK_DV)
+    k = _load_rows(k_ptr, k_rows, stride_kd, valid, DIM_QK, BLOCK_D, K_ALIGN)
+    v = _load_rows(v_ptr, v_rows, stride_vd, valid, DIM_V, BLOCK_DV, V_ALIGN)
     return k, v
 
 
@@ -201,7 +210,7 @@ def _paged_kernel(
         BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PAGE_SIZE: tl.constexpr,
         BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, GROUPED: tl.constexpr, DOT_PRECISION: tl.constexpr,
         SCALED: tl.constexpr, CHECK: tl.constexpr, BLOCK_KV: tl.constexpr, CODE: tl.constexpr,
-        N_KERNELS: tl.constexpr):
+        N_KERNELS: tl.constexpr, Q_ALIGN: tl.constexpr, K_ALIGN: tl.constexpr, V_ALIGN: tl.constexpr):
     """One program: sequence b, tokens [split·tokens_per_split, ...) of it, and the query heads of
     program_id(0) as the rows of q [BLOCK_G, BLOCK_D]:
 
@@ -239,7 +248,8 @@ def _paged_kernel(
 
     if SCALED:                                                           # an FP8 cache: per-KV-head scales
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv)
-    q = _load_rows(q_ptr + b * stride_qb, heads * stride_qh, stride_qd, row_ok, DIM_QK, BLOCK_D)  # [BLOCK_G, BLOCK_D]
+    q = _load_rows(q_ptr + b * stride_qb, heads * stride_qh, stride_qd, row_ok, DIM_QK, BLOCK_D,
+                   Q_ALIGN)                                              # [BLOCK_G, BLOCK_D]
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)                  # running max (log2 units)
     l_i = tl.zeros([BLOCK_G], tl.float32)                                # running sum of exponentials
     acc = tl.zeros([BLOCK_G, BLOCK_DV], tl.float32)                      # running Σ p·v
@@ -249,10 +259,14 @@ def _paged_kernel(
         valid = tok < end
         k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp, stride_kp, stride_ks,
                          stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
-                         DIM_QK, DIM_V, BLOCK_D, BLOCK_DV, PAGE_SIZE)
+                         DIM_QK, DIM_V, BLOCK_D, BLOCK_DV, PAGE_SIZE, K_ALIGN, V_ALIGN)
         if SCALED:                                                       # fp8 bytes -> q's dtype
             k = k.to(q.dtype)
-            v = v.to(q.dtype)
+            # The select (a no-op: those rows loaded as zeros) keeps V's conversion in the loaded layout,
+            # rows contiguous along d: without it Triton converts after moving V into p·v's operand
+            # layout, where a thread's elements run down the tokens, and reads V's fp8 from shared
+            # memory one byte at a time (docs/paged_notes.md, "The FP8 cache").
+            v = tl.where(valid[:, None], v.to(q.dtype), 0.0)
         if GROUPED:   # fp32 inputs: "ieee" products (tf32 misses the fp32 bound at long contexts)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         else:
@@ -325,30 +339,66 @@ class LaunchConfig:
 
 
 INTERPRETER_CONFIG = LaunchConfig(16, 1, 1)   # small blocks: ragged lengths span several blocks
-# On a GPU (chosen by the sweep in scripts/gpu_paged.py on an H100; see docs/paged_notes.md).
-GPU_CONFIGS = {"grouped": LaunchConfig(128, 4, 3), "per_head": LaunchConfig(128, 4, 2)}
-# An FP8 cache (float8_e4m3fn pages). The rule: one loop iteration keeps the bytes of the fp16 cache's tuned
-# one in flight. A block's K and V rows are gathered through the page table straight into registers (no
-# asynchronous copy to shared memory, whatever num_stages says: the compiled PTX has no cp.async), so the
-# bytes a program has in flight are one block's; at the fp16 block's tokens an fp8 block would have half
-# of them, and half the memory-level parallelism. So the grouped kernel reads twice the tokens per
-# iteration, with twice the warps. ``scripts/gpu_paged.py --mode fp8`` sweeps it on the GPU.
-GPU_FP8_CONFIGS = {"grouped": LaunchConfig(256, 8, 3), "per_head": LaunchConfig(128, 4, 2)}
-# Head dims padded past 128 (D or Dv in 129 .. 256), any cache. The rule: a block's K and V rows, q and
-# the accumulator must fit in registers. At 128 tokens and 4 warps they do not (ptxas for sm_90 spills
-# kilobytes a thread, tests/test_paged_host.py compiles the kernels); 32 tokens with 8 warps (4 for
-# per_head) spill nothing. ``scripts/gpu_paged.py --mode headdims`` times the candidates on the GPU.
-GPU_WIDE_CONFIGS = {"grouped": LaunchConfig(32, 8, 3), "per_head": LaunchConfig(32, 4, 2)}
+
+# Every launch configuration on a GPU, in this one table: (variant, cache, head-dim class) -> config.
+# cache: "fp8" for a float8_e4m3fn cache, "16" for fp16/bf16/fp32 ones; the head-dim class of (D, Dv) is
+# ``head_dim_class``. Each entry is the fastest configuration of the recorded sweep named beside it
+# (attnkit/bench/results/; for a class of several head sizes, the one whose slowest head size is the
+# fastest), or, where nothing was swept, the rule named beside it. ``scripts/gpu_paged.py`` re-runs
+# every sweep: ``--mode record`` (fp16, D = 128), ``--mode fp8``, ``--mode headdims``.
+GPU_CONFIGS = {
+    # bench_paged_headdims.csv, rows D = Dv = 64, 80, 96, 112, 128: block_n 128, 4 warps is the fastest at each
+    ("grouped", "16", "narrow"): LaunchConfig(128, 4, 3),
+    # bench_paged_headdims.csv, rows D = 192, Dv = 128: block_n 128, 4 warps
+    ("grouped", "16", "wide_qk"): LaunchConfig(128, 4, 3),
+    # bench_paged_headdims.csv, rows D = Dv = 192 and 256: block_n 32, 8 warps is the fastest at 192 and
+    # the best at the slower of the two; it is also the one without spills (tests/test_paged_host.py)
+    ("grouped", "16", "wide"): LaunchConfig(32, 8, 3),
+    # bench_paged_fp8_ratio.csv, kind "sweep" (B = 64, context 4096): block_n 128, 4 warps
+    ("grouped", "fp8", "narrow"): LaunchConfig(128, 4, 3),
+    # not swept with an fp8 cache: the fp16 cache's (an fp8 tile holds fewer bytes, the same registers)
+    ("grouped", "fp8", "wide_qk"): LaunchConfig(128, 4, 3),
+    ("grouped", "fp8", "wide"): LaunchConfig(32, 8, 3),
+    # the sweep of scripts/gpu_paged.py --mode record on the H100 (docs/paged_notes.md, "Sweeps")
+    ("per_head", "16", "narrow"): LaunchConfig(128, 4, 2),
+    ("per_head", "fp8", "narrow"): LaunchConfig(128, 4, 2),
+    # not swept: the rule of the wide grouped entries (no spills at 32 tokens; tests/test_paged_host.py)
+    ("per_head", "16", "wide_qk"): LaunchConfig(32, 4, 2),
+    ("per_head", "16", "wide"): LaunchConfig(32, 4, 2),
+    ("per_head", "fp8", "wide_qk"): LaunchConfig(32, 4, 2),
+    ("per_head", "fp8", "wide"): LaunchConfig(32, 4, 2),
+}
 
 
-def default_config(variant: str, cache_dtype, head_dim: int = 128) -> LaunchConfig:
-    """The launch configuration of ``variant`` for a cache of ``cache_dtype`` where the kernels run now;
-    ``head_dim``: the larger of D and Dv."""
+def head_dim_class(head_dim: int, head_dim_v: int | None = None) -> str:
+    """"narrow": D and Dv padded to at most 128; "wide_qk": D padded past 128, Dv not (DeepSeek's 192/128);
+    "wide": Dv padded past 128 (``padded``: the next power of two, at least 16)."""
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    if padded(head_dim_v) > 128:
+        return "wide"
+    return "wide_qk" if padded(head_dim) > 128 else "narrow"
+
+
+def default_config(variant: str, cache_dtype, head_dim: int = 128, head_dim_v: int | None = None) -> LaunchConfig:
+    """The launch configuration of ``variant`` for a cache of ``cache_dtype`` and head dims D = ``head_dim``,
+    Dv = ``head_dim_v`` (None: D) where the kernels run now: ``GPU_CONFIGS`` on a GPU."""
     if triton_interprets():
         return INTERPRETER_CONFIG
-    if padded(head_dim) > 128:
-        return GPU_WIDE_CONFIGS[variant]
-    return (GPU_FP8_CONFIGS if cache_dtype == FP8 else GPU_CONFIGS)[variant]
+    return GPU_CONFIGS[(variant, "fp8" if cache_dtype == FP8 else "16", head_dim_class(head_dim, head_dim_v))]
+
+
+def row_alignment(t: torch.Tensor) -> int:
+    """The largest power of two, at most 16, that divides every stride of ``t`` but its last, and every one
+    ``t`` would have if copied contiguously (``_run`` may pass such a copy): every row offset the kernels
+    compute (index · stride, summed) is a multiple of it. 16 when all are 0."""
+    g = 0
+    shape = t.shape
+    contiguous = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        contiguous[i] = contiguous[i + 1] * shape[i + 1]
+    for stride in (*t.stride()[:-1], *contiguous[:-1]):
+        g = math.gcd(g, stride)
+    return 16 if g == 0 else min(16, g & -g)
 
 
 # ------------------------------------------------------------------------------------- input checks
@@ -544,7 +594,7 @@ def _make_plan(q, k_pages, v_pages, block_table, sm_scale: float, num_splits: in
     max_len = block_table.shape[1] * page_size
     upcast = q.dtype == torch.bfloat16 and bf16_computed_in_fp32(device)
     if config is None:
-        config = default_config(variant, k_pages.dtype, max(head_dim, dim_v))
+        config = default_config(variant, k_pages.dtype, head_dim, dim_v)
     blocks = -(-max_len // config.block_n)
     tokens_per_split = -(-blocks // num_splits) * config.block_n       # each split: whole blocks of tokens
     grouped = variant == "grouped"
@@ -554,6 +604,7 @@ def _make_plan(q, k_pages, v_pages, block_table, sm_scale: float, num_splits: in
                       PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=num_splits > 1, GROUPED=grouped,
                       DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32", SCALED=scaled,
                       BLOCK_KV=triton.next_power_of_2(n_kv), CODE=CODE, N_KERNELS=len(value_checks.KERNELS),
+                      Q_ALIGN=row_alignment(q), K_ALIGN=row_alignment(k_pages), V_ALIGN=row_alignment(v_pages),
                       **launch_options(num_warps=config.num_warps, num_stages=config.num_stages))
     scalars = (sm_scale * LOG2E, tokens_per_split, num_pages, max_len,
                window_left if window_left >= 0 else max_len, batch, n_kv)
