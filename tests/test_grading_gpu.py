@@ -3,6 +3,7 @@ few GiB, so a step that uses the GPU has none; its memory is held by the residen
 tree (and a cgroup where one exists) and a cap on each CUDA process's allocator. A step that uses no GPU
 keeps RLIMIT_AS. No test here needs a GPU."""
 import json
+import os
 import sys
 
 import pytest
@@ -90,14 +91,12 @@ def test_bubblewrap_binds_the_gpu_device_files_only_for_a_gpu_step(monkeypatch):
     assert gpu.index("--dev") < gpu.index("--dev-bind")        # bound on top of the minimal /dev
 
 
-def test_the_notebook_kernel_caps_its_allocator_from_a_startup_file(tmp_path, monkeypatch):
+def test_the_notebook_kernel_caps_its_allocator_from_a_startup_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("IPYTHONDIR", raising=False)
     runner._kernel_startup(3072)
     startup = tmp_path / ".ipython" / "profile_default" / "startup" / "00-gpu-memory.py"
     assert startup.is_file() and "cap_gpu_memory(3072)" in startup.read_text()
-    import os
-
     assert os.environ["IPYTHONDIR"] == str(tmp_path / ".ipython")
     capped = []          # (the real cap would hold this test process to 3 GiB of GPU memory on a GPU)
     monkeypatch.setattr(sandbox, "cap_gpu_memory", lambda mib: capped.append(mib))
@@ -105,9 +104,18 @@ def test_the_notebook_kernel_caps_its_allocator_from_a_startup_file(tmp_path, mo
     exec(compile(startup.read_text(), str(startup), "exec"), namespace)
     assert capped == [3072]
     assert [k for k in namespace if not k.startswith("__")] == []          # it leaves no name behind
+    # A kernel that cannot cap its allocator ends itself (IPython would report an exception and go on).
     monkeypatch.setattr(sandbox, "cap_gpu_memory", lambda mib: "RuntimeError: no context")
-    with pytest.raises(SystemExit, match="the GPU memory cap of 3072 MiB could not be set: RuntimeError"):
+
+    class Ended(Exception):
+        pass
+
+    def end(status):
+        raise Ended(status)
+    monkeypatch.setattr(os, "_exit", end)
+    with pytest.raises(Ended, match="3"):
         exec(compile(startup.read_text(), str(startup), "exec"), {})
+    assert "the GPU memory cap of 3072 MiB could not be set: RuntimeError: no context" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

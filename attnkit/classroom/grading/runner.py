@@ -101,11 +101,17 @@ def _notebook(spec: dict, say, send: channel.Writer) -> None:
     send.send(status)
 
 
+# IPython reports an exception of a startup file and goes on: a kernel that cannot cap its allocator
+# ends itself instead (the step then says the kernel died), never runs uncapped.
 KERNEL_STARTUP = '''def _attnkit_gpu_cap():
+    import os
+    import sys
     from attnkit.classroom.grading.sandbox import cap_gpu_memory
     problem = cap_gpu_memory({mib})
     if problem:
-        raise SystemExit("the GPU memory cap of {mib} MiB could not be set: " + problem)
+        sys.stderr.write("the GPU memory cap of {mib} MiB could not be set: " + problem + "\\n")
+        sys.stderr.flush()
+        os._exit(3)
 _attnkit_gpu_cap()
 del _attnkit_gpu_cap
 '''
