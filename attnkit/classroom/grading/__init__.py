@@ -21,6 +21,7 @@ The rooms:
     __main__.py     the command line (and its `leaderboard` command)
     leaderboard.py  the kernel leaderboard: grade, time the kernels that pass, rank, write the CSVs and page
     timing.py       the leaderboard's timing worker: a notebook's kernels timed beside the course's and cuDNN's
+    timing_runs.py  the timing workers' batches and turns, and the probe: do the steps' caps reach the GPU
 """
 from .lab import GradedExercise, course_tools, find_lab, lab_checks, lab_exercises
 from .pipeline import DEFAULT_MEMORY_MIB, DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, grade, protection_summary
