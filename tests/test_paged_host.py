@@ -240,6 +240,27 @@ for cache, d, dv in (("*fp16", 128, 128), ("*fp8e4nv", 128, 128), ("*fp16", 192,
     # an FP8 cache: V's bytes are not read one at a time from shared memory (the select before p·v)
     assert "ld.shared.b8" not in ptx and "ld.shared.u8" not in ptx, f"{cache} D={d}: byte loads from shared"
     print("spills", cache, d, dv, spilled)
+from attnkit.kernels import paged_extend
+extend = paged_extend._extend_kernel
+for cache, d in (("*fp16", 120), ("*fp8e4nv", 128)):       # paged_extend: the same two rules
+    k = torch.empty(10, PAGE, HKV, d, device="meta")
+    constexprs = dict(GROUP=HQ // HKV, PAGE=PAGE, D=d, BLOCK_D=128, DV=d, BLOCK_DV=128, BLOCK_M=16, BLOCK_N=32,
+                      SCALED=cache == "*fp8e4nv", K_ALIGN=paged.row_alignment(k), V_ALIGN=paged.row_alignment(k),
+                      s_qd=1, s_kd=1, s_vd=1, s_od=1, s_tp=1, s_len=1, s_cu=1)
+    values = dict(zip(("s_kp", "s_ko", "s_kh", "s_vp", "s_vo", "s_vh"), k.stride()[:3] * 2), s_tb=64)
+    types = {"q_ptr": "*fp16", "k_ptr": cache, "v_ptr": cache, "o_ptr": "*fp16", "table_ptr": "*i32",
+             "lens_ptr": "*i32", "cu_ptr": "*i32", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32",
+             "sm_scale_log2": "fp32"}
+    signature = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in extend.arg_names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(extend.arg_names)
+               if signature[name].startswith("*") or name in values and values[name] % 16 == 0}
+    source = ASTSource(fn=extend, signature=signature, attrs=aligned,
+                       constexprs={(extend.arg_names.index(name),): value for name, value in constexprs.items()})
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3)).asm["ptx"]
+    wide = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10|ld\.global(?:\.\w+)*\.v4", ptx)
+    assert wide and "ld.shared.b8" not in ptx, f"paged_extend {cache} D={d}: {len(wide)} loads of 16 bytes"
+    print("compiled extend", cache, d)
+
 merge = paged._merge_splits_kernel
 constexprs = dict(DIM_V=72, BLOCK_DV=128, BLOCK_S=4)
 signature = {name: "constexpr" if name in constexprs else {"ws_ptr": "*fp32", "o_ptr": "*fp16"}.get(name, "i32")
@@ -257,8 +278,9 @@ def test_the_kernels_compile_for_an_h100():
     check, an FP8 cache, splits and padded head dims, and the merge kernel, compile to PTX for sm_90; and
     at each head-dim class's default configuration ptxas spills at most 1 KB a thread (128 tokens at a
     padded 256 spilled about 10 KB), K and V are read in 16-byte vectors (D = 120 included: its rows were
-    once read an element at a time) and an FP8 cache's V is never read from shared memory byte by byte."""
+    once read an element at a time) and an FP8 cache's V is never read from shared memory byte by byte;
+    paged_extend's kernel keeps the last two rules."""
     pytest.importorskip("triton.backends.nvidia")
     result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 4 and result.stdout.count("spills") == 7
+    assert result.stdout.count("compiled") == 6 and result.stdout.count("spills") == 7

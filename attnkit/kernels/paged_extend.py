@@ -38,6 +38,7 @@ from ..device import (
 )
 from . import value_checks
 from .fp8_cache import FP8, FP8_MAX, fp8_read, fp8_scales, quantize_fp8  # noqa: F401  (re-exported here too)
+from .paged import row_alignment
 
 ensure_triton_backend()
 
@@ -50,11 +51,22 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _aligned(rows, ALIGN: tl.constexpr):
+    """``rows`` (each a multiple of ALIGN, ``paged.row_alignment``) in a form that tells Triton so, for loads
+    of up to 16 bytes; at 16 Triton knows it already from the strides (as ``paged._load_rows``)."""
+    if ALIGN < 16:
+        if ALIGN > 1:
+            rows = (rows // ALIGN) * ALIGN
+    return rows
+
+
+@triton.jit
 def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row0, kv_head, head, seq, num_pages,
                  k_scale, v_scale, sm_scale_log2,
                  s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od, s_tb, s_tp,
                  PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, DV: tl.constexpr,
-                 BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_ALIGN: tl.constexpr,
+                 V_ALIGN: tl.constexpr, SCALED: tl.constexpr):
     """New tokens row0 .. row0 + BLOCK_M - 1 of one sequence's chunk, one query head."""
     rows = row0 + tl.arange(0, BLOCK_M)                       # new-token index within the chunk
     row_ok = rows < q_len
@@ -76,10 +88,17 @@ def _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, row
         page = tl.load(table_ptr + seq * s_tb + (keys // PAGE) * s_tp, mask=key_ok, other=0)
         page = tl.where((page >= 0) & (page < num_pages), page, 0).to(tl.int64)   # a bad id reads page 0
         slot = keys % PAGE
-        k = tl.load(k_ptr + page[:, None] * s_kp + slot[:, None] * s_ko + kv_head * s_kh + d[None, :] * s_kd,
+        k_rows = _aligned(page * s_kp + slot * s_ko + kv_head * s_kh, K_ALIGN)
+        v_rows = _aligned(page * s_vp + slot * s_vo + kv_head * s_vh, V_ALIGN)
+        k = tl.load(k_ptr + k_rows[:, None] + d[None, :] * s_kd,
                     mask=key_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + page[:, None] * s_vp + slot[:, None] * s_vo + kv_head * s_vh + dv[None, :] * s_vd,
-                    mask=key_ok[:, None] & dv_ok[None, :], other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + v_rows[:, None] + dv[None, :] * s_vd,
+                    mask=key_ok[:, None] & dv_ok[None, :], other=0.0)
+        if SCALED:   # the select (a no-op) keeps V's conversion in the loaded layout: an fp8 V is then not
+            # read from shared memory byte by byte in p·v's operand layout (as in paged._paged_kernel)
+            v = tl.where(key_ok[:, None], v.to(tl.float32), 0.0)
+        else:
+            v = v.to(tl.float32)
         s = tl.dot(q, tl.trans(k)) * qk_scale                 # [BLOCK_M, BLOCK_N], log2 units
         visible = (keys[None, :] <= pos[:, None]) & key_ok[None, :]
         s = tl.where(visible, s, float("-inf"))
@@ -102,7 +121,7 @@ def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_sc
                    s_tb, s_tp, s_len, s_cu,
                    GROUP: tl.constexpr, PAGE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
                    DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   SCALED: tl.constexpr):
+                   SCALED: tl.constexpr, K_ALIGN: tl.constexpr, V_ALIGN: tl.constexpr):
     """Program (pid_m, seq, head) computes row blocks pid_m, pid_m + grid_m, ... of sequence seq's chunk, so
     every row is computed whatever the grid (max_q_len sizes the grid, not the result). What it reads is
     clamped: offsets to [0, total_q], the context to [0, capacity], page ids to [0, num_pages) -- bad
@@ -122,7 +141,7 @@ def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, cu_ptr, k_sc
         _extend_rows(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, q_start, q_len, ctx, block * BLOCK_M, kv_head, head, seq,
                      num_pages, k_scale, v_scale, sm_scale_log2,
                      s_qt, s_qh, s_qd, s_kp, s_ko, s_kh, s_kd, s_vp, s_vo, s_vh, s_vd, s_ot, s_oh, s_od, s_tb, s_tp,
-                     PAGE, D, BLOCK_D, DV, BLOCK_DV, BLOCK_M, BLOCK_N)
+                     PAGE, D, BLOCK_D, DV, BLOCK_DV, BLOCK_M, BLOCK_N, K_ALIGN, V_ALIGN, SCALED)
 
 
 # ------------------------------------------------------------------------------------ input checks
@@ -291,7 +310,8 @@ def paged_extend(q, k_pages, v_pages, block_table, seq_lens, cu_seqlens_q, *, sm
                              *block_table.stride(), seq_lens.stride(0), cu_seqlens_q.stride(0),
                              GROUP=hq // hkv, PAGE=page, D=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
                              DV=v_pages.shape[3], BLOCK_DV=max(16, triton.next_power_of_2(v_pages.shape[3])),
-                             BLOCK_M=block_m, BLOCK_N=block_n, SCALED=scaled, **launch_options(num_warps=4))
+                             BLOCK_M=block_m, BLOCK_N=block_n, SCALED=scaled, K_ALIGN=row_alignment(k_pages),
+                             V_ALIGN=row_alignment(v_pages), **launch_options(num_warps=4))
     return o.to(dtype).to(device)
 
 
