@@ -32,6 +32,9 @@ SCRIPT_RESULTS = {
     "flash_fp8": "python scripts/gpu_flash_fp8.py DIR",
     "flash_fp8_sweep": "python scripts/gpu_flash_fp8.py DIR --sweep",
     "paged_fp8": "python -m attnkit.bench.paged fp8 DIR --decode-only",
+    "paged_eager": "python scripts/gpu_paged.py --out DIR --mode eager fp8 headdims",
+    "paged_fp8_ratio": "python scripts/gpu_paged.py --out DIR --mode eager fp8 headdims",
+    "paged_headdims": "python scripts/gpu_paged.py --out DIR --mode eager fp8 headdims",
     "flash_sweep": "python scripts/gpu_flash_sweep.py DIR (D = 256: --head-dim-256)",
     "flash_profile": "bash scripts/gpu_session.sh tune-time DIR (ncu, then scripts/summarize_ncu.py); the backward's "
                      "rows: record-backward-profile",
