@@ -27,7 +27,8 @@ Ratios: paged / cuDNN per shape, target 1.5 at B = 1 (issue 40).
 
 --mode fp8 (OUTDIR/bench_paged_fp8_ratio.csv): fp16-cache time / fp8-cache time of ``paged_decode``
 (grouped, the default split count, CUDA graphs) at (B, context) = (64, 4k), (16, 16k), (1, 32k); first a
-sweep of the fp8 cache's launch configurations at (64, 4k), the fastest used for the three shapes and
+sweep of the fp8 cache's launch configurations at (64, 4k) (tokens per iteration, warps, stages), then of
+the split count at the fastest, which are used for the three shapes (the split count at (64, 4k) only) and
 recorded beside the default's time. Bytes halve, so ~1.9 is the bound; the target is 1.6 at (64, 4k).
 
 --mode headdims (OUTDIR/bench_paged_headdims.csv): GB/s of ``paged_decode`` (grouped, CUDA graphs) at
@@ -35,6 +36,9 @@ B = 64, 4k, fp16, pages of 16, for every head size of vLLM's grid (64, 80, 96, 1
 and (D, Dv) = (192, 128)), each checked against float64 on a small problem first, at its default launch
 configuration and at the candidates ``HEADDIM_CANDIDATES``; bandwidth as a fraction of D = 128's
 (target: at least 0.9 of it, issue 40).
+
+Each mode ends with lines ``BEFORE/AFTER <what>: before X (GPU, date) -> now Y  target T  met / NOT met``:
+before is the shipped CSV of attnkit/bench/results/ (the run recorded before this one), now this run's.
 
 The FP8 cache's accuracy and paged_extend: ``python -m attnkit.bench.paged fp8 OUTDIR`` (about a minute).
 """
@@ -57,6 +61,23 @@ from attnkit.tolerances import rel_error, tolerance
 
 def log(*args):
     print(*args, flush=True)
+
+
+def recorded(name: str) -> list[dict]:
+    """The rows of the shipped ``bench_<name>.csv`` (attnkit/bench/results/: the run before this one), or []."""
+    try:
+        return read_results(name)
+    except FileNotFoundError:
+        return []
+
+
+def before_after(label: str, before: float | None, now: float, target: str = "", met: bool | None = None,
+                 source: list[dict] | None = None) -> None:
+    """One line: the shipped CSV's value (its GPU and date), this run's, and the target with met / NOT met."""
+    stamp = f" ({source[0]['gpu']}, {source[0]['date']})" if source else ""
+    was = f"{before:.3f}{stamp}" if before is not None and before == before else "not recorded"
+    verdict = "" if met is None else ("  met" if met else "  NOT met")
+    log(f"BEFORE/AFTER {label}: before {was} -> now {now:.3f}" + (f"  target {target}{verdict}" if target else ""))
 
 
 # ------------------------------------------------------------------------------------------- sweep
@@ -269,13 +290,20 @@ def eager_mode(out: Path) -> list[dict]:
                                                   "host_syncs_per_call", "rel_error_vs_fp32") if k in row)
                     + (f" {row['note']}" if "note" in row else ""))
         cudnn = "sdpa cudnn eager (contiguous cache)"
+        shipped = recorded("paged_eager")
         for method in list(methods)[:2]:
             for timing, measured in (("loop_us", times), ("do_bench_us", bench_times)):
                 ratio = measured[method] / measured[cudnn]
-                rows.append(dict(B=batch, context=context, method=f"ratio: {method} / {cudnn} ({timing})",
+                name = f"ratio: {method} / {cudnn} ({timing})"
+                rows.append(dict(B=batch, context=context, method=name,
                                  ratio=ratio, target=EAGER_TARGET if batch == 1 else float("nan")))
                 log(f"B={batch:3} ctx={context:6} {method} / cuDNN eager ({timing}): {ratio:.3f}"
                     + (f" (target <= {EAGER_TARGET})" if batch == 1 else ""))
+                was = [r["ratio"] for r in shipped
+                       if r["method"] == name and r["B"] == batch and r["context"] == context]
+                before_after(f"eager B={batch} ctx={context} {method} / cuDNN ({timing})", was[0] if was else None,
+                             ratio, f"<= {EAGER_TARGET}" if batch == 1 else "", ratio <= EAGER_TARGET if batch == 1
+                             else None, shipped)
         p = args = q_rows = ref = methods = None
         torch.cuda.empty_cache()
     log(f"wrote {write_results('paged_eager', rows, out)}")
@@ -284,8 +312,11 @@ def eager_mode(out: Path) -> list[dict]:
 
 # --------------------------------------------------------------------------------------------- fp8
 FP8_SHAPES = ((64, 4096), (16, 16384), (1, 32768))
-# num_stages is left at 3: the gathered loads go straight to registers, so it changes nothing (no cp.async)
-FP8_SWEEP = [paged.LaunchConfig(n, w, 3) for n in (64, 128, 256) for w in (4, 8)]
+FP8_TARGET = 1.6                                        # fp16-cache time / fp8-cache time at (64, 4k), issue 40
+# the gathered K/V rows are copied asynchronously (cp.async) into a num_stages-deep pipeline
+FP8_SWEEP = [paged.LaunchConfig(n, w, s) for n in (64, 128, 256) for w in (4, 8) for s in (2, 3)]
+# splits per sequence at (64, 4k): 512 programs leave the last wave of resident programs part-empty
+FP8_SPLITS = (1, 2, 3, 4)
 
 
 def fp8_mode(out: Path) -> list[dict]:
@@ -294,6 +325,7 @@ def fp8_mode(out: Path) -> list[dict]:
     scales = dict(k_scale=p["k_scale"], v_scale=p["v_scale"])
     args8 = (p["q"], p["k8"], p["v8"], p["block_table"], p["seq_lens"])
     swept = []
+    default = paged.default_config("grouped", paged.FP8, bench_paged.HEAD_DIM)
     for config in FP8_SWEEP:
         try:
             ms = graph_ms(lambda c=config: paged.launch(*args8, bench_paged.HEAD_DIM ** -0.5, 1, "grouped", c,
@@ -303,15 +335,29 @@ def fp8_mode(out: Path) -> list[dict]:
             continue
         swept.append((ms, config))
         rows.append(dict(kind="sweep", B=FP8_SHAPES[0][0], context=FP8_SHAPES[0][1], cache="fp8 e4m3",
-                         block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages, ms=ms))
-        log(f"fp8 sweep {config}: {ms * 1e3:.1f} us")
+                         block_n=config.block_n, num_warps=config.num_warps, num_stages=config.num_stages,
+                         num_splits=1, ms=ms))
+        log(f"fp8 sweep {config}{' (default)' if config == default else ''}: {ms * 1e3:.1f} us")
     best = min(swept, key=lambda r: r[0])[1]
-    log(f"fastest fp8 config {best}; default {paged.default_config('grouped', paged.FP8, bench_paged.HEAD_DIM)}")
+    log(f"fastest fp8 config {best}; default {default}")
+    best_splits = []
+    for splits in FP8_SPLITS:
+        ms = graph_ms(lambda s=splits: paged.launch(*args8, bench_paged.HEAD_DIM ** -0.5, s, "grouped", best, **scales))
+        best_splits.append((ms, splits))
+        rows.append(dict(kind="sweep", B=FP8_SHAPES[0][0], context=FP8_SHAPES[0][1], cache="fp8 e4m3",
+                         block_n=best.block_n, num_warps=best.num_warps, num_stages=best.num_stages,
+                         num_splits=splits, ms=ms))
+        log(f"fp8 sweep {best} splits={splits}: {ms * 1e3:.1f} us")
+    best_split = min(best_splits)[1]
+    log(f"fastest split count at B={FP8_SHAPES[0][0]} ctx={FP8_SHAPES[0][1]}: {best_split} (the heuristic picks "
+        f"{paged.choose_num_splits(*FP8_SHAPES[0][:1], bench_paged.HKV, FP8_SHAPES[0][1], 'cuda')})")
     p = args8 = scales = None
     torch.cuda.empty_cache()
+    shipped = recorded("paged_fp8_ratio")
     for batch, context in FP8_SHAPES:
         p = bench_paged.fp8_cache(bench_paged.make_problem(batch, context))
         splits = paged.choose_num_splits(batch, bench_paged.HKV, context, "cuda")
+        fastest_splits = best_split if (batch, context) == FP8_SHAPES[0] else splits
         index = (p["block_table"], p["seq_lens"])
         scale = bench_paged.HEAD_DIM ** -0.5
         runs = {
@@ -319,9 +365,9 @@ def fp8_mode(out: Path) -> list[dict]:
                                                                 splits, "grouped"),
             "fp8 cache (default config)": lambda: paged.launch(p["q"], p["k8"], p["v8"], *index, scale, splits,
                                                                "grouped", k_scale=p["k_scale"], v_scale=p["v_scale"]),
-            "fp8 cache (fastest of the sweep)": lambda: paged.launch(p["q"], p["k8"], p["v8"], *index, scale, splits,
-                                                                     "grouped", best, k_scale=p["k_scale"],
-                                                                     v_scale=p["v_scale"]),
+            "fp8 cache (fastest of the sweep)": lambda: paged.launch(p["q"], p["k8"], p["v8"], *index, scale,
+                                                                     fastest_splits, "grouped", best,
+                                                                     k_scale=p["k_scale"], v_scale=p["v_scale"]),
         }
         ref = paged.launch(p["q"], p["k_pages"], p["v_pages"], *index, scale, splits, "grouped").float()
         ms = {}
@@ -329,14 +375,21 @@ def fp8_mode(out: Path) -> list[dict]:
             nbytes = bench_paged.kv_bytes(batch, context, itemsize=1 if "fp8" in method else 2)
             ms[method] = graph_ms(fn)
             diff = float((fn().float() - ref).abs().max())
-            rows.append(dict(kind="timing", B=batch, context=context, method=method, num_splits=splits, ms=ms[method],
+            used = fastest_splits if "fastest" in method else splits
+            rows.append(dict(kind="timing", B=batch, context=context, method=method, num_splits=used, ms=ms[method],
                              gbps=nbytes / ms[method] / 1e6, max_abs_diff_vs_fp16=diff))
             log(f"B={batch:3} ctx={context:6} {method:34} {ms[method] * 1e3:8.1f} us {rows[-1]['gbps']:6.0f} GB/s")
         for method in list(runs)[1:]:
             ratio = ms["fp16 cache (default config)"] / ms[method]
-            rows.append(dict(kind="ratio", B=batch, context=context, method=f"fp16 cache time / {method} time",
-                             ratio=ratio, target=1.6 if (batch, context) == FP8_SHAPES[0] else float("nan")))
+            name = f"fp16 cache time / {method} time"
+            targeted = (batch, context) == FP8_SHAPES[0]
+            rows.append(dict(kind="ratio", B=batch, context=context, method=name,
+                             ratio=ratio, target=FP8_TARGET if targeted else float("nan")))
             log(f"B={batch:3} ctx={context:6} fp16 / {method}: {ratio:.3f}")
+            was = [r["ratio"] for r in shipped if r["kind"] == "ratio" and r["method"] == name and r["B"] == batch
+                   and r["context"] == context]
+            before_after(f"fp8 B={batch} ctx={context} {name}", was[0] if was else None, ratio,
+                         f">= {FP8_TARGET}" if targeted else "", ratio >= FP8_TARGET if targeted else None, shipped)
         p = runs = ref = None
         torch.cuda.empty_cache()
     log(f"wrote {write_results('paged_fp8_ratio', rows, out)}")
@@ -359,7 +412,8 @@ def paged_problem(batch, context, d, dv, page=16, dtype=torch.float16, seed=0):
 
 
 HEADDIM_SHAPE = (64, 4096)                              # (B, context) of the bandwidth comparison
-HEADDIM_CANDIDATES = [paged.LaunchConfig(n, w, 3) for n, w in ((32, 8), (64, 8), (128, 4))]
+HEADDIM_CANDIDATES = [paged.LaunchConfig(n, w, 3) for n, w in ((32, 8), (64, 4), (64, 8), (128, 4), (128, 8))]
+HEADDIM_TARGET = 0.9                                    # fraction of D = 128's GB/s (issue 40)
 
 
 def headdims_mode(out: Path) -> list[dict]:
@@ -372,7 +426,7 @@ def headdims_mode(out: Path) -> list[dict]:
         err = rel_error(paged.paged_decode(*small, num_splits=3), paged.paged_decode_ref(*small))
         args = paged_problem(batch, context, d, dv)
         nbytes = batch * context * bench_paged.HKV * (d + dv) * 2
-        default = paged.default_config("grouped", torch.float16, max(d, dv))
+        default = paged.default_config("grouped", torch.float16, d, dv)
         for config in [default, *(c for c in HEADDIM_CANDIDATES if c != default)]:
             row = dict(B=batch, context=context, D=d, Dv=dv, default=config == default, block_n=config.block_n,
                        num_warps=config.num_warps, num_stages=config.num_stages)
@@ -393,13 +447,21 @@ def headdims_mode(out: Path) -> list[dict]:
     at_128 = next(r["gbps"] for r in rows if r["D"] == r["Dv"] == 128 and r["default"])
     for r in rows:
         r["fraction_of_D128_gbps"] = r.get("gbps", float("nan")) / at_128
+    shipped = recorded("paged_headdims")
     for r in rows:
         if r["default"]:
             best = max((x for x in rows if x["D"] == r["D"] and x["Dv"] == r["Dv"] and "gbps" in x),
                        key=lambda x: x["gbps"])
-            log(f"D={r['D']:3} Dv={r['Dv']:3}: default {r['fraction_of_D128_gbps']:.3f} of D = 128's GB/s, "
-                f"fastest candidate ({best['block_n']}, {best['num_warps']}) {best['fraction_of_D128_gbps']:.3f} "
-                "(target >= 0.9)")
+            log(f"D={r['D']:3} Dv={r['Dv']:3}: default ({r['block_n']}, {r['num_warps']}) "
+                f"{r['fraction_of_D128_gbps']:.3f} of D = 128's GB/s, fastest candidate ({best['block_n']}, "
+                f"{best['num_warps']}) {best['fraction_of_D128_gbps']:.3f} (target >= {HEADDIM_TARGET})")
+            was = [x for x in shipped if x["D"] == r["D"] and x["Dv"] == r["Dv"] and str(x["default"]) == "True"]
+            before_after(f"head dims D={r['D']} Dv={r['Dv']} default's fraction of D = 128's GB/s",
+                         was[0]["fraction_of_D128_gbps"] if was else None, r["fraction_of_D128_gbps"],
+                         f">= {HEADDIM_TARGET}", r["fraction_of_D128_gbps"] >= HEADDIM_TARGET, shipped)
+            if was:
+                before_after(f"head dims D={r['D']} Dv={r['Dv']} default's GB/s (absolute)", was[0]["gbps"],
+                             r["gbps"], source=shipped)
     log(f"wrote {write_results('paged_headdims', rows, out)}")
     return rows
 
