@@ -54,7 +54,9 @@ def _guard_body(*args, **kwargs):
     return _g._course_called(-7310921, _s._getframe(0).f_code.co_qualname, args, kwargs)
 
 
-def _functions(modules, lab_module) -> list:
+def _functions(modules, lab_module, kernels: dict | None = None) -> list:
+    """The functions to guard; ``kernels`` (when given) gets, for each Triton kernel's Python function,
+    the kernel object that owns it."""
     found = []
     for module in modules:
         name = module.__name__
@@ -66,6 +68,8 @@ def _functions(modules, lab_module) -> list:
             elif not isinstance(value, types.FunctionType) and isinstance(getattr(value, "fn", None),
                                                                           types.FunctionType):
                 candidates = [value.fn]                    # a Triton kernel: its Python function
+                if kernels is not None:
+                    kernels.setdefault(value.fn, value)
             found += [fn for fn in candidates if isinstance(fn, types.FunctionType) and fn.__module__ == name]
     found += [v for k, v in vars(lab_module).items() if isinstance(v, types.FunctionType) and "ref" in k.lower()
               and v.__module__ == lab_module.__name__]      # the checks' own references
@@ -108,6 +112,18 @@ def load_course_implementations() -> None:
         from ...bench import naive  # noqa: F401
 
 
+def _rewrite_first(kernel) -> None:
+    """Triton's interpreter (3.9 at least) rewrites a kernel from its Python function's source at its first
+    launch, reading the function's signature and code then: after the guard has replaced that code, the
+    rewrite fails ("JIT functions do not support **kwargs parameters") and the course's kernel cannot run.
+    So an interpreted kernel is rewritten (and cached by Triton) before its code is replaced; a compiled
+    kernel read its source when it was decorated, and older interpreters run the function itself."""
+    rewrite = getattr(kernel, "rewrite", None)
+    if callable(rewrite) and hasattr(kernel, "rewritten_fn"):
+        with suppress(Exception):
+            rewrite()
+
+
 def install(lab_module, tools=()) -> int:
     """Guard every course implementation loaded now except the lab's tools; returns how many."""
     load_course_implementations()
@@ -117,9 +133,11 @@ def install(lab_module, tools=()) -> int:
     allowed = {id(f) for f in tool_list}
     _TOOL_CODES.update(f.__code__ for f in tool_list)
     count = 0
-    for fn in _functions(modules, lab_module):
+    kernels: dict = {}
+    for fn in _functions(modules, lab_module, kernels):
         if id(fn) in allowed:
             continue
+        _rewrite_first(kernels.get(fn))
         original = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         original.__kwdefaults__ = fn.__kwdefaults__
         _ORIGINALS[id(fn)] = original
