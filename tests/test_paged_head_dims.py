@@ -187,3 +187,16 @@ def test_every_head_size_and_cache_has_a_launch_configuration():
     assert paged.head_dim_class(120) == paged.head_dim_class(128) == paged.head_dim_class(80) == "narrow"
     assert paged.head_dim_class(192, 128) == "wide_qk" and paged.head_dim_class(192) == "wide"
     assert paged.head_dim_class(64, 256) == "wide"
+
+
+def test_head_dim_tiles_cover_each_head_dim_with_no_more_columns_than_one_padded_tile():
+    """Each head dim's register tiles are powers of two (the second at least 32) that cover it and do not
+    exceed the one padded tile; 80, 96 and 192 take two, which saves columns."""
+    for d in range(8, 257):
+        first, second = paged.head_dim_tiles(d)
+        assert first & (first - 1) == 0 and first >= 16
+        assert second == 0 or (second & (second - 1) == 0 and second >= 32 and first < d)
+        assert d <= first + second <= paged.padded(d)
+        assert (second == 0) == (first == paged.padded(d))
+    assert [paged.head_dim_tiles(d) for d in (80, 96, 112, 120, 128, 192)] == [
+        (64, 32), (64, 32), (128, 0), (128, 0), (128, 0), (128, 64)]

@@ -195,8 +195,9 @@ def compile_paged(cache, d, dv, config, grouped=True, split=False, check=True):
     q = torch.empty(4, HQ, d, device="meta")
     k = torch.empty(10, PAGE, HKV, d, device="meta")
     v = torch.empty(10, PAGE, HKV, dv, device="meta")
-    constexprs = dict(GROUP=HQ // HKV, BLOCK_G=16 if grouped else 1, DIM_QK=d, DIM_V=dv, BLOCK_D=paged.padded(d),
-                      BLOCK_DV=paged.padded(dv), PAGE_SIZE=PAGE, BLOCK_N=config.block_n, SPLIT=split,
+    (d1, d2), (dv1, dv2) = paged.head_dim_tiles(d), paged.head_dim_tiles(dv)
+    constexprs = dict(GROUP=HQ // HKV, BLOCK_G=16 if grouped else 1, DIM_QK=d, DIM_V=dv, BLOCK_D=d1, BLOCK_D2=d2,
+                      BLOCK_DV=dv1, BLOCK_DV2=dv2, PAGE_SIZE=PAGE, BLOCK_N=config.block_n, SPLIT=split,
                       GROUPED=grouped, DOT_PRECISION="tf32", SCALED=cache == "*fp8e4nv", CHECK=check, BLOCK_KV=HKV,
                       CODE=0, N_KERNELS=2, Q_ALIGN=paged.row_alignment(q), K_ALIGN=paged.row_alignment(k),
                       V_ALIGN=paged.row_alignment(v))
@@ -227,6 +228,7 @@ for grouped, split, check, cache, d, dv in CASES:
     assert ".entry" in ptx
     print("compiled", d, dv)
 
+products = {}
 for cache, d, dv in (("*fp16", 128, 128), ("*fp8e4nv", 128, 128), ("*fp16", 192, 128), ("*fp16", 256, 256),
                      ("*fp8e4nv", 256, 256), ("*fp16", 120, 120), ("*fp16", 80, 80)):
     config = paged.default_config("grouped", paged.FP8 if cache == "*fp8e4nv" else None, d, dv)
@@ -239,7 +241,10 @@ for cache, d, dv in (("*fp16", 128, 128), ("*fp8e4nv", 128, 128), ("*fp16", 192,
     assert not scalar and wide, f"{cache} D={d} Dv={dv}: {len(scalar)} scalar loads, {len(wide)} of 16 bytes"
     # an FP8 cache: V's bytes are not read one at a time from shared memory (the select before p·v)
     assert "ld.shared.b8" not in ptx and "ld.shared.u8" not in ptx, f"{cache} D={d}: byte loads from shared"
+    products[cache, d] = ptx.count("mma.sync")
     print("spills", cache, d, dv, spilled)
+# D = 80 in two tiles (64 + 32 columns) has fewer matrix products a warp than D = 128 (one of 128)
+assert 0 < products["*fp16", 80] < products["*fp16", 128], products
 from attnkit.kernels import paged_extend
 extend = paged_extend._extend_kernel
 for cache, d in (("*fp16", 120), ("*fp8e4nv", 128)):       # paged_extend: the same two rules
@@ -278,7 +283,8 @@ def test_the_kernels_compile_for_an_h100():
     check, an FP8 cache, splits and padded head dims, and the merge kernel, compile to PTX for sm_90; and
     at each head-dim class's default configuration ptxas spills at most 1 KB a thread (128 tokens at a
     padded 256 spilled about 10 KB), K and V are read in 16-byte vectors (D = 120 included: its rows were
-    once read an element at a time) and an FP8 cache's V is never read from shared memory byte by byte;
+    once read an element at a time), an FP8 cache's V is never read from shared memory byte by byte, and
+    D = 80 (two tiles, 64 + 32) issues fewer matrix products than D = 128;
     paged_extend's kernel keeps the last two rules."""
     pytest.importorskip("triton.backends.nvidia")
     result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)

@@ -24,8 +24,9 @@ Shapes
   at offset t % page_size; entries past a sequence's last page are never read (any value);
 - seq_lens: int32 [B], 1 <= seq_lens[b] <= max_pages * page_size;
 - o: [B, Hq, Dv] in q's dtype. fp16, bf16 and fp32; any D and Dv from 8 to 256, as the dense kernel
-  takes them: the kernels pad each head dim to a power of two in registers (tl.arange's sizes are
-  powers of two), with loads and stores masked to the real D and Dv.
+  takes them: the kernels hold each head dim in registers as one tile of a power of two (tl.arange's
+  sizes are powers of two) or, where two cover it with fewer columns, as two (80 and 96: 64 + 32; 192:
+  128 + 64; ``head_dim_tiles``), with loads and stores masked to the real D and Dv.
 - An FP8 cache (as ``paged_extend``'s): k_pages, v_pages of dtype float8_e4m3fn holding K / k_scale and
   V / v_scale, with ``k_scale``, ``v_scale`` fp32 [Hkv] (one per KV head, ``fp8_cache.fp8_scales``).
   The kernel reads the fp8 bytes (half of fp16's), converts them to q's dtype in registers, multiplies
@@ -115,22 +116,39 @@ def padded(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def head_dim_tiles(head_dim: int) -> tuple[int, int]:
+    """The register tiles of a head dim: (``padded(head_dim)``, 0), or two powers of two (first, second)
+    that cover it with fewer padded columns: the largest power of two below it, then the rest padded to
+    at least 32 (80 and 96: 64 + 32; 192: 128 + 64; 112 and 120 stay one tile of 128, as 64 + 64 would
+    be). At least 32: a tile of 16 columns gave p·v a product that every warp computed whole, and ptxas
+    for sm_90 ran out of registers (docs/paged_notes.md, "Head sizes")."""
+    whole = padded(head_dim)
+    first = whole // 2
+    second = max(32, padded(head_dim - first))
+    return (first, second) if first + second < whole else (whole, 0)
+
+
 # ------------------------------------------------------------------------------------------- kernels
 @triton.jit
-def _load_rows(ptr, rows, stride_d, valid, DIM: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr):
-    """[len(rows), BLOCK_D] elements at ptr + rows[:, None] + d·stride_d; rows not ``valid`` and the
-    columns d >= DIM (the padding to a power of two) read as zeros and touch no memory. ALIGN: a power of
-    two that divides every row offset (``row_alignment``), so that a row is read in vectors of up to 16
-    bytes: Triton itself knows only which strides are multiples of 16, and without the hint rows of
-    D = 120 (strides multiples of 8) were read one element at a time, not asynchronously, with
-    kilobytes of spills (docs/paged_notes.md, "Head sizes"). ``tl.multiple_of`` on the sum did not
-    survive Triton's rewriting of it; a product by ALIGN does."""
-    offs_d = tl.arange(0, BLOCK_D)
+def _aligned(rows, ALIGN: tl.constexpr):
+    """``rows`` (row offsets, each a multiple of ALIGN: ``row_alignment``) in a form that tells Triton so,
+    so that a row is read in vectors of up to 16 bytes. Triton itself knows only which strides are
+    multiples of 16, and without the hint rows of D = 120 (strides multiples of 8) were read one element
+    at a time, not asynchronously, with kilobytes of spills (docs/paged_notes.md, "Head sizes").
+    ``tl.multiple_of`` on the sum did not survive Triton's rewriting of it; a product by ALIGN does."""
     if ALIGN < 16:          # at 16 Triton knows it already: it specialises each stride divisible by 16
         if ALIGN > 1:
             rows = (rows // ALIGN) * ALIGN              # the same values; the product tells Triton
+    return rows
+
+
+@triton.jit
+def _load_rows(ptr, rows, stride_d, valid, DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """[len(rows), BLOCK_D] elements at ptr + rows[:, None] + d·stride_d; rows not ``valid`` and the
+    columns d >= DIM (the padding to a power of two) read as zeros and touch no memory."""
+    offs_d = tl.arange(0, BLOCK_D)
     ptrs = ptr + rows[:, None] + offs_d[None, :] * stride_d
-    if DIM == BLOCK_D:
+    if DIM >= BLOCK_D:
         mask = valid[:, None]
     else:
         mask = valid[:, None] & (offs_d[None, :] < DIM)
@@ -138,21 +156,51 @@ def _load_rows(ptr, rows, stride_d, valid, DIM: tl.constexpr, BLOCK_D: tl.conste
 
 
 @triton.jit
-def _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp,
-              stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
-              DIM_QK: tl.constexpr, DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-              PAGE_SIZE: tl.constexpr, K_ALIGN: tl.constexpr, V_ALIGN: tl.constexpr):
-    """The K rows [len(tok), BLOCK_D] and V rows [len(tok), BLOCK_DV] of KV head kv for the tokens ``tok``
-    of one sequence, found through its row of the page table (token t: page bt_row[t // PAGE_SIZE], slot
-    t % PAGE_SIZE); tokens not ``valid`` and the head-dim padding read as zeros and touch no page."""
+def _kv_rows(bt_row, tok, valid, kv, num_pages, stride_btp, stride_kp, stride_ks, stride_kh,
+             stride_vp, stride_vs, stride_vh, PAGE_SIZE: tl.constexpr, K_ALIGN: tl.constexpr, V_ALIGN: tl.constexpr):
+    """The offsets of the K and V rows of KV head kv for the tokens ``tok`` of one sequence, found through
+    its row of the page table (token t: page bt_row[t // PAGE_SIZE], slot t % PAGE_SIZE); tokens not
+    ``valid`` read no table entry (and, masked, touch no page)."""
     page = tl.load(bt_row + (tok // PAGE_SIZE) * stride_btp, mask=valid, other=0)   # physical page
     page = tl.where((page >= 0) & (page < num_pages), page, 0)          # a bad id reads page 0, no fault
     slot = tok % PAGE_SIZE                                               # offset inside the page
-    k_rows = page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh
-    v_rows = page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh
-    k = _load_rows(k_ptr, k_rows, stride_kd, valid, DIM_QK, BLOCK_D, K_ALIGN)
-    v = _load_rows(v_ptr, v_rows, stride_vd, valid, DIM_V, BLOCK_DV, V_ALIGN)
-    return k, v
+    k_rows = _aligned(page.to(tl.int64) * stride_kp + slot * stride_ks + kv * stride_kh, K_ALIGN)
+    v_rows = _aligned(page.to(tl.int64) * stride_vp + slot * stride_vs + kv * stride_vh, V_ALIGN)
+    return k_rows, v_rows
+
+
+@triton.jit
+def _scores(q, k, GROUPED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """q [BLOCK_G, d] · kᵀ: by tl.dot (tensor cores) when GROUPED, else by multiply-and-sum."""
+    if GROUPED:   # fp32 inputs: "ieee" products (tf32 misses the fp32 bound at long contexts)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    else:
+        s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], 2)
+    return s
+
+
+@triton.jit
+def _weighted(p, v, GROUPED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """p [BLOCK_G, BLOCK_N] · v [BLOCK_N, d] in fp32."""
+    if GROUPED:
+        pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    else:
+        pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], 1)
+    return pv
+
+
+@triton.jit
+def _to_compute(x, valid, dtype, SCALED: tl.constexpr, SELECT: tl.constexpr):
+    """An FP8 cache's rows converted to q's dtype (others unchanged). SELECT (V): the select, a no-op since
+    those rows loaded as zeros, keeps the conversion in the loaded layout, rows contiguous along d: without
+    it Triton converts after moving V into p·v's operand layout, where a thread's elements run down the
+    tokens, and reads V's fp8 from shared memory one byte at a time (docs/paged_notes.md, "The FP8 cache")."""
+    if SCALED:
+        if SELECT:
+            x = tl.where(valid[:, None], x.to(dtype), 0.0)
+        else:
+            x = x.to(dtype)
+    return x
 
 
 @triton.jit
@@ -198,6 +246,14 @@ def _check_values(bt_ptr, lens_ptr, k_scale_ptr, v_scale_ptr, state_ptr, batch, 
 
 
 @triton.jit
+def _store_cols(rows, x, row_ok, DIM: tl.constexpr, BLOCK: tl.constexpr, FIRST: tl.constexpr):
+    """x [BLOCK_G, BLOCK] into columns FIRST .. FIRST + BLOCK - 1 of the rows at ``rows`` (those < DIM),
+    in the rows' element type."""
+    cols = FIRST + tl.arange(0, BLOCK)
+    tl.store(rows[:, None] + cols[None, :], x.to(rows.dtype.element_ty), mask=row_ok[:, None] & (cols[None, :] < DIM))
+
+
+@triton.jit
 def _paged_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, k_scale_ptr, v_scale_ptr, state_ptr,
         qk_scale, tokens_per_split, num_pages, max_len, window_left, batch, n_kv,
@@ -207,7 +263,8 @@ def _paged_kernel(
         stride_btb, stride_btp, stride_lens,
         stride_ob, stride_oh, stride_os,
         GROUP: tl.constexpr, BLOCK_G: tl.constexpr, DIM_QK: tl.constexpr, DIM_V: tl.constexpr,
-        BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PAGE_SIZE: tl.constexpr,
+        BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_D2: tl.constexpr, BLOCK_DV2: tl.constexpr,
+        PAGE_SIZE: tl.constexpr,
         BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, GROUPED: tl.constexpr, DOT_PRECISION: tl.constexpr,
         SCALED: tl.constexpr, CHECK: tl.constexpr, BLOCK_KV: tl.constexpr, CODE: tl.constexpr,
         N_KERNELS: tl.constexpr, Q_ALIGN: tl.constexpr, K_ALIGN: tl.constexpr, V_ALIGN: tl.constexpr):
@@ -219,10 +276,11 @@ def _paged_kernel(
     - else: query head program_id(0) alone (BLOCK_G = 1), reading KV head h // GROUP; scores by
       multiply-and-sum (no tensor cores; a KV head's rows are read once for each of its query heads).
 
-    Head dims: q and K have DIM_QK columns, V and the output DIM_V, padded in registers to the powers
-    of two BLOCK_D and BLOCK_DV; the padding loads as zeros (it adds nothing to a score) and is never
-    stored. SCALED (an FP8 cache): K and V rows are converted to q's dtype in registers; the scores take
-    the KV head's k_scale, the output its v_scale.
+    Head dims: q and K have DIM_QK columns, V and the output DIM_V, held in registers as one tile of a
+    power of two (BLOCK_D, BLOCK_DV; BLOCK_D2 = BLOCK_DV2 = 0) or as two (columns 0 .. BLOCK_D - 1, then
+    BLOCK_D2 more: 80 = 64 + 16, 192 = 128 + 64; ``head_dim_tiles``), the last padded; the padding loads
+    as zeros (it adds nothing to a score) and is never stored. SCALED (an FP8 cache): K and V rows are
+    converted to q's dtype in registers; the scores take the KV head's k_scale, the output its v_scale.
     Sliding window: the new token (position seq_len - 1) sees tokens >= seq_len - 1 - window_left; the
     loop starts there, so the blocks before it are never loaded. exp2 with qk_scale = scale·log2 e.
     Without SPLIT: writes o = z / ℓ. With SPLIT: writes the partial state to the workspace row of
@@ -248,54 +306,54 @@ def _paged_kernel(
 
     if SCALED:                                                           # an FP8 cache: per-KV-head scales
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv)
-    q = _load_rows(q_ptr + b * stride_qb, heads * stride_qh, stride_qd, row_ok, DIM_QK, BLOCK_D,
-                   Q_ALIGN)                                              # [BLOCK_G, BLOCK_D]
+    q_base = q_ptr + b * stride_qb
+    q_rows = _aligned(heads * stride_qh, Q_ALIGN)
+    q = _load_rows(q_base, q_rows, stride_qd, row_ok, DIM_QK, BLOCK_D)  # [BLOCK_G, BLOCK_D]
+    if BLOCK_D2 > 0:                                                     # columns BLOCK_D .. DIM_QK - 1
+        q2 = _load_rows(q_base + BLOCK_D * stride_qd, q_rows, stride_qd, row_ok, DIM_QK - BLOCK_D, BLOCK_D2)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)                  # running max (log2 units)
     l_i = tl.zeros([BLOCK_G], tl.float32)                                # running sum of exponentials
     acc = tl.zeros([BLOCK_G, BLOCK_DV], tl.float32)                      # running Σ p·v
+    if BLOCK_DV2 > 0:
+        acc2 = tl.zeros([BLOCK_G, BLOCK_DV2], tl.float32)               # its columns BLOCK_DV .. DIM_V - 1
     bt_row = bt_ptr + b * stride_btb
     for tok0 in range(start, end, BLOCK_N):
         tok = tok0 + tl.arange(0, BLOCK_N)                               # [BLOCK_N] token index
         valid = tok < end
-        k, v = _kv_block(k_ptr, v_ptr, bt_row, tok, valid, kv, num_pages, stride_btp, stride_kp, stride_ks,
-                         stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
-                         DIM_QK, DIM_V, BLOCK_D, BLOCK_DV, PAGE_SIZE, K_ALIGN, V_ALIGN)
-        if SCALED:                                                       # fp8 bytes -> q's dtype
-            k = k.to(q.dtype)
-            # The select (a no-op: those rows loaded as zeros) keeps V's conversion in the loaded layout,
-            # rows contiguous along d: without it Triton converts after moving V into p·v's operand
-            # layout, where a thread's elements run down the tokens, and reads V's fp8 from shared
-            # memory one byte at a time (docs/paged_notes.md, "The FP8 cache").
-            v = tl.where(valid[:, None], v.to(q.dtype), 0.0)
-        if GROUPED:   # fp32 inputs: "ieee" products (tf32 misses the fp32 bound at long contexts)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        else:
-            s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], 2)
-        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))        # [BLOCK_G, BLOCK_N]
+        k_rows, v_rows = _kv_rows(bt_row, tok, valid, kv, num_pages, stride_btp, stride_kp, stride_ks, stride_kh,
+                                  stride_vp, stride_vs, stride_vh, PAGE_SIZE, K_ALIGN, V_ALIGN)
+        k = _to_compute(_load_rows(k_ptr, k_rows, stride_kd, valid, DIM_QK, BLOCK_D), valid, q.dtype, SCALED, False)
+        s = _scores(q, k, GROUPED, DOT_PRECISION)                        # [BLOCK_G, BLOCK_N]
+        if BLOCK_D2 > 0:
+            k2 = _load_rows(k_ptr + BLOCK_D * stride_kd, k_rows, stride_kd, valid, DIM_QK - BLOCK_D, BLOCK_D2)
+            s += _scores(q2, _to_compute(k2, valid, q.dtype, SCALED, False), GROUPED, DOT_PRECISION)
+        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))                            # finite: a block has a token
         alpha = tl.math.exp2(m_i - m_new)                                # rescale of the old state
         p = tl.math.exp2(s - m_new[:, None])                             # [BLOCK_G, BLOCK_N]
         l_i = l_i * alpha + tl.sum(p, 1)
-        if GROUPED:
-            pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        else:
-            pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], 1)
-        acc = acc * alpha[:, None] + pv
+        v = _to_compute(_load_rows(v_ptr, v_rows, stride_vd, valid, DIM_V, BLOCK_DV), valid, q.dtype, SCALED, True)
+        acc = acc * alpha[:, None] + _weighted(p, v, GROUPED, DOT_PRECISION)
+        if BLOCK_DV2 > 0:
+            v2 = _load_rows(v_ptr + BLOCK_DV * stride_vd, v_rows, stride_vd, valid, DIM_V - BLOCK_DV, BLOCK_DV2)
+            acc2 = acc2 * alpha[:, None] + _weighted(p, _to_compute(v2, valid, q.dtype, SCALED, True), GROUPED,
+                                                     DOT_PRECISION)
         m_i = m_new
 
+    v_scale = 1.0
     if SCALED:
-        acc = acc * tl.load(v_scale_ptr + kv)                            # V = stored V · v_scale
-    offs_dv = tl.arange(0, BLOCK_DV)
-    store_ok = row_ok[:, None] & (offs_dv[None, :] < DIM_V)
+        v_scale = tl.load(v_scale_ptr + kv)                              # V = stored V · v_scale
     if SPLIT:
         rows = out_ptr + b * stride_ob + heads * stride_oh + split * stride_os    # [BLOCK_G] workspace rows
-        tl.store(rows[:, None] + offs_dv[None, :], acc, mask=store_ok)
         tl.store(rows + DIM_V, m_i * LN2, mask=row_ok)                  # natural-log units
         tl.store(rows + DIM_V + 1, l_i, mask=row_ok)
+        norm = tl.full([BLOCK_G], 1.0, tl.float32) * v_scale             # z unnormalised
     else:
-        out = acc / l_i[:, None]
         rows = out_ptr + b * stride_ob + heads * stride_oh
-        tl.store(rows[:, None] + offs_dv[None, :], out.to(out_ptr.dtype.element_ty), mask=store_ok)
+        norm = v_scale / l_i                                             # o = z / ℓ
+    _store_cols(rows, acc * norm[:, None], row_ok, DIM_V, BLOCK_DV, 0)
+    if BLOCK_DV2 > 0:
+        _store_cols(rows, acc2 * norm[:, None], row_ok, DIM_V, BLOCK_DV2, BLOCK_DV)
     if CHECK:       # last: the main loop's registers are free by then
         if (tl.program_id(0) == 0) & (b == 0) & (split == 0):
             _check_values(bt_ptr, lens_ptr, k_scale_ptr, v_scale_ptr, state_ptr, batch, num_pages, max_len, n_kv,
@@ -600,7 +658,9 @@ def _make_plan(q, k_pages, v_pages, block_table, sm_scale: float, num_splits: in
     grouped = variant == "grouped"
     group = n_heads // n_kv
     constexprs = dict(GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)) if grouped else 1,
-                      DIM_QK=head_dim, DIM_V=dim_v, BLOCK_D=padded(head_dim), BLOCK_DV=padded(dim_v),
+                      DIM_QK=head_dim, DIM_V=dim_v, BLOCK_D=head_dim_tiles(head_dim)[0],
+                      BLOCK_D2=head_dim_tiles(head_dim)[1], BLOCK_DV=head_dim_tiles(dim_v)[0],
+                      BLOCK_DV2=head_dim_tiles(dim_v)[1],
                       PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=num_splits > 1, GROUPED=grouped,
                       DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32", SCALED=scaled,
                       BLOCK_KV=triton.next_power_of_2(n_kv), CODE=CODE, N_KERNELS=len(value_checks.KERNELS),
