@@ -121,7 +121,7 @@ def head_dim_tiles(head_dim: int) -> tuple[int, int]:
     that cover it with fewer padded columns: the largest power of two below it, then the rest padded to
     at least 32 (80 and 96: 64 + 32; 192: 128 + 64; 112 and 120 stay one tile of 128, as 64 + 64 would
     be). At least 32: a tile of 16 columns gave p·v a product that every warp computed whole, and ptxas
-    for sm_90 ran out of registers (docs/paged_notes.md, "Head sizes")."""
+    for sm_90 ran out of registers (docs/paged_notes.md, "What the compiled code showed")."""
     whole = padded(head_dim)
     first = whole // 2
     second = max(32, padded(head_dim - first))
@@ -134,7 +134,8 @@ def _aligned(rows, ALIGN: tl.constexpr):
     """``rows`` (row offsets, each a multiple of ALIGN: ``row_alignment``) in a form that tells Triton so,
     so that a row is read in vectors of up to 16 bytes. Triton itself knows only which strides are
     multiples of 16, and without the hint rows of D = 120 (strides multiples of 8) were read one element
-    at a time, not asynchronously, with kilobytes of spills (docs/paged_notes.md, "Head sizes").
+    at a time, not asynchronously, with kilobytes of spills (docs/paged_notes.md, "What the compiled
+    code showed").
     ``tl.multiple_of`` on the sum did not survive Triton's rewriting of it; a product by ALIGN does."""
     if ALIGN < 16:          # at 16 Triton knows it already: it specialises each stride divisible by 16
         if ALIGN > 1:
@@ -194,7 +195,8 @@ def _to_compute(x, valid, dtype, SCALED: tl.constexpr, SELECT: tl.constexpr):
     """An FP8 cache's rows converted to q's dtype (others unchanged). SELECT (V): the select, a no-op since
     those rows loaded as zeros, keeps the conversion in the loaded layout, rows contiguous along d: without
     it Triton converts after moving V into p·v's operand layout, where a thread's elements run down the
-    tokens, and reads V's fp8 from shared memory one byte at a time (docs/paged_notes.md, "The FP8 cache")."""
+    tokens, and reads V's fp8 from shared memory one byte at a time (docs/paged_notes.md, "What the
+    compiled code showed")."""
     if SCALED:
         if SELECT:
             x = tl.where(valid[:, None], x.to(dtype), 0.0)
