@@ -26,7 +26,8 @@ step, the larger of host and GPU time), by do_bench (median, CUDA events) and re
 Ratios: paged / cuDNN per shape, target 1.5 at B = 1 (issue 40).
 
 --mode fp8 (OUTDIR/bench_paged_fp8_ratio.csv): fp16-cache time / fp8-cache time of ``paged_decode``
-(grouped, the default split count, CUDA graphs) at (B, context) = (64, 4k), (16, 16k), (1, 32k); first a
+(grouped, the default split count, CUDA graphs) at (B, context) = (64, 4k), (16, 16k), (1, 32k); first
+checks against float64 of the dequantised cache (D = 128 and 80, both variants, 1 and 3 splits), then a
 sweep of the fp8 cache's launch configurations at (64, 4k) (tokens per iteration, warps, stages), then of
 the split count at the fastest, which are used for the three shapes (the split count at (64, 4k) only) and
 recorded beside the default's time. Bytes halve, so ~1.9 is the bound; the target is 1.6 at (64, 4k).
@@ -320,8 +321,32 @@ FP8_SWEEP = [paged.LaunchConfig(n, w, s) for n in (64, 128, 256) for w in (4, 8)
 FP8_SPLITS = (1, 2, 3, 4)
 
 
-def fp8_mode(out: Path) -> list[dict]:
+def fp8_checks() -> list[dict]:
+    """The FP8 cache against float64 of the dequantised cache on small problems (ragged lengths, permuted
+    pages): D = 128 and D = 80 (two register tiles), grouped and per-head, one split and three."""
+    from attnkit.kernels.fp8_cache import fp8_scales, quantize_fp8
+
     rows = []
+    for d in (128, 80):
+        q, k, v, table, lens = paged_problem(3, 640, d, d, seed=d)
+        lens[:2] = torch.tensor([1, 333], dtype=torch.int32)
+        k_scale, v_scale = fp8_scales(k), fp8_scales(v)
+        case = (q, quantize_fp8(k, k_scale), quantize_fp8(v, v_scale), table, lens)
+        ref = paged.paged_decode_ref(*case, k_scale=k_scale, v_scale=v_scale)
+        for variant in paged.VARIANTS:
+            for splits in (1, 3):
+                err = rel_error(paged.paged_decode(*case, variant=variant, num_splits=splits, k_scale=k_scale,
+                                                   v_scale=v_scale), ref)
+                bound = tolerance(torch.float16, "cuda")
+                rows.append(dict(kind="check", B=3, context=640, D=d, method=f"{variant} splits={splits}",
+                                 rel_error_small=err, bound=bound))
+                log(f"fp8 check D={d} {variant} splits={splits}: {err:.2e} against float64"
+                    + ("" if err <= bound else "  FAILED"))
+    return rows
+
+
+def fp8_mode(out: Path) -> list[dict]:
+    rows = fp8_checks()
     p = bench_paged.fp8_cache(bench_paged.make_problem(*FP8_SHAPES[0]))
     scales = dict(k_scale=p["k_scale"], v_scale=p["v_scale"])
     args8 = (p["q"], p["k8"], p["v8"], p["block_table"], p["seq_lens"])
