@@ -280,7 +280,7 @@ def _paged_kernel(
 
     Head dims: q and K have DIM_QK columns, V and the output DIM_V, held in registers as one tile of a
     power of two (BLOCK_D, BLOCK_DV; BLOCK_D2 = BLOCK_DV2 = 0) or as two (columns 0 .. BLOCK_D - 1, then
-    BLOCK_D2 more: 80 = 64 + 16, 192 = 128 + 64; ``head_dim_tiles``), the last padded; the padding loads
+    BLOCK_D2 more: 80 = 64 + 32, 192 = 128 + 64; ``head_dim_tiles``), the last padded; the padding loads
     as zeros (it adds nothing to a score) and is never stored. SCALED (an FP8 cache): K and V rows are
     converted to q's dtype in registers; the scores take the KV head's k_scale, the output its v_scale.
     Sliding window: the new token (position seq_len - 1) sees tokens >= seq_len - 1 - window_left; the
