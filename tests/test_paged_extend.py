@@ -181,7 +181,8 @@ from triton.compiler import ASTSource
 from attnkit.kernels.paged_extend import _extend_kernel as fn
 
 for scaled, cache in ((True, "*fp8e4nv"), (False, "*fp16")):
-    constexprs = dict(GROUP=4, PAGE=16, D=80, BLOCK_D=128, DV=72, BLOCK_DV=128, BLOCK_M=16, BLOCK_N=32, SCALED=scaled)
+    constexprs = dict(GROUP=4, PAGE=16, D=80, BLOCK_D=128, DV=72, BLOCK_DV=128, BLOCK_M=16, BLOCK_N=32, SCALED=scaled,
+                      K_ALIGN=16, V_ALIGN=8)       # V's rows of 72: multiples of 8 (paged.row_alignment)
     types = {"table_ptr": "*i32", "lens_ptr": "*i32", "cu_ptr": "*i32", "k_scale_ptr": "*fp32",
              "v_scale_ptr": "*fp32", "k_ptr": cache, "v_ptr": cache, "sm_scale_log2": "fp32"}
     signature = {name: "constexpr" if name in constexprs
