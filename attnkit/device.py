@@ -4,7 +4,7 @@ Every notebook starts with ``attnkit.setup()``. Every module that imports Triton
 ``ensure_triton_backend()`` first, so the interpreter is switched on before Triton is imported even
 when a student skips the setup cell.
 
-Internal names that ``tests/test_device.py`` replaces or clears (internal API, for those tests only):
+Internal names that ``tests/base/test_device.py`` replaces or clears (internal API, for those tests only):
 ``_version`` (an installed package's version) and ``_cuda_sm_count`` (the per-GPU cache behind ``sm_count``).
 """
 from __future__ import annotations

@@ -67,7 +67,7 @@ headdims_best.json, headdims_log.txt.
 
 --cpu --tiny: tiny shapes in Triton's interpreter, checks and the whole pipeline without cuDNN (its rows say
 why), wall-clock times (meaningless as speeds; the interpreter also ignores block configurations, running
-one small fixed one): tests/test_gpu_flash_headdims.py runs it.
+one small fixed one): tests/bench/test_gpu_flash_headdims.py runs it.
 """
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ def sweep():
 
 # ------------------------------------------------------------------------------------------ checks
 def make_case(gen, lens, hq, hkv, d, page_size, dtype, device):
-    """Like tests/test_paged.py: permuted pages, NaN where no sequence writes, garbage past tables."""
+    """Like tests/kernels/test_paged.py: permuted pages, NaN where no sequence writes, garbage past tables."""
     batch = len(lens)
     per_seq = [-(-n // page_size) for n in lens]
     num_pages = sum(per_seq) + 5

@@ -114,7 +114,7 @@ elif [ "$phase" = record-warm ]; then   # every recorded kernel compiled in para
     done
     warm_kernel_scripts 400 $warm
     step 540 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 3 \
-        tests/test_flash_backward_designs.py tests/test_flash_features.py &
+        tests/kernels/test_flash_backward_designs.py tests/kernels/test_flash_features.py &
     wait
     cat $warm/check_*.log > "$out/checks.log"
     tail -n 4 $warm/*.log > "$out/warm_tails.log"
@@ -127,7 +127,7 @@ elif [ "$phase" = record-backward-warm ]; then   # after a change to the backwar
     done
     warm_kernel_scripts 400 $warm
     step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 3 \
-        tests/test_flash_backward_designs.py tests/test_flash_features.py &
+        tests/kernels/test_flash_backward_designs.py tests/kernels/test_flash_features.py &
     step 300 "$out/compiled.log" python -m attnkit.analysis.compiled &
     wait
     cat $warm/check_*.log > "$out/checks.log"
@@ -158,8 +158,8 @@ elif [ "$phase" = record-best-warm ]; then   # after a change of the rung "best"
         step 500 $warm/ladder_$n.log env ATTNKIT_AUTOTUNE=1 python scripts/warm_suites.py ladder $n &
     done
     step 500 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 5 \
-        tests/test_flash.py tests/test_flash_hopper.py tests/test_flash_backward_designs.py \
-        tests/test_flash_hopper_backward.py &
+        tests/kernels/test_flash.py tests/kernels/test_flash_hopper.py tests/kernels/test_flash_backward_designs.py \
+        tests/kernels/test_flash_hopper_backward.py &
     wait
     tail -n 2 $warm/flash_*.log $warm/ladder_*.log; failures "$out/pytest_gpu.log"
 elif [ "$phase" = record-best ]; then   # then, alone: the ladder and the SDPA suite (one recording run)
@@ -185,7 +185,7 @@ elif [ "$phase" = warm ]; then
     step 300 $warm/serving.log python -m attnkit.bench.suites --out $warm/serving serving_features &
     step 300 $warm/profile.log python -m attnkit.bench.suites --out $warm/profile decode_profile &
     step 300 "$out/pytest_gpu.log" python -m pytest -o addopts="" -p no:cacheprovider -v -n 4 \
-        tests/test_engine_graphs.py tests/test_paged_fp8.py tests/test_paged_window.py tests/test_strides.py &
+        tests/serving/test_engine_graphs.py tests/kernels/test_paged_fp8.py tests/kernels/test_paged_window.py tests/kernels/test_strides.py &
     if [ -d .whl ]; then   # the lessons under nbval (wheels from ../shared/tools/device-wheels, carried)
         python3 -m pip install -q --no-index --find-links .whl --target /tmp/site nbval ipywidgets nbclient \
             && step 300 "$out/nbval_gpu.log" env PYTHONPATH=/tmp/site:. python -m pytest -p no:cacheprovider -v -n 4 \

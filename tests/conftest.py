@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The longest files first. `make test` runs files on two workers in collection order (`-n 2 --dist
 # loadfile --no-loadscope-reorder`): started first, no long file is left running alone at the end.
-# tests/test_no_triton.py (the second longest) stays in its place: it waits for the environment that
-# tests/test_colab_install.py builds on a fresh machine, and by then that is built.
-LONGEST_FIRST = ("tests/test_colab_install.py", "notebooks/09_capstone_serving.ipynb",
+# tests/integration/test_no_triton.py (the second longest) stays in its place: it waits for the environment that
+# tests/integration/test_colab_install.py builds on a fresh machine, and by then that is built.
+LONGEST_FIRST = ("tests/integration/test_colab_install.py", "notebooks/09_capstone_serving.ipynb",
                  "notebooks/05b_forward_tuning.ipynb", "notebooks/05_flash_attention.ipynb",
                  "notebooks/10_beyond_one_gpu.ipynb")
 

@@ -12,7 +12,7 @@ from .. import __version__
 # Where the course lives, and the release its notebooks link to and install: the git tag of this
 # version of the package (``attnkit.__version__``, which pyproject.toml reads too). Every address a
 # notebook shows or prints is made from these: Colab badges, the setup cell's install line, the
-# glossary links, the notes of skipped cells, and (checked by tests/test_environment.py) the README,
+# glossary links, the notes of skipped cells, and (checked by tests/integration/test_environment.py) the README,
 # CITATION.cff and pyproject.toml. A fork changes REPO_URL and runs `make headers`; a release is made
 # as docs/instructor_guide.md ("Releases and Colab") says.
 REPO_URL = "https://github.com/attnkit/attention-kernels-course"

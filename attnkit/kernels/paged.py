@@ -62,7 +62,7 @@ compiled kernels; on a machine without a GPU, CPU tensors run the same kernels i
 interpreter, with bf16 computed in fp32 and rounded (the interpreter's bf16 is not faithful); CPU
 tensors on a machine with a GPU are computed on the GPU and copied back.
 
-Internal API, for the tests that compile them (``tests/test_paged_host.py``): the kernels
+Internal API, for the tests that compile them (``tests/kernels/test_paged_host.py``): the kernels
 ``_paged_kernel`` (decode, with or without splits) and ``_merge_splits_kernel`` (the splits' merge).
 """
 from __future__ import annotations
@@ -412,7 +412,7 @@ GPU_CONFIGS = {
     # bench_paged_headdims.csv, rows D = 192, Dv = 128: block_n 128, 4 warps
     ("grouped", "16", "wide_qk"): LaunchConfig(128, 4, 3),
     # bench_paged_headdims.csv, rows D = Dv = 192 and 256: block_n 32, 8 warps is the fastest at 192 and
-    # the best at the slower of the two; it is also the one without spills (tests/test_paged_host.py)
+    # the best at the slower of the two; it is also the one without spills (tests/kernels/test_paged_host.py)
     ("grouped", "16", "wide"): LaunchConfig(32, 8, 3),
     # bench_paged_fp8_ratio.csv, kind "sweep" (B = 64, context 4096): block_n 128, 4 warps
     ("grouped", "fp8", "narrow"): LaunchConfig(128, 4, 3),
@@ -422,7 +422,7 @@ GPU_CONFIGS = {
     # the sweep of scripts/gpu_paged.py --mode record on the H100 (docs/paged_notes.md, "Sweeps")
     ("per_head", "16", "narrow"): LaunchConfig(128, 4, 2),
     ("per_head", "fp8", "narrow"): LaunchConfig(128, 4, 2),
-    # not swept: the rule of the wide grouped entries (no spills at 32 tokens; tests/test_paged_host.py)
+    # not swept: the rule of the wide grouped entries (no spills at 32 tokens; tests/kernels/test_paged_host.py)
     ("per_head", "16", "wide_qk"): LaunchConfig(32, 4, 2),
     ("per_head", "16", "wide"): LaunchConfig(32, 4, 2),
     ("per_head", "fp8", "wide_qk"): LaunchConfig(32, 4, 2),

@@ -18,7 +18,7 @@ V's after O's product).
 Scope (an experiment, outside the package: ``launch`` checks nothing): sm_90, fp16/bf16, head dim 64
 or 128 for q, k and v, contiguous [B, H, N, D] tensors, grouped-query heads, causal aligned to the end
 with Nq <= Nk; no window, softcap or packed sequences. Gluon has no interpreter: on a CPU the kernel is
-only compiled for sm_90a (tests/test_experiments.py reads its PTX). Written for Triton 3.6 (the H100
+only compiled for sm_90a (tests/analysis/test_experiments.py reads its PTX). Written for Triton 3.6 (the H100
 machine's), compiles with 3.9.
 """
 from __future__ import annotations

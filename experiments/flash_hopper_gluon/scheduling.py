@@ -31,7 +31,7 @@ shared memory).
 Measured (README.md, ``scheduling_run.csv``): slower than the package kernel in most cases; see the
 README for the numbers and for what the SASS says about the overlap inside a warp group.
 
-Internal API: ``_attn_fwd_ws`` (the Gluon kernel) is compiled by ``tests/test_experiments.py``.
+Internal API: ``_attn_fwd_ws`` (the Gluon kernel) is compiled by ``tests/analysis/test_experiments.py``.
 """
 from __future__ import annotations
 

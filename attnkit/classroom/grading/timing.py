@@ -27,7 +27,7 @@ The clock is named in the spec (``CLOCKS``): ``cuda`` times with CUDA events thr
 
 Everything it reports is plain data; the grader trusts none of it beyond what it checks: this process
 runs the student's code, which can change anything in it, so a timing is never part of a grade.
-Internal API, for ``tests/test_leaderboard.py`` only: ``_prepare`` (step 2 for one kernel, in this process).
+Internal API, for ``tests/classroom/test_leaderboard.py`` only: ``_prepare`` (step 2 for one kernel, in this process).
 """
 from __future__ import annotations
 

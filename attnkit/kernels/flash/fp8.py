@@ -30,7 +30,7 @@ The algorithm, one program per BLOCK_M queries of one (batch, head), as ``flash_
    Kept in [0, 1] (as Triton's tutorial does with e5m2), every p below 2⁻⁶ would be subnormal in
    e4m3 (a fixed spacing of 2⁻⁹) and below 2⁻¹⁰ zero, and in long rows most weights are that small
    (for N(0, 1) logits over 16k keys the typical p is about e⁻⁴ ≈ 0.02; sharper logits push it lower).
-   Scaled, p keeps 3 mantissa bits down to 2⁻¹⁴ and is zero only below 2⁻¹⁸ (tests/test_flash_fp8.py
+   Scaled, p keeps 3 mantissa bits down to 2⁻¹⁴ and is zero only below 2⁻¹⁸ (tests/kernels/test_flash_fp8.py
    compares the two on long rows; the measured errors: docs/flash_notes.md, "Rule: FP8 accuracy"). A
    power of two rather than 448: the scale is exact, it costs
    nothing (the +8 is folded into the subtraction of m), and exp2's rounding can never push p past

@@ -25,7 +25,7 @@ an sm_90 GPU with Triton's Gluon (Triton 3.6 and later), fp16/bf16, a head dim w
 of ``dispatch.HEAD_DIMS`` (64 or 128) for q, k and v, contiguous [B, H, N, D] tensors, grouped-query heads,
 causal aligned to the end with Nq <= Nk; no window, softcap or packed sequences; forward only (its
 (o, lse) feed the course's backward unchanged). Gluon has no interpreter: on a CPU the kernel is only
-compiled for sm_90a (tests/test_flash_hopper.py reads its PTX and SASS).
+compiled for sm_90a (tests/kernels/test_flash_hopper.py reads its PTX and SASS).
 
 This module holds the kernels and their launch; ``dispatch`` decides where and how they run and imports
 this module (Gluon may be missing from a Triton: ``dispatch.gluon_module``). Internal API for tests and

@@ -39,7 +39,7 @@ Scope (``dispatch.gluon_backward_unsupported`` checks it): an sm_90 GPU with Tri
 dim with a ``gluon_backward`` row of ``dispatch.HEAD_DIMS`` (64 or 128) for q, k and v, contiguous
 [B, H, N, D] tensors, grouped-query heads, causal aligned to the end with Nq <= Nk; no window, softcap or
 packed sequences. Gluon has no interpreter: on a CPU the kernel is only compiled for
-sm_90a (tests/test_flash_hopper_backward.py reads its PTX).
+sm_90a (tests/kernels/test_flash_hopper_backward.py reads its PTX).
 
 This module holds the kernel and its launch; ``dispatch`` decides where and with which configuration it
 runs. Internal API for tests and scripts: ``dkdv`` and ``dkdv_launch`` (one launch with a given

@@ -301,7 +301,7 @@ def gpu_script():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu_flash_fp8.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_flash_fp8.py"
     spec = importlib.util.spec_from_file_location("gpu_flash_fp8", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_flash_headdims.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_flash_headdims.py"
 
 
 @pytest.fixture(scope="module")

@@ -524,7 +524,7 @@ def test_the_docs_table_of_the_256k_rows_is_the_csvs():
                 m = model[(variant, layout, w, p)][int(r["N"])]
                 expected.append(f"| {name} | {w} | {p} | {r['one_device_ms']:.0f} | {r['ms']:.0f} | {r['speedup']:.2f} "
                                 f"| {m:.2f} | {r['speedup'] / m:.0%} | {r['overlap_fraction']:.2f} |")
-    note = (Path(__file__).resolve().parent.parent / "docs" / "context_parallel.md").read_text(encoding="utf-8")
+    note = (Path(__file__).resolve().parents[2] / "docs" / "context_parallel.md").read_text(encoding="utf-8")
     rows = [line for line in note.splitlines() if line.startswith("| ") and line.split(" | ")[0][2:] in
             {name for name in rc.SCHEMES.values()}]
     assert rows == expected

@@ -58,7 +58,7 @@ def reference_lse(q, k, causal, sm_scale=None):
 
 def reference_grads(q, k, v, do, causal, sm_scale=None):
     """(dq, dk, dv) by float64 autograd through attention_ref's math (checked by finite differences in
-    tests/test_reference.py)."""
+    tests/reference/test_reference.py)."""
     return attention_grads_ref(q, k, v, do, causal=causal, sm_scale=sm_scale)
 
 

@@ -1,7 +1,7 @@
 """attnkit.kernels.flash.runners: a launch key's first call through Triton's JIT, later ones through the compiled
 kernel's runner; the key changes with everything the JIT specialises on; a failing runner warns once and
 leaves the JIT. On a CPU with Triton stood in for (``FakeTriton``) and with the real interpreter; the GPU
-tests of tests/test_flash_hopper.py and tests/test_flash.py check the runners' results bit for bit."""
+tests of tests/kernels/test_flash_hopper.py and tests/kernels/test_flash.py check the runners' results bit for bit."""
 from __future__ import annotations
 
 import os

@@ -10,7 +10,7 @@ and solutions, outside the repository, then run top to bottom, and every output 
 the stored one.
 
 The environment is built once per machine in the temporary folder (2 to 6 minutes on a 2-core machine,
-most of it installing torch; later runs reuse it); ``tests/test_no_triton.py`` runs the same notebooks in
+most of it installing torch; later runs reuse it); ``tests/integration/test_no_triton.py`` runs the same notebooks in
 it without Triton. Python is this interpreter's (3.11): the newest Python for which this machine has
 torch 2.13's CPU build on disk.
 """
@@ -158,7 +158,7 @@ STORED = {}        # relpath -> the notebook as it was copied (its stored output
 
 def copy_notebooks(dest: Path) -> list[Path]:
     """Copies of the lessons and solutions, with the headers `make headers` writes (a no-op when they
-    are current; tests/test_notebooks.py checks that they are)."""
+    are current; tests/classroom/test_notebooks.py checks that they are)."""
     copies = []
     for rel in NOTEBOOKS:
         if (ROOT / rel).exists():

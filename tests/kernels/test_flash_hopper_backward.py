@@ -32,7 +32,7 @@ from attnkit.kernels.flash.runners import Runners  # noqa: E402
 from attnkit.reference.attention import attention_grads_ref  # noqa: E402
 from attnkit.tolerances import assert_close  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GLUON_DESIGNS = [name for name, design in flash.BACKWARDS.items() if design.gluon]
 
 

@@ -27,7 +27,7 @@ def offline_prefix() -> list[str]:
 
 
 def built_site(tmp_path_factory) -> Path:
-    """The whole course's site, built once per test run (shared by this file and tests/test_browser.py,
+    """The whole course's site, built once per test run (shared by this file and tests/integration/test_browser.py,
     on either xdist worker) without a network where the machine can cut it off: out/html, out/warnings.txt.
 
     The vendored widget JavaScript is fetched first (with the network, into site/_vendor, once per checkout).

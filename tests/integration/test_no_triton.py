@@ -1,6 +1,6 @@
 """Without Triton (macOS, Windows, a CPU runtime without it) every lesson and solution still runs.
 
-The environment of tests/test_colab_install.py without its Triton: the course is installed the way pip
+The environment of tests/integration/test_colab_install.py without its Triton: the course is installed the way pip
 installs it on macOS (no Triton dependency there), and the notebooks run top to bottom with no error.
 NumPy lessons run fully and print exactly their stored outputs; a cell that needs Triton prints that
 it was skipped, where its recorded output is and what to run it on instead; benchmark cells show the

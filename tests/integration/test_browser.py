@@ -4,7 +4,7 @@ opened from disk with the network refused, shows math, figures, a widget and sea
 Headless Chromium is Debian's (`apt-get install chromium`; .ci/run installs it when run as root),
 driven by Playwright; no browser is downloaded. JupyterLab serves a copy of the notebooks, with their
 stored outputs cleared, so that what the test sees comes from running the cells now and nothing is
-saved over the course's files. The website is tests/test_site.py's build (one per test run).
+saved over the course's files. The website is tests/integration/test_site.py's build (one per test run).
 """
 import os
 import re

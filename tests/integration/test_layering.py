@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "attnkit"
+PACKAGE = Path(__file__).resolve().parents[2] / "attnkit"
 # Lowest first; a module may import its own floor and those below.
 FLOORS = (("attnkit.device", "attnkit.validation", "attnkit.tolerances", "attnkit.results"), ("attnkit.reference",),
           ("attnkit.kernels",), ("attnkit.analysis",), ("attnkit.serving",), ("attnkit.distributed",),

@@ -23,7 +23,7 @@ from attnkit.kernels.flash.runners import Runners  # noqa: E402
 from attnkit.reference.attention import attention_ref, lse_ref  # noqa: E402
 from attnkit.tolerances import assert_close  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _qkv(b=1, hq=2, hkv=2, n_q=70, n_k=70, d=64, dtype=torch.float16, device="cpu", seed=0):
@@ -65,7 +65,7 @@ def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
 def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkeypatch):
     """The Gluon forward launches through attnkit.kernels.flash.runners: a shape's first call through the JIT,
     the next through the kept runner with the call's own tensors and every constexpr in the kernel's order
-    (tests/test_runners.py checks the key and the fallback)."""
+    (tests/kernels/test_runners.py checks the key and the fallback)."""
     kernel = FakeTriton(hopper._attn_fwd_ws.arg_names)
     monkeypatch.setattr(hopper, "_attn_fwd_ws", kernel)
     monkeypatch.setattr(hopper, "RUNNERS", Runners())

@@ -86,7 +86,7 @@ def test_the_ncu_summary_converts_each_file_s_units():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "summarize_ncu.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "summarize_ncu.py"
     spec = importlib.util.spec_from_file_location("summarize_ncu", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

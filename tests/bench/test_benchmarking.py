@@ -5,7 +5,7 @@ import pytest
 
 from attnkit.bench import recorder as benchmarking
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORDED = sorted(benchmarking.RESULTS.glob("bench_*.csv"))
 
 
@@ -79,7 +79,7 @@ def test_the_gpu_scripts_record_through_the_recorder():
     as the Makefile's ``bench`` runs it)."""
     from pathlib import Path
 
-    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
     for name in ("gpu_flash.py", "gpu_flash_tuning.py", "gpu_paged.py"):
         text = (scripts / name).read_text()
         assert "record(" in text and "csv.DictWriter" not in text, name
