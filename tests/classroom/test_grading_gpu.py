@@ -162,3 +162,14 @@ def test_make_grade_lets_a_gpu_labs_steps_use_the_gpu_where_there_is_one(tmp_pat
     monkeypatch.setattr(command, "_has_gpu", lambda: has_gpu)
     command.main(["--lab", lab, str(tmp_path / "a.ipynb"), "--out", str(tmp_path / "out"), "--no-sandbox", *given])
     assert seen == [expected]
+
+
+def test_a_probe_that_dies_before_reporting_says_why(monkeypatch):
+    """A probe that cannot even start (here: a module it imports is missing, as when the course is not installed
+    in the interpreter the steps run with ``-I``) is reported with its last line of stderr, not as "no GPU"."""
+    from attnkit.classroom.grading import timing_runs
+
+    monkeypatch.setattr(timing_runs, "PROBE_ARGV", [sys.executable, "-I", "-c", "import no_such_module_for_the_probe"])
+    reaches, why = grading_reaches_gpu(Budgets(memory_mib=1024), sandbox=False)
+    assert not reaches
+    assert why.startswith("the probe sent no report (ModuleNotFoundError: No module named 'no_such_module_for_the"), why

@@ -96,7 +96,9 @@ def grading_reaches_gpu(budgets: Budgets, sandbox: bool) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix=f"attnkit-probe-{os.getpid()}-") as tmp:
         run = run_budgeted(PROBE_ARGV, budgets, sandbox=sandbox, spec={}, workdir=Path(tmp))
     frame = next((f for f in run.frames if f.get("kind") == "probe"), {})
-    return frame.get("cuda") is True, one_line(frame.get("problem") or run.stopped or "", 200)
+    silent = not frame and (run.stderr.strip().splitlines()[-1:] or [f"exit status {run.returncode}"])[0]
+    why = frame.get("problem") or run.stopped or (f"the probe sent no report ({silent})" if silent else "")
+    return frame.get("cuda") is True, one_line(why, 200)
 
 
 def probe() -> None:
