@@ -258,8 +258,8 @@ def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = N
 
 
 def _forward_no_graph(q, k, v, causal, sm_scale, window, softcap):
-    """o where there is no graph to record (no gradient wanted), padded as the autograd forward is."""
-    width = dispatch.pad_width(q, v)
+    """o where there is no graph to record (no gradient wanted), padded where ``dispatch.pad_width`` says."""
+    width = dispatch.pad_width(q, v, causal_forward_alone=causal)
     if not width:
         return forward.forward(q, k, v, causal, sm_scale, BEST, window, softcap)[0]
     padded = (layout.pad_head_dim(t, width) for t in (q, k, v))

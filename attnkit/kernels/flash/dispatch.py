@@ -142,15 +142,16 @@ def autotuned(head_dim: int) -> bool:
     return autotune_enabled() and head_dim_rules(head_dim).autotune
 
 
-def pad_width(q: torch.Tensor, v: torch.Tensor, packed: bool = False) -> int | None:
+def pad_width(q: torch.Tensor, v: torch.Tensor, packed: bool = False, causal_forward_alone: bool = False) -> int | None:
     """The head dim q, k and v run zero-padded to, or None. Where a row sets ``pad_from`` (D = 128: from
     65), a head dim from there up to the row's own, with Dv = D and not packed, runs as the row's on sm_90+:
     its tiles are that wide anyway (``padded``), and the row's fast paths (the Gluon kernels, host-built
     descriptors) need the head dim exactly. Zero columns change no score (q.k) and give o zero columns;
     sm_scale stays 1/sqrt(the true D) (bench_flash_headdims_sweep.csv, impl pad128 at D = 80, 96, 112;
-    docs/head_dims.md, "Rule: pad 65-127 to 128")."""
+    docs/head_dims.md, "Rule: pad 65-127 to 128"). Not a causal forward alone (no backward to follow): padded,
+    it ran slower (bench_flash_headdims.csv, causal forward rows after the rule)."""
     head_dim = q.shape[-1]
-    if packed or v.shape[-1] != head_dim or head_dim > MAX_HEAD_DIM:
+    if packed or causal_forward_alone or v.shape[-1] != head_dim or head_dim > MAX_HEAD_DIM:
         return None
     width = min(d for d in HEAD_DIMS if d >= head_dim)
     start = HEAD_DIMS[width].pad_from
