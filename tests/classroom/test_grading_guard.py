@@ -32,3 +32,39 @@ def test_the_courses_interpreted_kernel_still_runs_after_the_guard_is_installed(
     line = done.stdout.strip().splitlines()[-1]
     assert line.startswith("guarded ") and line.endswith("course output (1, 1, 20, 16) True"), line
     assert int(line.split()[1]) > 100             # the course's functions were guarded
+
+
+def test_a_compiled_kernel_keeps_its_function_and_refuses_launches_and_compiles_from_the_notebook():
+    """On a GPU the guard leaves a Triton function's Python code alone (the compiler binds calls of it through
+    its signature at every compile, the course's own kernels' included) and guards its launch (``run``) and
+    its compilation into a kernel (``parse``): refused with the notebook's code on the stack, allowed
+    otherwise."""
+    import pytest
+
+    from attnkit.classroom.grading import guard
+    from attnkit.classroom.grading.submission import CELL_PREFIX
+
+    def helper(x, y):
+        return x + y
+
+    class FakeKernel:                      # what the guard sees of a JITFunction: fn, run, parse
+        fn = staticmethod(helper)
+
+        def run(self, *args, **kwargs):
+            return ("ran", args)
+
+        def parse(self):
+            return "tree"
+
+    kernel, code = FakeKernel(), helper.__code__
+    guard._guard_compiled_kernel(kernel, "course.helper")
+    assert helper.__code__ is code and kernel.run(1, grid=2) == ("ran", (1,)) and kernel.parse() == "tree"
+    cell = compile("def student():\n    return kernel.run(1)\n", CELL_PREFIX + "1", "exec")
+    namespace = {"kernel": kernel}
+    exec(cell, namespace)
+    with pytest.raises(guard.CourseImplementationCalled, match="course.helper is the course's own"):
+        namespace["student"]()
+    compiling = compile("def student_kernel():\n    return kernel.parse()\n", CELL_PREFIX + "2", "exec")
+    exec(compiling, namespace)
+    with pytest.raises(guard.CourseImplementationCalled):
+        namespace["student_kernel"]()

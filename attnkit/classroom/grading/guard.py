@@ -15,6 +15,7 @@ import sys
 import types
 from contextlib import suppress
 
+from ...device import triton_interprets
 from .submission import CELL_PREFIX
 
 # The course's own implementations: the student's code may not call them while it is graded.
@@ -116,12 +117,30 @@ def _rewrite_first(kernel) -> None:
     """Triton's interpreter (3.9 at least) rewrites a kernel from its Python function's source at its first
     launch, reading the function's signature and code then: after the guard has replaced that code, the
     rewrite fails ("JIT functions do not support **kwargs parameters") and the course's kernel cannot run.
-    So an interpreted kernel is rewritten (and cached by Triton) before its code is replaced; a compiled
-    kernel read its source when it was decorated, and older interpreters run the function itself."""
+    So an interpreted kernel is rewritten (and cached by Triton) before its code is replaced (older
+    interpreters run the function itself); a compiled one keeps its code (``_guard_compiled_kernel``)."""
     rewrite = getattr(kernel, "rewrite", None)
     if callable(rewrite) and hasattr(kernel, "rewritten_fn"):
         with suppress(Exception):
             rewrite()
+
+
+def _guard_compiled_kernel(kernel, name: str) -> None:
+    """A compiled Triton function keeps its Python function: the compiler binds every call of it inside a
+    kernel through that function's signature (``inspect.getcallargs``) at each compile, the course's own
+    kernels' included, so replacing its code breaks them ("CompilationError" at the call). Its launches
+    (``run``) and its compilation into a kernel (``parse``) are guarded instead: the notebook's code may
+    neither launch it nor compile a kernel of its own that calls it."""
+    for attr in ("run", "parse"):
+        method = getattr(kernel, attr, None)
+        if method is None:
+            continue
+        key = id(method.__func__) ^ id(kernel)
+        _ORIGINALS[key] = method
+
+        def guarded(*args, _key=key, **kwargs):
+            return _course_called(_key, name, args, kwargs)
+        setattr(kernel, attr, guarded)
 
 
 def install(lab_module, tools=()) -> int:
@@ -134,8 +153,13 @@ def install(lab_module, tools=()) -> int:
     _TOOL_CODES.update(f.__code__ for f in tool_list)
     count = 0
     kernels: dict = {}
+    compiled = not triton_interprets()
     for fn in _functions(modules, lab_module, kernels):
         if id(fn) in allowed:
+            continue
+        if compiled and fn in kernels:
+            _guard_compiled_kernel(kernels[fn], fn.__qualname__)
+            count += 1
             continue
         _rewrite_first(kernels.get(fn))
         original = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
