@@ -60,6 +60,7 @@ SCRIPT_RESULTS = {
     "tensor_parallel_decode": "python scripts/gpu_tensor_parallel.py DIR --tp 2 4",
     "flash_broadcast_do": "python scripts/gpu_flash_broadcast_do.py DIR --repeats 5",
     "flash_headdims": "python scripts/gpu_flash_headdims.py DIR --quick (--no-sweep after a change of the dispatch)",
+    "flash_eager": "python scripts/gpu_flash_eager.py DIR --repeats 5",
     "flash_headdims_sweep": "python scripts/gpu_flash_headdims.py DIR --quick",
     "flash_tile_order_ncu": "python scripts/gpu_flash_tile_order_ncu.py --csv RAW DIR/bench_flash_tile_order.csv DIR "
                             "(RAW: ncu's lines of gpu_flash_tile_order_ncu.py G C 1024, "
