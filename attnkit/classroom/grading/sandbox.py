@@ -564,10 +564,12 @@ class _Watch:
             tree = [self.proc.pid] + descendants(self.proc.pid, table)
             kib = sum(table[p][1] for p in tree if p in table)
             self.peak_kib, self.peak_processes = max(self.peak_kib, kib), max(self.peak_processes, len(tree))
-            if kib > self.budgets.memory_mib * 1024:
-                return f"used more than its {self.budgets.memory_mib:g} MiB of memory (all its processes together)"
+            # processes first: resident sizes count shared pages in every process, so a tree of many
+            # forks also looks large; the count is the cause to name
             if len(tree) > self.budgets.processes + 2:          # bwrap's own two processes
                 return f"started more than {self.budgets.processes:g} processes"
+            if kib > self.budgets.memory_mib * 1024:
+                return f"used more than its {self.budgets.memory_mib:g} MiB of memory (all its processes together)"
         if not self.sandbox and now - self.last_disk >= 1.0:
             self.last_disk = now
             if folder_bytes(self.workdir) > self.budgets.staging_mib * 2**20:
