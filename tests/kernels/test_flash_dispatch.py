@@ -133,9 +133,23 @@ def test_padded_head_dims_match_float64_forward_gradients_and_refuse_second_deri
     refs = torch.autograd.grad(ref, (q64, k64, v64), do.double())
     assert o.shape == (1, 2, 19, d) and all(g.shape == t.shape for g, t in zip(grads, (q, k, v)))
     for name, got, want in zip(("o", "dq", "dk", "dv"), (o, *grads), (ref, *refs)):
-        assert_close(got, want, dtype, what=name)
+        assert_close(got, want, dtype, got.device.type, what=name)
     with torch.no_grad():     # padded where not causal: a causal forward alone runs unpadded
-        assert_close(flash_attention(q, k, v, causal=causal), ref, dtype, what="o without a graph")
+        assert_close(flash_attention(q, k, v, causal=causal), ref, dtype, o.device.type, what="o without a graph")
     dq, = torch.autograd.grad(flash_attention(q, k, v, causal=causal), q, do, create_graph=True)
     with pytest.raises(RuntimeError, match="second derivatives"):
         dq.sum().backward()
+
+
+def test_descriptors_at_d256_only_for_two_byte_elements(monkeypatch):
+    """D = 256's forward moves tiles by host-built descriptors (its row's rule), checked in fp16: float32
+    inputs keep pointer tiles there; D = 128 keeps its own rule for every dtype."""
+    monkeypatch.setattr(dispatch, "descriptors_supported", lambda device: True)
+    rung = dispatch.VARIANTS["host_descriptors"]
+
+    def desc(d, dtype):
+        t = torch.empty(1, 2, 64, d, dtype=dtype)
+        return dispatch.effective_rung(rung, True, t, t, t, t).desc
+
+    assert desc(256, torch.float16) == desc(256, torch.bfloat16) == desc(128, torch.float32) != 0
+    assert desc(256, torch.float32) == 0

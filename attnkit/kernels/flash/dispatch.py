@@ -326,6 +326,8 @@ def effective_rung(rung: Rung, causal: bool, *tensors, plain: bool = True) -> Ru
     q, k = tensors[0], tensors[1]
     if rung.rule and not host_descriptor_choice(causal, q.shape[-1], k.shape[2])["desc"]:
         rung = replace(rung, desc=kernels.POINTERS)
+    if rung.rule and q.shape[-1] > 128 and q.element_size() > 2:    # the D = 256 rule was checked in fp16 only
+        rung = replace(rung, desc=kernels.POINTERS)                  # (bench_flash_headdims_sweep.csv)
     if rung.desc and not (plain and descriptors_supported(q.device) and tma_compatible(*tensors)):
         rung = replace(rung, desc=kernels.POINTERS)
     return rung
