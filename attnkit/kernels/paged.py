@@ -413,14 +413,16 @@ GPU_CONFIGS = {
     ("grouped", "16", "narrow_padded"): LaunchConfig(64, 4, 3),
     # bench_paged_headdims.csv, rows D = 192, Dv = 128: block_n 128, 4 warps
     ("grouped", "16", "wide_qk"): LaunchConfig(128, 4, 3),
-    # bench_paged_headdims.csv, rows D = Dv = 192 and 256: block_n 64, 4 warps has the fastest slower head size
-    ("grouped", "16", "wide"): LaunchConfig(64, 4, 3),
+    # bench_paged_headdims.csv, rows D = Dv = 192: block_n 128, 4 warps; D = Dv = 256: block_n 64, 4 warps
+    ("grouped", "16", "wide"): LaunchConfig(128, 4, 3),
+    ("grouped", "16", "widest"): LaunchConfig(64, 4, 3),
     # bench_paged_fp8_ratio.csv, kind "sweep" (B = 64, context 4096): block_n 128, 4 warps
     ("grouped", "fp8", "narrow"): LaunchConfig(128, 4, 3),
     # not swept with an fp8 cache: the fp16 cache's (an fp8 tile holds fewer bytes, the same registers)
     ("grouped", "fp8", "narrow_padded"): LaunchConfig(64, 4, 3),
     ("grouped", "fp8", "wide_qk"): LaunchConfig(128, 4, 3),
-    ("grouped", "fp8", "wide"): LaunchConfig(64, 4, 3),
+    ("grouped", "fp8", "wide"): LaunchConfig(128, 4, 3),
+    ("grouped", "fp8", "widest"): LaunchConfig(64, 4, 3),
     # the sweep of scripts/gpu_paged.py --mode record on the H100 (docs/paged_notes.md, "Sweeps")
     ("per_head", "16", "narrow"): LaunchConfig(128, 4, 2),
     ("per_head", "fp8", "narrow"): LaunchConfig(128, 4, 2),
@@ -430,18 +432,21 @@ GPU_CONFIGS = {
     # not swept: the rule of the wide grouped entries (no spills at 32 tokens; tests/kernels/test_paged_host.py)
     ("per_head", "16", "wide_qk"): LaunchConfig(32, 4, 2),
     ("per_head", "16", "wide"): LaunchConfig(32, 4, 2),
+    ("per_head", "16", "widest"): LaunchConfig(32, 4, 2),
     ("per_head", "fp8", "wide_qk"): LaunchConfig(32, 4, 2),
     ("per_head", "fp8", "wide"): LaunchConfig(32, 4, 2),
+    ("per_head", "fp8", "widest"): LaunchConfig(32, 4, 2),
 }
 
 
 def head_dim_class(head_dim: int, head_dim_v: int | None = None) -> str:
     """"narrow": D and Dv padded to at most 128, both powers of two; "narrow_padded": the same but one of them
     padded (80-120: their sweep's fastest tiles differ); "wide_qk": D padded past 128, Dv not (DeepSeek's
-    192/128); "wide": Dv padded past 128 (``padded``: the next power of two, at least 16)."""
+    192/128); "wide": Dv padded past 128, at most 192; "widest": Dv above 192 (``padded``: the next power of
+    two, at least 16; 192 and 256 share a padded tile but not their fastest configuration)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     if padded(head_dim_v) > 128:
-        return "wide"
+        return "wide" if head_dim_v <= 192 else "widest"
     if padded(head_dim) > 128:
         return "wide_qk"
     return "narrow" if (head_dim, head_dim_v) == (padded(head_dim), padded(head_dim_v)) else "narrow_padded"

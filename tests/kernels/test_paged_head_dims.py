@@ -181,13 +181,13 @@ def test_every_head_size_and_cache_has_a_launch_configuration():
     """One table holds every GPU launch configuration: each (variant, cache, head-dim class) has an entry,
     the head sizes padded to a power of two up to 128 (80-120) have their own, and DeepSeek's (192, 128) too."""
     classes = {paged.head_dim_class(d, dv) for d in range(8, 257, 8) for dv in (d, 128)}
-    assert classes == {"narrow", "narrow_padded", "wide_qk", "wide"}
+    assert classes == {"narrow", "narrow_padded", "wide_qk", "wide", "widest"}
     assert set(paged.GPU_CONFIGS) == {(variant, cache, c) for variant in paged.VARIANTS for cache in ("16", "fp8")
                                       for c in classes}
     assert paged.head_dim_class(64) == paged.head_dim_class(128) == paged.head_dim_class(16, 128) == "narrow"
     assert paged.head_dim_class(120) == paged.head_dim_class(80) == paged.head_dim_class(128, 96) == "narrow_padded"
     assert paged.head_dim_class(192, 128) == "wide_qk" and paged.head_dim_class(192) == "wide"
-    assert paged.head_dim_class(64, 256) == "wide"
+    assert paged.head_dim_class(64, 256) == paged.head_dim_class(256) == paged.head_dim_class(200) == "widest"
 
 
 def test_head_dim_tiles_cover_each_head_dim_with_no_more_columns_than_one_padded_tile():

@@ -229,7 +229,8 @@ for grouped, split, check, cache, d, dv in CASES:
     print("compiled", d, dv)
 
 products = {}
-for cache, d, dv in (("*fp16", 128, 128), ("*fp8e4nv", 128, 128), ("*fp16", 192, 128), ("*fp16", 256, 256),
+for cache, d, dv in (("*fp16", 128, 128), ("*fp8e4nv", 128, 128), ("*fp16", 192, 128), ("*fp16", 192, 192),
+                     ("*fp16", 256, 256),
                      ("*fp8e4nv", 256, 256), ("*fp16", 120, 120), ("*fp16", 80, 80)):
     config = paged.default_config("grouped", paged.FP8 if cache == "*fp8e4nv" else None, d, dv)
     ptx = compile_paged(cache, d, dv, config)
@@ -289,4 +290,4 @@ def test_the_kernels_compile_for_an_h100():
     pytest.importorskip("triton.backends.nvidia")
     result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 6 and result.stdout.count("spills") == 7
+    assert result.stdout.count("compiled") == 6 and result.stdout.count("spills") == 8
