@@ -24,14 +24,14 @@ COURSE_IMPLEMENTATIONS = ("attnkit.reference", "attnkit.kernels", "attnkit.servi
                           "attnkit.bench.naive")
 _TOOL_CODES: set = set()           # the code of the lab's tools: what they call is theirs to call
 _PLACEHOLDER = -7310921            # in _guard_body's constants: replaced by the function's id
-_ORIGINALS: dict[int, object] = {}
+_ORIGINALS: dict = {}         # a guarded function's id (a kernel's: (id, method)) -> the original
 
 
 class CourseImplementationCalled(Exception):
     """Raised when a student's function calls one of the course's own implementations."""
 
 
-def _course_called(fn_id: int, name: str, args, kwargs):
+def _course_called(fn_id, name: str, args, kwargs):
     """The body of a guarded course function: refused when the notebook's code is on the stack above
     this call with no tool of the lab's between (a course function that calls what it is given is no
     way round); allowed otherwise (the lab's own check, a tool's own helpers)."""
@@ -135,7 +135,7 @@ def _guard_compiled_kernel(kernel, name: str) -> None:
         method = getattr(kernel, attr, None)
         if method is None:
             continue
-        key = id(method.__func__) ^ id(kernel)
+        key = (id(kernel), attr)
         _ORIGINALS[key] = method
 
         def guarded(*args, _key=key, **kwargs):

@@ -206,13 +206,12 @@ class FlashAttentionFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, causal, sm_scale, window=(-1, -1), softcap=None, varlen=None, design=DEFAULT_BACKWARD):
         width = dispatch.pad_width(q, v, packed=varlen is not None)
         head_dim, inputs = q.shape[-1], (q, k, v)
-        if width:
-            q, k, v = (layout.pad_head_dim(t, width) for t in inputs)
+        q, k, v = layout.pad_head_dims(width, *inputs)
         o, lse = forward.forward(q, k, v, causal, sm_scale, BEST, window, softcap, varlen)
         ctx.save_for_backward(q, k, v, o, lse, *(inputs if width else ()))
         ctx.options = (causal, sm_scale, window, softcap, varlen, design)
         ctx.unpadded = head_dim if width else None
-        return o[..., :head_dim].contiguous() if width else o
+        return layout.unpad_head_dim(o, head_dim, width)
 
     @staticmethod
     def backward(ctx, do):
@@ -260,10 +259,8 @@ def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = N
 def _forward_no_graph(q, k, v, causal, sm_scale, window, softcap):
     """o where there is no graph to record (no gradient wanted), padded where ``dispatch.pad_width`` says."""
     width = dispatch.pad_width(q, v, causal_forward_alone=causal)
-    if not width:
-        return forward.forward(q, k, v, causal, sm_scale, BEST, window, softcap)[0]
-    padded = (layout.pad_head_dim(t, width) for t in (q, k, v))
-    return forward.forward(*padded, causal, sm_scale, BEST, window, softcap)[0][..., :q.shape[-1]].contiguous()
+    o = forward.forward(*layout.pad_head_dims(width, q, k, v), causal, sm_scale, BEST, window, softcap)[0]
+    return layout.unpad_head_dim(o, q.shape[-1], width)
 
 
 # ------------------------------------------------------------------------------- packed sequences

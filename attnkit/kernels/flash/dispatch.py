@@ -79,6 +79,7 @@ class HeadDimRules:
     pad_from: int | None = None               # sm_90+: a head dim from this up to the row's runs zero-padded to it
     backward_descriptors: bool = True         # the backward designs may move tiles by descriptors
     host_descriptors_from: int | None = None  # host_descriptors rung: descriptors causal, and non-causal from Nk
+    host_descriptors_itemsize: int = 4        # ... for elements of at most this many bytes
     gluon_forward: dict | None = None         # {causal: (HALF_M, BLOCK_N, STAGES, compute groups)}
     gluon_forward_from: dict | None = None    # {causal: shortest N at which "best" runs the Gluon forward}
     persistent_non_causal: bool = False       # non-causal Gluon forward: persistent programs at every length
@@ -106,8 +107,9 @@ HEAD_DIMS = {
     # D = 192 (Dv = 128, DeepSeek's) and D = 256: twice the shared memory a row; swept among the
     # configurations ptxas compiles without serialising the products (docs/flash_notes.md, "Rule: D = 256");
     # each launcher's default without the autotuner, and at D = 256 the forward's tiles by host-built
-    # descriptors (bench_flash_headdims_sweep.csv, D = 192 and 256 forward: the fixed configurations beat the
-    # autotuned launch; docs/head_dims.md, "Rule: head dims above 128"); the backward's tiles by pointers
+    # descriptors, for 2-byte elements as checked (bench_flash_headdims_sweep.csv, D = 192 and 256 forward: the
+    # fixed configurations beat the autotuned launch; docs/head_dims.md, "Rule: head dims above 128"); the
+    # backward's tiles by pointers
     192: HeadDimRules(
         fwd=BlockConfig(128, 64, 8, 3), fwd_desc=BlockConfig(128, 64, 8, 2), bwd_dkdv=BlockConfig(64, 32, 4, 2),
         bwd_dq=BlockConfig(64, 32, 4, 2), bwd_atomic=BlockConfig(32, 32, 4, 2), untuned=BlockConfig(64, 32, 4, 2),
@@ -115,7 +117,7 @@ HEAD_DIMS = {
     256: HeadDimRules(
         fwd=BlockConfig(128, 64, 8, 2), fwd_desc=BlockConfig(128, 64, 8, 2), bwd_dkdv=BlockConfig(64, 32, 4, 2),
         bwd_dq=BlockConfig(64, 32, 4, 2), bwd_atomic=BlockConfig(32, 32, 4, 2), untuned=BlockConfig(64, 32, 4, 2),
-        autotune=False, backward_descriptors=False, host_descriptors_from=0),
+        autotune=False, backward_descriptors=False, host_descriptors_from=0, host_descriptors_itemsize=2),
 }
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, max(HEAD_DIMS)
 SUPPORTED_HEAD_DIMS = range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1)
@@ -302,13 +304,15 @@ def tma_compatible(*tensors) -> bool:
     return True
 
 
-def host_descriptor_choice(causal: bool, head_dim: int, n_k: int) -> dict:
+def host_descriptor_choice(causal: bool, head_dim: int, n_k: int, itemsize: int = 2) -> dict:
     """Where the host_descriptors rung uses its descriptor kernel: at a head dim whose row sets
-    ``host_descriptors_from``, causal at every length and non-causal from that many keys (docs/flash_notes.md,
-    "Rule: descriptors built on the host"); the autotuned pointer kernel elsewhere."""
+    ``host_descriptors_from``, for elements of at most ``host_descriptors_itemsize`` bytes, causal at every
+    length and non-causal from that many keys (docs/flash_notes.md, "Rule: descriptors built on the host");
+    the autotuned pointer kernel elsewhere."""
     rules = exact_rules(head_dim)
-    start = rules and rules.host_descriptors_from
-    return dict(desc=start is not None and (causal or n_k >= start))
+    if rules is None or rules.host_descriptors_from is None or itemsize > rules.host_descriptors_itemsize:
+        return dict(desc=False)
+    return dict(desc=causal or n_k >= rules.host_descriptors_from)
 
 
 def right_bounded(causal: bool, window) -> bool:
@@ -324,10 +328,8 @@ def effective_rung(rung: Rung, causal: bool, *tensors, plain: bool = True) -> Ru
     where this device, Triton or the tensors' strides cannot take descriptors, or where the shapes are
     not ``plain`` (packed sequences, a head dim that is padded or differs between v and q)."""
     q, k = tensors[0], tensors[1]
-    if rung.rule and not host_descriptor_choice(causal, q.shape[-1], k.shape[2])["desc"]:
+    if rung.rule and not host_descriptor_choice(causal, q.shape[-1], k.shape[2], q.element_size())["desc"]:
         rung = replace(rung, desc=kernels.POINTERS)
-    if rung.rule and q.shape[-1] > 128 and q.element_size() > 2:    # the D = 256 rule was checked in fp16 only
-        rung = replace(rung, desc=kernels.POINTERS)                  # (bench_flash_headdims_sweep.csv)
     if rung.desc and not (plain and descriptors_supported(q.device) and tma_compatible(*tensors)):
         rung = replace(rung, desc=kernels.POINTERS)
     return rung

@@ -26,6 +26,16 @@ def pad_head_dim(t: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
 
 
+def pad_head_dims(width: int | None, *tensors) -> tuple:
+    """``tensors`` zero-padded to ``width`` in their last dim, or unchanged where ``width`` is None."""
+    return tuple(pad_head_dim(t, width) for t in tensors) if width else tensors
+
+
+def unpad_head_dim(o: torch.Tensor, head_dim: int, width: int | None) -> torch.Tensor:
+    """o's first ``head_dim`` columns as a contiguous tensor where it ran padded (``width``), else o."""
+    return o[..., :head_dim].contiguous() if width else o
+
+
 def dot_precision(dtype) -> str:
     """fp32 inputs get true fp32 products: tf32 (10-bit mantissa) scores err by ~1e-3 after exp."""
     return "ieee" if dtype == torch.float32 else "tf32"
