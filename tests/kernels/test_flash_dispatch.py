@@ -114,8 +114,8 @@ def test_pad_width_covers_65_to_127_on_sm90_only(monkeypatch):
 def test_padded_head_dims_match_float64_forward_gradients_and_refuse_second_derivatives(monkeypatch, d, causal,
                                                                                          dtype):
     """Through the padded path (forced here on the CPU): o and dq, dk, dv against float64 attention, GQA,
-    Nq < Nk (the causal mask aligned bottom-right), non-contiguous inputs, sizes off the tiles; the outputs have
-    the caller's head dim; without a graph o too; gradients of gradients still raise."""
+    Nq < Nk (the causal mask aligned bottom-right), a non-contiguous q, an expanded dO, sizes off the tiles;
+    the outputs have the caller's head dim; without a graph o too; gradients of gradients still raise."""
     from attnkit.kernels.flash import flash_attention
     from attnkit.tolerances import assert_close
 
@@ -123,7 +123,7 @@ def test_padded_head_dims_match_float64_forward_gradients_and_refuse_second_deri
     gen = torch.Generator().manual_seed(d)
     q = torch.randn(1, 2, d, 19, generator=gen).to(dtype).transpose(-1, -2).requires_grad_()   # [1, 2, 19, d]
     k, v = (torch.randn(1, 1, 23, d, generator=gen).to(dtype).requires_grad_() for _ in range(2))
-    do = torch.randn(1, 2, 19, d, generator=gen).to(dtype)
+    do = torch.randn(1, 2, 1, d, generator=gen).to(dtype).expand(1, 2, 19, d)     # expanded, stride 0
     o = flash_attention(q, k, v, causal=causal)
     grads = torch.autograd.grad(o, (q, k, v), do)
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
