@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from load_file import load_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -79,13 +80,7 @@ def test_scheduling_variants_compile_with_every_switch():
 
 
 def _tail_model():
-    import importlib.util
-
-    path = os.path.join(ROOT, "experiments", "flash_hopper_gluon", "tail_model.py")
-    spec = importlib.util.spec_from_file_location("tail_model", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("experiments/flash_hopper_gluon/tail_model.py")
 
 
 def test_the_tail_model_fills_sms_in_order_and_every_order_holds_the_same_tiles():

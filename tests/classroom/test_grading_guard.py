@@ -68,3 +68,53 @@ def test_a_compiled_kernel_keeps_its_function_and_refuses_launches_and_compiles_
     exec(compiling, namespace)
     with pytest.raises(guard.CourseImplementationCalled):
         namespace["student_kernel"]()
+
+
+def test_a_course_call_inside_an_allowed_one_reads_only_the_frames_between_them(monkeypatch):
+    """The course's own functions call each other (dozens of guarded calls in one attention call): a call
+    inside one the guard has allowed reads the stack only up to that call, so the guard costs the course no
+    more than one walk of the stack per call from outside; a notebook function in between is still refused."""
+    import pytest
+
+    from attnkit.classroom.grading import guard
+    from attnkit.classroom.grading.submission import CELL_PREFIX
+
+    class Kernel:                          # what the guard sees of a compiled Triton function
+        fn = staticmethod(lambda: None)
+
+        def __init__(self, inner=None):
+            self.inner = inner
+
+        def run(self, callback=None):
+            if callback is not None:
+                return callback()
+            return self.inner.run() if self.inner else "done"
+
+        def parse(self):
+            return "tree"
+
+    class CountingCodes(set):              # every frame the guard reads is looked up here once
+        reads = 0
+
+        def __contains__(self, code):
+            CountingCodes.reads += 1
+            return super().__contains__(code)
+
+    inner, alone = Kernel(), Kernel()
+    outer = Kernel(inner)
+    for kernel, name in ((inner, "course.inner"), (alone, "course.alone"), (outer, "course.outer")):
+        guard._guard_compiled_kernel(kernel, name)
+    monkeypatch.setattr(guard, "_TOOL_CODES", CountingCodes())
+
+    def deep(n, kernel):
+        return deep(n - 1, kernel) if n else kernel.run()
+
+    deep(300, alone)
+    one_walk, CountingCodes.reads = CountingCodes.reads, 0
+    assert deep(300, outer) == "done"
+    assert one_walk > 300 and CountingCodes.reads - one_walk <= 4, (one_walk, CountingCodes.reads)
+
+    namespace = {"inner": inner}
+    exec(compile("def student():\n    return inner.run()\n", CELL_PREFIX + "3", "exec"), namespace)
+    with pytest.raises(guard.CourseImplementationCalled, match="course.inner"):
+        outer.run(callback=namespace["student"])

@@ -14,6 +14,7 @@ import torch
 
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
+from load_file import load_file  # noqa: E402
 from test_runners import FakeTriton  # noqa: E402
 
 from attnkit.bench.compiled import softmax_beside_product  # noqa: E402
@@ -214,8 +215,7 @@ def test_head_group_one_is_head_by_head_and_matches_the_tail_models_order():
     2-D grid; head_group g: the order whose fill experiments/flash_hopper_gluon/tail_model.py models."""
     assert _tiles(4, 2, 1, True) == [(0, 3), (0, 2), (0, 1), (0, 0), (1, 3), (1, 2), (1, 1), (1, 0)]
     assert _tiles(4, 2, 1, False) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]
-    from test_experiments import _tail_model
-    orders = _tail_model().orders(8, 256)
+    orders = load_file("experiments/flash_hopper_gluon/tail_model.py").orders(8, 256)
     for head_group, name in ((1, "head by head, longest first"), (32, "longest first in groups of 32 heads")):
         assert [m + 1 for _, m in _tiles(8, 256, head_group, True)] == orders[name]
 

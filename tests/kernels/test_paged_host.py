@@ -84,13 +84,13 @@ def test_an_eager_call_is_one_launch_per_kernel_and_one_allocation_per_buffer(mo
 def test_the_first_call_of_a_kind_makes_a_plan_and_later_calls_reuse_it(counted_launches):
     paged._PLANS.clear()
     case = make_case()
-    for _ in range(3):
-        paged.paged_decode(*case, check_values="device")
+    for _ in range(3):                                # one split: one launch a call (a GPU's default may split)
+        paged.paged_decode(*case, check_values="device", num_splits=1)
     paged.paged_decode(*case, check_values="device", num_splits=2)                 # another kind of call
     case[0] = case[0][:1]                                                          # another shape
     case[3], case[4] = case[3][:1], case[4][:1]
-    paged.paged_decode(*case, check_values="device")
-    assert len(paged._PLANS) == 3 and len(counted_launches) == 6
+    paged.paged_decode(*case, check_values="device", num_splits=1)
+    assert len(paged._PLANS) == 3 and len(counted_launches) == 3 + 2 + 1
 
 
 @pytest.mark.parametrize("kwargs,message", [

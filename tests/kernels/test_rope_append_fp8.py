@@ -135,7 +135,10 @@ def test_rounding_to_e4m3_matches_torch_at_every_tie_and_boundary(backend):
     one = torch.ones(1, device=DEVICE)
     out = ra.rope_append(q, k, v, cache, cache.clone(), k_scale=one, v_scale=one, backend=backend)
     want = quantize_fp8(flat.reshape(n, 1, d), torch.ones(1)).reshape(1, 1, n, d)
-    assert torch.equal(out.v_cache.cpu().view(torch.uint8), want.view(torch.uint8))
+    got_bytes, want_bytes = out.v_cache.cpu().view(torch.uint8).flatten(), want.view(torch.uint8).flatten()
+    wrong = (got_bytes != want_bytes).nonzero().flatten()[:8].tolist()
+    assert not wrong, [(flat[i].item(), f"got {got_bytes[i].item():#04x}", f"want {want_bytes[i].item():#04x}")
+                       for i in wrong]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

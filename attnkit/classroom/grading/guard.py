@@ -38,13 +38,16 @@ def _course_called(fn_id, name: str, args, kwargs):
     frame = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
-        if code in _TOOL_CODES:
-            break
+        if code in _TOOL_CODES or code is _APPROVED:
+            break                    # a tool, or a course call already allowed (the frames above it were read)
         if code.co_filename.startswith(CELL_PREFIX):
             raise CourseImplementationCalled(f"{name} is the course's own implementation: write this exercise "
                                              f"yourself")
         frame = frame.f_back
     return _ORIGINALS[fn_id](*args, **kwargs)
+
+
+_APPROVED = _course_called.__code__   # on the stack only while the original it allowed runs
 
 
 def _guard_body(*args, **kwargs):
