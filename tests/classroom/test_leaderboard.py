@@ -186,6 +186,43 @@ def test_ratios_ranks_and_the_rows_that_are_not_ranked():
     assert "| – | cat |" in page and "Notes:" in page and "- cat, flash\\_forward: not ranked: the course" in page
 
 
+def test_lab_04_is_bounded_by_its_bytes_not_by_pytorchs_unfused_ops():
+    """PyTorch's masked softmax is three passes over the scores: a fused kernel at a fifth of its time is
+    plausible (the course's own solution measured 0.22× on an H200), while a time below half the kernel's
+    floor (its bytes once at the copy bandwidth, measured by the clean worker) is not."""
+    clean = {4: {"causal_softmax": {"course": None, "library": 0.176, "floor": 0.03}}}
+    entries = [_entry("gus", "04", ["causal_softmax"], {"causal_softmax": {"student": 0.039, "library": 0.176}}),
+               _entry("hal", "04", ["causal_softmax"], {"causal_softmax": {"student": 0.012, "library": 0.176}})]
+    rows = leaderboard.build_rows(entries, clean, device="cuda", clock="test")
+    assert [(r["rank"], r["student"]) for r in rows] == [(1, "gus"), (None, "hal")]
+    assert rows[0]["note"] == "" and rows[0]["vs_library"] == pytest.approx(0.039 / 0.176)
+    assert "0.40× the time to read its inputs and write its output once" in rows[1]["note"]
+    fused = {5: {"flash_forward": {"course": 1.0, "library": 0.8, "floor": None}}}
+    fast = [_entry("ivy", "05", ["flash_forward"], {"flash_forward": {"student": 0.35, "course": 1.0,
+                                                                        "library": 0.8}})]
+    row, = leaderboard.build_rows(fast, fused, device="cuda", clock="test")
+    assert "0.44× the fastest clean baseline is not plausible" in row["note"]       # cuDNN's 0.8 bounds it
+
+
+def test_the_floor_is_each_array_read_and_out_written_once():
+    item = next(k for k in timing.timed_kernels()[4] if k.name == "matmul")
+    x = item.inputs(item.shape("tiny"), "cpu")
+    m, k, n = 20, 20, 20
+    assert item.moved_bytes(x) == 2 * (m * k + k * n) + 4 * m * n       # fp16 a, b; fp32 out
+    assert not item.fused_library and all(t.fused_library and t.moved_bytes is None
+                                          for lab in (5, 6, 8) for t in timing.timed_kernels()[lab])
+
+
+def test_the_copy_rate_counts_each_byte_read_and_written():
+    copied = []
+
+    def clock(fn):
+        copied.append(fn())
+        return 3.0                                   # ms
+    assert timing.copy_time_per_byte(clock, "cpu", 1000) == pytest.approx(3.0 / 2000)
+    assert copied[0].shape == (1000,) and int(copied[0].sum()) == 0
+
+
 def test_the_page_shows_text_as_text_and_says_when_nothing_is_recorded():
     row = {"rank": "1", "student": "a|b <script>alert(1)</script> *x* $y$", "lab": "05", "kernel": "flash_forward",
            "shape": "B=1", "student_ms": "1.5", "vs_course": "2", "vs_library": "", "library": "cuDNN SDPA",
@@ -230,7 +267,7 @@ def test_every_timed_kernel_runs_at_its_tiny_shape_with_the_solutions_and_a_wron
         ns, failures = load_cells(submission_cells(nb), 600, lambda text: None)
         assert failures == [], failures
         for k in kernels:
-            calls, notes = timing._prepare(k, ns, "tiny", "cpu")
+            calls, notes = timing.prepare(k, ns, "tiny", "cpu")
             assert notes == {} and set(calls) == {"student", "library"} | ({"course"} if k.course else set()), k.name
             ms, samples = timing.measure(calls, timing.OpCountClock(), 1)
             assert ms["library"] == pytest.approx(1e-3) and ms["student"] > 1e-3, k.name   # PyTorch: no interpreted op
@@ -244,7 +281,7 @@ def test_every_timed_kernel_runs_at_its_tiny_shape_with_the_solutions_and_a_wron
                  8: lambda *args: real(*args) * 1.1}[lab]
         wrong.__code__ = wrong.__code__.replace(co_filename="<notebook cell 99>")     # as if the notebook's
         ns[name] = wrong
-        calls, notes = timing._prepare(kernels[0], ns, "tiny", "cpu")
+        calls, notes = timing.prepare(kernels[0], ns, "tiny", "cpu")
         assert calls is None and "wrong at the timed shape" in notes["student"], (lab, notes)
 
 

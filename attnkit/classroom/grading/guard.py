@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 
 from ...device import triton_interprets
 from .submission import CELL_PREFIX
@@ -25,6 +25,7 @@ COURSE_IMPLEMENTATIONS = ("attnkit.reference", "attnkit.kernels", "attnkit.servi
 _TOOL_CODES: set = set()           # the code of the lab's tools: what they call is theirs to call
 _PLACEHOLDER = -7310921            # in _guard_body's constants: replaced by the function's id
 _ORIGINALS: dict = {}         # a guarded function's id (a kernel's: (id, method)) -> the original
+_SWAPS: list = []             # (object, attribute, original value, guarded value) of every guard installed
 
 
 class CourseImplementationCalled(Exception):
@@ -121,14 +122,14 @@ def _rewrite_first(kernel) -> None:
     launch, reading the function's signature and code then: after the guard has replaced that code, the
     rewrite fails ("JIT functions do not support **kwargs parameters") and the course's kernel cannot run.
     So an interpreted kernel is rewritten (and cached by Triton) before its code is replaced (older
-    interpreters run the function itself); a compiled one keeps its code (``_guard_compiled_kernel``)."""
+    interpreters run the function itself); a compiled one keeps its code (``guard_compiled_kernel``)."""
     rewrite = getattr(kernel, "rewrite", None)
     if callable(rewrite) and hasattr(kernel, "rewritten_fn"):
         with suppress(Exception):
             rewrite()
 
 
-def _guard_compiled_kernel(kernel, name: str) -> None:
+def guard_compiled_kernel(kernel, name: str) -> None:
     """A compiled Triton function keeps its Python function: the compiler binds every call of it inside a
     kernel through that function's signature (``inspect.getcallargs``) at each compile, the course's own
     kernels' included, so replacing its code breaks them ("CompilationError" at the call). Its launches
@@ -144,6 +145,7 @@ def _guard_compiled_kernel(kernel, name: str) -> None:
         def guarded(*args, _key=key, **kwargs):
             return _course_called(_key, name, args, kwargs)
         setattr(kernel, attr, guarded)
+        _SWAPS.append((kernel, attr, method, guarded))
 
 
 def install(lab_module, tools=()) -> int:
@@ -161,7 +163,7 @@ def install(lab_module, tools=()) -> int:
         if id(fn) in allowed:
             continue
         if compiled and fn in kernels:
-            _guard_compiled_kernel(kernels[fn], fn.__qualname__)
+            guard_compiled_kernel(kernels[fn], fn.__qualname__)
             count += 1
             continue
         _rewrite_first(kernels.get(fn))
@@ -170,6 +172,23 @@ def install(lab_module, tools=()) -> int:
         _ORIGINALS[id(fn)] = original
         template = _guard_body.__code__
         consts = tuple(id(fn) if c == _PLACEHOLDER else c for c in template.co_consts)
+        code = fn.__code__
         fn.__code__ = template.replace(co_name=fn.__name__, co_qualname=fn.__qualname__, co_consts=consts)
+        _SWAPS.append((fn, "__code__", code, fn.__code__))
         count += 1
     return count
+
+
+@contextmanager
+def lifted():
+    """The course's own code as it runs unguarded, for the leaderboard's timing of the course's kernel in the
+    student's process (no notebook code runs inside): every guard is put back on exit. Rule: the course's
+    kernel is timed as a user calls it, without the guard's own host time (dozens of guarded calls in one
+    attention call; docs/leaderboard.md, "What the course's time measures")."""
+    for target, attr, original, _ in _SWAPS:
+        setattr(target, attr, original)
+    try:
+        yield
+    finally:
+        for target, attr, _, guarded in _SWAPS:
+            setattr(target, attr, guarded)

@@ -19,7 +19,9 @@ Steps (each notebook's lab is ``--lab`` or read from its file name, ``labNN_...`
 3. One more worker per lab loads no notebook: the clean baselines. A row whose course or library time,
    measured in the student's process, differs from the clean one by more than ``DISTURBED`` times is
    not ranked (the notebook's process may have slowed its baselines down), nor is a student time below
-   ``IMPLAUSIBLE`` times the fastest clean baseline.
+   ``IMPLAUSIBLE`` times the fastest clean baseline that does the same work in one kernel (the course's,
+   and cuDNN's; not PyTorch's unfused ops of lab 04), or below ``IMPLAUSIBLE`` times its floor: the bytes
+   it must read and write once at the GPU's copy bandwidth (lab 04, measured by the clean worker).
 4. Written to ``--out``: ``grades/<lab>/`` (the grader's reports; ``grades.csv`` with one more column
    per ratio, named "(not graded)", after its own columns), ``bench_leaderboard.csv`` (one row per timed
    kernel: rank within its lab and kernel, student, the times and ratios, the GPU, date and versions)
@@ -38,7 +40,6 @@ including what it reports. That is why a timing is shown, never graded, and why 
 """
 from __future__ import annotations
 
-import csv
 import math
 import os
 import sys
@@ -47,23 +48,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..course import LESSONS, Lesson
+from ..course import Lesson
 from .lab import find_lab
+from .leaderboard_files import (  # noqa: F401  (the board's files: names used here and by tests)
+    CSV_NAME,
+    FIELDS,
+    NOT_GRADED,
+    PAGE_NAME,
+    add_grade_columns,
+    note_text,
+    page_markdown,
+    ratio_text,
+    read_rows,
+    write_csv,
+)
 from .pipeline import DEFAULT_GPU_MEMORY_MIB, DEFAULT_NOTEBOOK_TIMEOUT, DEFAULT_TIMEOUT, grade, protection_summary
-from .reports import Grade, csv_cell, one_line, report_names, write_reports
+from .reports import Grade, one_line, report_names, write_reports
 from .sandbox import PACKAGE_DIR, Budgets, sandbox_problem
 from .timing_runs import TimingJob, grading_reaches_gpu, run_timing_jobs
 
-CSV_NAME = "bench_leaderboard.csv"
-PAGE_NAME = "leaderboard.md"
 DEFAULT_MEMORY_MIB = 8192        # a process tree's resident memory: torch, CUDA and Triton in one process
 DEFAULT_REPEATS = 5
 DISTURBED = 1.5                  # in-process baseline / clean baseline (or its inverse) above this: not ranked
-IMPLAUSIBLE = 0.5                # student time / fastest clean baseline below this: not ranked
-NOT_GRADED = ("A timing is never part of a grade: grades come from the checks alone, and only a kernel that "
-              "passes every check of its exercise is timed.")
-FIELDS = ["rank", "student", "lab", "kernel", "shape", "student_ms", "course_ms", "library", "library_ms",
-          "vs_course", "vs_library", "spread_pct", "repeats", "note", "sandboxed", "clock"]
+IMPLAUSIBLE = 0.5                # student time / fastest clean fused baseline (or floor) below this: not ranked
 
 
 @dataclass
@@ -153,12 +160,6 @@ def _frames_by_item(frames) -> dict:
     return {f.get("item"): f for f in frames if f.get("kind") == "timing" and isinstance(f.get("item"), str)}
 
 
-def _note_text(notes) -> str:
-    if not isinstance(notes, dict):
-        return ""
-    return "; ".join(one_line(f"{k}: {v}", 300) for k, v in list(notes.items())[:4] if isinstance(v, str))
-
-
 def build_rows(entries: list[Entry], baselines: dict, *, device: str, clock: str) -> list[dict]:
     """One row per timed kernel of a notebook (a kernel that was not timed gets none), ranked within its
     lab and kernel by its time over the course's (the library's where the course has no kernel)."""
@@ -187,9 +188,7 @@ def build_rows(entries: list[Entry], baselines: dict, *, device: str, clock: str
                         max(inside / outside, outside / inside) > DISTURBED:
                     notes.append(f"not ranked: the {role}'s time in this notebook's process is "
                                  f"{inside / outside:.2f}× its time in a clean process")
-            fastest = min([v for v in clean.values() if v is not None], default=None)
-            if fastest is not None and student < IMPLAUSIBLE * fastest:
-                notes.append(f"not ranked: {student / fastest:.2f}× the fastest clean baseline is not plausible")
+            notes += _implausible(student, clean, kernel)
             samples = _samples((frame.get("samples") or {}).get("student"))
             spread = 100 * (max(samples) - min(samples)) / student if samples else None
             lesson = e.lesson
@@ -203,6 +202,21 @@ def build_rows(entries: list[Entry], baselines: dict, *, device: str, clock: str
                 "sandboxed": "yes" if e.grade and e.grade.protection.startswith("bubblewrap") else "no",
                 "clock": clock, "_order": [k.name for k in kernels[lesson.number]].index(kernel.name)})
     return rank(rows)
+
+
+def _implausible(student: float, clean: dict, kernel) -> list[str]:
+    """Why a student time cannot be believed, if it cannot: below ``IMPLAUSIBLE`` times the fastest clean
+    baseline that does the same work in one kernel (the course's; the library's where it is fused), or
+    below ``IMPLAUSIBLE`` times the kernel's floor (its bytes at the GPU's copy bandwidth)."""
+    bounds = [clean.get("course")] + ([clean.get("library")] if kernel.fused_library else [])
+    fastest = min([v for v in bounds if v is not None], default=None)
+    if fastest is not None and student < IMPLAUSIBLE * fastest:
+        return [f"not ranked: {student / fastest:.2f}× the fastest clean baseline is not plausible"]
+    floor = clean.get("floor")
+    if floor is not None and student < IMPLAUSIBLE * floor:
+        return [f"not ranked: {student / floor:.2f}× the time to read its inputs and write its output once at "
+                "the GPU's copy bandwidth is not plausible"]
+    return []
 
 
 def rank(rows: list[dict]) -> list[dict]:
@@ -227,133 +241,6 @@ def rank(rows: list[dict]) -> list[dict]:
         row.pop("_order", None)
         row.pop("_ranked", None)
     return out
-
-
-# -------------------------------------------------------------------------------------------- writing
-def _cell(value):
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return csv_cell(value)
-
-
-def write_csv(rows: list[dict], path: Path, provenance: dict) -> Path:
-    """``rows`` with the provenance columns (GPU, date, torch, Triton, CUDA, cuDNN) of the grader's process."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(FIELDS + list(provenance))
-        for row in rows:
-            writer.writerow([_cell(row.get(k)) for k in FIELDS] + [_cell(v) for v in provenance.values()])
-    return path
-
-
-def read_rows(path: str | Path) -> list[dict]:
-    with Path(path).open(newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
-
-
-def add_grade_columns(csv_path: Path, entries: list[Entry], rows: list[dict], kernels, device: str) -> None:
-    """Append to the grader's ``grades.csv`` one column per ratio of each timed kernel of the lab, named
-    "(not graded)", and a column saying why a notebook's kernel has no time; its own columns are kept."""
-    by_report = {e.grade.report_name: e for e in entries if e.grade is not None}
-    found = {(r["student"], r["kernel"]): r for r in rows}
-    names = []
-    for k in kernels:
-        if k.course is not None:
-            names.append((k, "vs_course", f"{k.name}: student time / course kernel time (not graded)"))
-        names.append((k, "vs_library", f"{k.name}: student time / {k.library_name(device)} time (not graded)"))
-    with csv_path.open(newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f))
-    header, body = table[0], table[1:]
-    report = header.index("report")
-    out = [header + [n for _, _, n in names] + ["timing note (not graded)"]]
-    for line in body:
-        e = by_report.get(line[report])
-        values, why = [], []
-        for k, column, _ in names:
-            row = found.get((e.student, k.name)) if e is not None else None
-            values.append(_cell(row[column]) if row is not None else "")
-        if e is not None:
-            for k in kernels:
-                row = found.get((e.student, k.name))
-                if k not in e.gated:
-                    why.append(f"{k.name}: not timed (its checks did not all pass)")
-                elif row is None:
-                    frame = e.timing.get(k.name) or {}
-                    why.append(f"{k.name}: not timed ({_note_text(frame.get('notes')) or e.problem or 'no result'})")
-                elif row["note"]:
-                    why.append(f"{k.name}: {row['note']}")
-        out.append(line + values + [csv_cell("; ".join(why))])
-    with csv_path.open("w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(out)
-
-
-def _md(text) -> str:
-    """Text safe in a Markdown table cell: no pipes, no markup, no HTML, no math."""
-    text = one_line(text, 200)
-    for ch in "\\`*_{}[]<>()#+!|~$":
-        text = text.replace(ch, "\\" + ch)
-    return text
-
-
-def _ratio_text(value) -> str:
-    try:
-        return f"{float(value):.2f}×" if value not in (None, "") else "–"
-    except ValueError:
-        return "–"
-
-
-def _ms_text(value) -> str:
-    try:
-        return f"{float(value):.4g}" if value not in (None, "") else "–"
-    except ValueError:
-        return "–"
-
-
-def page_markdown(rows: list[dict], source: str = CSV_NAME) -> str:
-    """The leaderboard page (MyST Markdown) for rows read from a leaderboard CSV (``read_rows``)."""
-    lines = ["# Kernel leaderboard", "",
-             "Students' kernels of labs 04, 05, 06 and 08, each timed beside the course's kernel and PyTorch's "
-             "(cuDNN's attention for labs 05, 06 and 08; PyTorch's own operation for the puzzles of lab 04) on "
-             "one fixed shape, in one process, in turns; each time is the median of several medians. The ratios "
-             "are the student's time over the course's and over the library's: below 1 is faster.", "",
-             f"**{NOT_GRADED}**", ""]
-    if not rows:
-        lines += [f"No leaderboard has been recorded yet (`{source}`). On a machine with a CUDA GPU:", "",
-                  "```text",
-                  "make leaderboard NOTEBOOK=\"solutions/lab0[4568]_*.ipynb submissions/*/lab0[4568]_*.ipynb\"",
-                  "```", ""]
-        return "\n".join(lines)
-    first = rows[0]
-    lines += [f"Recorded on {_md(first.get('gpu', '?'))} on {_md(first.get('date', '?'))} with torch "
-              f"{_md(first.get('torch', '?'))} and Triton {_md(first.get('triton', '?'))}; clock: "
-              f"{_md(first.get('clock', '?'))}. Source: `{source}`.", ""]
-    labs: dict = {}
-    for row in rows:
-        labs.setdefault(row.get("lab", ""), []).append(row)
-    titles = {f"{lesson.number:02d}": lesson.title for lesson in LESSONS}
-    for lab in sorted(labs):
-        title = f" · {_md(titles[lab])}" if lab in titles else ""
-        lines += [f"## Lab {_md(lab)}{title}", "",
-                  "| rank | student | kernel | shape | time (ms) | ÷ course | ÷ library | library | GPU | date | "
-                  "torch | Triton |",
-                  "|---:|---|---|---|---:|---:|---:|---|---|---|---|---|"]
-        notes = []
-        for row in labs[lab]:
-            rank_text = _md(row.get("rank")) if row.get("rank") else "–"
-            if row.get("note"):
-                notes.append(f"- {_md(row.get('student'))}, {_md(row.get('kernel'))}: {_md(row.get('note'))}")
-            lines.append(" | ".join([f"| {rank_text}", _md(row.get("student")), _md(row.get("kernel")),
-                                     _md(row.get("shape")), _ms_text(row.get("student_ms")),
-                                     _ratio_text(row.get("vs_course")), _ratio_text(row.get("vs_library")),
-                                     _md(row.get("library")), _md(row.get("gpu")), _md(row.get("date")),
-                                     _md(row.get("torch")), f"{_md(row.get('triton'))} |"]))
-        lines.append("")
-        if notes:
-            lines += ["Notes:", ""] + notes + [""]
-    return "\n".join(lines)
 
 
 # -------------------------------------------------------------------------------------------- the run
@@ -462,7 +349,7 @@ def _untimed_solutions(entries: list[Entry], rows: list[dict], work: list[Timing
             if (e.student, kernel.name) not in timed:
                 frame = e.timing.get(kernel.name) or {}
                 out.append(f"{e.student}, {kernel.name}: "
-                           f"{_note_text(frame.get('notes')) or e.problem or 'no time came back'}")
+                           f"{note_text(frame.get('notes')) or e.problem or 'no time came back'}")
     for job in work:
         if job.key[0] == "baseline" and job.problem:
             out.append(f"lab {job.key[1]:02d} baselines: {job.problem}")
@@ -564,11 +451,12 @@ def _timing_work(entries: list[Entry], kernels, settings: dict) -> list[TimingJo
 
 def _read_timings(work: list[TimingJob], entries: list[Entry], problems: list[str]) -> dict:
     """The jobs' frames: each entry's timing and problem; returns the clean baselines, {lab: {kernel:
-    {"course": ms, "library": ms}}}. A job's problem is added to ``problems``."""
+    {"course": ms, "library": ms, "floor": ms or None}}}. A job's problem is added to ``problems``."""
     baselines: dict = {}
     for job in work:
         if job.key[0] == "baseline":
-            baselines[job.key[1]] = {name: {r: _number((f.get("ms") or {}).get(r)) for r in ("course", "library")}
+            baselines[job.key[1]] = {name: {r: _number((f.get("ms") or {}).get(r))
+                                            for r in ("course", "library", "floor")}
                                      for name, f in _frames_by_item(job.frames).items()}
             if job.problem:
                 problems.append(f"lab {job.key[1]:02d} baselines: {job.problem}")
@@ -653,8 +541,8 @@ def main(argv=None) -> int:
         p.error(str(exc))
     for row in board.rows:
         print(f"{row['rank'] or '–':>3} lab {row['lab']} {row['kernel']:24s} {row['student']:32s} "
-              f"{row['student_ms']:9.4g} ms  ÷course {_ratio_text(row['vs_course']):>7}  "
-              f"÷library {_ratio_text(row['vs_library']):>7}  {row['note']}")
+              f"{row['student_ms']:9.4g} ms  ÷course {ratio_text(row['vs_course']):>7}  "
+              f"÷library {ratio_text(row['vs_library']):>7}  {row['note']}")
     for line in board.problems:
         print(f"⚠️ {line}")
     print(f"leaderboard: {board.out / CSV_NAME}, {board.out / PAGE_NAME}; grades: {board.out / 'grades'} "
