@@ -8,10 +8,16 @@
 # all the GPUs together. Logs: OUTDIR/gpu_tests_<group>.log; printed: each log's FAILED/ERROR lines and
 # last line. SECONDS (default 540) bounds the whole run. PYTHON names the interpreter (default python3); GPUS,
 # the number of GPUs to spread over (default: all).
+# The kernels run each launcher's default configuration (ATTNKIT_AUTOTUNE=0, as scripts/gpu_session.sh does):
+# with the autotuner every new shape compiles every candidate, and a head-dim test takes minutes; the
+# tests of the autotuner set it themselves. A test past TEST_SECONDS (default 240) fails with its stack
+# (pytest-timeout), so a slow test is named rather than cutting the run.
 set -u
 out=${1:?OUTDIR}; limit=${2:-540}
 mkdir -p "$out"; export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export ATTNKIT_AUTOTUNE=${ATTNKIT_AUTOTUNE:-0}
 PY=${PYTHON:-python3}
+per_test=$($PY -c "import pytest_timeout" 2>/dev/null && echo "--timeout ${TEST_SECONDS:-240}")
 gpus=${GPUS:-$($PY -c "import torch; print(torch.cuda.device_count())")}
 [ "$gpus" -ge 1 ] || { echo "no CUDA GPU"; exit 2; }
 # Groups of about equal compile time (each new shape compiles on a GPU); the heaviest first.
@@ -37,7 +43,7 @@ for f in "$out"/.gpu_*; do
       left=$(( limit - 60 - ($(date +%s) - started) ))
       [ "$left" -gt 30 ] || break
       CUDA_VISIBLE_DEVICES=$gpu timeout "$left" $PY -m pytest -o addopts="" -p no:cacheprovider -v -rfE \
-        -n "$workers" --durations=10 $files > "$out/gpu_tests_${gpu}_$n.log" 2>&1
+        -n "$workers" --durations=10 $per_test $files > "$out/gpu_tests_${gpu}_$n.log" 2>&1
       echo "exit $? after $(( $(date +%s) - started )) s" >> "$out/gpu_tests_${gpu}_$n.log"
       n=$(( n + 1 ))
     done < "$f"
