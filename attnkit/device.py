@@ -4,8 +4,9 @@ Every notebook starts with ``attnkit.setup()``. Every module that imports Triton
 ``ensure_triton_backend()`` first, so the interpreter is switched on before Triton is imported even
 when a student skips the setup cell.
 
-Internal names that ``tests/base/test_device.py`` replaces or clears (internal API, for those tests only):
-``_version`` (an installed package's version) and ``_cuda_sm_count`` (the per-GPU cache behind ``sm_count``).
+Internal API for tests and scripts: ``package_version`` (an installed package's version, which the runtime
+summary and the interpreter check read through this name, so a test may replace it) and ``cuda_sm_count``
+(the per-GPU cache behind ``sm_count``; a test that fakes the count clears it).
 """
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def _skip_discarded_overflow_checks() -> None:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of ``package``; None when it is not installed."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -130,7 +132,7 @@ class Runtime:
             kernels = ("Triton interpreter, small sizes" if self.has_triton
                        else "no Triton (kernel cells skip)")
         colab = " in Colab" if self.in_colab else ""
-        return f"attnkit: {where}{colab} · {kernels} · torch {_version('torch')} · triton {self.triton or '-'}"
+        return f"attnkit: {where}{colab} · {kernels} · torch {package_version('torch')} · triton {self.triton or '-'}"
 
 
 def detect() -> Runtime:
@@ -138,7 +140,7 @@ def detect() -> Runtime:
     ensure_triton_backend()
     notes: list[str] = []
     in_colab = "google.colab" in sys.modules
-    triton = _version("triton")
+    triton = package_version("triton")
     if _cuda_available():
         import torch
 
@@ -167,7 +169,7 @@ def interpreter_breaks_on_new_numpy() -> bool:
     rejects for 1-element arrays; newer ones squeeze first. Read the installed source, import nothing."""
     import importlib.util
 
-    numpy_version = _version("numpy") or "0"
+    numpy_version = package_version("numpy") or "0"
     if tuple(int(p) for p in numpy_version.split(".")[:2] if p.isdigit()) < (2, 4):
         return False
     spec = importlib.util.find_spec("triton")
@@ -263,11 +265,12 @@ def sm_count(device) -> int | None:
     device = torch.device(device)
     if device.type != "cuda":
         return None
-    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 @functools.lru_cache(maxsize=None)
-def _cuda_sm_count(index: int) -> int:
+def cuda_sm_count(index: int) -> int:
+    """The SM count of CUDA device ``index``, read once (``cuda_sm_count.cache_clear()`` forgets it)."""
     import torch
 
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -304,7 +307,7 @@ def setup(verbose: bool = True) -> Runtime:
 
 def versions() -> dict[str, str | None]:
     """Library versions recorded beside every benchmark result."""
-    info = {name: _version(name) for name in ("torch", "triton", "numpy")}
+    info = {name: package_version(name) for name in ("torch", "triton", "numpy")}
     info["python"] = sys.version.split()[0]
     if _cuda_available():
         import torch

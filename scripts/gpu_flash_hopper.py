@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.bench.flash import _sdpa, attention_flops, tflops
+from attnkit.bench.flash import attention_flops, implementation, tflops
 from attnkit.bench.recorder import time_ms, write_results
 from attnkit.kernels import flash
 from attnkit.kernels.flash import dispatch, hopper
@@ -98,7 +98,7 @@ def checks(configs):
 
 
 def bench(configs, quick, out, head_dims=(128, 64), only_lengths=None, name="flash_hopper"):
-    cudnn = _sdpa("sdpa_cudnn")
+    cudnn = implementation("sdpa_cudnn")
     rows = []
     lengths = {128: (1024, 4096, 16384) if quick else (1024, 2048, 4096, 8192, 16384), 64: (1024, 4096, 8192, 16384)}
     if only_lengths:

@@ -140,7 +140,7 @@ def compiled_runner(grid, args, options):
     compiled kernel would cost. Every parameter in the kernel's order, constexprs included."""
     from attnkit.kernels.flash import hopper
 
-    kernel = hopper._attn_fwd_ws
+    kernel = hopper.attn_fwd_ws
     compiled = kernel[grid](*args, **options)
     params = dict(zip(kernel.arg_names, args), **{k: v for k, v in options.items() if k != "num_warps"})
     ordered = [params[name] for name in kernel.arg_names]
@@ -164,7 +164,7 @@ def gluon_layers(q, k, v, causal: bool) -> None:
     scale = 1 / math.sqrt(q.shape[-1])
     config = dispatch.hopper_launch_config(q, k, causal)     # (half_m, block_n, stages, groups, persistent)
     *blocks, persistent = config
-    kernel = hopper._attn_fwd_persistent if persistent else hopper._attn_fwd_ws
+    kernel = hopper.attn_fwd_persistent if persistent else hopper.attn_fwd_ws
     grid, args, options = hopper.launch_args(q, k, v, causal, scale, *blocks, 1, persistent)
     parts = {
         "whole call (flash_attention_forward)": lambda: flash.flash_attention_forward(q, k, v, causal=causal),

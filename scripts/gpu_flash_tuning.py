@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from attnkit.bench.flash import TOKENS, _sdpa, attention_flops, reference_slice, tflops  # noqa: E402
+from attnkit.bench.flash import TOKENS, attention_flops, implementation, reference_slice, tflops  # noqa: E402
 from attnkit.kernels import flash  # noqa: E402
 from attnkit.kernels.flash import (  # noqa: E402
     BlockConfig,
@@ -171,7 +171,7 @@ def sweep(cands, *, seq_lens=SEQ_LENS, heads=HEADS, head_dim=HEAD_DIM, tokens=TO
                     rows.append(dict(candidate=tag, causal=causal, N=n, ms=None, tflops=None, reason="budget"))
                     continue
                 if name in baselines:
-                    attend = _sdpa(name)
+                    attend = implementation(name)
                     fn = lambda: attend(q, k, v, causal)  # noqa: E731
                 else:
                     rung = rung_of(name)

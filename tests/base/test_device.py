@@ -51,7 +51,7 @@ def test_missing_triton_is_reported(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(device, "_version", lambda name: None if name == "triton" else "1.0")
+    monkeypatch.setattr(device, "package_version", lambda name: None if name == "triton" else "1.0")
     rt = device.detect()
     assert not rt.has_triton and "no Triton" in rt.summary()
     assert any("not installed" in note for note in rt.notes)
@@ -66,13 +66,13 @@ def test_old_triton_interpreter_with_new_numpy_is_flagged(monkeypatch, tmp_path)
     interpreter = package / "runtime" / "interpreter.py"
     fake_spec = types.SimpleNamespace(submodule_search_locations=[str(package)])
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: fake_spec)
-    monkeypatch.setattr(device, "_version", lambda name: {"numpy": "2.4.1"}.get(name, "3.4.0"))
+    monkeypatch.setattr(device, "package_version", lambda name: {"numpy": "2.4.1"}.get(name, "3.4.0"))
     interpreter.write_text("tensor.__index__ = lambda self: int(self.handle.data)\n")
     assert device.interpreter_breaks_on_new_numpy()
     interpreter.write_text('scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))\n')
     assert not device.interpreter_breaks_on_new_numpy()
     interpreter.write_text("tensor.__index__ = lambda self: int(self.handle.data)\n")
-    monkeypatch.setattr(device, "_version", lambda name: {"numpy": "2.3.5"}.get(name, "3.4.0"))
+    monkeypatch.setattr(device, "package_version", lambda name: {"numpy": "2.3.5"}.get(name, "3.4.0"))
     assert not device.interpreter_breaks_on_new_numpy()
 
 
@@ -204,9 +204,9 @@ def test_sm_counts_are_read_once_per_gpu_and_none_elsewhere(monkeypatch):
     reads = []
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda index: reads.append(index) or type("Props", (), {"multi_processor_count": 132 - index}))
-    device._cuda_sm_count.cache_clear()
+    device.cuda_sm_count.cache_clear()
     try:
         assert [device.sm_count(f"cuda:{i}") for i in (0, 1, 0, 1)] == [132, 131, 132, 131]
         assert reads == [0, 1]
     finally:
-        device._cuda_sm_count.cache_clear()            # no fake count left behind for a real GPU
+        device.cuda_sm_count.cache_clear()             # no fake count left behind for a real GPU

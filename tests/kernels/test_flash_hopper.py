@@ -41,11 +41,11 @@ def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch):
     launched = {}
 
     class Kernel:
-        arg_names = hopper._attn_fwd_ws.arg_names
+        arg_names = hopper.attn_fwd_ws.arg_names
 
         def __getitem__(self, grid):
             return lambda *args, **options: launched.update(grid=grid, args=args, options=options)
-    monkeypatch.setattr(hopper, "_attn_fwd_ws", Kernel())
+    monkeypatch.setattr(hopper, "attn_fwd_ws", Kernel())
     q, k, v = _qkv(b=2, hq=4, hkv=2, n_q=300, n_k=333, d=128)
     o, lse = hopper.launch(q, k, v, True, 0.125, 64, 128, 2, 3)
     named = dict(zip(Kernel.arg_names, launched["args"]))
@@ -67,8 +67,8 @@ def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkey
     """The Gluon forward launches through attnkit.kernels.flash.runners: a shape's first call through the JIT,
     the next through the kept runner with the call's own tensors and every constexpr in the kernel's order
     (tests/kernels/test_runners.py checks the key and the fallback)."""
-    kernel = FakeTriton(hopper._attn_fwd_ws.arg_names)
-    monkeypatch.setattr(hopper, "_attn_fwd_ws", kernel)
+    kernel = FakeTriton(hopper.attn_fwd_ws.arg_names)
+    monkeypatch.setattr(hopper, "attn_fwd_ws", kernel)
     monkeypatch.setattr(hopper, "RUNNERS", Runners())
     config = (64, 128, 2, 2)
     first, second, longer = (_qkv(b=2, hq=4, hkv=2, n_q=n, n_k=n, d=128, seed=n + seed)
@@ -88,8 +88,8 @@ def test_later_launches_of_a_shape_go_through_the_compiled_kernels_runner(monkey
 def test_the_persistent_launch_passes_its_tile_count_and_a_grid_of_one_program_per_sm(monkeypatch):
     """Persistent programs: the persistent kernel, launched with the tile count (its loop's bound) and a grid
     of one program per SM, as the runner sees it on a later call; the call's own tensors go in."""
-    kernel = FakeTriton(hopper._attn_fwd_persistent.arg_names)
-    monkeypatch.setattr(hopper, "_attn_fwd_persistent", kernel)
+    kernel = FakeTriton(hopper.attn_fwd_persistent.arg_names)
+    monkeypatch.setattr(hopper, "attn_fwd_persistent", kernel)
     monkeypatch.setattr(hopper, "RUNNERS", Runners())
     monkeypatch.setattr(hopper, "sm_count", lambda device: 9)
     calls = [_qkv(b=2, hq=4, hkv=2, n_q=300, n_k=300, d=128, seed=seed) for seed in (1, 2)]
@@ -282,7 +282,7 @@ for d, causal, persistent in ((128, True, False), (64, False, False), (128, True
                       COMPUTE_REGS=hopper.COMPUTE_REGISTERS[groups])
     if not persistent:
         constexprs["GROUPS"] = groups
-    ptx = compile_gluon_ptx(hopper._attn_fwd_persistent if persistent else hopper._attn_fwd_ws, constexprs,
+    ptx = compile_gluon_ptx(hopper.attn_fwd_persistent if persistent else hopper.attn_fwd_ws, constexprs,
                             dict(q_desc=half_m, k_desc=block_n, v_desc=block_n), 4,
                             any_size=("n_heads", "group", "n_q", "n_k", "n_tiles"))
     report = ptxas_report(ptx)
@@ -394,9 +394,9 @@ class _CountingJit:
 def test_direct_launches_match_the_jits_bit_for_bit(monkeypatch):
     """Shapes in turn, each seen twice with fresh inputs: every call launched through a kept runner gives
     the JIT's o and lse bit for bit, and only a key's first call goes through the JIT."""
-    jit = _CountingJit(hopper._attn_fwd_ws)
+    jit = _CountingJit(hopper.attn_fwd_ws)
     runners = Runners()
-    monkeypatch.setattr(hopper, "_attn_fwd_ws", jit)
+    monkeypatch.setattr(hopper, "attn_fwd_ws", jit)
     monkeypatch.setattr(hopper, "RUNNERS", runners)
     shapes = [(1, 4, 2, 1000, 1000, 128, True), (2, 4, 4, 777, 777, 64, False), (1, 2, 2, 129, 4097, 64, False),
               (1, 3, 3, 1, 333, 128, True)]

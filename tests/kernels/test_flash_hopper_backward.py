@@ -169,8 +169,8 @@ def test_the_launch_passes_each_argument_where_the_kernel_takes_it(monkeypatch, 
     runs on an sm_90 GPU only): descriptors over q, k, v, dO; with the TMA writer a descriptor over the fp32
     dQ buffer in [BLOCK_M, D / groups] blocks (else q's, unread); the buffer, the scale in base 2, the sizes
     of a grouped-query call, a grid of key blocks × K/V heads × batch, and each writer's constexprs."""
-    kernel = FakeTriton(hopper_backward._attn_bwd_dkdv_ws.arg_names)
-    monkeypatch.setattr(hopper_backward, "_attn_bwd_dkdv_ws", kernel)
+    kernel = FakeTriton(hopper_backward.attn_bwd_dkdv_ws.arg_names)
+    monkeypatch.setattr(hopper_backward, "attn_bwd_dkdv_ws", kernel)
     monkeypatch.setattr(hopper_backward, "RUNNERS", Runners())
     q, k, v, do, lse, delta, dq_acc = _launch_inputs()
     dk, dv = hopper_backward.dkdv(q, k, v, do, lse, delta, True, 0.125, dq_acc=dq_acc, **_rules(dq_writer=writer))
@@ -226,8 +226,8 @@ def test_the_default_writer_is_tma_and_a_bad_one_is_named(monkeypatch):
 def test_later_launches_of_a_kind_of_call_go_through_the_runner(monkeypatch):
     """The Gluon backward launches through attnkit.kernels.flash.runners: the first call of a kind through the JIT,
     the next through the kept runner with the call's own tensors; another length is another kind."""
-    kernel = FakeTriton(hopper_backward._attn_bwd_dkdv_ws.arg_names)
-    monkeypatch.setattr(hopper_backward, "_attn_bwd_dkdv_ws", kernel)
+    kernel = FakeTriton(hopper_backward.attn_bwd_dkdv_ws.arg_names)
+    monkeypatch.setattr(hopper_backward, "attn_bwd_dkdv_ws", kernel)
     monkeypatch.setattr(hopper_backward, "RUNNERS", Runners())
     first, second = _launch_inputs(seed=1), _launch_inputs(seed=2)
     for inputs in (first, second):
@@ -251,7 +251,7 @@ from attnkit.kernels.flash import dispatch, hopper_backward
 for d, causal, writer in ((128, True, "none"), (64, False, "atomic"), (128, False, "tma"), (64, True, "tma")):
     block_m, part_n, stages, groups = dispatch.gluon_backward_config(d)
     one_pass = writer != "none"
-    ptx = compile_gluon_ptx(hopper_backward._attn_bwd_dkdv_ws, dict(BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=d,
+    ptx = compile_gluon_ptx(hopper_backward.attn_bwd_dkdv_ws, dict(BLOCK_M=block_m, PART_N=part_n, HEAD_DIM=d,
                                                                      CAUSAL=causal,
                             STAGES=stages, COMPUTE_REGS=hopper_backward.COMPUTE_REGISTERS[writer if one_pass else None],
                             ATOMIC_DQ=one_pass, DESCENDING=True, DQ_WRITER=one_pass, DQ_TMA=writer == "tma",

@@ -30,8 +30,9 @@ compiled for sm_90a (tests/kernels/test_flash_hopper.py reads its PTX and SASS).
 This module holds the kernels and their launch; ``dispatch`` decides where and how they run and imports
 this module (Gluon may be missing from a Triton: ``dispatch.gluon_module``). Internal API for tests and
 scripts: ``launch`` and ``launch_args`` (one launch with a given configuration), ``persistent_programs``, ``tile_of``,
-``descriptor`` and ``tma_load``; the kernels ``_attn_fwd_ws`` and ``_attn_fwd_persistent`` keep the names
-profilers record (bench_flash_tile_order_ncu.csv).
+``descriptor`` and ``tma_load``; the kernels as ``attn_fwd_ws`` and ``attn_fwd_persistent`` (public names of
+``_attn_fwd_ws`` and ``_attn_fwd_persistent``, which keep the names profilers record:
+bench_flash_tile_order_ncu.csv). ``launch`` reads the public names, so a test may put a stand-in there.
 """
 from __future__ import annotations
 
@@ -412,6 +413,11 @@ def _attn_fwd_persistent(q_desc, k_desc, v_desc, O, LSE, qk_scale, stride_ob, st
                         (_persistent_loader, loader_args)], [4, 1], [COMPUTE_REGS, 24])
 
 
+# Public names of the kernels for tests and scripts: the same objects, which ``launch`` reads.
+attn_fwd_ws = _attn_fwd_ws
+attn_fwd_persistent = _attn_fwd_persistent
+
+
 @functools.cache
 def _shared_layout(rows: int, head_dim: int, dtype: torch.dtype):
     """The shared-memory layout of a [rows, head_dim] tile, built once per shape (built at every call it was
@@ -450,7 +456,7 @@ def launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, st
     head_group = validation.positive_int("head_group", head_group)
     grid, args, options = launch_args(q, k, v, causal, sm_scale, half_m, block_n, stages, groups, head_group,
                                        persistent)
-    kernel = _attn_fwd_persistent if persistent else _attn_fwd_ws
+    kernel = attn_fwd_persistent if persistent else attn_fwd_ws
     with on_device(q.device):
         RUNNERS.launch(kernel, grid, args, options, q.device)   # the JIT once per key (runners.py)
     o, lse = args[3:5]
@@ -459,7 +465,7 @@ def launch(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, st
 
 def launch_args(q, k, v, causal: bool, sm_scale: float, half_m: int, block_n: int, stages: int, groups: int,
                  head_group: int, persistent: bool = False):
-    """(grid, arguments, keyword arguments) of ``_attn_fwd_ws`` (or ``_attn_fwd_persistent``) for
+    """(grid, arguments, keyword arguments) of ``attn_fwd_ws`` (or ``attn_fwd_persistent``) for
     ``launch``: the TMA descriptors and the new o, lse among the arguments."""
     batch, n_heads, n_q, head_dim = q.shape
     o = torch.empty_like(q)

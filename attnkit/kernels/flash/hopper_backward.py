@@ -43,8 +43,9 @@ sm_90a (tests/kernels/test_flash_hopper_backward.py reads its PTX).
 
 This module holds the kernel and its launch; ``dispatch`` decides where and with which configuration it
 runs. Internal API for tests and scripts: ``dkdv`` and ``dkdv_launch`` (one launch with a given
-configuration), ``DQ_WRITERS``, ``COMPUTE_REGISTERS``; the kernel ``_attn_bwd_dkdv_ws`` keeps the name
-profilers record.
+configuration), ``DQ_WRITERS``, ``COMPUTE_REGISTERS``; the kernel as ``attn_bwd_dkdv_ws`` (the public name of
+``_attn_bwd_dkdv_ws``, which keeps the name profilers record). ``dkdv`` reads the public name, so a test may
+put a stand-in there.
 """
 from __future__ import annotations
 
@@ -387,6 +388,10 @@ def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, DQ_ACC, 
                             (_bwd_loader, loader_args)], [4, 1], [COMPUTE_REGS, 24])
 
 
+# The public name of the kernel for tests and scripts: the same object, which ``dkdv`` reads.
+attn_bwd_dkdv_ws = _attn_bwd_dkdv_ws
+
+
 @functools.cache
 def _dq_layout(block_m: int, cols: int):
     """The shared-memory layout of a [block_m, cols] fp32 dQ share, built once per shape."""
@@ -415,7 +420,7 @@ def dkdv(q, k, v, do, lse, delta, causal: bool, sm_scale: float, *, config: tupl
     grid, args, options = dkdv_launch(q, k, v, do, lse, delta, causal, sm_scale, dk, dv, config, dq_acc, dq_writer,
                                       descending)
     with on_device(q.device):
-        RUNNERS.launch(_attn_bwd_dkdv_ws, grid, args, options, q.device)
+        RUNNERS.launch(attn_bwd_dkdv_ws, grid, args, options, q.device)
     return args[5], args[6]
 
 
