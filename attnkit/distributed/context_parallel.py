@@ -38,7 +38,7 @@ copies but calls nothing in torch.distributed: a "received" K/V block is the ran
 a gathered K/V is the rank's own W times, a reduce-scatter keeps the rank's own share, an all-to-all
 copies the rank's own part to every slot. The results are wrong; the work is the scheme's compute
 alone, which the benchmark times to split a scheme's time into compute and communication
-(``attnkit.distributed.benchmark``).
+(``attnkit.distributed.benchmark``); ``communicating()`` says whether a call now would communicate.
 """
 from __future__ import annotations
 
@@ -63,6 +63,11 @@ def no_communication():
         yield
     finally:
         _COMMUNICATE[0] = True
+
+
+def communicating() -> bool:
+    """Whether the schemes call torch.distributed: False inside ``no_communication()`` only."""
+    return _COMMUNICATE[0]
 
 
 # ------------------------------------------------------------------------------------------- layouts

@@ -20,6 +20,8 @@ can run inside a CUDA graph and costs no round trip. The contract of "device":
   (its kernel, its index among the calls checked since the last read) and the arguments and rules it
   broke. Nothing else raises it: a later call, strict or not, reports only its own inputs.
 - Checks are skipped while a CUDA graph is being captured (a replay does not check again).
+
+``states()`` lists every device's state made so far (what a test reads to see that it stays bounded).
 """
 from __future__ import annotations
 
@@ -59,6 +61,12 @@ def state(device) -> torch.Tensor:
         if found is None:
             found = _STATE[device] = torch.tensor(EMPTY, dtype=torch.int64, device=device)
         return found
+
+
+def states() -> dict:
+    """{device: its state tensor} for every device a check has used so far (a new dict; the same tensors)."""
+    with _LOCK:
+        return dict(_STATE)
 
 
 def flag(kernel: str, rules: torch.Tensor) -> None:

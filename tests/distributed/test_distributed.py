@@ -348,15 +348,20 @@ def _compute_alone(rank, world):
         for quiet in (False, True):
             calls.clear()
             qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+            states = []                                   # cp.communicating() during the call, then after it
             with count_traffic() as log:
                 if quiet:
                     with cp.no_communication():
+                        states.append(cp.communicating())
                         o = ATTEND[variant](qs, ks, vs, causal=True, layout=layout, block="torch")
                         o.backward(do)
                 else:
+                    states.append(cp.communicating())
                     o = ATTEND[variant](qs, ks, vs, causal=True, layout=layout, block="torch")
                     o.backward(do)
-            per_mode.append((list(calls), len(log), qs.grad.shape == qs.shape and ks.grad.shape == ks.shape))
+            states.append(cp.communicating())
+            per_mode.append((list(calls), len(log), qs.grad.shape == qs.shape and ks.grad.shape == ks.shape,
+                             tuple(states)))
         out[(variant, layout)] = per_mode
     return out
 
@@ -365,11 +370,11 @@ def test_compute_alone_makes_the_same_block_calls_and_no_distributed_call():
     """The overlap fraction's denominator: inside no_communication() every scheme computes the same
     blocks (shapes and masks, forward and backward) and calls nothing in torch.distributed."""
     for rank, result in enumerate(run_group(_compute_alone, 2)):
-        for scheme, ((calls, n_comm, ok), (quiet_calls, n_quiet, quiet_ok)) in result.items():
+        for scheme, ((calls, n_comm, ok, states), (quiet_calls, n_quiet, quiet_ok, quiet_states)) in result.items():
             assert calls and calls == quiet_calls, (rank, scheme)
             assert n_comm > 0 and n_quiet == 0, (rank, scheme, n_comm, n_quiet)
             assert ok and quiet_ok
-    assert cp._COMMUNICATE == [True]
+            assert states == (True, True) and quiet_states == (False, True), (rank, scheme)   # ends with its block
 
 
 def test_merge_writes_the_rows_of_every_run_under_one_header(tmp_path):

@@ -195,8 +195,8 @@ def test_the_sandbox_shows_a_linked_environment_under_its_linked_name(tmp_path, 
     for name in ("prefix", "exec_prefix"):
         monkeypatch.setattr(sys, name, str(link))
     monkeypatch.setattr(sys, "executable", str(link / "bin" / "python"))
-    assert sandbox._aliases() == [(str(real), str(link))]      # once: bin/ is inside the prefix
-    args = sandbox._bwrap_args(sandbox.Budgets(), drop=False)
+    assert sandbox.environment_aliases() == [(str(real), str(link))]  # once: bin/ is inside the prefix
+    args = sandbox.bwrap_args(sandbox.Budgets(), drop=False)
     binds = [tuple(args[i + 1:i + 3]) for i, a in enumerate(args) if a == "--ro-bind"]
     assert (str(real), str(real)) in binds and (str(real), str(link)) in binds
     assert binds.index((str(real), str(link))) > binds.index((str(real), str(real)))
@@ -204,7 +204,7 @@ def test_the_sandbox_shows_a_linked_environment_under_its_linked_name(tmp_path, 
     monkeypatch.setattr(sys, "prefix", str(real))                 # no link: nothing more to show
     monkeypatch.setattr(sys, "exec_prefix", str(real))
     monkeypatch.setattr(sys, "executable", str(real / "bin" / "python"))
-    assert sandbox._aliases() == []
+    assert sandbox.environment_aliases() == []
 
 
 @pytest.mark.slow

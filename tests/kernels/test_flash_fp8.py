@@ -181,7 +181,7 @@ def test_emulated_rounding_matches_e4m3():
     @triton.jit
     def round_kernel(X, Y, N: tl.constexpr):
         offs = tl.arange(0, N)
-        tl.store(Y + offs, fp8._round_e4m3(tl.load(X + offs), True).to(tl.float32))
+        tl.store(Y + offs, fp8.round_e4m3(tl.load(X + offs), True).to(tl.float32))
 
     gen = torch.Generator().manual_seed(0)
     x = torch.cat([torch.rand(2048, generator=gen) * 256, torch.rand(1024, generator=gen) * 2.0 ** -5,

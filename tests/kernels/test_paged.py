@@ -323,7 +323,7 @@ def test_device_checks_keep_bounded_state_and_name_the_first_bad_call():
     paged.raise_pending_errors()
     for i in range(300):
         paged.check_paged_inputs(*(bad if i in (149, 200) else good), check_values="device")
-    assert [tuple(t.shape) for t in value_checks._STATE.values()] == [(4,)]
+    assert [tuple(t.shape) for t in value_checks.states().values()] == [(4,)]
     with pytest.raises(ValueError, match="2 of the last 300 calls .* The first was paged_decode call 150 of 300"):
         paged.raise_pending_errors()
-    assert [t.tolist() for t in value_checks._STATE.values()] == [list(value_checks.EMPTY)]
+    assert [t.tolist() for t in value_checks.states().values()] == [list(value_checks.EMPTY)]

@@ -15,6 +15,8 @@ caps PyTorch's allocator first (``sandbox.cap_gpu_memory``): the student's and t
 notebook's kernel through an IPython startup file written before the kernel starts.
 
 Everything a worker tells the grader goes over the pipes the grader passed it (``channel``).
+
+Internal API for tests and scripts: ``write_kernel_startup(mib)`` (the notebook kernel's startup file).
 """
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ def _notebook(spec: dict, say, send: channel.Writer) -> None:
         send.send({"kind": "status", "problem": f"the notebook could not be read: {type(exc).__name__}: {exc}"})
         return
     if spec.get("gpu_memory_mib"):
-        _kernel_startup(int(spec["gpu_memory_mib"]))
+        write_kernel_startup(int(spec["gpu_memory_mib"]))
     client = NotebookClient(nb, timeout=spec["cell_timeout"], kernel_name=spec["kernel"], allow_errors=True,
                             interrupt_on_timeout=True, resources={"metadata": {"path": os.getcwd()}})
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
@@ -117,7 +119,7 @@ del _attnkit_gpu_cap
 '''
 
 
-def _kernel_startup(mib: int) -> None:
+def write_kernel_startup(mib: int) -> None:
     """An IPython folder (``IPYTHONDIR``, in this step's working folder) whose startup file caps the
     notebook kernel's CUDA allocator at ``mib`` MiB before the notebook's first cell runs."""
     folder = os.path.join(os.getcwd(), ".ipython")

@@ -20,6 +20,10 @@ Caps per process tree (one notebook's step):
 - disk: in the sandbox the working folder and /tmp are tmpfs of a fixed size; without it the working
   folder is measured every second, and every file has RLIMIT_FSIZE;
 - output: what comes back over the pipes is read up to a cap, the rest kills the tree.
+
+Internal API for tests and scripts: ``bwrap_args(budgets, drop)`` (bubblewrap's arguments, before the
+command), ``readable_roots`` (what it binds read-only; ``bwrap_args`` reads this name, so a test may
+replace it) and ``environment_aliases`` (a linked environment's real folder and linked name).
 """
 from __future__ import annotations
 
@@ -105,7 +109,7 @@ def drops_to_nobody() -> bool:
         if os.geteuid() == 0 and sandbox_problem() is None:
             probe = ("import os; os.setgroups([]); os.setresgid(65534, 65534, 65534); "
                      "os.setresuid(65534, 65534, 65534); import attnkit.classroom.grading.codec, nbformat")
-            argv = _bwrap_args(Budgets(), drop=True) + [sys.executable, "-I", "-c", probe]
+            argv = bwrap_args(Budgets(), drop=True) + [sys.executable, "-I", "-c", probe]
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=60)
                 _BWRAP["nobody"] = done.returncode == 0
@@ -114,7 +118,7 @@ def drops_to_nobody() -> bool:
     return _BWRAP["nobody"]
 
 
-def _readable_roots() -> list[str]:
+def readable_roots() -> list[str]:
     """What the sandbox shows read-only: the system, the Python installation and environment, and the
     package itself (not the repository around it)."""
     roots = ["/usr", "/etc", "/opt", "/sys"]
@@ -132,7 +136,7 @@ def _readable_roots() -> list[str]:
     return out
 
 
-def _aliases() -> list[tuple[str, str]]:
+def environment_aliases() -> list[tuple[str, str]]:
     """(real folder, the name this interpreter uses for it) where the Python environment is reached
     through a symbolic link, e.g. a `.venv` that links to a venv elsewhere: the readable roots hold the
     real folder, and the sandbox shows it under the linked name too, where ``sys.executable`` and the
@@ -149,10 +153,12 @@ def _aliases() -> list[tuple[str, str]]:
 def sandbox_argv(argv: list[str], budgets: Budgets) -> list[str]:
     """``argv`` wrapped in bwrap: the readable roots read-only, a tmpfs /tmp and a tmpfs working folder
     of fixed sizes, nothing else writable, no network."""
-    return _bwrap_args(budgets, drops_to_nobody()) + argv
+    return bwrap_args(budgets, drops_to_nobody()) + argv
 
 
-def _bwrap_args(budgets: Budgets, drop: bool) -> list[str]:
+def bwrap_args(budgets: Budgets, drop: bool) -> list[str]:
+    """bubblewrap's command line up to ``--`` for a step with ``budgets``; ``drop``: the sandbox becomes
+    ``nobody`` (``drops_to_nobody``)."""
     args = [shutil.which("bwrap")]
     for link in ("/bin", "/lib", "/lib32", "/lib64", "/sbin"):
         if os.path.islink(link):
@@ -160,9 +166,9 @@ def _bwrap_args(budgets: Budgets, drop: bool) -> list[str]:
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
     args += ["--size", str(int(budgets.tmp_mib) * 2**20), "--perms", "1777", "--tmpfs", "/tmp"]
-    for root in _readable_roots():        # after /tmp: a course installed under /tmp is bound on top
+    for root in readable_roots():  # after /tmp: a course installed under /tmp is bound on top
         args += ["--ro-bind", root, root]
-    for real, alias in _aliases():        # a linked environment, under the name the interpreter uses
+    for real, alias in environment_aliases():  # a linked environment, under the name the interpreter uses
         args += ["--ro-bind", real, alias]
     args += ["--size", str(int(budgets.staging_mib) * 2**20), "--perms", "1777", "--tmpfs", SANDBOX_HOME,
              "--dev", "/dev"]

@@ -74,8 +74,8 @@ rounded to e4m3, and the tests check it to 1e-3.
 Its head dims (``SUPPORTED_HEAD_DIMS``) and launch configurations (``GPU_CONFIGS``, ``POINTER_CONFIG``) are
 rules of ``attnkit.kernels.flash.dispatch``, as is where descriptors are used (``fp8_descriptors_usable``).
 Internal API for tests and scripts: ``forward`` (the launch, with descriptors, configuration and promotion
-chosen by the caller), ``v_transposed``; the kernel ``_attn_fwd_fp8`` and its helper ``_round_e4m3`` keep
-the names profilers record.
+chosen by the caller), ``v_transposed`` and the kernel's helper ``round_e4m3`` (P rounded to e4m3, or emulated
+in the interpreter); the kernel ``_attn_fwd_fp8`` keeps the name profilers record.
 """
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def _load_v_tile(V, b, h, row, n_rows, stride_b, stride_h, stride_n, stride_d,
 
 
 @triton.jit
-def _round_e4m3(p, EMULATE: tl.constexpr):
+def round_e4m3(p, EMULATE: tl.constexpr):
     """p (fp32, in [0, 256]) rounded to float8_e4m3fn for the second product. With EMULATE (the
     interpreter) the rounding is done by arithmetic and the result kept in fp16: 3 mantissa bits, a
     spacing of 2^(e - 3) for p in [2^e, 2^(e + 1)), and 2⁻⁹ (the subnormals) below 2⁻⁶."""
@@ -190,9 +190,9 @@ def _fp8_keys(acc, l_i, m_i, q, K, V, off_b, off_hk, rows, lo, hi, n_q, n_k, log
         v = _load_v_tile(V, off_b, off_hk, start_n, n_k, stride_vb, stride_vh, stride_vn, stride_vd,
                          BLOCK_N, HEAD_DIM, MASKED, DESC, EMULATE)                      # [BLOCK_N, D]
         if PROMOTE:
-            acc = acc * alpha[:, None] + tl.dot(_round_e4m3(p, EMULATE), v)
+            acc = acc * alpha[:, None] + tl.dot(round_e4m3(p, EMULATE), v)
         else:
-            acc = tl.dot(_round_e4m3(p, EMULATE), v, acc * alpha[:, None])
+            acc = tl.dot(round_e4m3(p, EMULATE), v, acc * alpha[:, None])
         m_i = m_new
     return acc, l_i, m_i
 
