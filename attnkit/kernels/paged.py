@@ -49,9 +49,9 @@ Every tensor argument may have any strides (a view, an expanded or offset tensor
 each through its strides.
 
 The host's work per call (an eager call at B = 1 is mostly host time): the first call of each kind
-(shapes, strides, dtypes, devices and options: ``_plan_key``) checks the shapes and decides the launch
-(splits, block sizes, grid) into a plan; a later call of the same kind checks again only the values
-(``check_values``), allocates the output (with splits, one workspace too) and launches through
+(shapes, strides, dtypes, devices and options: ``paged_plans.plan_key``) checks the shapes and decides the
+launch (splits, block sizes, grid) into a plan (``paged_plans``); a later call of the same kind checks again
+only the values (``check_values``), allocates the output (with splits, one workspace too) and launches through
 ``runners.RUNNERS`` (the kept compiled kernel, without Triton's JIT in between). With
 ``check_values="device"`` one program of the decode kernel checks the page table, the lengths and the
 scales itself and updates the device's state of ``value_checks``: no PyTorch operation, no extra launch,
@@ -62,29 +62,20 @@ compiled kernels; on a machine without a GPU, CPU tensors run the same kernels i
 interpreter, with bf16 computed in fp32 and rounded (the interpreter's bf16 is not faithful); CPU
 tensors on a machine with a GPU are computed on the GPU and copied back.
 
+The parts, each in its own module beside this one: the input checks (``paged_checks``), every rule that
+picks a launch configuration (``paged_dispatch``) and the launch plans (``paged_plans``); this module holds
+the Triton kernels, the launch and the public functions, and re-exports the names of the other three.
+
 Internal API, for the tests that compile them (``tests/kernels/test_paged_host.py``): the kernels
 ``_paged_kernel`` (decode, with or without splits) and ``_merge_splits_kernel`` (the splits' merge).
 """
 from __future__ import annotations
 
-import math
-import numbers
-from dataclasses import dataclass
-
 import torch
 
 from .. import validation
-from ..device import (
-    bf16_computed_in_fp32,
-    ensure_triton_backend,
-    kernel_device,
-    launch_options,
-    on_device,
-    sm_count,
-    to_kernel_device,
-    triton_interprets,
-)
-from . import value_checks
+from ..device import ensure_triton_backend, on_device, sm_count, to_kernel_device, triton_interprets
+from . import paged_plans, value_checks
 from .flash.runners import RUNNERS, keep_recent
 from .fp8_cache import FP8, fp8_read
 
@@ -94,38 +85,38 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from .input_checks import check_window  # noqa: E402
-from .value_checks import raise_pending_errors  # noqa: E402,F401  (re-exported: paged.raise_pending_errors)
 
-MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256                              # D and Dv: the dense kernel's range
-SUPPORTED_HEAD_DIMS = range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1)
-SUPPORTED_DTYPES = validation.FLOAT_DTYPES
-CACHE_DTYPES = SUPPORTED_DTYPES + (torch.float8_e4m3fn,)        # an FP8 cache takes k_scale, v_scale
-VARIANTS = {
-    "grouped": "the query heads that share a KV head in one tile; scores by tl.dot (tensor cores)",
-    "per_head": "one query head per program; scores by multiply-and-sum (no tensor cores)",
-}
-MAX_SPLITS = 256
-MAX_PLANS = 1024     # kinds of call remembered (a server sees a few per model); beyond, the oldest go
-CODE = value_checks.KERNELS.index("paged_decode")
-LOG2E = 1.4426950408889634                                       # log2(e): scores in log2 units for exp2
+# re-exported: ``paged.X`` is where the course, its tests and scripts find each of these names
+from .paged_checks import (  # noqa: E402,F401
+    CACHE_DTYPES,
+    MAX_HEAD_DIM,
+    MAX_SPLITS,
+    MIN_HEAD_DIM,
+    SUPPORTED_DTYPES,
+    SUPPORTED_HEAD_DIMS,
+    VARIANTS,
+    check_paged_inputs,
+    check_shapes,
+    check_splits,
+    check_values_on_host,
+    check_values_option,
+    check_variant,
+)
+from .paged_dispatch import (  # noqa: E402,F401
+    GPU_CONFIGS,
+    INTERPRETER_CONFIG,
+    LaunchConfig,
+    default_config,
+    head_dim_class,
+    head_dim_tiles,
+    padded,
+    row_alignment,
+)
+from .paged_plans import LOG2E, MAX_PLANS, Plan, make_plan, plan_key  # noqa: E402,F401
+from .value_checks import raise_pending_errors  # noqa: E402,F401
+
+CODE = paged_plans.CODE                                          # this kernel's index in value_checks.KERNELS
 LN2 = tl.constexpr(0.6931471805599453)                           # ln(2): m back to natural-log units
-
-
-def padded(head_dim: int) -> int:
-    """A tile's head dim: the next power of two (tl.arange's sizes), at least 16 (tl.dot's smallest K)."""
-    return max(16, triton.next_power_of_2(head_dim))
-
-
-def head_dim_tiles(head_dim: int) -> tuple[int, int]:
-    """The register tiles of a head dim: (``padded(head_dim)``, 0), or two powers of two (first, second)
-    that cover it with fewer padded columns: the largest power of two below it, then the rest padded to
-    at least 32 (80 and 96: 64 + 32; 192: 128 + 64; 112 and 120 stay one tile of 128, as 64 + 64 would
-    be). At least 32: a tile of 16 columns gave p·v a product that every warp computed whole, and ptxas
-    for sm_90 ran out of registers (docs/paged_notes.md, "What the compiled code showed")."""
-    whole = padded(head_dim)
-    first = whole // 2
-    second = max(32, padded(head_dim - first))
-    return (first, second) if first + second < whole else (whole, 0)
 
 
 # ------------------------------------------------------------------------------------------- kernels
@@ -388,233 +379,7 @@ def _merge_splits_kernel(ws_ptr, o_ptr, num_splits, stride_wb, stride_wh, stride
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=d_ok)
 
 
-# ---------------------------------------------------------------------------------- launch configs
-@dataclass(frozen=True)
-class LaunchConfig:
-    """Tokens per loop iteration, warps per program and software-pipelining depth."""
-
-    block_n: int
-    num_warps: int
-    num_stages: int
-
-
-INTERPRETER_CONFIG = LaunchConfig(16, 1, 1)   # small blocks: ragged lengths span several blocks
-
-# Every launch configuration on a GPU, in this one table: (variant, cache, head-dim class) -> config.
-# cache: "fp8" for a float8_e4m3fn cache, "16" for fp16/bf16/fp32 ones; the head-dim class of (D, Dv) is
-# ``head_dim_class``. Each entry is the fastest configuration of the recorded sweep named beside it
-# (attnkit/bench/results/; for a class of several head sizes, the one whose slowest head size is the
-# fastest), or, where nothing was swept, the rule named beside it. ``scripts/gpu_paged.py`` re-runs
-# every sweep: ``--mode record`` (fp16, D = 128), ``--mode fp8``, ``--mode headdims``.
-GPU_CONFIGS = {
-    # bench_paged_headdims.csv, rows D = Dv = 64 and 128 (B = 64, context 4096): block_n 128, 4 warps
-    ("grouped", "16", "narrow"): LaunchConfig(128, 4, 3),
-    # bench_paged_headdims.csv, rows D = Dv = 80, 96, 112, 120: block_n 64, 4 warps is the fastest at each
-    ("grouped", "16", "narrow_padded"): LaunchConfig(64, 4, 3),
-    # bench_paged_headdims.csv, rows D = 192, Dv = 128: block_n 128, 4 warps
-    ("grouped", "16", "wide_qk"): LaunchConfig(128, 4, 3),
-    # bench_paged_headdims.csv, rows D = Dv = 192: block_n 128, 4 warps; D = Dv = 256: block_n 64, 4 warps
-    ("grouped", "16", "wide"): LaunchConfig(128, 4, 3),
-    ("grouped", "16", "widest"): LaunchConfig(64, 4, 3),
-    # bench_paged_fp8_ratio.csv, kind "sweep" (B = 64, context 4096): block_n 128, 4 warps
-    ("grouped", "fp8", "narrow"): LaunchConfig(128, 4, 3),
-    # not swept with an fp8 cache: the fp16 cache's (an fp8 tile holds fewer bytes, the same registers)
-    ("grouped", "fp8", "narrow_padded"): LaunchConfig(64, 4, 3),
-    ("grouped", "fp8", "wide_qk"): LaunchConfig(128, 4, 3),
-    ("grouped", "fp8", "wide"): LaunchConfig(128, 4, 3),
-    ("grouped", "fp8", "widest"): LaunchConfig(64, 4, 3),
-    # the sweep of scripts/gpu_paged.py --mode record on the H100 (docs/paged_notes.md, "Sweeps")
-    ("per_head", "16", "narrow"): LaunchConfig(128, 4, 2),
-    ("per_head", "fp8", "narrow"): LaunchConfig(128, 4, 2),
-    # not swept: the narrow entries' (the same tile width)
-    ("per_head", "16", "narrow_padded"): LaunchConfig(128, 4, 2),
-    ("per_head", "fp8", "narrow_padded"): LaunchConfig(128, 4, 2),
-    # not swept: the rule of the wide grouped entries (no spills at 32 tokens; tests/kernels/test_paged_host.py)
-    ("per_head", "16", "wide_qk"): LaunchConfig(32, 4, 2),
-    ("per_head", "16", "wide"): LaunchConfig(32, 4, 2),
-    ("per_head", "16", "widest"): LaunchConfig(32, 4, 2),
-    ("per_head", "fp8", "wide_qk"): LaunchConfig(32, 4, 2),
-    ("per_head", "fp8", "wide"): LaunchConfig(32, 4, 2),
-    ("per_head", "fp8", "widest"): LaunchConfig(32, 4, 2),
-}
-
-
-def head_dim_class(head_dim: int, head_dim_v: int | None = None) -> str:
-    """"narrow": D and Dv padded to at most 128, both powers of two; "narrow_padded": the same but one of them
-    padded (80-120: their sweep's fastest tiles differ); "wide_qk": D padded past 128, Dv not (DeepSeek's
-    192/128); "wide": Dv padded past 128, at most 192; "widest": Dv above 192 (``padded``: the next power of
-    two, at least 16; 192 and 256 share a padded tile but not their fastest configuration)."""
-    head_dim_v = head_dim if head_dim_v is None else head_dim_v
-    if padded(head_dim_v) > 128:
-        return "wide" if head_dim_v <= 192 else "widest"
-    if padded(head_dim) > 128:
-        return "wide_qk"
-    return "narrow" if (head_dim, head_dim_v) == (padded(head_dim), padded(head_dim_v)) else "narrow_padded"
-
-
-def default_config(variant: str, cache_dtype, head_dim: int = 128, head_dim_v: int | None = None) -> LaunchConfig:
-    """The launch configuration of ``variant`` for a cache of ``cache_dtype`` and head dims D = ``head_dim``,
-    Dv = ``head_dim_v`` (None: D) where the kernels run now: ``GPU_CONFIGS`` on a GPU."""
-    if triton_interprets():
-        return INTERPRETER_CONFIG
-    return GPU_CONFIGS[(variant, "fp8" if cache_dtype == FP8 else "16", head_dim_class(head_dim, head_dim_v))]
-
-
-def row_alignment(t: torch.Tensor) -> int:
-    """The largest power of two, at most 16, that divides every stride of ``t`` but its last, and every one
-    ``t`` would have if copied contiguously (``_run`` may pass such a copy): every row offset the kernels
-    compute (index · stride, summed) is a multiple of it. 16 when all are 0."""
-    g = 0
-    shape = t.shape
-    contiguous = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        contiguous[i] = contiguous[i + 1] * shape[i + 1]
-    for stride in (*t.stride()[:-1], *contiguous[:-1]):
-        g = math.gcd(g, stride)
-    return 16 if g == 0 else min(16, g & -g)
-
-
-# ------------------------------------------------------------------------------------- input checks
-def check_paged_inputs(q, k_pages, v_pages, block_table, seq_lens, *, check_values="strict", k_scale=None,
-                       v_scale=None) -> None:
-    """Raise ValueError, naming the argument and the rule, unless the inputs are a valid decode step.
-
-    Shapes, dtypes and devices are always checked (on the host, no synchronisation). The contents of
-    seq_lens, block_table and the scales, by ``check_values``:
-    - "strict" (True): copied to the host and checked now (a synchronisation on a GPU);
-    - "device": checked on the device, without synchronising, under the contract of
-      ``attnkit.kernels.value_checks``: ``raise_pending_errors()`` reports the first bad call by its
-      index, and nothing else does. The kernel clamps lengths and page ids, so a bad table gives a
-      wrong answer that is reported, never a device fault. Skipped while a CUDA graph is being captured.
-      (Here a few PyTorch operations evaluate the rules; ``paged_decode`` evaluates them in its kernel.)
-    - False: not checked.
-    """
-    check_values = _check_values_option(check_values)
-    _check_shapes(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
-    num_pages, page_size = k_pages.shape[:2]
-    if check_values == "device":
-        _flag_bad_values(block_table, seq_lens, num_pages, page_size, k_scale, v_scale)
-    elif check_values:
-        _check_values_on_host(block_table, seq_lens, num_pages, page_size, k_scale, v_scale)
-
-
-def _check_values_option(check_values):
-    """"strict" (also for True), "device" or False; anything else is refused."""
-    if check_values is True or (isinstance(check_values, str) and check_values == "strict"):
-        return "strict"
-    if isinstance(check_values, str) and check_values == "device":
-        return "device"
-    if check_values is False:
-        return False
-    raise ValueError(f"check_values: expected 'strict', 'device', True or False, got {check_values!r}")
-
-
-def _check_head_dim(name: str, letter: str, head_dim: int) -> None:
-    if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
-        raise ValueError(f"{name}: head dim {letter}={head_dim} is not supported; {letter} must be between "
-                         f"{MIN_HEAD_DIM} and {MAX_HEAD_DIM}")
-
-
-def _check_shapes(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale) -> None:
-    """The ValueErrors that shapes, dtypes and devices decide (no tensor's contents are read)."""
-    validation.tensor("q", q, 3, "[B, Hq, D]", SUPPORTED_DTYPES)
-    validation.tensor("k_pages", k_pages, 4, "[num_pages, page_size, Hkv, D]", CACHE_DTYPES)
-    validation.tensor("v_pages", v_pages, 4, "[num_pages, page_size, Hkv, Dv]", CACHE_DTYPES)
-    validation.tensor("block_table", block_table, 2, "[B, max_pages]")
-    validation.tensor("seq_lens", seq_lens, 1, "[B]")
-    validation.same("dtype", k_pages=k_pages, v_pages=v_pages)
-    if k_pages.dtype != FP8:
-        validation.same("dtype", q=q, k_pages=k_pages)
-    _check_scales(k_pages, k_scale, v_scale)
-    for name, t in (("block_table", block_table), ("seq_lens", seq_lens)):
-        if t.dtype != torch.int32:
-            raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
-    validation.same("device", q=q, k_pages=k_pages, v_pages=v_pages, block_table=block_table, seq_lens=seq_lens,
-                    **({"k_scale": k_scale, "v_scale": v_scale} if k_scale is not None else {}))
-    validation.kernel_device("q", q)
-    if k_pages.shape[:3] != v_pages.shape[:3]:
-        raise ValueError(f"k_pages, v_pages: must have the same shape but for the head dim (Dv may differ from "
-                         f"D), got {tuple(k_pages.shape)} and {tuple(v_pages.shape)}")
-    batch, n_heads, head_dim = q.shape
-    n_kv, kv_dim = k_pages.shape[2:]
-    if kv_dim != head_dim:
-        raise ValueError(f"q, k_pages: head dims differ (q has D={head_dim}, k_pages has D={kv_dim})")
-    _check_head_dim("q", "D", head_dim)
-    _check_head_dim("v_pages", "Dv", v_pages.shape[3])
-    validation.head_groups("q, k_pages", n_heads, n_kv)
-    validation.grid_axis("q", "sequences B", batch)
-    if block_table.shape[0] != batch:
-        raise ValueError(f"block_table: needs one row per sequence of q (B={batch}), got "
-                         f"{block_table.shape[0]} rows")
-    if seq_lens.shape[0] != batch:
-        raise ValueError(f"seq_lens: needs one length per sequence of q (B={batch}), got {seq_lens.shape[0]}")
-
-
-def _check_values_on_host(block_table, seq_lens, num_pages: int, page_size: int, k_scale, v_scale) -> None:
-    """check_values="strict": the contents copied to the host; the first bad entry is named."""
-    max_pages = block_table.shape[1]
-    lens = seq_lens.detach().to("cpu", torch.int64)
-    table = block_table.detach().to("cpu", torch.int64)
-    capacity = max_pages * page_size
-    bad = torch.nonzero((lens < 1) | (lens > capacity)).flatten()
-    if bad.numel():
-        b = int(bad[0])
-        raise ValueError(f"seq_lens: seq_lens[{b}] = {int(lens[b])} is out of range; each sequence needs "
-                         f"1 <= seq_len <= max_pages * page_size = {max_pages} * {page_size} = {capacity}")
-    pages_used = (lens + page_size - 1) // page_size                                  # [B]
-    used = torch.arange(max_pages)[None, :] < pages_used[:, None]                     # [B, max_pages]
-    out_of_range = used & ((table < 0) | (table >= num_pages))
-    if out_of_range.any():
-        b, p = (int(i) for i in torch.nonzero(out_of_range)[0])
-        raise ValueError(f"block_table: block_table[{b}, {p}] = {int(table[b, p])} is not a page; "
-                         f"the pages a sequence uses must lie in [0, num_pages) = [0, {num_pages})")
-    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if scale is not None and not bool(torch.all(torch.isfinite(scale) & (scale > 0))):
-            raise ValueError(f"{name}: every scale must be finite and > 0")
-
-
-def _check_scales(k_pages, k_scale, v_scale) -> None:
-    """k_scale, v_scale: fp32 [Hkv], given exactly when the cache is float8_e4m3fn."""
-    if (k_pages.dtype == FP8) != (k_scale is not None) or (k_scale is None) != (v_scale is None):
-        raise ValueError("k_scale, v_scale: required (fp32 [Hkv], one per KV head) exactly when k_pages and "
-                         f"v_pages are float8_e4m3fn; the cache is {k_pages.dtype}")
-    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if scale is not None:
-            validation.tensor(name, scale, 1, "[Hkv]", (torch.float32,))
-            if scale.shape[0] != k_pages.shape[2]:
-                raise ValueError(f"{name}: expected {k_pages.shape[2]} scales (one per KV head), got {scale.shape[0]}")
-
-
-def _bad_values(block_table, seq_lens, num_pages: int, page_size: int, k_scale=None, v_scale=None):
-    """A 0-d int64 tensor on the tables' device: the ``value_checks.RULES`` bits the values break (0: none)."""
-    capacity = block_table.shape[1] * page_size
-    lens = seq_lens.to(torch.int64)
-    used = torch.arange(block_table.shape[1], device=lens.device)[None, :] * page_size < lens[:, None]
-    table = block_table.to(torch.int64)
-    rules = ((lens < 1) | (lens > capacity)).any().to(torch.int64)
-    rules = rules + 2 * (used & ((table < 0) | (table >= num_pages))).any().to(torch.int64)
-    for scale in (k_scale, v_scale):
-        if scale is not None:
-            rules = rules | 4 * (~(torch.isfinite(scale) & (scale > 0)).all()).to(torch.int64)
-    return rules
-
-
-def _flag_bad_values(block_table, seq_lens, num_pages: int, page_size: int, k_scale=None, v_scale=None) -> None:
-    if value_checks.capturing(block_table):
-        return
-    value_checks.flag("paged_decode", _bad_values(block_table, seq_lens, num_pages, page_size, k_scale, v_scale))
-
-
-def _check_splits(num_splits) -> int | None:
-    """``num_splits`` as a Python int (NumPy's integers accepted) in [1, MAX_SPLITS], or None."""
-    if num_splits is None:
-        return None
-    if (isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral)
-            or not 1 <= num_splits <= MAX_SPLITS):
-        raise ValueError(f"num_splits: expected None or an integer in [1, {MAX_SPLITS}], got {num_splits!r}")
-    return int(num_splits)
-
-
+# ------------------------------------------------------------------------------- splits and launch
 def choose_num_splits(batch: int, n_kv: int, max_len: int, device) -> int:
     """Splits per sequence so that the grid fills the GPU: about two programs per multiprocessor,
     each with at least 512 tokens. 1 when B·Hkv programs already fill it (and on the CPU)."""
@@ -629,74 +394,12 @@ def choose_num_splits(batch: int, n_kv: int, max_len: int, device) -> int:
     return max(1, min(wanted, max_len // 512, MAX_SPLITS))
 
 
-# --------------------------------------------------------------------------------- plans and launch
 def new_buffer(shape, dtype, device) -> torch.Tensor:
     """Every output and workspace buffer the kernels write, contiguous (tests fill these with NaN instead)."""
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What the first call of a kind decided, for every later call of that kind (``_plan_key``)."""
-
-    grid: tuple
-    num_splits: int
-    out_shape: tuple                 # o: (B, Hq, Dv)
-    workspace_shape: tuple           # (B, Hq, S, Dv + 2): z, m, ℓ of each split
-    scalars: tuple                   # _paged_kernel's arguments after the pointers, before the strides
-    constexprs: tuple                # _paged_kernel's constexprs and options: (without CHECK, with CHECK)
-    merge_constexprs: dict
-    check_values: object             # "strict", "device" or False
-    upcast: bool                     # bf16 computed in fp32 (the interpreter, or a GPU below sm_80)
-    num_pages: int
-    page_size: int
-    direct: bool                     # the inputs go to the kernel as they are (no copy, no conversion)
-    input_strides: tuple             # then their strides, in the kernel's order
-    state: torch.Tensor | None       # the device's value_checks state (check_values="device")
-
-
-_PLANS: dict = {}                    # _plan_key(...) -> _Plan
-
-
-def _make_plan(q, k_pages, v_pages, block_table, sm_scale: float, num_splits: int, variant: str, window_left: int,
-               scaled: bool, check_values, config: LaunchConfig | None = None) -> _Plan:
-    """The launch of inputs already checked: grid, block sizes, splits and the kernels' scalar arguments."""
-    device = kernel_device(q.device)
-    batch, n_heads, head_dim = q.shape
-    num_pages, page_size, n_kv, dim_v = v_pages.shape
-    max_len = block_table.shape[1] * page_size
-    upcast = q.dtype == torch.bfloat16 and bf16_computed_in_fp32(device)
-    if config is None:
-        config = default_config(variant, k_pages.dtype, head_dim, dim_v)
-    blocks = -(-max_len // config.block_n)
-    tokens_per_split = -(-blocks // num_splits) * config.block_n       # each split: whole blocks of tokens
-    grouped = variant == "grouped"
-    group = n_heads // n_kv
-    constexprs = dict(GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)) if grouped else 1,
-                      DIM_QK=head_dim, DIM_V=dim_v, BLOCK_D=head_dim_tiles(head_dim)[0],
-                      BLOCK_D2=head_dim_tiles(head_dim)[1], BLOCK_DV=head_dim_tiles(dim_v)[0],
-                      BLOCK_DV2=head_dim_tiles(dim_v)[1],
-                      PAGE_SIZE=page_size, BLOCK_N=config.block_n, SPLIT=num_splits > 1, GROUPED=grouped,
-                      DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32", SCALED=scaled,
-                      BLOCK_KV=triton.next_power_of_2(n_kv), CODE=CODE, N_KERNELS=len(value_checks.KERNELS),
-                      Q_ALIGN=row_alignment(q), K_ALIGN=row_alignment(k_pages), V_ALIGN=row_alignment(v_pages),
-                      **launch_options(num_warps=config.num_warps, num_stages=config.num_stages))
-    scalars = (sm_scale * LOG2E, tokens_per_split, num_pages, max_len,
-               window_left if window_left >= 0 else max_len, batch, n_kv)
-    merge = dict(DIM_V=dim_v, BLOCK_DV=padded(dim_v), BLOCK_S=triton.next_power_of_2(num_splits),
-                 **launch_options(num_warps=4))
-    direct = device == q.device and not upcast and not (k_pages.dtype == FP8 and triton_interprets())   # fp8_read
-    input_strides = (*q.stride(), *k_pages.stride(), *v_pages.stride(), *block_table.stride())
-    return _Plan(grid=(n_kv if grouped else n_heads, batch, num_splits), num_splits=num_splits,
-                 out_shape=(batch, n_heads, dim_v), workspace_shape=(batch, n_heads, num_splits, dim_v + 2),
-                 scalars=scalars, constexprs=({**constexprs, "CHECK": False}, {**constexprs, "CHECK": True}),
-                 merge_constexprs=merge, check_values=check_values, upcast=upcast, num_pages=num_pages,
-                 page_size=page_size, direct=direct, input_strides=input_strides,
-                 state=value_checks.state(device) if check_values == "device" and not value_checks.capturing(q)
-                 else None)                  # made outside a capture (its first value is a copy to the device)
-
-
-def _run(plan: _Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, check: bool):
+def _run(plan: Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, check: bool):
     """o [B, Hq, Dv] in q's dtype and on q's device: one launch (two with splits), one allocation (two)."""
     where, out_dtype = q.device, q.dtype
     if plan.direct:                                  # the common case: the strides are the plan's key's
@@ -736,50 +439,29 @@ def _run(plan: _Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_sca
     return o if o.device == where and o.dtype == out_dtype else o.to(where, out_dtype)
 
 
-def _option(value) -> tuple:
-    return (type(value), value)
-
-
-def _layout(t) -> tuple | None:
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
-
-
-def _plan_key(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
-              window, check_values) -> tuple | None:
-    """Everything the shape checks and the plan depend on (each option with its type: True is not 1);
-    None when an argument is not a tensor or an option cannot be a key (the full checks then decide)."""
-    try:
-        return (_layout(q), _layout(k_pages), _layout(v_pages), _layout(block_table), _layout(seq_lens),
-                _layout(k_scale), _layout(v_scale), _option(sm_scale), _option(num_splits), _option(variant),
-                _option(check_values), type(window), tuple(_option(w) for w in window))
-    except (AttributeError, TypeError):
-        return None
-
-
 def _checked_plan(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
-                  window, check_values) -> _Plan:
+                  window, check_values) -> Plan:
     """Every check that shapes and options decide (ValueError naming the argument), then the plan."""
-    check_values = _check_values_option(check_values)
-    _check_shapes(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
+    check_values = check_values_option(check_values)
+    check_shapes(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale)
     sm_scale = validation.softmax_scale(sm_scale, q.shape[-1])
     window_left = check_window(window)[0]
-    num_splits = _check_splits(num_splits)
-    if not isinstance(variant, str) or variant not in VARIANTS:
-        raise ValueError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
+    num_splits = check_splits(num_splits)
+    check_variant(variant)
     if num_splits is None:
         longest = block_table.shape[1] * k_pages.shape[1]
         seen = longest if window_left < 0 else min(longest, window_left + 1)
         num_splits = choose_num_splits(q.shape[0], k_pages.shape[2], seen, q.device)
-    return _make_plan(q, k_pages, v_pages, block_table, sm_scale, num_splits, variant, window_left,
-                      k_scale is not None, check_values)
+    return make_plan(q, k_pages, v_pages, block_table, sm_scale, num_splits, variant, window_left,
+                     k_scale is not None, check_values)
 
 
 def launch(q, k_pages, v_pages, block_table, seq_lens, sm_scale: float, num_splits: int, variant: str,
            config: LaunchConfig | None = None, window_left: int = -1, k_scale=None, v_scale=None):
     """The kernels alone on inputs already checked (``check_paged_inputs``), no value check: what the
     benchmarks time and the launch sweeps tune. ``config``: a LaunchConfig (None: ``default_config``)."""
-    plan = _make_plan(q, k_pages, v_pages, block_table, sm_scale, num_splits, variant, window_left,
-                      k_scale is not None, False, config)
+    plan = make_plan(q, k_pages, v_pages, block_table, sm_scale, num_splits, variant, window_left,
+                     k_scale is not None, False, config)
     return _run(plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, False)
 
 
@@ -801,22 +483,22 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, *, sm_scale: float 
     """
     if check_values is None:
         check_values = "device" if getattr(q, "is_cuda", False) else "strict"
-    key = _plan_key(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
-                    window, check_values)
+    key = plan_key(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits, variant,
+                   window, check_values)
     try:
-        plan = _PLANS.get(key) if key is not None else None
+        plan = paged_plans.PLANS.get(key) if key is not None else None
     except TypeError:                                # an unhashable option: the full checks decide
         key = plan = None
     if plan is None:
         plan = _checked_plan(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, sm_scale, num_splits,
                              variant, window, check_values)
         if key is not None:
-            keep_recent(_PLANS, key, plan, MAX_PLANS)
+            keep_recent(paged_plans.PLANS, key, plan, paged_plans.MAX_PLANS)
         if plan.check_values == "device" and not triton_interprets() and not value_checks.capturing(q):
             # compile the kernel a CUDA graph captures (it checks nothing) now, not while capturing
             _run(plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, False)
     if plan.check_values == "strict":
-        _check_values_on_host(block_table, seq_lens, plan.num_pages, plan.page_size, k_scale, v_scale)
+        check_values_on_host(block_table, seq_lens, plan.num_pages, plan.page_size, k_scale, v_scale)
     check = plan.check_values == "device" and not value_checks.capturing(q)
     return _run(plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, check)
 

@@ -19,7 +19,7 @@ import torch
 from host_syncs import HostSyncs
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnkit.kernels import paged, value_checks
+from attnkit.kernels import paged, paged_plans, value_checks
 from attnkit.kernels.fp8_cache import fp8_scales, quantize_fp8
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -82,15 +82,35 @@ def test_an_eager_call_is_one_launch_per_kernel_and_one_allocation_per_buffer(mo
 
 
 def test_the_first_call_of_a_kind_makes_a_plan_and_later_calls_reuse_it(counted_launches):
-    paged._PLANS.clear()
+    """Three kinds of call, three plans, and each call launches its kernels once (the decode kernel with
+    its value check, CHECK=True). Compiled (on a GPU) the first call of a kind with check_values="device"
+    also runs once unchecked before (CHECK=False: the kernel a CUDA graph captures, compiled outside the
+    capture)."""
+    paged_plans.PLANS.clear()
     case = make_case()
+    calls = []                                        # (num_splits, that call's launches)
+
+    def call(num_splits):
+        before = len(counted_launches)
+        paged.paged_decode(*case, check_values="device", num_splits=num_splits)
+        calls.append((num_splits, [(name, options["CHECK"]) if "CHECK" in options else (name,)
+                                   for name, options in counted_launches[before:]]))
+
+    def launches(num_splits, first_of_its_kind):
+        merge = [("_merge_splits_kernel",)] if num_splits > 1 else []
+        warm_up = [("_paged_kernel", False), *merge] if first_of_its_kind and not paged.triton_interprets() else []
+        return (num_splits, [*warm_up, ("_paged_kernel", True), *merge])
+
     for _ in range(3):                                # one split: one launch a call (a GPU's default may split)
-        paged.paged_decode(*case, check_values="device", num_splits=1)
-    paged.paged_decode(*case, check_values="device", num_splits=2)                 # another kind of call
+        call(1)
+    call(2)                                                                        # another kind of call
     case[0] = case[0][:1]                                                          # another shape
     case[3], case[4] = case[3][:1], case[4][:1]
-    paged.paged_decode(*case, check_values="device", num_splits=1)
-    assert len(paged._PLANS) == 3 and len(counted_launches) == 3 + 2 + 1
+    call(1)
+    expected = [launches(1, True), launches(1, False), launches(1, False), launches(2, True), launches(1, True)]
+    assert len(paged_plans.PLANS) == 3 and calls == expected, (
+        f"{len(paged_plans.PLANS)} plans (expected 3); launches by call, as (num_splits, [(kernel, CHECK)]): "
+        f"{calls}, expected {expected}")
 
 
 @pytest.mark.parametrize("kwargs,message", [
