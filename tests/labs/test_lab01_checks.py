@@ -128,9 +128,9 @@ def test_float32_is_held_to_its_own_bound_and_float64_to_the_tight_one():
     S = np.array([[2999.0, 3000.0, 2998.5]])
     expected = lab01.reference_softmax(S)
     got32 = softmax_float32(S)
-    assert lab01._compare(got32, expected)                        # float32's rounding of 3000: allowed
-    assert not lab01._compare(got32.astype(np.float64), expected)  # the same numbers claimed as float64
-    assert not lab01._compare(got32.astype(np.float16), expected)
+    assert lab01.within_bound(got32, expected)                        # float32's rounding of 3000: allowed
+    assert not lab01.within_bound(got32.astype(np.float64), expected)  # the same numbers claimed as float64
+    assert not lab01.within_bound(got32.astype(np.float16), expected)
     assert lab01.bound_for(got32, expected) < 2e-3                # 4·u·(2·3000 + 7) + 1e-5
 
 

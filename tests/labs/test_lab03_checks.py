@@ -49,14 +49,14 @@ def test_a_row_of_tiles_fails_on_memory_not_on_values():
 def test_the_memory_limit_lies_between_a_tiled_answer_and_a_row_of_tiles():
     from attnkit.classroom.checking import memory_peak
 
-    Q, K, V, _ = lab03._big_case()
+    Q, K, V, _ = lab03.big_case()
     b = lab03.BIG
     peaks = {}
     for name, fn in (("tiled", tiled_with_merge), ("row of tiles", tiled_row_of_tiles)):
         with memory_peak() as peak:
             fn(Q, K, V, b["block_q"], b["block_k"])
         peaks[name] = peak[0]
-    limit = lab03._memory_limit(**b)
+    limit = lab03.memory_limit(**b)
     assert peaks["tiled"] * 1.5 < limit < peaks["row of tiles"] / 1.5, (peaks, limit)
 
 
@@ -93,12 +93,12 @@ def test_the_long_row_limit_lies_between_one_pass_and_kept_copies():
     from attnkit.classroom.checking import memory_peak
 
     def peak_of(fn):
-        stream = lab03._long_stream().args[0]
+        stream = lab03.long_stream().args[0]
         with memory_peak() as peak:
             fn(stream)
         return peak[0]
 
-    limit = lab03._long_stream().max_bytes
+    limit = lab03.long_stream().max_bytes
     assert max(peak_of(fn) for fn in ONLINE_RIGHT.values()) * 4 < limit < peak_of(online_copies_then_two_passes) / 2
 
 
@@ -116,7 +116,7 @@ def test_the_line_limit_lies_between_tiles_and_rows():
     rng = np.random.default_rng(0)
     Q, K, V = rng.standard_normal((t["n_q"], t["d"])), rng.standard_normal((t["n_k"], t["d"])), \
         rng.standard_normal((t["n_k"], t["dv"]))
-    limit = lab03._line_limit(Q, K, V, t["block_q"], t["block_k"])
+    limit = lab03.line_limit(Q, K, V, t["block_q"], t["block_k"])
     tiled = max(lab03.count_lines(fn, Q, K, V, t["block_q"], t["block_k"])[1] for fn in TILED_RIGHT.values())
     rows = lab03.count_lines(tiled_row_one_liner, Q, K, V, t["block_q"], t["block_k"])[1]
     assert tiled * 3 < limit < rows / 1.5, (tiled, limit, rows)

@@ -285,7 +285,7 @@ def test_the_scripted_workload_runs_out_with_pages_free_and_with_none_free():
                 free_at_refusal.append(len(self.free))
             return super().append(seq, n)
 
-    assert lab08._run_scripted_pool(Recording) is None
+    assert lab08.run_scripted_pool(Recording) is None
     assert free_at_refusal == [3, 0]
 
 

@@ -22,6 +22,9 @@ PyTorch operator is recorded (a ``TorchDispatchMode``), the function and every f
 read for names of other array libraries (``torch``, ``scipy``, ``jax``, …), and what it returns must be
 a NumPy array; any of these fails the check with a message that says which. The course's own
 implementations raise while the student's function runs.
+
+Internal API for tests and scripts: ``within_bound(got, expected)``, the comparison every check makes
+(finite, and a relative error within ``bound_for``).
 """
 from __future__ import annotations
 
@@ -144,7 +147,8 @@ def bound_for(got, expected) -> float:
     return REL_TOL["float32"] + 4 * UNIT_ROUNDOFF_FLOAT32 * float(getattr(expected, "condition", 1.0))
 
 
-def _compare(got, expected) -> bool:
+def within_bound(got, expected) -> bool:
+    """Whether ``got`` is finite and within ``bound_for(got, expected)`` of ``expected`` (relative error)."""
     err = rel_error(got, expected)
     return bool(np.isfinite(err) and err <= bound_for(got, expected))
 
@@ -273,7 +277,7 @@ def _check(name, student_fn, reference_fn, fixed, drawn, hint) -> CheckResult:
                                          f"   hint: {hint}")
     problems: list[str] = []
     result = run_check(name, _numpy_only(student_fn, problems), reference_fn, fixed + drawn, tol=TOL,
-                       hint=hint, compare=_compare, forbidden=forbidden(), fixed=len(fixed))
+                       hint=hint, compare=within_bound, forbidden=forbidden(), fixed=len(fixed))
     if problems and result.status != "not implemented":
         return CheckResult(name, FAILED, f"❌ {name}: {problems[0]}: {NUMPY_ONLY}\n   hint: {hint}")
     return result

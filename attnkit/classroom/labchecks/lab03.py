@@ -21,6 +21,10 @@ few dozen lines whatever the number of rows (``MERGE_LINES``: no Python loop ove
 forward about ``LINES_PER_TILE`` per tile of ``block_q × block_k`` (one case has 128 × 256 tiles over
 512 queries and keys): going a query row at a time, against all keys or key tile by key tile, runs
 block_q times as many and fails, whatever its memory.
+
+Internal API for tests and scripts: the limits the checks set and the cases they set them on,
+``memory_limit(**BIG)`` with ``big_case()``, ``long_stream()`` (a case carrying its ``max_bytes``) and
+``line_limit``.
 """
 from __future__ import annotations
 
@@ -69,7 +73,7 @@ def forbidden() -> tuple:
     """The course's own implementations (the references and this module's functions, but for the
     line counter that runs around the student's function): a student's function that calls one of
     them fails."""
-    counter = (count_lines, _is_student_code, _counted, _line_limit)
+    counter = (count_lines, _is_student_code, _counted, line_limit)
     return tuple(f for f in module_functions(_attention, _online, _tiled, sys.modules[__name__])
                  if f not in counter)
 
@@ -188,7 +192,7 @@ def _stream(blocks, what) -> object:
 LONG = dict(blocks=256, block=256)     # a row of 65 536 scores: 512 KiB in float64
 
 
-def _long_stream():
+def long_stream():
     """A long row whose blocks may not be kept: one pass holds a block at a time (a few KiB of
     temporaries); keeping copies of the blocks for a second pass needs the whole row (512 KiB)."""
     rng = np.random.default_rng(5)
@@ -228,7 +232,7 @@ def _check_online_softmax(online_softmax, *, seed: int | None = None) -> CheckRe
         _stream([rng.uniform(-1000, -800, 3), rng.uniform(800, 1000, 5)], "scores near -900, then +900"),
         _stream([np.array([rng.standard_normal()])], "a single score"),
         _stream(np.split(rng.standard_normal(15) + np.linspace(0, 40, 15), [1, 6, 8]), "15 rising scores"),
-        _long_stream(),
+        long_stream(),
     ]
     rng = np.random.default_rng(seed)
     drawn = []
@@ -325,7 +329,8 @@ def _far_apart(rng, n_q, n_k, d, dv):
 BIG = dict(n_q=1024, n_k=1024, d=2, dv=2, block_q=64, block_k=64)
 
 
-def _memory_limit(n_q, n_k, d, dv, block_q, block_k) -> int:
+def memory_limit(n_q, n_k, d, dv, block_q, block_k) -> int:
+    """The bytes a tiled forward may allocate (float64): twice its inputs and output, and six score tiles."""
     return 8 * (2 * (n_q * d + n_k * d + n_k * dv + n_q * dv) + 6 * block_q * block_k)
 
 
@@ -338,7 +343,7 @@ NARROW = dict(n_q=256, n_k=256, d=4, dv=2, block_q=16, block_k=128)
 LINES_PER_TILE = 40       # lines of Python per tile (its scores, state, merge) and per query block
 
 
-def _line_limit(Q, K, V, block_q, block_k) -> int:
+def line_limit(Q, K, V, block_q, block_k) -> int:
     """The lines of Python a tiled forward may run: LINES_PER_TILE per tile and per query block, and
     twice as many for the set-up."""
     tiles_q, tiles_k = -(-len(Q) // block_q), -(-len(K) // block_k)
@@ -346,7 +351,7 @@ def _line_limit(Q, K, V, block_q, block_k) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _big_case() -> tuple:
+def big_case() -> tuple:
     """Q, K, V of the memory case and their float64 attention, computed once."""
     rng = np.random.default_rng(7)
     Q, K, V = (rng.standard_normal((BIG[n], BIG[d])) for n, d in (("n_q", "d"), ("n_k", "d"), ("n_k", "dv")))
@@ -357,7 +362,7 @@ def _big_case() -> tuple:
 
 
 def _tiled_reference(Q, K, V, block_q, block_k):
-    big_Q, big_K, big_V, big_out = _big_case()
+    big_Q, big_K, big_V, big_out = big_case()
     if Q.shape == big_Q.shape and np.array_equal(Q, big_Q) and np.array_equal(K, big_K) and \
             np.array_equal(V, big_V):
         return big_out.copy()
@@ -385,17 +390,17 @@ def _check_tiled_attention(tiled_attention, *, seed: int | None = None) -> Check
     K = np.column_stack([np.linspace(-30, 30, 9), rng.standard_normal((9, 3))])
     fixed.append(case(Q, K, rng.standard_normal((9, 2)), 2, 3,
                       label="scores rising from about -800 to +800 along the keys, tiles 2×3"))
-    Q, K, V = (np.array(a) for a in _big_case()[:3])
+    Q, K, V = (np.array(a) for a in big_case()[:3])
     big = case(Q, K, V, BIG["block_q"], BIG["block_k"],
                label=f"Q {Q.shape}, K {K.shape}, tiles {BIG['block_q']}×{BIG['block_k']}: the full score "
                      f"matrix would take {8 * BIG['n_q'] * BIG['n_k'] / 2**20:.0f} MiB")
-    fixed.append(with_memory_limit(big, _memory_limit(**BIG)))
+    fixed.append(with_memory_limit(big, memory_limit(**BIG)))
     for sizes, why in ((TILES, f"2 tiles; one query row at a time would loop {TILES['n_q']} times"),
                        (NARROW, f"a {NARROW['block_k']}×{NARROW['block_k']} tile would be 8 times the tile")):
         Q, K, V = (rng.standard_normal((sizes[n], sizes[d])) for n, d in (("n_q", "d"), ("n_k", "d"), ("n_k", "dv")))
         c = case(Q, K, V, sizes["block_q"], sizes["block_k"],
                  label=f"Q {Q.shape}, K {K.shape}, tiles {sizes['block_q']}×{sizes['block_k']}: {why}")
-        fixed.append(with_memory_limit(c, _memory_limit(**sizes)))
+        fixed.append(with_memory_limit(c, memory_limit(**sizes)))
     rng = np.random.default_rng(seed)
     drawn = []
     for _ in range(4):
@@ -406,7 +411,7 @@ def _check_tiled_attention(tiled_attention, *, seed: int | None = None) -> Check
         Q, K, V = _far_apart(rng, n_q, n_k, d + 1, dv)
         drawn.append(case(Q, K, V, bq, bk, label=f"Q {Q.shape}, K {K.shape}, V {V.shape}, tiles {bq}×{bk}"))
     return _check("tiled_attention", tiled_attention, _tiled_reference, fixed, drawn, HINT_TILED,
-                  compare=lambda got, want: bool(rel_error(got, want) <= TOL), line_limit=_line_limit,
+                  compare=lambda got, want: bool(rel_error(got, want) <= TOL), line_limit=line_limit,
                   loop_hint="A tiled forward loops over tiles of block_q query rows and block_k keys, with "
                             "NumPy inside a tile: not over single query rows.")
 

@@ -25,6 +25,9 @@ alike: a row whose terms cancel (a query that sees one key) is not judged by a p
 
 While the student's function runs, attnkit's own FlashAttention (its Python functions and its Triton
 kernels) and ``torch.autograd`` raise ``ForbiddenCall``: the gradients must come from the student's kernels.
+
+Internal API for tests and scripts: ``reference_backward`` (the float64 forward and gradients, with their
+magnitudes) and ``gradient_tolerance``.
 """
 from __future__ import annotations
 
@@ -114,12 +117,15 @@ def forbid_course_attention():
         replace(torch.autograd, name, f"torch.autograd.{name}")
     from triton.runtime.jit import KernelInterface
 
+    kernels = {}                      # each kernel once, by its own name (a module may give it a public one too)
     for module in flash_modules:
         for name, obj in vars(module).items():
             if isinstance(obj, KernelInterface):                  # a kernel object, not a class
-                for attr in ("run", "rewrite"):
-                    if callable(getattr(obj, attr, None)):
-                        replace(obj, attr, f"attnkit's Triton kernel {name}")
+                kernels.setdefault(id(obj), (obj, getattr(getattr(obj, "fn", None), "__name__", name)))
+    for obj, name in kernels.values():
+        for attr in ("run", "rewrite"):
+            if callable(getattr(obj, attr, None)):
+                replace(obj, attr, f"attnkit's Triton kernel {name}")
     try:
         with forbidden_calls(module_functions(flash, sys.modules[__name__])):
             yield
@@ -135,7 +141,7 @@ _MISSING = object()
 
 
 # ----------------------------------------------------------------------------------- reference and cases
-def _reference(q, k, v, do, causal, grads: bool = True):
+def reference_backward(q, k, v, do, causal, grads: bool = True):
     """o (float64), lse (float64) and, with ``grads``, the float64 autograd gradients (dq, dk, dv), each
     carrying its magnitude (``attnkit.tolerances.with_magnitude``): the same products on absolute values,
     |dS|·|K|, |dS|ᵀ·|Q| and Pᵀ·|dO|, with |dS| = P ∘ (|dO|·|V|ᵀ + rowsum(|dO| ∘ |O|))."""
@@ -281,7 +287,7 @@ def _build(shapes, first: int, gen, kind_name: str):
     made = []
     for index, (b, hq, hkv, n_q, n_k, causal, kind, note) in enumerate(shapes, start=first):
         q, k, v, do = (t.to(dtype) for t in _values(gen, b, hq, hkv, n_q, n_k, kind))
-        o64, lse64, *_ = _reference(q, k, v, do, causal, grads=False)
+        o64, lse64, *_ = reference_backward(q, k, v, do, causal, grads=False)
         tensors = [q, k, v, o64.to(dtype), do]
         q, k, v, o, do = (placed(t, order=LAYOUTS[(index + i) % 5][0], gap=LAYOUTS[(index + i) % 5][1],
                                  dtype=dtype, device=device) for i, t in enumerate(tensors))
@@ -289,7 +295,7 @@ def _build(shapes, first: int, gen, kind_name: str):
         label = (f"{kind_name}: B={b}, Hq={hq}, Hkv={hkv}, Nq={n_q}, Nk={n_k}, D={HEAD_DIM}"
                  f"{', causal' if causal else ''}{f' ({note})' if note else ''}")
         made.append((case(q, k, v, o, lse, do, causal, label=label),
-                     lambda q=q, k=k, v=v, do=do, causal=causal: _reference(q, k, v, do, causal)[2:]))
+                     lambda q=q, k=k, v=v, do=do, causal=causal: reference_backward(q, k, v, do, causal)[2:]))
     return made
 
 
@@ -312,7 +318,8 @@ def _require_callable(name: str, fn) -> None:
         raise ValueError(f"{name}: must be a function, got {type(fn).__name__}")
 
 
-def _tol() -> float:
+def gradient_tolerance() -> float:
+    """The bound on each gradient row's componentwise error (the float16 check tolerance)."""
     return check_tolerance(DTYPE_NAME)
 
 
@@ -322,8 +329,9 @@ def _run(name, fn, pick, expect, hint, seed) -> CheckResult:
     reached."""
     made = _cases(seed)
     gradients = iter([g for _, g in made])
+    tol = gradient_tolerance()
     return run_check(name, _student(fn, pick), lambda *args: expect(next(gradients)()), [c for c, _ in made],
-                     tol=_tol(), hint=f"{hint} (passes when every row's error is at most {_tol():.0e} of the "
+                     tol=tol, hint=f"{hint} (passes when every row's error is at most {tol:.0e} of the "
                                       f"size of its terms, the float16 bound)",
                      fixed=len(FIXED), kernel_guards=True, isolate=True)
 
@@ -470,7 +478,7 @@ def count_products(flash_dkdv: Callable, flash_dq: Callable) -> str:
     gen = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(shape["B"], shape["H"], n, shape["D"], generator=gen).half()
                    for n in (shape["Nq"], shape["Nk"], shape["Nk"], shape["Nq"]))
-    o64, lse64, *_ = _reference(q, k, v, do, False, grads=False)
+    o64, lse64, *_ = reference_backward(q, k, v, do, False, grads=False)
     o, lse = o64.half(), lse64.float()
     forward_flops = 4 * shape["B"] * shape["H"] * shape["Nq"] * shape["Nk"] * shape["D"]
     backward = {"dots": 0, "flops": 0}

@@ -22,6 +22,9 @@ be integer tensors, a freed sequence keeps no pages in the pool's page tables, a
 comes back in q's dtype. While the student's function runs, the course's own paged kernels, merge and
 references raise (see ``attnkit.classroom.labchecks.lab05.course_code_forbidden``), and so do PyTorch's matrix
 products, softmax and exp while the student's decode function runs.
+
+Internal API for tests and scripts: ``run_scripted_pool(PagePool)``, the fixed workload ``check_pool``
+runs first (``SCRIPTED_POOL``), None when the pool follows it.
 """
 from __future__ import annotations
 
@@ -250,7 +253,7 @@ SCRIPTED_POOL = (8, 4, (("add", 0, 0), ("append", 0, 5),      # seq 0: 2 pages; 
                         ("append", 1, 1)))                    # a new page for seq 1
 
 
-def _run_scripted_pool(PagePool) -> str | None:
+def run_scripted_pool(PagePool) -> str | None:
     """The scripted workload; returns what went wrong, or None."""
     num_pages, page_size, ops = SCRIPTED_POOL
     pool = PagePool(num_pages, page_size)
@@ -284,7 +287,7 @@ def check_pool(PagePool, *, seed: int | None = None) -> CheckResult:
     gen = np.random.default_rng(_seed(seed))
     num_pages, page_size, _ = SCRIPTED_POOL
     scenarios = [(f"the scripted workload (num_pages={num_pages}, page_size={page_size}, it runs out of "
-                  "pages while some are free)", lambda: _run_scripted_pool(PagePool))]
+                  "pages while some are free)", lambda: run_scripted_pool(PagePool))]
     random_sizes = ((12, 4, 60), (6, 3, 60), (20, 8, 80))
     for index, (pages, size, steps) in enumerate(random_sizes, start=1):
         scenarios.append((f"random workload {index} of {len(random_sizes)} (num_pages={pages}, page_size={size})",
