@@ -66,8 +66,9 @@ The parts, each in its own module beside this one: the input checks (``paged_che
 picks a launch configuration (``paged_dispatch``) and the launch plans (``paged_plans``); this module holds
 the Triton kernels, the launch and the public functions, and re-exports the names of the other three.
 
-Internal API, for the tests that compile them (``tests/kernels/test_paged_host.py``): the kernels
-``_paged_kernel`` (decode, with or without splits) and ``_merge_splits_kernel`` (the splits' merge).
+Internal API for tests and scripts: the kernels as ``paged_kernel`` (decode, with or without splits) and
+``merge_splits_kernel`` (the splits' merge), public names of ``_paged_kernel`` and ``_merge_splits_kernel``
+(the names profilers record), which ``_run`` launches.
 """
 from __future__ import annotations
 
@@ -379,6 +380,13 @@ def _merge_splits_kernel(ws_ptr, o_ptr, num_splits, stride_wb, stride_wh, stride
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=d_ok)
 
 
+
+# Public names of the kernels for tests and scripts: the same objects; the kernels keep their underscore
+# names, which profilers record.
+paged_kernel = _paged_kernel
+merge_splits_kernel = _merge_splits_kernel
+
+
 # ------------------------------------------------------------------------------- splits and launch
 def choose_num_splits(batch: int, n_kv: int, max_len: int, device) -> int:
     """Splits per sequence so that the grid fills the GPU: about two programs per multiprocessor,
@@ -431,9 +439,9 @@ def _run(plan: Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scal
     args = (q, k_pages, v_pages, block_table, seq_lens, target, k_scale, v_scale, state, *plan.scalars,
             *strides, seq_lens.stride(0), *target_strides)
     with on_device(device):
-        RUNNERS.launch(_paged_kernel, plan.grid, args, plan.constexprs[check], device)
+        RUNNERS.launch(paged_kernel, plan.grid, args, plan.constexprs[check], device)
         if split:
-            RUNNERS.launch(_merge_splits_kernel, plan.grid[1:2] + plan.out_shape[1:2],
+            RUNNERS.launch(merge_splits_kernel, plan.grid[1:2] + plan.out_shape[1:2],
                            (workspace, o, plan.num_splits, *target_strides, *o.stride()[:2]),
                            plan.merge_constexprs, device)
     return o if o.device == where and o.dtype == out_dtype else o.to(where, out_dtype)

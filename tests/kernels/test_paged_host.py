@@ -205,7 +205,7 @@ from triton.compiler import ASTSource
 from attnkit.kernels import paged
 from attnkit.analysis.compiled import ptxas_report
 
-fn = paged._paged_kernel
+fn = paged.paged_kernel
 HQ, HKV, PAGE = 32, 8, 16
 
 
@@ -287,7 +287,7 @@ for cache, d in (("*fp16", 120), ("*fp8e4nv", 128)):       # paged_extend: the s
     assert wide and "ld.shared.b8" not in ptx, f"paged_extend {cache} D={d}: {len(wide)} loads of 16 bytes"
     print("compiled extend", cache, d)
 
-merge = paged._merge_splits_kernel
+merge = paged.merge_splits_kernel
 constexprs = dict(DIM_V=72, BLOCK_DV=128, BLOCK_S=4)
 signature = {name: "constexpr" if name in constexprs else {"ws_ptr": "*fp32", "o_ptr": "*fp16"}.get(name, "i32")
              for name in merge.arg_names}
