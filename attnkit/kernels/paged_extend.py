@@ -38,7 +38,7 @@ from ..device import (
 )
 from . import value_checks
 from .fp8_cache import FP8, FP8_MAX, fp8_read, fp8_scales, quantize_fp8  # noqa: F401  (re-exported here too)
-from .paged import row_alignment
+from .paged_dispatch import row_alignment
 
 ensure_triton_backend()
 
