@@ -125,7 +125,7 @@ def test_a_course_call_inside_an_allowed_one_reads_only_the_frames_between_them(
     outer = Kernel(inner)
     for kernel, name in ((inner, "course.inner"), (alone, "course.alone"), (outer, "course.outer")):
         guard.guard_compiled_kernel(kernel, name)
-    monkeypatch.setattr(guard, "_TOOL_CODES", CountingCodes())
+    monkeypatch.setattr(guard, "TOOL_CODES", CountingCodes())
 
     def deep(n, kernel):
         return deep(n - 1, kernel) if n else kernel.run()

@@ -218,7 +218,7 @@ def test_designs_are_named_in_one_place():
     assert [name for name, d in BACKWARDS.items() if not d.reproducible] == ["atomic_dq", "warp_specialized_atomic"]
     assert BACKWARDS["atomic_dq"].products == 5 and BACKWARDS["two_kernels"].products == 7
     assert BACKWARDS["warp_specialized_atomic"].products == 5 and BACKWARDS["warp_specialized"].products == 7
-    assert "bwd_atomic" in flash.LAUNCHERS and flash.LAUNCHERS["bwd_atomic"][0] == "_bwd_dkdv"
+    assert "bwd_atomic" in flash.LAUNCHERS and flash.LAUNCHERS["bwd_atomic"][0] == "bwd_dkdv"
 
 
 def test_bad_backward_name_raises_value_error(monkeypatch):
@@ -503,7 +503,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
                     raise OutOfResources(300_000, 232_448, "shared memory")
             return run
 
-    monkeypatch.setattr(triton_kernels, "_attn_fwd", TooBigKernel())
+    monkeypatch.setattr(triton_kernels, "attn_fwd", TooBigKernel())
     monkeypatch.setattr(plans, "triton_interprets", lambda: False)
     monkeypatch.setattr(dispatch, "launch_options", lambda **options: options)   # a CPU Triton drops them
     monkeypatch.setattr(plans, "PLANS", {})
@@ -593,7 +593,7 @@ def test_later_calls_of_a_kind_reuse_the_first_calls_plan(monkeypatch):
         base = torch.zeros(1, dtype=torch.float16)
         block_shape = None
 
-    monkeypatch.setattr(triton_kernels, "_attn_fwd", Kernel())
+    monkeypatch.setattr(triton_kernels, "attn_fwd", Kernel())
     monkeypatch.setattr(plans, "tuned_launcher", lambda name: Autotuner())
     monkeypatch.setattr(plans, "triton_interprets", lambda: False)
     monkeypatch.setattr(plans, "PLANS", {})

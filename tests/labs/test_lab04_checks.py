@@ -730,8 +730,8 @@ def test_loads_are_counted_in_a_child_interpreter_where_triton_compiles(monkeypa
     from attnkit.classroom.labchecks import lab04
 
     here = lab04.counted_matmul_loads(17, 33, 40)
-    monkeypatch.setattr(lab04, "_COUNTED", {})
-    monkeypatch.setattr(lab04, "_interpreting", lambda: False)
+    monkeypatch.setattr(lab04, "COUNTED_LOADS", {})
+    monkeypatch.setattr(lab04, "interpreting", lambda: False)
     assert lab04.counted_matmul_loads(17, 33, 40) == here == 17 * 40 * 3 + 40 * 33 * 2
 
 

@@ -7,6 +7,9 @@ round; the lab's own check (run here after the verdicts are final) and the tools
 This is a teaching guard in a process the student's code controls: it keeps an honest
 answer honest and names the function; it is not what makes a grade trustworthy. That is the checker's
 separate process, which judges only the values that come back (see ``calls``).
+
+Internal API for tests: ``TOOL_CODES`` (the code objects of the lab's tools, read at every frame the guard
+walks) and ``guard_compiled_kernel``.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from .submission import CELL_PREFIX
 COURSE_IMPLEMENTATIONS = ("attnkit.reference", "attnkit.kernels", "attnkit.serving.kv_cache",
                           "attnkit.serving.tinymodel", "attnkit.analysis.iomodel", "attnkit.bench.iomodel",
                           "attnkit.bench.naive")
-_TOOL_CODES: set = set()           # the code of the lab's tools: what they call is theirs to call
+TOOL_CODES: set = set()           # the code of the lab's tools: what they call is theirs to call
 _PLACEHOLDER = -7310921            # in _guard_body's constants: replaced by the function's id
 _ORIGINALS: dict = {}         # a guarded function's id (a kernel's: (id, method)) -> the original
 _SWAPS: list = []             # (object, attribute, original value, guarded value) of every guard installed
@@ -39,7 +42,7 @@ def _course_called(fn_id, name: str, args, kwargs):
     frame = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
-        if code in _TOOL_CODES or code is _APPROVED:
+        if code in TOOL_CODES or code is _APPROVED:
             break                    # a tool, or a course call already allowed (the frames above it were read)
         if code.co_filename.startswith(CELL_PREFIX):
             raise CourseImplementationCalled(f"{name} is the course's own implementation: write this exercise "
@@ -155,7 +158,7 @@ def install(lab_module, tools=()) -> int:
                any(n == p or n.startswith(p + ".") for p in COURSE_IMPLEMENTATIONS)]
     tool_list = tool_functions(tools)
     allowed = {id(f) for f in tool_list}
-    _TOOL_CODES.update(f.__code__ for f in tool_list)
+    TOOL_CODES.update(f.__code__ for f in tool_list)
     count = 0
     kernels: dict = {}
     compiled = not triton_interprets()

@@ -32,6 +32,8 @@ that crashes the interpreter fails with the case it was on. The bound is float32
 (fp16 inputs to tl.dot multiply exactly into an fp32 accumulator), tf32's for puzzle 8, whose fp32
 products go through tl.dot (tensor cores read them as tf32 on a GPU). Calls to PyTorch's softmax or matrix products
 and to attnkit's own kernels and references raise while the student's function runs.
+
+Internal API for tests: ``COUNTED_LOADS`` (the loads counted so far, by shape) and ``interpreting``.
 """
 from __future__ import annotations
 
@@ -64,10 +66,10 @@ from .lab04_runner import (  # noqa: F401  (lab 04's names, importable from here
     _find_forbidden,
     _forbidden_name,
     _forbidding,
-    _interpreting,
     _Memory,
     _run_puzzle,
     _torch,
+    interpreting,
     matrix,
     output,
     run_puzzle,
@@ -352,7 +354,7 @@ def check_softmax_weighted_sum(softmax_weighted_sum, *, seed: int | None = None)
 MATMUL_TILE = 16                 # puzzle 5's launch: 16 × 16 tiles of out, k in steps of 16
 PREDICTION_BAND = 0.01           # the predicted count must be within 1% of the counted one
 _KERNEL = []
-_COUNTED: dict = {}
+COUNTED_LOADS: dict = {}
 
 
 def _counting_matmul():
@@ -397,16 +399,16 @@ def _count_in_a_fresh_interpreter(shapes) -> None:
     done = subprocess.run([sys.executable, "-c", program, json.dumps([list(s) for s in shapes])], env=env,
                           capture_output=True, text=True, timeout=300, check=True)
     for shape, count in zip(shapes, json.loads(done.stdout.strip().splitlines()[-1])):
-        _COUNTED[tuple(shape)] = int(count)
+        COUNTED_LOADS[tuple(shape)] = int(count)
 
 
 def counted_matmul_loads(M: int, N: int, K: int) -> int:
     """Elements of a and b that puzzle 5's launch loads (masked-off lanes not counted), counted by
     running the tiled kernel in Triton's interpreter and recording every load."""
     key = (M, N, K)
-    if key not in _COUNTED and not _interpreting():
+    if key not in COUNTED_LOADS and not interpreting():
         _count_in_a_fresh_interpreter([key])
-    if key not in _COUNTED:
+    if key not in COUNTED_LOADS:
         torch = _torch()
         kernel = _counting_matmul()
         a = torch.ones(M, K, dtype=torch.float16)
@@ -419,8 +421,8 @@ def counted_matmul_loads(M: int, N: int, K: int) -> int:
                           BLOCK=MATMUL_TILE)
         loaded = memory.loaded()
         inside = np.isin(loaded, _element_addresses(a)) | np.isin(loaded, _element_addresses(b))
-        _COUNTED[key] = int(inside.sum())
-    return _COUNTED[key]
+        COUNTED_LOADS[key] = int(inside.sum())
+    return COUNTED_LOADS[key]
 
 
 ALSO_FORBIDDEN.extend((counted_matmul_loads, _counting_matmul))   # the prediction's measurement
@@ -438,8 +440,8 @@ def check_prediction(predicted_matmul_loads, *, seed: int | None = None) -> Chec
     shapes = [(40, 48, 40), (17, 33, 40), (16, 16, 16), (1, 100, 20)] + \
         [tuple(int(v) for v in rng.integers(1, 70, size=3)) for _ in range(2)]
     lines = []
-    uncounted = [shape for shape in shapes if shape not in _COUNTED]
-    if uncounted and not _interpreting():
+    uncounted = [shape for shape in shapes if shape not in COUNTED_LOADS]
+    if uncounted and not interpreting():
         _count_in_a_fresh_interpreter(uncounted)          # one child process for every shape
     for M, N, K in shapes:
         try:

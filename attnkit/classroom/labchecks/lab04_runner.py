@@ -101,7 +101,7 @@ def _element_addresses(t) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------- watching the kernel
-def _interpreting() -> bool:
+def interpreting() -> bool:
     """Whether Triton kernels run in the interpreter here (switched on before triton is imported)."""
     from ...device import ensure_triton_backend
 
@@ -125,7 +125,7 @@ class _Memory:
     def watching(self, always: bool = False):
         """Record the interpreter's loads and stores (``always``: even where kernels are compiled, for a
         kernel run explicitly in the interpreter)."""
-        if not (always or _interpreting()):
+        if not (always or interpreting()):
             yield False                         # compiled on a GPU: nothing to watch
             return
         from triton.runtime import interpreter

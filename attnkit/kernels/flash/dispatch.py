@@ -188,11 +188,11 @@ def padded(head_dim: int) -> int:
 # (_bwd_dkdv with ATOMIC_DQ) holds a [BLOCK_M, D] fp32 dQ share a query block: BLOCK_M = 64 keeps its
 # five products on 64-row wgmma tiles.
 _CANDIDATES = {
-    "fwd": ("_attn_fwd", [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)]),
-    "fwd_desc": ("_attn_fwd", [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]),
-    "bwd_dkdv": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)]),
-    "bwd_dq": ("_bwd_dq", [(64, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)]),
-    "bwd_atomic": ("_bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)]),
+    "fwd": ("attn_fwd", [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)]),
+    "fwd_desc": ("attn_fwd", [(128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]),
+    "bwd_dkdv": ("bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)]),
+    "bwd_dq": ("bwd_dq", [(64, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)]),
+    "bwd_atomic": ("bwd_dkdv", [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3)]),
 }
 LAUNCHERS = {name: (kernel, shapes, {d: getattr(rules, name) for d, rules in HEAD_DIMS.items()})
              for name, (kernel, shapes) in _CANDIDATES.items()}

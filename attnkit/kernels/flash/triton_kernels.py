@@ -527,8 +527,8 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sm_scale, qk_scale, cap_sca
                 BLOCK_M, HEAD_DIM, DESC, DIM_QK)
 
 
-# Public names of the kernels for tests and scripts: the same objects; the kernels keep their underscore
-# names, which profilers record (bench_flash_profile.csv) and dispatch.LAUNCHERS looks up.
+# Public names of the kernels, which dispatch.LAUNCHERS, tests and scripts look up: the same objects; the
+# kernels keep their underscore names, which profilers record (bench_flash_profile.csv).
 attn_fwd = _attn_fwd
 bwd_preprocess = _bwd_preprocess
 bwd_dkdv = _bwd_dkdv
