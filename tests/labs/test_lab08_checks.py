@@ -79,6 +79,10 @@ WRONG_SLOTS = {
     "pages in the table's int32": lambda row, n, ps: (row[torch.arange(n) // ps], torch.arange(n) % ps),
     "page and offset by bit masks (page sizes of 2ᵏ only)": lambda row, n, ps: (
         row.long()[torch.arange(n) >> int(math.log2(ps))], torch.arange(n) & (ps - 1)),
+    # the right numbers, not the two int64 tensors the lab asks for
+    "lists of ints": lambda row, n, ps: ([int(row[t // ps]) for t in range(n)], [t % ps for t in range(n)]),
+    "NumPy arrays": lambda row, n, ps: tuple(x.numpy() for x in slots_right(row, n, ps)),
+    "one stacked [2, seq_len] tensor": lambda row, n, ps: torch.stack(slots_right(row, n, ps)),
 }
 RIGHT_SLOTS = {"vectorised": slots_right, "loops with divmod": slots_loops, "repeat_interleave": slots_repeat}
 
@@ -122,8 +126,12 @@ class PoolRight:
         del self.lengths[seq]
 
 
+class OutOfPages(RuntimeError):
+    """A RuntimeError of the pool's own: what the lab asks for."""
+
+
 class PoolFifo:
-    """Another correct pool: a FIFO free list, math.ceil, one token at a time."""
+    """Another correct pool: a FIFO free list, math.ceil, one token at a time, its own RuntimeError."""
 
     def __init__(self, num_pages, page_size):
         self.page_size, self.free, self.tables, self.lengths = page_size, list(range(num_pages)), {}, {}
@@ -134,7 +142,7 @@ class PoolFifo:
     def append(self, seq, n):
         need = math.ceil((self.lengths[seq] + n) / self.page_size) - len(self.tables[seq])
         if need > len(self.free):
-            raise MemoryError(f"{need} pages needed, {len(self.free)} free")
+            raise OutOfPages(f"{need} pages needed, {len(self.free)} free")
         slots = []
         for _ in range(n):
             pos = self.lengths[seq]
@@ -238,9 +246,51 @@ class PoolKeepsAnEmptyTable(PoolRight):
         self.tables[seq] = []
 
 
+class PoolRaisesMemoryError(PoolRight):
+    def append(self, seq, n):                        # MemoryError, where the lab asks for RuntimeError
+        if self.needed(seq, n) > len(self.free):
+            raise MemoryError("out of pages")
+        return self._take(seq, n)
+
+
+class PoolAsserts(PoolRight):
+    def append(self, seq, n):                        # an assert: AssertionError (and none under python -O)
+        assert self.needed(seq, n) <= len(self.free), "out of pages"
+        return self._take(seq, n)
+
+
+class PoolRaisesValueError(PoolRight):
+    def append(self, seq, n):
+        if self.needed(seq, n) > len(self.free):
+            raise ValueError("out of pages")
+        return self._take(seq, n)
+
+
+class PoolPopsFromEmpty(PoolRight):
+    def append(self, seq, n):                        # no check: free.pop() raises IndexError when it runs dry
+        return self._take(seq, n)
+
+
+class PoolFloatSlots(PoolRight):
+    def _take(self, seq, n):                         # (page, offset) as floats: a float cannot index the pool
+        return [(float(p), float(o)) for p, o in super()._take(seq, n)]
+
+
+class PoolSlotTriples(PoolRight):
+    def _take(self, seq, n):                         # (page, offset, token) where the lab asks for pairs
+        length = self.lengths[seq]
+        return [(p, o, length + i) for i, (p, o) in enumerate(super()._take(seq, n))]
+
+
+RAISE_RUNTIME = "append must raise RuntimeError"
 WRONG_POOLS = {PoolPartialOnFailure: "raised an error but changed the pool first", PoolLeaks: "leak",
                PoolPageEveryToken: "pages; expected ceil(", PoolSwapped: "but its page table puts it at",
-               PoolNeverRunsOut: "expected a RuntimeError (or MemoryError) and no change",
+               PoolNeverRunsOut: "expected a RuntimeError and no change",
+               PoolRaisesMemoryError: f"{RAISE_RUNTIME} (the lab's rule: a server catches it, frees or preempts "
+                                      "a sequence and retries), but it raised MemoryError",
+               PoolAsserts: f"{RAISE_RUNTIME}", PoolRaisesValueError: f"{RAISE_RUNTIME}",
+               PoolPopsFromEmpty: "but it raised IndexError", PoolFloatSlots: "a page id and an offset are ints",
+               PoolSlotTriples: "each slot must be a (page, offset) pair",
                PoolRefusesExactFit: "so it must succeed, but it raised RuntimeError",
                PoolCountsFailedTokens: "so it must succeed, but it raised RuntimeError",
                PoolFloorPlusOne: "pages; expected ceil(", PoolIgnoresPartialPage: "pages; expected ceil(",

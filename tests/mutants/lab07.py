@@ -85,8 +85,25 @@ def sequences_from_bytes_per_token(model, context, free_gib, dtype_bytes, window
     return math.floor(free_gib * 1024**3 / (model.kv_bytes_per_token(dtype_bytes) * tokens))
 
 
+def sequences_numpy_int64(model, context, free_gib, dtype_bytes, window=None):
+    tokens = context if window is None else min(context, window)
+    return np.int64(int(free_gib * 2**30) // _per_sequence(model, tokens, dtype_bytes))
+
+
 SEQUENCES_RIGHT = {"formula": sequences_formula, "by subtraction": sequences_by_subtraction,
-                   "bytes per token": sequences_from_bytes_per_token}
+                   "bytes per token": sequences_from_bytes_per_token, "a NumPy int64": sequences_numpy_int64}
+
+
+def _sequences_of(tokens, result=int):
+    """max_sequences keeping ``tokens(context, window)`` tokens a sequence, its count passed to ``result``."""
+    def max_sequences(model, context, free_gib, dtype_bytes, window=None):
+        per = _per_sequence(model, tokens(context, window), dtype_bytes)
+        return result(free_gib * 2**30 // per)
+    return max_sequences
+
+
+def _kept(context, window):
+    return context if window is None else min(context, window)
 
 
 def _sequences(*, unit=2**30, heads=None, window_rule="min", rounding=math.floor, offset=0):
@@ -119,6 +136,19 @@ SEQUENCES_WRONG = {
     "the model's max_context, not the context": lambda model, context, free_gib, dtype_bytes, window=None:
         int(free_gib * 2**30 // _per_sequence(model, model.max_context if window is None else
                                              min(model.max_context, window), dtype_bytes)),
+    # the window's edge, off by one token on either side (fresh round 3: window + 1)
+    "the window and the token being generated (window + 1)": _sequences_of(
+        lambda c, w: c if w is None else min(c, w + 1)),
+    "window − 1 tokens": _sequences_of(lambda c, w: c if w is None else min(c, w - 1)),
+    "one token more than min(context, window)": _sequences_of(lambda c, w: _kept(c, w) + 1),
+    "context + 1 tokens (the token being generated)": _sequences_of(
+        lambda c, w: c + 1 if w is None else min(c + 1, w)),
+    "context − 1 tokens": _sequences_of(lambda c, w: c - 1 if w is None else min(c - 1, w)),
+    # the right count, not an int (fresh round 3: // of a float gives 6.0)
+    "// of a float: a float equal to the count": _sequences_of(_kept, result=lambda x: x),
+    "np.floor: a NumPy float": _sequences_of(_kept, result=np.floor),
+    "float(int(...))": _sequences_of(_kept, result=lambda x: float(int(x))),
+    "a 0-d torch tensor": _sequences_of(_kept, result=lambda x: torch.tensor(int(x))),
     "calls the course's max_batch_size": lambda model, context, free_gib, dtype_bytes, window=None: __import__(
         "attnkit.serving.kv_cache", fromlist=["x"]).max_batch_size(
             model, context=context if window is None else min(context, window),

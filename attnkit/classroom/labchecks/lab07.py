@@ -77,17 +77,34 @@ def _exact(got, want) -> bool:
         return False
 
 
-def _whole_bytes(cache_bytes: Callable) -> Callable:
-    """``cache_bytes`` whose answer must be a Python or NumPy integer, as the lab asks ("an int"): a float,
-    even one equal to the right count, raises a TypeError that the report shows."""
-    def call(*args):
-        got = cache_bytes(*args)
+class NotAnInt(TypeError):
+    """An answer of the right value, perhaps, but not the int the lab asks for."""
+
+
+def _whole_number(fn: Callable, name: str, what: str, how: str) -> Callable:
+    """``fn`` whose answer must be a Python or NumPy integer, as the lab asks ("an int"): a float (or a
+    bool, or a tensor), even one equal to the right count, raises ``NotAnInt``, which the report shows
+    (``_int_report`` takes off the line of this check that raised it)."""
+    def call(*args, **kwargs):
+        got = fn(*args, **kwargs)
         if got is not None and (isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, np.integer))):
-            raise TypeError(f"cache_bytes must return an int (a whole number of bytes), got "
-                            f"{type(got).__name__} {got!r}: keep every factor an int (no /, no float)")
+            raise NotAnInt(f"{name} must return an int ({what}), got {type(got).__name__} {got!r}: {how}")
         return got
-    call.__name__ = getattr(cache_bytes, "__name__", "cache_bytes")
+    call.__name__ = getattr(fn, "__name__", name)
     return call
+
+
+def _int_report(result: CheckResult) -> CheckResult:
+    """``result`` without the line that quotes this module's ``raise NotAnInt`` (not the student's code)."""
+    if "raised NotAnInt" not in result.report:
+        return result
+    lines = [line for line in result.report.splitlines() if "raise NotAnInt(" not in line]
+    return CheckResult(result.name, result.status, "\n".join(lines).replace("your function raised NotAnInt: ", ""))
+
+
+def _whole_bytes(cache_bytes: Callable) -> Callable:
+    return _whole_number(cache_bytes, "cache_bytes", "a whole number of bytes",
+                         "keep every factor an int (no /, no float)")
 
 
 def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> CheckResult:
@@ -112,8 +129,8 @@ def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> Che
         return kv_cache_bytes(num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim, tokens=tokens,
                               dtype_bytes=dtype_bytes, batch=batch)
 
-    return run_check("cache_bytes", _whole_bytes(cache_bytes), reference, fixed + drawn, tol=0.0, hint=HINT_BYTES,
-                     compare=_exact, forbidden=forbidden(), fixed=len(fixed))
+    return _int_report(run_check("cache_bytes", _whole_bytes(cache_bytes), reference, fixed + drawn, tol=0.0,
+                                 hint=HINT_BYTES, compare=_exact, forbidden=forbidden(), fixed=len(fixed)))
 
 
 # ------------------------------------------------------------------------------------ exercise 1b
@@ -142,6 +159,28 @@ def _sequences_label(model, context, free_gib, dtype_bytes, window) -> str:
     return f"{model.name}, context {context}, {free_gib} GiB free, {dtype_bytes}-byte elements{win}"
 
 
+def _window_edges() -> tuple:
+    """Mistral 7B in fp16 (2¹⁷ bytes a token, 2⁻¹³ GiB) with its 4096-token window, at contexts one short
+    of the window, exactly the window and one past it: each with the free memory of exactly 40 sequences'
+    caches (one token too many per sequence gives 39) and with one token's bytes less than 41 caches
+    (one token too few gives 41). Every amount is exact in binary."""
+    window, token_gib, edges = 4096, Fraction(1, 2**13), []
+    for context in (window - 1, window, window + 1):
+        per_sequence = min(context, window) * token_gib
+        for free in (40 * per_sequence, 41 * per_sequence - token_gib):
+            edges.append(("Mistral 7B", context, float(free), 2, window))
+    return tuple(edges)
+
+
+# The window's edge on both sides (``_window_edges``): a cache of window ± 1 tokens, or context ± 1, fails.
+WINDOW_EDGES = _window_edges()
+
+
+def _whole_sequences(max_sequences: Callable) -> Callable:
+    return _whole_number(max_sequences, "max_sequences", "a whole number of sequences",
+                         "int(...) the count, or divide whole bytes with //")
+
+
 def _check_max_sequences(max_sequences: Callable, *, seed: int | None = None) -> CheckResult:
     """``max_sequences(model, context, free_gib, dtype_bytes, window=None) -> int``."""
     fixed_args = (
@@ -154,7 +193,7 @@ def _check_max_sequences(max_sequences: Callable, *, seed: int | None = None) ->
         ("Mistral 7B", 3000, 10.0, 2, 4096),              # a context shorter than the window
         ("Falcon 7B", 2048, 0.375, 1, None),              # one KV head, an 8-bit cache
         ("Llama 2 70B", 131072, 39.5, 2, None),           # 40 GiB a sequence: not even one
-    )
+    ) + WINDOW_EDGES
     fixed = []
     for name, context, free_gib, dtype_bytes, window in fixed_args:
         m = _model(name)
@@ -169,8 +208,9 @@ def _check_max_sequences(max_sequences: Callable, *, seed: int | None = None) ->
         free_gib = float(rng.integers(1, 80 * 16)) / 16                 # exact in binary
         drawn.append(case(m, context, free_gib, dtype_bytes, window=window,
                           label=_sequences_label(m, context, free_gib, dtype_bytes, window)))
-    return run_check("max_sequences", max_sequences, reference_max_sequences, fixed + drawn, tol=0.0,
-                     hint=HINT_SEQUENCES, compare=_exact, forbidden=forbidden(), fixed=len(fixed))
+    return _int_report(run_check("max_sequences", _whole_sequences(max_sequences), reference_max_sequences,
+                                 fixed + drawn, tol=0.0, hint=HINT_SEQUENCES, compare=_exact, forbidden=forbidden(),
+                                 fixed=len(fixed)))
 
 
 # ------------------------------------------------------------------------------------ exercise 2

@@ -50,7 +50,8 @@ HINT_SLOTS = ("token t lives in page block_table[t // page_size] at offset t % p
               "(the page id comes from the table; the offset is the position inside the page).")
 HINT_POOL = ("append: a sequence of length n holds ceil(n / page_size) pages; take a new page from the "
              "free list only when position n is the first slot of a page; check that enough pages are "
-             "free BEFORE changing anything; free: return every page of the sequence to the free list.")
+             "free BEFORE changing anything (raise RuntimeError if not); free: return every page of the "
+             "sequence to the free list.")
 HINT_DECODE = ("tokens of sequence b are 0 .. seq_lens[b]-1 only (mask the rest of the last page); "
                "token t is at page block_table[b, t // PAGE_SIZE], offset t % PAGE_SIZE; the query heads "
                "of KV head kv are kv·GROUP .. kv·GROUP+GROUP-1 (h // GROUP, not h % Hkv); keep a running "
@@ -103,7 +104,12 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
         got = token_slots(row, seq_len, page_size)
         if got is None:
             return None
-        pages, offsets = (torch.as_tensor(x) for x in got)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise TypeError(f"token_slots must return a pair (pages, offsets), got {type(got).__name__}")
+        if not all(isinstance(x, torch.Tensor) for x in got):
+            raise TypeError(f"pages and offsets must be int64 tensors (the lab asks for two tensors), got "
+                            f"{type(got[0]).__name__} and {type(got[1]).__name__}")
+        pages, offsets = got
         if pages.dtype != torch.int64 or offsets.dtype != torch.int64:
             raise TypeError(f"pages and offsets must be int64 tensors (torch.long, as the docstring says: they "
                             f"index the page pool), got {str(pages.dtype).replace('torch.', '')} and "
@@ -165,6 +171,35 @@ def _pool_state(pool, model: dict, page_size: int, num_pages: int) -> None:
                     "(a leak: were the pages of a freed sequence returned?)")
 
 
+def _slot(pair) -> tuple[int, int]:
+    """One (page, offset) of append's answer as two ints; TypeError unless it is a pair of integers (a
+    Python or NumPy int, or an integer 0-d tensor: anything ``operator.index`` takes, a bool excepted)."""
+    import operator
+
+    try:
+        items = tuple(pair)
+    except TypeError:
+        raise TypeError(f"each slot must be a (page, offset) pair of ints, got {type(pair).__name__} {pair!r}") \
+            from None
+    if len(items) != 2:
+        raise ValueError(f"each slot must be a (page, offset) pair, got {len(items)} numbers: {pair!r}")
+    out = []
+    for x in items:
+        if isinstance(x, (bool, np.bool_)):
+            raise TypeError(f"a page id and an offset are ints, got bool {x!r}")
+        try:
+            out.append(operator.index(x))
+        except TypeError:
+            raise TypeError(f"a page id and an offset are ints, got {type(x).__name__} {x!r} (a float page "
+                            "number cannot index the pool)") from None
+    return out[0], out[1]
+
+
+def _preview_slots(slots) -> str:
+    text = repr(slots)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _snapshot(pool) -> tuple:
     return sorted(pool.free), {s: list(t) for s, t in pool.tables.items()}
 
@@ -172,8 +207,9 @@ def _snapshot(pool) -> tuple:
 def _pool_append(pool, model: dict, seq, n: int, page_size: int, num_pages: int) -> tuple[str | None, bool]:
     """``pool.append(seq, n)`` judged against the model: (what went wrong or None, whether it ran out).
 
-    A request needing more pages than are free must raise RuntimeError (or MemoryError) and leave the
-    pool as it was; any other request must succeed and return the (page, offset) of each new token.
+    A request needing more pages than are free must raise RuntimeError, as the lab says (a subclass of
+    it too; not MemoryError, ValueError, an assert, ...), and leave the pool as it was; any other request
+    must succeed and return the (page, offset) of each new token, a pair of ints.
     """
     held = -(-len(model[seq]) // page_size)
     need = -(-(len(model[seq]) + n) // page_size) - held
@@ -184,23 +220,29 @@ def _pool_append(pool, model: dict, seq, n: int, page_size: int, num_pages: int)
             pool.append(seq, n)
         except NotImplementedError:                  # a blank (a RuntimeError too)
             raise
-        except (RuntimeError, MemoryError):
+        except RuntimeError:
             if _snapshot(pool) != before:
                 return (f"out of pages ({need} needed, {free} free): raised an error but changed the pool "
                         f"first (free list or page tables differ from before the call)"), True
             return None, True
-        return (f"needs {need} pages but only {free} are free; expected a RuntimeError (or MemoryError) "
-                "and no change"), True
+        except Exception as exc:                     # the lab asks for RuntimeError: a server catches that one
+            return (f"needs {need} pages but only {free} are free: append must raise RuntimeError (the lab's "
+                    f"rule: a server catches it, frees or preempts a sequence and retries), but it raised "
+                    f"{type(exc).__name__}: {exc}"), True
+        return (f"needs {need} pages but only {free} are free; expected a RuntimeError and no change"), True
     try:
         slots = pool.append(seq, n)
     except NotImplementedError:
         raise
-    except (RuntimeError, MemoryError) as exc:
+    except Exception as exc:
         return (f"needs {need} new page{'s' if need != 1 else ''} and {free} are free, so it must succeed, "
                 f"but it raised {type(exc).__name__}: {exc}"), False
     if slots is None:
         return "returned None (return the (page, offset) of each new token)", False
-    slots = [tuple(int(x) for x in s) for s in slots]
+    try:
+        slots = [_slot(s) for s in slots]
+    except (TypeError, ValueError) as exc:
+        return f"returned {_preview_slots(slots)}: {exc}", False
     if len(slots) != n:
         return f"returned {len(slots)} slots for {n} tokens", False
     model[seq] = model[seq] + slots
