@@ -9,6 +9,7 @@ import hashlib
 import linecache
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
@@ -110,6 +111,12 @@ ROW_TERM_WRONG = {
                                 "stride_on")],
     # sentinels: the store's mask left out
     "store without the row mask": [(STORE, "tl.store(DELTA + (batch * H + head) * n_q + offs_m, delta)")],
+    # launch sizes: the tile's rows from a hard-coded 16 (right only when block_m is 16)
+    "rows of a 16-row tile, hard-coded": [(STORE, "tl.store(DELTA + (batch * H + head) * n_q + tile_m * 16 + "
+                                                  "tl.arange(0, BLOCK_M), delta, mask=offs_m < n_q)")],
+    # types: Δ in float64 (the lab says fp32)
+    "Δ allocated in float64": [("delta = torch.empty(B, H, Nq, dtype=torch.float32",
+                                "delta = torch.empty(B, H, Nq, dtype=torch.float64")],
 }
 ROW_TERM_RIGHT = {
     "solution": [],
@@ -152,6 +159,16 @@ DKDV_WRONG = {
                                 "dv = (dv + tl.dot(tl.trans(p.to(do.dtype)), do)).to(tl.float16).to(tl.float32)")],
     "dK accumulated in fp16": [("dk += tl.dot(tl.trans(ds.to(q.dtype)), q)",
                                 "dk = (dk + tl.dot(tl.trans(ds.to(q.dtype)), q)).to(tl.float16).to(tl.float32)")],
+    # launch sizes: the query loop steps by the key tile's size, or by a hard-coded 16 (right only when
+    # block_m = block_n = 16)
+    "query loop steps by BLOCK_N": [("for start_m in range(0, n_q, BLOCK_M):",
+                                     "for start_m in range(0, n_q, BLOCK_N):")],
+    "query loop steps by 16": [("for start_m in range(0, n_q, BLOCK_M):", "for start_m in range(0, n_q, 16):")],
+    "launcher passes BLOCK_N=16 whatever block_n": [("BLOCK_M=block_m, BLOCK_N=block_n)",
+                                                     "BLOCK_M=block_m, BLOCK_N=16)")],
+    # types: dK and dV in float32 (the gradients come back in their inputs' dtype)
+    "dK, dV allocated in float32": [("dk = torch.empty(B, Hkv, Nk, D, dtype=q.dtype",
+                                     "dk = torch.empty(B, Hkv, Nk, D, dtype=torch.float32")],
     "hidden query tiles skipped by the start-aligned rule": [
         ("for start_m in range(0, n_q, BLOCK_M):",
          "lo = 0\n        if CAUSAL:\n            lo = tile_n * BLOCK_N // BLOCK_M * BLOCK_M\n"
@@ -199,9 +216,21 @@ DQ_WRONG = {
     # precision
     "dQ accumulated in fp16": [("dq += tl.dot(ds.to(k.dtype), k)",
                                 "dq = (dq + tl.dot(ds.to(k.dtype), k)).to(tl.float16).to(tl.float32)")],
+    # launch sizes (fresh round 3: the key loop steps by BLOCK_M), right only when block_m = block_n
+    "key loop steps by BLOCK_M": [("for start_n in range(0, hi, BLOCK_N):", "for start_n in range(0, hi, BLOCK_M):")],
+    "key loop steps by 16": [("for start_n in range(0, hi, BLOCK_N):", "for start_n in range(0, hi, 16):")],
+    "causal loop end from BLOCK_N rows": [("last_row = tl.minimum((tile_m + 1) * BLOCK_M, n_q) - 1",
+                                           "last_row = tl.minimum((tile_m + 1) * BLOCK_N, n_q) - 1")],
+    "launcher passes BLOCK_M=16 whatever block_m": [("H_Q=Hq, H_KV=Hkv, CAUSAL=causal, HEAD_DIM=D, BLOCK_M=block_m,",
+                                                     "H_Q=Hq, H_KV=Hkv, CAUSAL=causal, HEAD_DIM=D, BLOCK_M=16,")],
+    # types: dQ in float32 (the gradients come back in their inputs' dtype)
+    "dQ allocated in float32": [("dq = torch.empty(B, Hq, Nq, D, dtype=q.dtype",
+                                 "dq = torch.empty(B, Hq, Nq, D, dtype=torch.float32")],
 }
 DQ_RIGHT = {
     "solution": [],
+    "launcher runs BLOCK_N = block_m (its own choice of key tile)": [("BLOCK_M=block_m, BLOCK_N=block_n)",
+                                                                      "BLOCK_M=block_m, BLOCK_N=block_m)")],
     "every key tile, mask only": [("hi = n_k\n    if CAUSAL:", "hi = n_k\n    if False:")],
     "hidden scores -inf before exp": [
         ("p = tl.exp(s - lse[:, None])\n        if CAUSAL:\n            " + CAUSAL_DQ,
@@ -220,8 +249,13 @@ PREDICTION_WRONG = {
     "8 products per pair": (128, 4.0),
     "6 products per pair": (96, 3.0),
     "count right, ratio off by 0.1": (112, 3.6),
+    # types: the count is an int
+    "the count as a float": (112.0, 3.5),
+    "the count as a 0-d tensor": (torch.tensor(112), 3.5),
+    "the ratio as a string": (112, "3.5"),
 }
-PREDICTION_RIGHT = {"exact": (112, 3.5), "in the band": (112, 3.46), "NumPy integer": (torch.tensor(112).item(), 7 / 2)}
+PREDICTION_RIGHT = {"exact": (112, 3.5), "in the band": (112, 3.46), "tensor.item()": (torch.tensor(112).item(), 7 / 2),
+                    "NumPy integer": (np.int64(112), np.float64(3.5)), "a list": [112, 3.5]}
 
 
 def _prediction(value):
@@ -318,19 +352,19 @@ def test_prediction_accepted(value):
 def test_calling_the_course_backward_is_refused():
     from attnkit.kernels.flash import flash_attention_backward
 
-    def borrowed(q, k, v, o, lse, do, causal=False):
+    def borrowed(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
         return flash_attention_backward(do, q, k, v, o, lse, causal=causal)[0]
 
-    def autograd(q, k, v, o, lse, do, causal=False):
+    def autograd(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
         q = q.detach().clone().requires_grad_()
         scores = q.float() @ k.float().repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-1, -2)
         torch.autograd.backward(scores.sum())
         return q.grad
 
-    def the_checks_own_reference(q, k, v, o, lse, do, causal=False):
+    def the_checks_own_reference(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
         return lab06.reference_backward(q, k, v, do, causal)[2].to(q.dtype)
 
-    def internal_entry_point(q, k, v, o, lse, do, causal=False):
+    def internal_entry_point(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
         from attnkit.kernels.flash import backward
         return backward.backward(do, q, k, v, o, lse, causal=causal)[0]
 
@@ -340,6 +374,27 @@ def test_calling_the_course_backward_is_refused():
     assert flash_attention_backward.__name__ == "flash_attention_backward"     # restored afterwards
     import attnkit.kernels.flash.triton_kernels as kernels
     assert "run" not in vars(kernels.bwd_dq)
+
+
+@pytest.mark.parametrize("check, name", [(lab06.check_dq, "flash_dq"), (lab06.check_dkdv, "flash_dkdv"),
+                                         (lab06.check_row_term, "row_term")])
+def test_a_launch_function_without_the_block_sizes_fails_and_says_so(check, name):
+    """The checks launch with block_m ≠ block_n: a launch function that fixes its own sizes cannot be
+    tried there, so it fails before any case runs, naming the keywords."""
+    def fixed_sizes(q, k=None, v=None, o=None, lse=None, do=None, causal=False):
+        raise AssertionError("never called")
+
+    result = check(fixed_sizes, seed=0)
+    assert result.status == FAILED and f"{name} must take the keyword argument" in result.report, result.report
+    assert "block_m" in result.report and "BLOCK_M ≠ BLOCK_N" in result.report
+
+
+def test_the_launch_sizes_are_a_case_dimension():
+    """Two fixed cases launch with block_m ≠ block_n, both ways; random cases draw their sizes too."""
+    assert {c[7] for c in lab06.FIXED} >= {(16, 16), (32, 16), (16, 32)}
+    drawn = {c.kwargs["block_m"] * 100 + c.kwargs["block_n"] for seed in range(12)
+             for c, _ in lab06._cases(seed)[len(lab06.FIXED):]}
+    assert len(drawn) == len(lab06.BLOCKS)
 
 
 def test_blank_lab_reports_not_implemented():

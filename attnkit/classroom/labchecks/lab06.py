@@ -12,8 +12,10 @@ fp32 natural-log log-sum-exp of each row; they are compared with float64 autogra
 attention. Fixed cases come first: sizes that are not multiples of the 16 × 16 tiles, several batches
 and grouped query heads, a causal mask aligned to the end with Nq < Nk, a query tile whose last
 visible key starts a key tile (shift Nk − Nq = 1, the case the padded tile end gets wrong), Nq = 1,
-Nq > Nk, and two long sums (33 tiles) whose small late terms an fp16 accumulator drops; then random
-shapes drawn from ``seed``. Every tensor of a case has its own memory layout (``LAYOUTS``: a kernel that
+Nq > Nk, two long sums (33 tiles) whose small late terms an fp16 accumulator drops, and two launches
+with block_m ≠ block_n (32 and 16, 16 and 32: a loop that steps by the other tile's size is right only
+when they are equal); then random shapes and launch sizes drawn from ``seed``. Δ must come back in
+float32, the gradients in their inputs' dtype, the prediction's count as an int. Every tensor of a case has its own memory layout (``LAYOUTS``: a kernel that
 reads dO through O's strides fails) inside a buffer of NaN (a load past an edge without its mask, or a
 masked load without ``other=``, gives NaN); the tensors the launch functions allocate sit between
 sentinels checked after each call (a store without its mask is named), and the cases run in a child
@@ -178,19 +180,26 @@ def _seed(seed):
     return int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
 
 
-# Shapes: (B, Hq, Hkv, Nq, Nk, causal, values, what the case is for). Every tensor of a case gets its
-# own layout (LAYOUTS): a kernel that reads one tensor through another's strides, or assumes a
-# contiguous [B, H, N, D] tensor, reads the wrong rows. values: see ``_values`` (the two long cases make
-# an fp16 accumulator fail).
+# Shapes: (B, Hq, Hkv, Nq, Nk, causal, values, (BLOCK_M, BLOCK_N), what the case is for). Every tensor
+# of a case gets its own layout (LAYOUTS): a kernel that reads one tensor through another's strides, or
+# assumes a contiguous [B, H, N, D] tensor, reads the wrong rows. values: see ``_values`` (the two long
+# cases make an fp16 accumulator fail). The launch sizes are a case dimension: the launch functions take
+# block_m and block_n, and a key loop that steps by BLOCK_M (or a query loop by BLOCK_N, or a causal
+# bound from the other tile's size) is right only when the two are equal.
 FIXED = (
-    (2, 4, 2, 17, 38, True, "normal", "GQA, batches, causal aligned to the end (Nq < Nk, shift 21)"),
-    (1, 2, 1, 33, 20, False, "normal", "Nq > Nk (three query tiles), multi-query"),
-    (1, 1, 1, 33, 33, True, "normal", "query tile 2's last visible key (32) starts key tile 2"),
-    (1, 1, 1, 32, 33, True, "normal", "shift Nk − Nq = 1: query 15, the last row of a full tile, sees key 16"),
-    (1, 2, 2, 1, 40, True, "normal", "one decoding step: Nq = 1 sees every key"),
-    (1, 1, 1, 16, 528, False, "long_keys", "33 key tiles: dQ summed over a long row"),
-    (1, 1, 1, 528, 16, False, "long_queries", "33 query tiles: dK and dV summed over a long column"),
+    (2, 4, 2, 17, 38, True, "normal", (16, 16), "GQA, batches, causal aligned to the end (Nq < Nk, shift 21)"),
+    (1, 2, 1, 33, 20, False, "normal", (16, 16), "Nq > Nk (three query tiles), multi-query"),
+    (1, 1, 1, 33, 33, True, "normal", (16, 16), "query tile 2's last visible key (32) starts key tile 2"),
+    (1, 1, 1, 32, 33, True, "normal", (16, 16),
+     "shift Nk − Nq = 1: query 15, the last row of a full tile, sees key 16"),
+    (1, 2, 2, 1, 40, True, "normal", (16, 16), "one decoding step: Nq = 1 sees every key"),
+    (1, 1, 1, 16, 528, False, "long_keys", (16, 16), "33 key tiles: dQ summed over a long row"),
+    (1, 1, 1, 528, 16, False, "long_queries", (16, 16), "33 query tiles: dK and dV summed over a long column"),
+    (1, 2, 1, 40, 45, True, "normal", (32, 16), "a query tile of 32 rows walks key tiles of 16, causal"),
+    (2, 2, 2, 37, 50, False, "normal", (16, 32), "a key tile of 32 keys walks query tiles of 16"),
 )
+# The launch sizes a random case draws from (with its own generator: the shapes drawn do not depend on it).
+BLOCKS = ((16, 16), (32, 16), (16, 32), (32, 32))
 # Memory orders of the [B, H, N, D] dimensions (outermost first; D is always innermost, as the lab's
 # launchers require) and the gap after each run: case c gives tensor t (q, k, v, o, dO) LAYOUTS[(c + t) % 5].
 LAYOUTS = (((0, 1, 2, 3), 0), ((0, 2, 1, 3), 3), ((1, 0, 2, 3), 1), ((2, 0, 1, 3), 5), ((1, 2, 0, 3), 2))
@@ -198,7 +207,7 @@ LAYOUTS = (((0, 1, 2, 3), 0), ((0, 2, 1, 3), 3), ((1, 0, 2, 3), 1), ((2, 0, 1, 3
 FIXED_SEED = 6          # the fixed cases' values are fixed too: the same inputs on every run
 
 
-def _random_shapes(rng, count: int):
+def _random_shapes(rng, count: int, block_rng):
     shapes = []
     for _ in range(count):
         hkv = int(rng.integers(1, 3))
@@ -206,7 +215,8 @@ def _random_shapes(rng, count: int):
         causal = bool(rng.integers(0, 2))
         n_k = int(rng.integers(2, 41))
         n_q = int(rng.integers(1, n_k + 1)) if causal else int(rng.integers(1, 41))
-        shapes.append((int(rng.integers(1, 3)), hq, hkv, n_q, n_k, causal, "normal", ""))
+        blocks = BLOCKS[int(block_rng.integers(len(BLOCKS)))]
+        shapes.append((int(rng.integers(1, 3)), hq, hkv, n_q, n_k, causal, "normal", blocks, ""))
     return shapes
 
 
@@ -257,8 +267,9 @@ _FIXED_CASES: dict = {}       # device -> the fixed cases, built once (run_check
 
 def _cases(seed, n_random: int = 1):
     """(case, gradients) pairs, fixed shapes then random ones: the case's inputs are (q, k, v, o, lse, do,
-    causal), each in its own layout inside a NaN-filled buffer; gradients() computes the float64 autograd
-    (dq, dk, dv) when the check gets there (once, for a fixed case)."""
+    causal), each in its own layout inside a NaN-filled buffer, and the keywords block_m, block_n;
+    gradients() computes the float64 autograd (dq, dk, dv) when the check gets there (once, for a fixed
+    case)."""
     import torch
 
     device = runtime().device
@@ -266,7 +277,7 @@ def _cases(seed, n_random: int = 1):
         _FIXED_CASES[device] = [(c, _once(g)) for c, g in
                                 _build(FIXED, 0, torch.Generator().manual_seed(FIXED_SEED), "fixed")]
     seed = _seed(seed)
-    shapes = tuple(_random_shapes(np.random.default_rng(seed), n_random))
+    shapes = tuple(_random_shapes(np.random.default_rng(seed), n_random, np.random.default_rng([seed, 6])))
     return _FIXED_CASES[device] + _build(shapes, len(FIXED), torch.Generator().manual_seed(seed), "random")
 
 
@@ -285,26 +296,28 @@ def _build(shapes, first: int, gen, kind_name: str):
 
     device, dtype = runtime().device, torch.float16
     made = []
-    for index, (b, hq, hkv, n_q, n_k, causal, kind, note) in enumerate(shapes, start=first):
+    for index, (b, hq, hkv, n_q, n_k, causal, kind, (block_m, block_n), note) in enumerate(shapes, start=first):
         q, k, v, do = (t.to(dtype) for t in _values(gen, b, hq, hkv, n_q, n_k, kind))
         o64, lse64, *_ = reference_backward(q, k, v, do, causal, grads=False)
         tensors = [q, k, v, o64.to(dtype), do]
         q, k, v, o, do = (placed(t, order=LAYOUTS[(index + i) % 5][0], gap=LAYOUTS[(index + i) % 5][1],
                                  dtype=dtype, device=device) for i, t in enumerate(tensors))
         lse = placed(lse64, dtype=torch.float32, device=device)
+        blocks = "" if (block_m, block_n) == (BLOCK, BLOCK) else f", block_m={block_m}, block_n={block_n}"
         label = (f"{kind_name}: B={b}, Hq={hq}, Hkv={hkv}, Nq={n_q}, Nk={n_k}, D={HEAD_DIM}"
-                 f"{', causal' if causal else ''}{f' ({note})' if note else ''}")
-        made.append((case(q, k, v, o, lse, do, causal, label=label),
+                 f"{', causal' if causal else ''}{blocks}{f' ({note})' if note else ''}")
+        made.append((case(q, k, v, o, lse, do, causal, label=label, block_m=block_m, block_n=block_n),
                      lambda q=q, k=k, v=v, do=do, causal=causal: reference_backward(q, k, v, do, causal)[2:]))
     return made
 
 
 def _student(fn: Callable, pick: Callable) -> Callable:
-    """The student's function under the ban, its Triton error wrapping taken off, result picked out."""
-    def call(*args):
+    """The student's function under the ban, launched with the case's block_m and block_n, its Triton
+    error wrapping taken off, result picked out."""
+    def call(*args, **blocks):
         try:
             with forbid_course_attention():
-                out = fn(*args[:-1], causal=args[-1])
+                out = fn(*args[:-1], causal=args[-1], **blocks)
         except Exception as exc:
             if is_not_implemented(exc):
                 raise NotImplementedError from None
@@ -316,6 +329,27 @@ def _student(fn: Callable, pick: Callable) -> Callable:
 def _require_callable(name: str, fn) -> None:
     if not callable(fn):
         raise ValueError(f"{name}: must be a function, got {type(fn).__name__}")
+
+
+def _missing_block_sizes(check_name: str, name: str, fn, sizes: tuple[str, ...]) -> CheckResult | None:
+    """A failed result when ``fn`` cannot take the keywords ``sizes`` (the given launch functions take
+    them, and the checks launch with BLOCK_M ≠ BLOCK_N), else None."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None                                # a callable without a signature: let the call decide
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()) or all(s in params for s in sizes):
+        return None
+    wanted = " and ".join(sizes)
+    return CheckResult(check_name, FAILED,
+                       f"❌ {check_name}: {name} must take the keyword argument{'s' if len(sizes) > 1 else ''} "
+                       f"{wanted}, as the launch function the lab gives does: the check launches your kernels "
+                       f"with tiles of 16 and 32 rows, BLOCK_M ≠ BLOCK_N in some cases.\n"
+                       f"   hint: keep the given launch function's signature "
+                       f"({name}(..., block_m=16{', block_n=16' if len(sizes) > 1 else ''})) and pass the sizes "
+                       f"on to the kernel.")
 
 
 def gradient_tolerance() -> float:
@@ -330,25 +364,29 @@ def _run(name, fn, pick, expect, hint, seed) -> CheckResult:
     made = _cases(seed)
     gradients = iter([g for _, g in made])
     tol = gradient_tolerance()
-    return run_check(name, _student(fn, pick), lambda *args: expect(next(gradients)()), [c for c, _ in made],
+    return run_check(name, _student(fn, pick), lambda *args, **blocks: expect(next(gradients)()),
+                     [c for c, _ in made],
                      tol=tol, hint=f"{hint} (passes when every row's error is at most {tol:.0e} of the "
                                       f"size of its terms, the float16 bound)",
                      fixed=len(FIXED), kernel_guards=True, isolate=True)
 
 
 # ------------------------------------------------------------------------------------------- the checks
-def _pick_delta(out, args):
-    return _as_tensor("row_term", out, tuple(args[0].shape[:3]))
-
-
-def _as_tensor(name, out, shape):
+def _as_tensor(name, out, shape, dtype, why: str):
+    """``out`` if it is a tensor of ``shape`` and ``dtype``, else a ValueError saying which rule it breaks."""
     import torch
 
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"{name}: expected a tensor, got {type(out).__name__}")
     if tuple(out.shape) != shape:
         raise ValueError(f"{name}: expected shape {list(shape)}, got {list(out.shape)}")
+    if out.dtype != dtype:
+        raise ValueError(f"{name}: expected {str(dtype).replace('torch.', '')} ({why}), got "
+                         f"{str(out.dtype).replace('torch.', '')}")
     return out
+
+
+GRADIENT_DTYPE = "the dtype of its input, as autograd returns a gradient: allocate it with the given launcher"
 
 
 def check_row_term(row_term: Callable, *, seed: int | None = None) -> CheckResult:
@@ -357,17 +395,22 @@ def check_row_term(row_term: Callable, *, seed: int | None = None) -> CheckResul
 
     _require_callable("row_term", row_term)
 
-    def student(q, k, v, o, lse, do, causal):
+    missing = _missing_block_sizes("row term Δ = rowsum(dO ∘ O)", "row_term", row_term, ("block_m",))
+    if missing is not None:
+        return missing
+
+    def student(q, k, v, o, lse, do, causal, block_m, block_n):
         try:
             with forbid_course_attention():
-                out = row_term(o, do)
+                out = row_term(o, do, block_m=block_m)
         except Exception as exc:
             if is_not_implemented(exc):
                 raise NotImplementedError from None
             raise student_error(exc) from None
-        return _as_tensor("row_term", out, tuple(o.shape[:3]))
+        return _as_tensor("row_term", out, tuple(o.shape[:3]), torch.float32,
+                          "one fp32 number per query row, as the lab says")
 
-    def reference(q, k, v, o, lse, do, causal):
+    def reference(q, k, v, o, lse, do, causal, block_m, block_n):
         o64, do64 = o.to("cpu", torch.float64), do.to("cpu", torch.float64)
         return with_magnitude((o64 * do64).sum(-1), (o64.abs() * do64.abs()).sum(-1))
 
@@ -383,15 +426,19 @@ def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
     import torch
 
     _require_callable("flash_dkdv", flash_dkdv)
+    name = "dK/dV kernel (index 0 is dK, 1 is dV)"
+    missing = _missing_block_sizes(name, "flash_dkdv", flash_dkdv, ("block_m", "block_n"))
+    if missing is not None:
+        return missing
 
     def pick(out, args):
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise ValueError(f"flash_dkdv: expected a pair (dk, dv), got {type(out).__name__}")
-        shape = tuple(args[1].shape)
-        return torch.stack([_as_tensor("dk", out[0], shape).double().cpu(),
-                            _as_tensor("dv", out[1], shape).double().cpu()])
+        shape, dtype = tuple(args[1].shape), args[1].dtype
+        return torch.stack([_as_tensor("dk", out[0], shape, dtype, GRADIENT_DTYPE).double().cpu(),
+                            _as_tensor("dv", out[1], shape, dtype, GRADIENT_DTYPE).double().cpu()])
 
-    return _run("dK/dV kernel (index 0 is dK, 1 is dV)", flash_dkdv, pick,
+    return _run(name, flash_dkdv, pick,
                 lambda g: with_magnitude(np.stack([g[1], g[2]]), np.stack([g[1].magnitude, g[2].magnitude])),
                 HINT_DKDV, seed)
 
@@ -399,9 +446,12 @@ def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
 def check_dq(flash_dq: Callable, *, seed: int | None = None) -> CheckResult:
     """Exercise 3: flash_dq(q, k, v, o, lse, do, causal=...) -> dq [B, Hq, Nq, D]."""
     _require_callable("flash_dq", flash_dq)
+    missing = _missing_block_sizes("dQ kernel", "flash_dq", flash_dq, ("block_m", "block_n"))
+    if missing is not None:
+        return missing
 
     def pick(out, args):
-        return _as_tensor("dq", out, tuple(args[0].shape))
+        return _as_tensor("dq", out, tuple(args[0].shape), args[0].dtype, GRADIENT_DTYPE)
 
     return _run("dQ kernel", flash_dq, pick, lambda g: g[0], HINT_DQ, seed)
 
@@ -416,7 +466,7 @@ RATIO_BAND = 0.05
 def check_prediction(predict: Callable, *, seed: int | None = None) -> CheckResult:
     """Exercise 4: predict() -> (tl.dot calls of both backward kernels, backward/forward FLOP ratio).
 
-    For PREDICTION_SHAPE; the count must be exact, the ratio within ± RATIO_BAND. ``seed`` is unused
+    For PREDICTION_SHAPE; the count must be an exact int, the ratio a number within ± RATIO_BAND. ``seed`` is unused
     (the question has one answer).
     """
     name = "prediction: the backward's matrix products"
@@ -430,11 +480,18 @@ def check_prediction(predict: Callable, *, seed: int | None = None) -> CheckResu
                                          f"   hint: {HINT_PREDICTION}")
     try:
         dots, ratio = got
-        dots_ok = int(dots) == dots and int(dots) == EXPECTED_DOTS
-        ratio_ok = abs(float(ratio) - EXPECTED_RATIO) <= RATIO_BAND
     except (TypeError, ValueError):
         return CheckResult(name, FAILED, f"❌ {name}: expected a pair (number of tl.dot calls, FLOP ratio), "
                                          f"got {got!r}")
+    if isinstance(dots, (bool, np.bool_)) or not isinstance(dots, (int, np.integer)):
+        return CheckResult(name, FAILED, f"❌ {name}: the number of tl.dot calls must be an int (a count, as "
+                                         f"the lab asks), got {type(dots).__name__} {dots!r}.\n"
+                                         f"   hint: {HINT_PREDICTION}")
+    if isinstance(ratio, (bool, np.bool_)) or not isinstance(ratio, (int, float, np.integer, np.floating)):
+        return CheckResult(name, FAILED, f"❌ {name}: the FLOP ratio must be a number (an int or a float), got "
+                                         f"{type(ratio).__name__} {ratio!r}.\n   hint: {HINT_PREDICTION}")
+    dots_ok = int(dots) == EXPECTED_DOTS
+    ratio_ok = abs(float(ratio) - EXPECTED_RATIO) <= RATIO_BAND
     if dots_ok and ratio_ok:
         return CheckResult(name, PASSED, f"✅ {name}: the count is exact and the ratio within ± {RATIO_BAND}; "
                                          f"the cell below measures both in your kernels.")
