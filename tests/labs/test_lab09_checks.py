@@ -97,6 +97,14 @@ GROW_WRONG = {
                                                 "    return kept, preempted")],
     "latest arrival preempted first": [(POP, "i = max(range(len(kept)), key=lambda i: kept[i].arrival)\n"
                                              "        victim = kept.pop(i)\n        needs.pop(i)")],
+    # admission order taken for arrival or id order (round 3's class: running ordered by arrival)
+    "last in queue order preempted first": [(POP, "i = max(range(len(kept)), key=lambda i: queue_order(kept[i]))\n"
+                                                  "        victim = kept.pop(i)\n        needs.pop(i)")],
+    "largest id preempted first": [(POP, "i = max(range(len(kept)), key=lambda i: kept[i].rid)\n"
+                                         "        victim = kept.pop(i)\n        needs.pop(i)")],
+    "running sorted by arrival first": [("kept, preempted = list(running), []",
+                                         "kept, preempted = sorted(running, key=queue_order), []")],
+    "kept returned sorted by arrival": [("return kept, preempted", "return sorted(kept, key=queue_order), preempted")],
 }
 GROW_RIGHT = {
     "solution": [],
@@ -145,6 +153,8 @@ ADMIT_WRONG = {
          "pool.add_sequence(s.rid)\n        try:\n            " + ADD + "\n        except Exception:\n"
          "            break")],
     "one page kept spare": [(FITS, FITS.replace("pool.num_free_pages", "pool.num_free_pages - 1"))],
+    "the queue sorted again by arrival": [("for s in waiting:", "for s in sorted(waiting, key=queue_order):")],
+    "the queue sorted again by id": [("for s in waiting:", "for s in sorted(waiting, key=lambda s: s.rid):")],
 }
 ADMIT_RIGHT = {
     "solution": [],
@@ -186,6 +196,14 @@ STEP_WRONG = {
                                         "admit(queue, len(kept), pool, max_batch - len(kept))")],
     "batch counted before the preemption": [("admit(queue, len(kept), pool, max_batch)",
                                              "admit(queue, len(running), pool, max_batch)")],
+    # round 3: running kept in arrival order (the order agrees with admission on every reachable workload)
+    "running sorted by arrival": [("running=kept + admitted", "running=sorted(kept + admitted, key=queue_order)")],
+    "running sorted by arrival alone": [("running=kept + admitted",
+                                         "running=sorted(kept + admitted, key=lambda s: s.arrival)")],
+    "running sorted by id": [("running=kept + admitted", "running=sorted(kept + admitted, key=lambda s: s.rid)")],
+    "running sorted by arrival before grow": [("kept, preempted = grow(running, pool)",
+                                               "kept, preempted = grow(sorted(running, key=queue_order), pool)")],
+    "the admitted sorted by id": [("running=kept + admitted", "running=kept + sorted(admitted, key=lambda s: s.rid)")],
     "admit before grow": [
         ("kept, preempted = grow(running, pool)\n    " + QUEUE
          + "\n    admitted = admit(queue, len(kept), pool, max_batch)",

@@ -106,6 +106,22 @@ def _seq(rid, n_prompt, n_generated, arrival=0, max_new=64):
     return Seq(rid, prompt, max_new, arrival, [(5 * rid + i) % 50 for i in range(n_generated)])
 
 
+_ORDER_RULES = {
+    "kept": "kept is `running` in the order given (admission order) less the preempted: not re-sorted",
+    "admitted": "admit takes `waiting` in the order given (it is the queue already): no re-sorting",
+    "running": "plan.running is the kept requests in the order given (admission order), then the admitted "
+               "ones: not sorted by arrival or by id (admission order need not be arrival order)",
+}
+
+
+def _order_note(expected: dict, found: dict, key: str) -> str:
+    """The rule in words when the requests under ``key`` are the right ones in another order."""
+    want, got = expected.get(key), found.get(key)
+    if want != got and isinstance(got, list) and sorted(want, key=str) == sorted(got, key=str):
+        return f"\n   the right requests in the wrong order: {_ORDER_RULES[key]}."
+    return ""
+
+
 # ------------------------------------------------------------------------------------ exercise 1
 def _pages_cases(rng):
     fixed = [(0, 0, 8), (1, 0, 8), (8, 0, 8), (9, 0, 8), (8, 1, 8), (9, 1, 8), (16, 1, 8), (17, 2, 8),
@@ -155,6 +171,10 @@ def _grow_cases(rng):
         ("page size 1, two pages short", 7, 1, [_seq(0, 1, 1), _seq(1, 2, 1), _seq(2, 1, 2)]),
         # the victim's own need goes with it: after it, the one page freed is enough for the first
         ("the victim's need leaves with it", 3, 8, [_seq(0, 16, 1), _seq(1, 8, 1)]),
+        # admission order is neither arrival nor id order: the last of the list goes (rid 2), not the latest
+        # arrival (rid 6) nor the largest id (rid 9), and the kept stay in the order given
+        ("the last admitted is neither the latest arrival nor the largest id", 6, 4,
+         [_seq(6, 8, 1, arrival=5), _seq(9, 4, 1, arrival=0), _seq(2, 4, 1, arrival=1)]),
     ]
     for i in range(6):
         ps = int(rng.choice([1, 2, 4, 8]))
@@ -176,7 +196,7 @@ def check_grow(grow: Callable, *, seed: int | None = None) -> CheckResult:
         pool = _make_pool(num_pages, ps, held, rng)
         ref_pool, ref_seqs = copy.deepcopy(pool), copy.deepcopy(seqs)
         ref_kept, ref_pre = reference_grow(list(ref_seqs), ref_pool)
-        lens = ", ".join(f"rid {s.rid}: {len(s.tokens)} tokens" for s in seqs)
+        lens = ", ".join(f"rid {s.rid} (arrival {s.arrival}): {len(s.tokens)} tokens" for s in seqs)
         where = (f"case {index} of {len(cases)} ({label}): page_size={ps}, {pool.num_free_pages} free pages, "
                  f"running (admission order) {lens}")
         got, fail = _call(name, grow, (list(copy.deepcopy(seqs)), pool), where, HINT_GROW)
@@ -191,7 +211,8 @@ def check_grow(grow: Callable, *, seed: int | None = None) -> CheckResult:
         except Exception as exc:
             return _failed(name, where, f"could not read the result ({type(exc).__name__}: {exc})", HINT_GROW)
         if found != expected:
-            return _failed(name, where, _differences(expected, found), HINT_GROW)
+            return _failed(name, where, _differences(expected, found) + _order_note(expected, found, "kept"),
+                           HINT_GROW)
     return CheckResult(name, PASSED, f"✅ {name}: right on {len(cases)} pool states.")
 
 
@@ -209,6 +230,10 @@ def _admit_cases(rng):
         ("nobody waits", 20, 8, run2, [], 4),
         ("the second fits exactly in the last free page", 5, 4, {100: 4}, [_seq(0, 9, 0), _seq(1, 4, 0)], 4),
         ("page size 1", 9, 1, {100: 3}, [_seq(0, 2, 1), _seq(1, 3, 0), _seq(2, 1, 0)], 8),
+        # `waiting` is the queue in its order: rid 5 is first although rid 2 arrived earlier and has the
+        # smaller id; one page is free, so rid 5 is admitted and rid 2 waits (no re-sorting)
+        ("the queue in the order given, not re-sorted", 4, 8, run2,
+         [_seq(5, 3, 0, arrival=3), _seq(2, 3, 0, arrival=0)], 8),
     ]
     for i in range(6):
         ps = int(rng.choice([1, 2, 4, 8]))
@@ -231,7 +256,8 @@ def check_admit(admit: Callable, *, seed: int | None = None) -> CheckResult:
         pool = _make_pool(num_pages, ps, running, rng)
         ref_pool = copy.deepcopy(pool)
         ref = reference_admit(copy.deepcopy(waiting), len(running), ref_pool, max_batch)
-        lens = ", ".join(f"rid {s.rid}: {len(s.prompt)} + {len(s.generated)} tokens" for s in waiting) or "nobody"
+        lens = ", ".join(f"rid {s.rid} (arrival {s.arrival}): {len(s.prompt)} + {len(s.generated)} tokens"
+                         for s in waiting) or "nobody"
         where = (f"case {index} of {len(cases)} ({label}): page_size={ps}, {pool.num_free_pages} free pages, "
                  f"{len(running)} running, max_batch={max_batch}, waiting {lens}")
         got, fail = _call(name, admit, (list(copy.deepcopy(waiting)), len(running), pool, max_batch), where,
@@ -244,7 +270,8 @@ def check_admit(admit: Callable, *, seed: int | None = None) -> CheckResult:
         except Exception as exc:
             return _failed(name, where, f"could not read the result ({type(exc).__name__}: {exc})", HINT_ADMIT)
         if found != expected:
-            return _failed(name, where, _differences(expected, found), HINT_ADMIT)
+            return _failed(name, where, _differences(expected, found) + _order_note(expected, found, "admitted"),
+                           HINT_ADMIT)
     return CheckResult(name, PASSED, f"✅ {name}: right on {len(cases)} pool states.")
 
 
@@ -315,6 +342,15 @@ def _step_cases():
         # an answer that counts the running requests before the preemption (not the kept) admits nobody
         ("a preemption frees a place in a full batch", 4, [_seq(0, 8, 1), arriving(_seq(1, 8, 1), 3)],
          [arriving(_seq(2, 3, 0), 1)], 1, 2),
+        # `running` comes in admission order, which need not be arrival order (rid 8 arrived before rid 3
+        # but was admitted after it): the admitted rid 5 joins at the end, and nothing is re-sorted, so
+        # the next preemption takes rid 5, then rid 8
+        ("admission order is not arrival order", 4, [arriving(_seq(3, 5, 2), 4), arriving(_seq(8, 3, 1), 1)],
+         [arriving(_seq(5, 3, 0), 2)], 1, 4),
+        # the same order when a page is short: the last admitted (rid 8) is preempted, not the latest
+        # arrival (rid 3)
+        ("the last admitted is preempted, not the latest arrival", 4,
+         [arriving(_seq(3, 8, 1), 4), arriving(_seq(8, 4, 1), 1)], [], 0, 4),
     ]
 
 
@@ -345,7 +381,7 @@ def _check_step_cases(name, scheduler_step):
         want.update(_pool_state(ref_pool))
         got.update(_pool_state(pool))
         if got != want:
-            return _failed(name, where, _differences(want, got), HINT_STEP)
+            return _failed(name, where, _differences(want, got) + _order_note(want, got, "running"), HINT_STEP)
     return None
 
 
