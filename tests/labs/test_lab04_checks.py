@@ -193,6 +193,8 @@ def _affine(x_ptr, scale_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_xn, str
     out_stride = stride_om
     if BUG == 9:
         out_stride = stride_xm
+    if BUG == 11:                                  # out taken as contiguous: its row stride read as N
+        out_stride = N
     if BUG == -1:
         tl.store(out_ptr + rows[:, None] * out_stride + cols[None, :], tl.where(mask, res, 0.0), mask=mask)
     else:
@@ -209,7 +211,8 @@ def affine_columns(x, scale, bias, out, bug=0, block_m=8, block_n=16):
 
 AFFINE_WRONG = {"scale and bias by row": 1, "row stride taken as N": 2, "column mask only": 3,
                 "row mask only": 4, "(x + bias)·scale": 5, "program ids swapped": 6, "masks with <=": 7,
-                "scale loaded without a mask": 8, "out addressed with x's stride": 9, "column stride ignored": 10}
+                "scale loaded without a mask": 8, "out addressed with x's stride": 9, "column stride ignored": 10,
+                "out stored as if contiguous (row stride N)": 11}
 AFFINE_RIGHT = {"tl.where before the store": dict(bug=-1), "16 × 8 tiles": dict(block_m=16, block_n=8)}
 
 
@@ -312,10 +315,15 @@ def _matmul(a_ptr, b_ptr, out_ptr, M, N, K, stride_am, stride_ak, stride_bk, str
         else:
             acc += tl.dot(a, b)
     out_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    om = stride_om
+    if BUG == 11:                                  # out taken as contiguous
+        om = N
+    if BUG == 12:                                  # out addressed with a's row stride
+        om = stride_am
     if BUG == 6:
-        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc)
+        tl.store(out_ptr + rows[:, None] * om + cols[None, :], acc)
     else:
-        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc, mask=out_mask)
+        tl.store(out_ptr + rows[:, None] * om + cols[None, :], acc, mask=out_mask)
 
 
 @triton.jit
@@ -350,7 +358,8 @@ def matmul(a, b, out, bug=0, blocks=(16, 16, 16), kernel=_matmul):
 MATMUL_WRONG = {"a's column stride ignored": 10, "no mask along k": 1, "accumulator overwritten": 2,
                 "last k tile skipped": 3,
                 "a's strides swapped": 4, "b taken as row-major": 5, "store without a mask": 6,
-                "accumulator rounded to fp16": 7, "tl.dot(b, a)": 8, "b not masked along k": 9}
+                "accumulator rounded to fp16": 7, "tl.dot(b, a)": 8, "b not masked along k": 9,
+                "out stored as if contiguous (row stride N)": 11, "out addressed with a's row stride": 12}
 MATMUL_RIGHT = {"pointers advanced per step": dict(kernel=_matmul_pointers),
                 "32 × 16 × 32 tiles": dict(blocks=(32, 16, 32))}
 
@@ -399,10 +408,15 @@ def _causal(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BL
     else:
         p = tl.exp(s - tl.max(s, axis=0))
     y = p / tl.sum(p, axis=0)
+    om = stride_om
+    if BUG == 13:                                  # out taken as contiguous
+        om = n_k
+    if BUG == 14:                                  # out addressed with s's row stride
+        om = stride_sm
     if BUG == 8:
-        tl.store(out_ptr + row * stride_om + cols, y)
+        tl.store(out_ptr + row * om + cols, y)
     else:
-        tl.store(out_ptr + row * stride_om + cols, y, mask=cols < n_k)
+        tl.store(out_ptr + row * om + cols, y, mask=cols < n_k)
 
 
 def causal_softmax(s, scale, out, bug=0):
@@ -416,7 +430,8 @@ CAUSAL_WRONG = {"no row maximum": 1, "mask aligned to the start (j <= i)": 2, "s
                 "scale forgotten": 4, "hidden scores set to 0": 5, "maximum of the unscaled scores": 6,
                 "row stride taken as Nk": 7, "store without a mask": 8, "offset Nq − Nk": 9,
                 "column stride ignored": 10, "exp2 with log2(e) cut to 1.44": 11,
-                "row maximum taken before the mask": 12}
+                "row maximum taken before the mask": 12, "out stored as if contiguous (row stride Nk)": 13,
+                "out addressed with s's row stride": 14}
 CAUSAL_RIGHT = {"exp2 with log2(e)": dict(bug=-1), "one combined mask": dict(bug=-2)}
 
 
@@ -562,7 +577,12 @@ def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_v
     res = acc / l[:, None]
     if BUG == 8 or BUG == 3:
         res = acc
-    tl.store(out_ptr + rows[:, None] * stride_om + dims[None, :], res, mask=rows[:, None] < M)
+    om = stride_om
+    if BUG == 15:                                  # out taken as contiguous
+        om = D
+    if BUG == 16:                                  # out addressed with s's row stride
+        om = stride_sm
+    tl.store(out_ptr + rows[:, None] * om + dims[None, :], res, mask=rows[:, None] < M)
 
 
 def softmax_weighted_sum(s, v, out, bug=0, block_n=16):
@@ -576,7 +596,8 @@ WSUM_WRONG = {"acc not rescaled": 1, "l not rescaled": 2, "normalised after ever
               "two passes (maximum, then sums)": 4, "masked scores read 0": 5, "v not masked past N": 6,
               "p against the old maximum": 7, "no final division": 8, "alpha on the new tile": 9,
               "s's column stride ignored": 10, "v's column stride ignored": 11, "exp2 with log2(e) cut to 1.44": 12,
-              "p and v cast to float16 for tl.dot": 13, "p rounded to float16": 14}
+              "p and v cast to float16 for tl.dot": 13, "p rounded to float16": 14,
+              "out stored as if contiguous (row stride D)": 15, "out addressed with s's row stride": 16}
 WSUM_RIGHT = {"exp2 and log2(e)": dict(bug=-1), "tiles of 32 keys": dict(block_n=32)}
 
 
@@ -755,3 +776,11 @@ def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch):
     report = lab04.check_scaled_add(launch, seed=0).report
     # a store far away faults, hits a sentinel, or corrupts the child so the case computes NaN: each fails it
     assert "case 1 of" in report and any(n in report for n in ("crashed", "outside", "non-finite")), report
+
+
+def test_a_store_that_ignores_outs_row_stride_is_named_in_outs_units():
+    """Every 2-D out is, in some fixed case, a view whose row stride is not its width: a kernel that
+    stores row i at i·N is told where it wrote and what out's stride was."""
+    report = lab04.check_affine_columns(_named(affine_columns, "contiguous out", bug=11), seed=0).report
+    assert "case 2 of" in report and "into the gaps between out's rows" in report, report
+    assert "row stride here is 20, its width 17" in report, report

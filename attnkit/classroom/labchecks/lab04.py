@@ -18,7 +18,9 @@ and b that puzzle 5's tiled launch loads, against the loads counted in the inter
 
 Inputs are views into larger buffers filled with NaN, 2-D inputs have a row stride larger than their
 row (so the strides must be used), every 2-D input is stored column by column in some fixed case (so
-the column stride must be used too), and ``out`` sits inside a buffer of a sentinel value. Values go
+the column stride must be used too), and ``out`` sits inside a buffer of a sentinel value; a 2-D
+``out`` has a row stride of its width + ``OUT_ROW_GAP`` in every case but those of one exact tile, with
+sentinels in the gaps (so ``stride_om`` must be used, and a store through an input's stride shows). Values go
 below −1000 (a masked lane's ``other=`` must be −inf) and one puzzle 8 case puts a quarter of each
 row's weight on one key (the scores' scale must be exact: log2(e) cut to 1.44 fails it); puzzle 6 hides a
 key scoring far above the visible ones (a row maximum taken before the mask is 0/0), and puzzle 8 has
@@ -55,6 +57,7 @@ from ..checking import (
 )
 from .lab04_runner import (  # noqa: F401  (lab 04's names, importable from here as before)
     ALSO_FORBIDDEN,
+    OUT_ROW_GAP,
     PAD,
     PAD_ROWS,
     ROW_GAP,
@@ -135,6 +138,16 @@ def check_block_max(block_max, *, seed: int | None = None) -> CheckResult:
 
 
 # ------------------------------------------------------------------------------------------ puzzle 3
+# A 2-D `out` has a row stride of its width + OUT_ROW_GAP (unlike its inputs' width + ROW_GAP) in every
+# case but those that fill exactly one tile (8 × 16, 16 × 16 and the like), which keep a contiguous `out`:
+# a kernel that stores row i at i·width, or through an input's row stride, writes into the gaps.
+CONTIGUOUS_OUT = {(1, 1), (8, 16), (16, 16), (1, 33), (3, 17), (4, 17)}
+
+
+def _out_gap(rows, cols) -> int:
+    return 0 if (rows, cols) in CONTIGUOUS_OUT else OUT_ROW_GAP
+
+
 def affine_columns_reference(x, scale, bias):
     return x * scale[None, :] + bias[None, :]
 
@@ -145,11 +158,13 @@ def _affine_cases(seed):
               (20, 5, "20 × 5 (more rows than columns)"), (8, 16, "8 × 16 = one tile exactly"),
               (3, 40, "3 × 40")] + [(int(m), int(n), f"{int(m)} × {int(n)}") for m, n in rng.integers(1, 30, (2, 2))]
     made = [Puzzle((matrix(rng.standard_normal((m, n))), vector(rng.standard_normal(n) + 2),
-                    vector(rng.standard_normal(n))), (m, n), f"x {label}, row stride {n + ROW_GAP}")
+                    vector(rng.standard_normal(n))), (m, n), f"x {label}, row stride {n + ROW_GAP}",
+                   out_row_gap=_out_gap(m, n))
             for m, n, label in shapes]
     made.insert(2, Puzzle((matrix(rng.standard_normal((11, 19)), transposed=True), vector(rng.standard_normal(19) + 2),
                            vector(rng.standard_normal(19))), (11, 19),
-                          "x 11 × 19 stored column by column (strides (1, 18): use stride_xn)"))
+                          "x 11 × 19 stored column by column (strides (1, 18): use stride_xn)",
+                          out_row_gap=OUT_ROW_GAP))
     return made
 
 
@@ -193,11 +208,11 @@ def _matmul_cases(seed):
          for m, k, n in rng.integers(1, 40, (2, 3))]
     made = [Puzzle((matrix(rng.standard_normal((m, k)), torch.float16),
                     matrix(rng.standard_normal((k, n)), torch.float16, transposed=True)), (m, n),
-                   f"fp16 {label}, b stored column by column")
+                   f"fp16 {label}, b stored column by column", out_row_gap=_out_gap(m, n))
             for m, k, n, label in shapes]
     made.insert(1, Puzzle((matrix(rng.standard_normal((20, 35)), torch.float16, transposed=True),
                            matrix(rng.standard_normal((35, 18)), torch.float16)), (20, 18),
-                          "fp16 20 × 35 by 35 × 18, a stored column by column, b row by row"))
+                          "fp16 20 × 35 by 35 × 18, a stored column by column, b row by row", out_row_gap=OUT_ROW_GAP))
     return made
 
 
@@ -230,18 +245,18 @@ def _causal_cases(seed):
         cases.append(((n_q, n_k), float(rng.choice([1.0, 20.0])), 1 / math.sqrt(float(rng.choice([16, 64]))),
                       f"{n_q} × {n_k}"))
     made = [Puzzle((matrix(rng.standard_normal(shape) * spread), scale), shape,
-                   f"s {label}, scale {scale:.4g}, row stride {shape[1] + ROW_GAP}")
+                   f"s {label}, scale {scale:.4g}, row stride {shape[1] + ROW_GAP}", out_row_gap=_out_gap(*shape))
             for shape, spread, scale, label in cases]
     made.insert(2, Puzzle((matrix(rng.standard_normal((6, 23)) * 20, transposed=True), 0.25), (6, 23),
                           "s 6 × 23 stored column by column (use stride_sn), scores of spread 5 (exp2 needs "
-                          "log2(e) to all its digits)"))
+                          "log2(e) to all its digits)", out_row_gap=OUT_ROW_GAP))
     # Visible keys near −200, the last key (hidden from every row but the last) at +300: a row maximum
     # taken before the mask is 150 after scaling, every visible exp(−250) underflows and the row is 0/0.
     hidden_high = rng.standard_normal((5, 19)) - 200.0
     hidden_high[:, -1] = 300.0
     made.insert(3, Puzzle((matrix(hidden_high), 0.5), (5, 19),
                           "s 5 × 19, visible keys near −200 and the last key, hidden from rows 0–3, at +300, "
-                          "scale 0.5 (the row maximum must be taken after the mask)"))
+                          "scale 0.5 (the row maximum must be taken after the mask)", out_row_gap=OUT_ROW_GAP))
     return made
 
 
@@ -300,7 +315,7 @@ def _weighted_cases(seed):
     def make(shape, d, scores, label, s_by_columns=False, v_by_columns=False, values=None):
         values = rng.standard_normal((shape[1], d)) if values is None else values
         return Puzzle((matrix(scores, transposed=s_by_columns), matrix(values, transposed=v_by_columns)),
-                      (shape[0], d), f"s {label}, v {shape[1]} × {d}", stream=0)
+                      (shape[0], d), f"s {label}, v {shape[1]} × {d}", stream=0, out_row_gap=_out_gap(*shape))
 
     # One key scores 4 above 159 others, so it holds a quarter of each row's weight; only its value is
     # non-zero. A change of 0.2% in the scores' scale (exp2 with log2(e) cut to 1.44) moves that weight,

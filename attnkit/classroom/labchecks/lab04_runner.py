@@ -32,6 +32,7 @@ SENTINEL = -7777.0     # what `out` holds before the kernel runs, and what must 
 PAD_ROWS = 48          # guard rows above and below a 2-D tensor (more than any block of rows)
 PAD = 256              # guard elements before and after a 1-D tensor (more than any block)
 ROW_GAP = 7            # extra elements at the end of each row of a 2-D input: its stride is not its width
+OUT_ROW_GAP = 3        # the same for a 2-D `out` where a case asks for it: a row stride unlike the inputs'
 
 
 class ForbiddenCall(Exception):
@@ -76,12 +77,20 @@ def _out_pad(shape) -> int:
     return PAD + (PAD_ROWS * int(shape[-1]) if len(shape) > 1 else 0)
 
 
-def output(shape):
-    """A contiguous fp32 ``out`` of ``shape``, filled with SENTINEL, inside a buffer of SENTINEL."""
+def output(shape, row_gap: int = 0):
+    """An fp32 ``out`` of ``shape``, filled with SENTINEL, inside a buffer of SENTINEL.
+
+    ``row_gap``: for a 2-D ``out``, each row is followed by ``row_gap`` sentinels, so its row stride is
+    width + row_gap (a kernel must address it with ``stride_om``); 0 gives a contiguous ``out``."""
     torch = _torch()
-    numel, pad = int(np.prod(shape)), _out_pad(shape)
-    buf = torch.full((numel + 2 * pad,), SENTINEL, device=runtime().device)
-    return buf[pad:pad + numel].view(*shape)
+    if row_gap and len(shape) != 2:
+        raise ValueError(f"row_gap: only a 2-D out has rows to pad, got shape {tuple(shape)}")
+    rows, width = (int(shape[0]), int(shape[1])) if len(shape) == 2 else (1, int(np.prod(shape)))
+    span, pad = rows * (width + row_gap), _out_pad(shape)
+    buf = torch.full((span + 2 * pad,), SENTINEL, device=runtime().device)
+    if len(shape) != 2:
+        return buf[pad:pad + span].view(*shape)
+    return buf[pad:pad + span].view(rows, width + row_gap)[:, :width]
 
 
 def _float64(t):
@@ -245,6 +254,15 @@ class Puzzle:
     out_shape: tuple
     label: str
     stream: int | None = None              # index in args of the input that must be read in one pass
+    out_row_gap: int = 0                   # sentinels after each row of a 2-D out (its stride is not its width)
+
+    @property
+    def where(self) -> str:
+        """The case's label, with out's layout when its row stride is not its width."""
+        if not self.out_row_gap:
+            return self.label
+        width = self.out_shape[-1]
+        return f"{self.label}, out {' × '.join(map(str, self.out_shape))} with row stride {width + self.out_row_gap}"
 
 
 def _find_forbidden(exc):
@@ -274,13 +292,35 @@ def run_puzzle(name: str, student_fn: Callable, reference: Callable, puzzles, *,
     return isolated(name, lambda: _run_puzzle(name, student_fn, reference, puzzles, hint=hint, tol=tol), hint=hint)
 
 
-def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResult:
+def _stray_store(out, p: Puzzle) -> str | None:
+    """What the kernel wrote outside ``out``'s elements (a sentinel changed), in words, or None: before
+    or after ``out``, or into the gap after a row of a strided ``out`` (out's row stride ignored)."""
     torch = _torch()
+    whole = torch.tensor([], dtype=out.dtype, device=out.device).set_(out.untyped_storage()).cpu().numpy()
+    inside = np.zeros(whole.shape, dtype=bool)
+    base, size = np.uint64(out.untyped_storage().data_ptr()), np.uint64(out.element_size())
+    inside[(_element_addresses(out) - base) // size] = True
+    changed = np.flatnonzero(~inside & (whole != SENTINEL))
+    if not changed.size:
+        return None
+    start = out.storage_offset()
+    end = start + (out.shape[0] - 1) * out.stride(0) + out.shape[-1] if out.dim() == 2 else start + out.numel()
+    gaps = changed[(changed >= start) & (changed < end)]
+    if gaps.size:
+        row = int((gaps[0] - start) // out.stride(0))
+        return (f"your kernel wrote {gaps.size} element(s) into the gaps between out's rows (first after row "
+                f"{row}): out's row stride here is {out.stride(0)}, its width {out.shape[-1]}, so row i starts "
+                f"at out_ptr + i·stride_om (not at i·{out.shape[-1]}, nor through an input's row stride)")
+    side = "before" if changed[0] < start else "after"
+    return f"your kernel wrote outside `out` ({side} it): a store without the right mask"
+
+
+def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResult:
     tol = check_tolerance("float32") if tol is None else tol
     for index, p in enumerate(puzzles, start=1):
-        where = f"case {index} of {len(puzzles)}, {p.label}"
+        where = f"case {index} of {len(puzzles)}, {p.where}"
         expected = np.asarray(reference(*[_float64(a) for a in p.args]), dtype=np.float64).reshape(p.out_shape)
-        out = output(p.out_shape)
+        out = output(p.out_shape, p.out_row_gap)
         memory = _Memory()
         progress(where)
         try:
@@ -299,16 +339,9 @@ def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResu
             last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
             line = f"\n   (line {last.lineno}: {last.line})" if last else ""
             return _fail(name, where, f"your function raised {type(exc).__name__}: {exc}{line}", hint)
-        base = out.untyped_storage()
-        whole = torch.tensor([], dtype=out.dtype, device=out.device).set_(base).cpu().numpy()
-        pad = _out_pad(p.out_shape)
-        inside = np.zeros(whole.shape, dtype=bool)
-        inside[pad:pad + out.numel()] = True
-        if np.any(whole[~inside] != SENTINEL):
-            first = int(np.flatnonzero(whole[~inside] != SENTINEL)[0])
-            side = "before" if first < pad else "after"
-            return _fail(name, where, f"your kernel wrote outside `out` ({side} it): a store without the "
-                                      f"right mask", hint)
+        stray = _stray_store(out, p)
+        if stray:
+            return _fail(name, where, stray, hint)
         if watched:
             tensors = [a for a in p.args if hasattr(a, "data_ptr")]
             allowed = np.concatenate([_element_addresses(t) for t in tensors + [out]])

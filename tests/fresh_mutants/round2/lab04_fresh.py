@@ -1376,3 +1376,49 @@ WITNESS = {
     **{n.__name__: _w_sws for n in WRONG["softmax_weighted_sum"]},
     "sws_v_row_contiguous": _w_sws_colmajor,
 }
+
+
+def _w_matmul_rect(f):
+    """3 row tiles by 2 column tiles: a grid with its axes swapped leaves tiles of out unwritten."""
+    a = torch.randn(40, 37, generator=_g).half()
+    b = torch.randn(37, 18, generator=_g).half()
+    whole, out = _out(40, 18)
+    f(a, b, out)
+    return whole
+
+
+def _w_lse_low(f):
+    """Scores near −30, 37 a row (a partial last tile), no single dominant term: a masked lane read as
+    0 outweighs the row, l ≈ 37·e^−1 is far from 1 (log2 vs log shows) and fp16 rounds it."""
+    x = _padded(6, 37, scale=1.0)
+    x -= 30.0
+    whole, out = _out(6)
+    f(x, out)
+    return whole
+
+
+def _w_sws_low(f):
+    """Scores near −30 and a partial last tile: a key past N scoring 0 takes all the weight."""
+    s = _padded(18, 37, scale=2.0)
+    s -= 30.0
+    v = torch.randn(37, 16, generator=_g)
+    whole, out = _out(18, 16)
+    f(s, v, out)
+    return whole
+
+
+# Witnesses whose inputs can show these mistakes (those above agree with the solution on them).
+WITNESS.update({"mm_grid_swapped": _w_matmul_rect, "lse_other_zero": _w_lse_low, "lse_log2": _w_lse_low,
+                "lse_l_fp16": _w_lse_low, "sws_padded_keys_score_zero": _w_sws_low})
+
+
+def _seeded(witness):
+    """The witness on the same inputs every time it is called (the generator restarted): the wrong
+    answer and the solution see the same inputs, so a difference is the answer's, not the draw's."""
+    def run(f):
+        _g.manual_seed(0)
+        return witness(f)
+    return run
+
+
+WITNESS = {name: _seeded(w) for name, w in WITNESS.items()}
