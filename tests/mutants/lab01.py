@@ -87,8 +87,14 @@ def softmax_keepdims_vectorised(S):
     return e / np.sum(e, axis=-1)[:, None]
 
 
+def softmax_axis1(S):
+    """axis=1 where the solution writes axis=-1: the same axis on the lab's 2-D S."""
+    e = np.exp(S - S.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 SOFTMAX_RIGHT = {"loops": softmax_loops, "log-sum-exp": softmax_log_sum_exp,
-                 "vectorised": softmax_keepdims_vectorised}
+                 "vectorised": softmax_keepdims_vectorised, "axis=1 (S is 2-D)": softmax_axis1}
 
 
 def softmax_in_place(S):
@@ -170,6 +176,9 @@ SOFTMAX_WRONG = {
     "float16": lambda S: softmax_float32(S).astype(np.float16),
     "nan_to_num after one global maximum": lambda S: np.nan_to_num(
         np.exp(S - S.max()) / np.exp(S - S.max()).sum(axis=1, keepdims=True)),
+    # Results of another rank: the check says S is a matrix and the weights come back in its shape.
+    "weights flattened to 1-D": lambda S: _softmax(S).ravel(),
+    "weights with a batch axis added": lambda S: _softmax(S)[None],
 }
 
 
@@ -230,6 +239,41 @@ def _attention(Q, K, V, causal, mask=_causal, softmax=_softmax, scale=None):
     return softmax(mask(S) if causal else S) @ V
 
 
+def attention_mask_from_values(Q, K, V, causal=False):
+    """The mask built from the scores' values, np.triu(S, 1) != 0: a future key scoring exactly 0 stays
+    visible."""
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    if causal:
+        S = np.where(np.triu(S, k=1) != 0, -np.inf, S)
+    return _softmax(S) @ V
+
+
+def attention_tril_zeros_hidden(Q, K, V, causal=False):
+    """np.tril(S) zeroes the future, then every 0 is hidden: a visible key scoring exactly 0 is hidden too."""
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    if causal:
+        S = np.tril(S)
+        S[S == 0] = -np.inf
+    return _softmax(S) @ V
+
+
+def attention_keep_values_of_the_past(Q, K, V, causal=False):
+    """Keeps the scores whose value appears in the lower triangle: a future score equal to a visible one
+    (or to 0) stays visible."""
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    if causal:
+        S = np.where(np.isin(S, np.tril(S)), S, -np.inf)
+    return _softmax(S) @ V
+
+
+def attention_mask_nonzero_future(Q, K, V, causal=False):
+    """The future found as np.triu(S, 1).astype(bool), the same mistake written another way."""
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    if causal:
+        S[np.triu(S, k=1).astype(bool)] = -np.inf
+    return _softmax(S) @ V
+
+
 ATTENTION_WRONG = {
     "causal ignored": lambda Q, K, V, causal=False: _attention(Q, K, V, False),
     "always causal": lambda Q, K, V, causal=False: _attention(Q, K, V, True),
@@ -258,6 +302,11 @@ ATTENTION_WRONG = {
     "PyTorch's scaled_dot_product_attention": attention_sdpa,
     "float32 with a -1000 mask": lambda Q, K, V, causal=False: _attention(
         *(a.astype(np.float32) for a in (Q, K, V)), causal, mask=_additive_mask(-1000.0)),
+    # A mask built from the scores' values instead of the positions i, j.
+    "mask from the values: np.triu(S, 1) != 0": attention_mask_from_values,
+    "np.tril(S), then every 0 hidden": attention_tril_zeros_hidden,
+    "keeps the values found in the lower triangle": attention_keep_values_of_the_past,
+    "mask from np.triu(S, 1).astype(bool)": attention_mask_nonzero_future,
 }
 
 

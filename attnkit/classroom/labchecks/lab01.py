@@ -59,12 +59,14 @@ TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: fa
 UNIT_ROUNDOFF_FLOAT32 = float(np.finfo(np.float32).eps) / 2          # u = 2⁻²⁴
 
 HINT_SCORES = "S[i, j] is the dot product of query i and key j, divided by √d with d = Q.shape[1]."
-HINT_SOFTMAX = ("normalise along each row (axis=-1), and subtract EACH ROW's own maximum "
-                "(S.max(axis=-1, keepdims=True)) before exp: one maximum for the whole matrix underflows "
-                "the rows whose scores are far below it.")
+HINT_SOFTMAX = ("S is a matrix (2-D, one row per query): normalise along each row (axis=-1), and subtract "
+                "EACH ROW's own maximum (S.max(axis=-1, keepdims=True)) before exp: one maximum for the whole "
+                "matrix underflows the rows whose scores are far below it.")
 HINT_ATTENTION = "P = softmax of each row of S = Q Kᵀ/√d, then O = P V, shape [Nq, dv]."
 HINT_CAUSAL = ("mask before the softmax: query i may see keys j ≤ i (set S[i, j] = -inf for j > i, the "
-               "diagonal stays visible), then softmax each row and multiply by V.")
+               "diagonal stays visible), then softmax each row and multiply by V. Build the mask from the "
+               "positions i and j (np.triu(np.ones(S.shape, dtype=bool), k=1)), never from the scores' "
+               "values: a score of exactly 0 is a score like any other.")
 HINT_POSITIONS = ("even columns 2i hold sin(pos / 10000^(2i/d_model)), odd columns 2i+1 the cos of the "
                   "same angle; positions start at 0.")
 
@@ -427,8 +429,25 @@ def _spread_rows(rng, rows, cols, spread):
     return rng.standard_normal((rows, cols)) * 3 + offsets
 
 
+def _matrix_in_matrix_out(softmax_rows, problems: list):
+    """``softmax_rows`` called on a case's S; an answer whose result is not a matrix of S's shape goes
+    into ``problems`` in the exercise's words (the exercise promises a 2-D S and its 2-D weights)."""
+    def call(S):
+        out = softmax_rows(S)
+        shape = getattr(out, "shape", None)
+        if shape is not None and tuple(shape) != tuple(np.shape(S)):
+            problems.append(f"S is a matrix of shape {np.shape(S)} (2-D: one row of scores per query); your "
+                            f"function returned an array of shape {tuple(shape)}. Return the weights as a "
+                            f"matrix of S's shape, each row normalised on its own")
+        return out
+    return call
+
+
 def _check_softmax(softmax_rows, *, seed: int | None = None) -> CheckResult:
-    """softmax_rows(S) -> each row of S turned into weights that are positive and sum to 1."""
+    """softmax_rows(S) -> each row of the matrix S (2-D, [rows, cols]) turned into weights that are
+    positive and sum to 1. The exercise speaks of a matrix: every case is 2-D, and an answer that
+    returns another shape (or rank) fails with a message that says so. Normalising over axis 1 or over
+    axis -1 is the same thing here."""
     rng = np.random.default_rng(2)
     masked = rng.standard_normal((4, 4))
     masked[np.triu_indices(4, k=1)] = -np.inf
@@ -449,7 +468,17 @@ def _check_softmax(softmax_rows, *, seed: int | None = None) -> CheckResult:
         rows, cols = (int(x) for x in rng.integers(2, 10, 2))
         S = _spread_rows(rng, rows, cols, float(rng.uniform(800, 3000)))
         drawn.append(case(S, label=f"{rows}×{cols} scores, rows far apart"))
-    return _check("softmax_rows", softmax_rows, reference_softmax, fixed, drawn, HINT_SOFTMAX)
+    shape_problems: list[str] = []
+    result = _check("softmax_rows", _matrix_in_matrix_out(softmax_rows, shape_problems), reference_softmax,
+                    fixed, drawn, HINT_SOFTMAX)
+    if result.status == FAILED and shape_problems and "expected shape" in result.report:
+        where = result.report.split(": differs from")[0]
+        return CheckResult("softmax_rows", FAILED, f"{where}: {shape_problems[0]}.\n   hint: {HINT_SOFTMAX}")
+    if result.passed:
+        return CheckResult("softmax_rows", result.status,
+                           f"✅ softmax_rows: matches the float64 reference on "
+                           f"{fixed_and_random(len(fixed), len(drawn))} (S a 2-D matrix).")
+    return result
 
 
 # ------------------------------------------------------------------------------------ exercise 4
@@ -471,6 +500,22 @@ def _hidden_keys_far_above(rng, n, d=4, d_v=3, gap=4000.0):
     return Q, K, V
 
 
+def _scores_exactly_zero_and_tied():
+    """Causal Q, K, V (d = 4, so 1/√d = 1/2 is exact) whose scores are exact small numbers: key 2 is
+    all zeros, so it scores exactly 0 for every query (hidden from queries 0 and 1, visible to the
+    others, the diagonal of query 2 included), and key 4 repeats key 0, so each query's hidden key 4
+    scores exactly what its visible key 0 does. A mask built from the scores' values (``S != 0``,
+    ``np.triu(S, 1) != 0``, ``np.tril(S)`` with its zeros hidden, or a value shared with a visible
+    score) hides or shows the wrong keys; a mask built from the positions does not."""
+    Q = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, -1.0], [1.0, 1.0, 0.0, 0.0], [-1.0, 0.0, 1.0, 1.0],
+                  [0.0, -1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]])
+    K = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 0.0, -1.0, 1.0],
+                  [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, -1.0]])
+    V = np.array([[1.0, 0.0, 0.5], [0.0, 2.0, 0.0], [-3.0, 1.0, 2.0], [0.5, -1.0, 1.0], [4.0, 3.0, -2.0],
+                  [-1.0, 0.5, 3.0]])
+    return Q, K, V
+
+
 def _check_attention(attention, *, seed: int | None = None) -> CheckResult:
     """attention(Q, K, V, causal=False) -> softmax(Q Kᵀ/√d) V, with the causal mask when asked."""
     ex = [a.astype(float) for a in (_example.Q, _example.K, _example.V)]
@@ -486,15 +531,21 @@ def _check_attention(attention, *, seed: int | None = None) -> CheckResult:
     causal += [case(*_hidden_keys_far_above(rng, 5), causal=True,
                     label="5×5, causal, each hidden key scoring 4000 more than the key before it "
                           "(a mask of -1000 or -10⁴ does not hide it)")]
+    causal += [case(*_scores_exactly_zero_and_tied(), causal=True,
+                    label="6×6, causal, key 2 scoring exactly 0 for every query and key 4 scoring what key 0 "
+                          "does (a mask built from the scores' values, not from i and j, shows)")]
     rng = np.random.default_rng(seed)
     drawn_plain, drawn_causal = [], []
     for _ in range(3):
         n_q, n_k, d, d_v = (int(x) for x in rng.integers(1, 12, 4))
         a = _qkv(rng, n_q, n_k, d + 1, d_v)
         drawn_plain.append(case(*a, label=_label(a)))
-        n = int(rng.integers(2, 12))
+        n = int(rng.integers(3, 12))
         a = _qkv(rng, n, n, int(rng.integers(1, 9)), int(rng.integers(1, 6)), scale=3.0)
-        drawn_causal.append(case(*a, causal=True, label=_label(a) + ", causal"))
+        zero = int(rng.integers(1, n - 1))                 # a key scoring exactly 0: hidden from some queries,
+        a[1][zero] = 0.0                                   # visible to the others
+        drawn_causal.append(case(*a, causal=True, label=_label(a) + f", causal, key {zero} all zeros (it scores "
+                                                                     f"exactly 0)"))
     first = _check("attention", attention, _reference_attention, plain, drawn_plain, HINT_ATTENTION)
     if not first.passed:
         return first

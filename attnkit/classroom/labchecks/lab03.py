@@ -219,6 +219,15 @@ def _student_stats(online_softmax):
     return call
 
 
+def _far_below_blocks(rng, depths, sizes) -> list:
+    """A block holding the row's maximum 0, then one block of ``sizes[i]`` scores within 0.3 below
+    ``-depths[i]``: terms far too small to change m, yet their sum moves ℓ by far more than the check's
+    tolerance (e^-21.5 · 256 ≈ 1e-7 of ℓ). An answer that skips a block, or flushes terms, below some
+    threshold under the running maximum drops them."""
+    first = np.append(rng.uniform(-3.0, -0.5, 3), 0.0)
+    return [first] + [-float(depth) - rng.uniform(0.0, 0.3, size) for depth, size in zip(depths, sizes)]
+
+
 def _check_online_softmax(online_softmax, *, seed: int | None = None) -> CheckResult:
     """online_softmax(blocks) -> (m, l): the maximum and Σ exp(x − m) of a row streamed as 1-D blocks."""
     rng = np.random.default_rng(4)
@@ -233,14 +242,20 @@ def _check_online_softmax(online_softmax, *, seed: int | None = None) -> CheckRe
         _stream([np.array([rng.standard_normal()])], "a single score"),
         _stream(np.split(rng.standard_normal(15) + np.linspace(0, 40, 15), [1, 6, 8]), "15 rising scores"),
         long_stream(),
+        _stream(_far_below_blocks(rng, [10.5, 13.0, 16.0, 21.5], [40, 40, 64, 256]),
+                "one score at 0, then blocks about 10.5, 13, 16 and 21.5 below it (each term is small, "
+                "e^-10.5 ≈ 3e-5 down to e^-21.5 ≈ 5e-10, but every term counts in ℓ)"),
     ]
     rng = np.random.default_rng(seed)
     drawn = []
-    for _ in range(4):
+    for _ in range(3):
         n_blocks = int(rng.integers(2, 7))
         heights = rng.uniform(-2000, 2000, n_blocks)
         drawn.append(_stream([rng.standard_normal(int(rng.integers(1, 9))) * 5 + h for h in heights],
                              f"{n_blocks} blocks at heights thousands apart"))
+    depths = np.sort(rng.uniform(9.0, 20.0, int(rng.integers(2, 6))))
+    drawn.append(_stream(_far_below_blocks(rng, depths, [64] * len(depths)),
+                         f"a maximum first, then {len(depths)} blocks between 9 and 20 below it"))
     return _check("online_softmax", _student_stats(online_softmax), _reference_stats, fixed, drawn, HINT_ONLINE,
                   compare=lambda got, want: _parts_close(got, want, (slice(0, 1), slice(1, 2))))
 
@@ -253,6 +268,13 @@ def _state(rng, rows, dv, n_keys, heights) -> tuple:
     scores = rng.standard_normal((rows, n_keys)) * 2 + np.reshape(heights, (rows, 1))
     s = block_state(scores, rng.standard_normal((n_keys, dv)))
     return (s.m, s.l, s.z)
+
+
+def _empty_rows(state, rows) -> tuple:
+    """``state`` with ``rows`` made empty (m = -inf, l = 0, z = 0): rows that have seen no key yet."""
+    m, l, z = (np.array(x, dtype=np.float64) for x in state)
+    m[rows], l[rows], z[rows] = -np.inf, 0.0, 0.0
+    return m, l, z
 
 
 def _merge_reference(a, b):
@@ -296,6 +318,13 @@ def _check_merge(merge_fn, *, seed: int | None = None) -> CheckResult:
         (tuple(np.asarray(x) for x in (lambda e: (e.m, e.l, e.z))(empty_state(3, 2))),
          _state(np.random.default_rng(6), 3, 2, 4, [-1000, -990, -1010]),
          "a is the empty state and b's maxima are near -1000"),
+        # Empty in some rows only: each row merges on its own, so an answer that decides "a is empty"
+        # from one row (row 0, the last row, any row) loses the other rows.
+        (_empty_rows(_state(rng, 4, 2, 3, [0, 2, -1, 1]), [0]), _state(rng, 4, 2, 5, [1, 0, 2, -2]),
+         "a empty in row 0 only"),
+        (_empty_rows(_state(rng, 5, 3, 4, [0, 800, 2, -800, 1]), [1, 4]),
+         _empty_rows(_state(rng, 5, 3, 2, [3, 790, -2, -790, 0]), [0, 2]),
+         "a empty in rows 1 and 4, b empty in rows 0 and 2, never both in one row"),
     ]
     fixed = [case(a, b, label=_merge_label(a, b, what)) for a, b, what in pairs]
     a = _state(rng, 200, 3, 4, rng.uniform(-1000, 1000, 200))
