@@ -3,6 +3,7 @@ answers pass; the ring runs on real process groups (gloo)."""
 import math
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -46,11 +47,19 @@ ZIGZAG_WRONG = {
     "one chunk": lambda r, w: [r],
     "2W - 2 - r": lambda r, w: [r, 2 * w - 2 - r],
     "chunks counted from 1": lambda r, w: [r + 1, 2 * w - r],
+    # the right numbers in another type than the list of ints the lab asks for (round 3: a tuple)
+    "a tuple": lambda r, w: (r, 2 * w - 1 - r),
+    "a NumPy array": lambda r, w: np.array([r, 2 * w - 1 - r]),
+    "a torch tensor": lambda r, w: torch.tensor([r, 2 * w - 1 - r]),
+    "floats": lambda r, w: [float(r), float(2 * w - 1 - r)],
+    "a generator": lambda r, w: (c for c in (r, 2 * w - 1 - r)),
+    "a sorted() of a NumPy array (NumPy scalars, a list)": lambda r, w: sorted(np.array([r, 2.0 * w - 1 - r])),
 }
 ZIGZAG_RIGHT = {
     "formula": lambda r, w: [r, 2 * w - 1 - r],
-    "pairs of the two ends": lambda r, w: list(zip(range(w), reversed(range(w, 2 * w))))[r],
+    "pairs of the two ends, as a list": lambda r, w: list(list(zip(range(w), reversed(range(w, 2 * w))))[r]),
     "sorted set": lambda r, w: sorted({r, 2 * w - 1 - r}),
+    "NumPy ints in a list": lambda r, w: [np.int64(r), np.int64(2 * w - 1 - r)],
 }
 
 
@@ -73,11 +82,14 @@ RATIO_WRONG = {
     "last rank over the mean (2W - 1) / W": lambda w: (2 * w - 1) / w,
     "ratio the wrong way up": lambda w: 1 / (2 * w - 1),
     "four ranks' answer for every W": lambda w: 7.0,
+    "a string": lambda w: f"{2 * w - 1}",
+    "a 0-d tensor": lambda w: torch.tensor(2.0 * w - 1),
 }
 RATIO_RIGHT = {
     "2W - 1": lambda w: 2 * w - 1,
     "counted": lambda w: (w - 1 + 0.5) / 0.5,
     "integer": lambda w: int(2 * w - 1),
+    "a NumPy float": lambda w: np.float64(2 * w - 1),
 }
 
 
@@ -174,11 +186,35 @@ def merge_weights_from_max_only(o_a, lse_a, o_b, lse_b):
     return torch.where(pick_a, o_a, o_b), torch.maximum(lse_a, lse_b)
 
 
+def merge_float32_output(o_a, lse_a, o_b, lse_b):
+    """Round 3: computed in float32 throughout and returned so (float32 for float64 inputs)."""
+    return merge_logaddexp(*(t.float() for t in (o_a, lse_a, o_b, lse_b)))
+
+
+def merge_numpy_output(o_a, lse_a, o_b, lse_b):
+    """The right numbers as NumPy arrays where the lab works in torch."""
+    o, lse = merge_logaddexp(o_a, lse_a, o_b, lse_b)
+    return o.numpy(), lse.numpy()
+
+
+def merge_lse_keepdim(o_a, lse_a, o_b, lse_b):
+    """lse returned as [..., rows, 1] (kept for broadcasting) where the lab asks for [..., rows]."""
+    o, lse = merge_logaddexp(o_a, lse_a, o_b, lse_b)
+    return o, lse[..., None]
+
+
+def merge_o_in_lse_dtype(o_a, lse_a, o_b, lse_b):
+    """o cast to float32 'to match the ring's lse' (float64 inputs)."""
+    o, lse = merge_logaddexp(o_a, lse_a, o_b, lse_b)
+    return o.to(torch.float32), lse
+
+
 MERGE_WRONG = {f.__name__: f for f in (merge_sum, merge_average, merge_unshifted, merge_lse_is_max,
                                        merge_swapped_weights, merge_lse_sum, merge_one_global_max,
                                        merge_keeps_lse_a, merge_weights_not_normalised, merge_empty_lse_as_zero,
                                        merge_in_float32, merge_weights_from_max_only, merge_no_empty_guard,
-                                       merge_guards_the_shift_only)}
+                                       merge_guards_the_shift_only, merge_float32_output, merge_numpy_output,
+                                       merge_lse_keepdim, merge_o_in_lse_dtype)}
 
 
 def merge_logaddexp(o_a, lse_a, o_b, lse_b):
@@ -207,8 +243,10 @@ def test_merge_accepts(correct):
 
 # ------------------------------------------------------------------------------------ the ring
 def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, mask_all=False,
-              swap=True, merge=None, send_to=+1, one_buffer=False, read_before_wait=False, send_last=False):
-    """A ring_forward with one mistake (the defaults give the right ring)."""
+              swap=True, merge=None, send_to=+1, one_buffer=False, read_before_wait=False, send_last=False,
+              out=None):
+    """A ring_forward with one mistake (the defaults give the right ring); ``out(o, q)`` makes the
+    returned value from the merged o (default: o in q's dtype)."""
     merge = merge or merge_logaddexp
 
     def ring_forward(q, k, v, causal):
@@ -237,7 +275,7 @@ def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, 
                 k, v = nk, nv
         if o is None:
             return torch.zeros_like(q)
-        return o.to(q.dtype)
+        return o.to(q.dtype) if out is None else out(o, q)
 
     return ring_forward
 
@@ -324,6 +362,13 @@ RING_WRONG = {
     "one buffer sent and received into (a race)": make_ring(one_buffer=True),
     "computes on the block before wait()": make_ring(read_before_wait=True),
     "sends on the last step too": make_ring(send_last=True),
+    # the right numbers in another type, dtype or shape than q's (round 3: not cast back to q's dtype)
+    "output not cast to q's dtype": make_ring(out=lambda o, q: o),
+    "output always float64": make_ring(out=lambda o, q: o.double()),
+    "the cast forgotten on rank 1":
+        make_ring(out=lambda o, q: o if dist.get_rank() == 1 else o.to(q.dtype)),
+    "NumPy output": make_ring(out=lambda o, q: o.to(q.dtype).numpy()),
+    "output [B, n, Hq, D]": make_ring(out=lambda o, q: o.to(q.dtype).transpose(1, 2).contiguous()),
 }
 RING_RIGHT = {
     "solution": SOLUTION["ring_forward"],
@@ -365,6 +410,12 @@ def test_a_failing_merge_is_named_by_the_ring_check():
     assert not ring.passed and "exercise 3 (merge_blocks)" in ring.report
 
 
+@pytest.mark.parametrize("mutant", ["output not cast to q's dtype", "output always float64",
+                                    "the cast forgotten on rank 1"])
+def test_a_ring_output_in_another_dtype_is_told_so(mutant):
+    assert_rejected_on_every_seed(lab10.check_ring_forward, RING_WRONG[mutant], (0,), contains="in q's dtype")
+
+
 @pytest.mark.parametrize("mutant, reason", [
     ("all-gather instead of a ring", "a collective"), ("sends to every rank", "only to its neighbours"),
     ("passes every block on, computes at the end", "keeps one block"),
@@ -394,11 +445,14 @@ TRANSFER_WRONG = {
     "K only (V forgotten)": lambda *a: _transfer(*a, kv_tensors=1),
     "bytes term left in seconds": lambda *a: _transfer(*a, out=1),
     "elements, not bytes": lambda *a: _transfer(*a, e=1, g_e=2),
+    "a string": lambda *a: str(_transfer(*a)),
+    "a 0-d tensor": lambda *a: torch.tensor(_transfer(*a)),
 }
 TRANSFER_RIGHT = {
     "formula": _transfer,
     "by parts": lambda n, hkv, d, a, b, bwd: a + (2 * hkv * n * d * 2 + (2 * hkv * n * d * 4 if bwd else 0)) / b / 1e3,
     "seconds, then µs": lambda n, hkv, d, a, b, bwd: (a * 1e-6 + 2 * hkv * n * d * (2 + 4 * bwd) / (b * 1e9)) * 1e6,
+    "a NumPy float": lambda *a: np.float64(_transfer(*a)),
 }
 
 

@@ -27,10 +27,17 @@ torch.distributed are watched (``attnkit.distributed.traffic``), and the ring's 
 - a buffer handed to a receive holds NaN from the moment the receive is posted until the data arrive,
   so a buffer that is sent and received into at once, or read before ``wait()``, fails on every run
   instead of now and then.
+
+Every answer is held to the type the lab promises before its value is compared: the zig-zag chunks are a
+list of ints; the two predictions are numbers; ``merge_blocks`` returns torch tensors ``(o, lse)`` of the
+inputs' shapes and dtype; ``ring_forward`` returns, on every rank, a tensor of q's shape and dtype (one
+fixed case runs the ring on bf16 q, K and V, where the merged output is float32 until it is cast back).
 """
 from __future__ import annotations
 
+import copy
 import math
+import numbers
 import weakref
 
 import numpy as np
@@ -44,6 +51,7 @@ from ...distributed.traffic import COLLECTIVES, count_traffic, received_bytes
 from ...reference.attention import attention_ref
 from ...tolerances import tolerance
 from ..checking import (
+    FAILED,
     CheckResult,
     Exercise,
     answer_error,
@@ -75,6 +83,35 @@ HINT_RING = ("W steps: at step s the K/V held came from rank (r − s) mod W, i.
              "no other block. Return o in q's dtype.")
 
 
+def _type_problem(name, student_fn, cases, problem_of, hint) -> CheckResult | None:
+    """The first case on which ``student_fn`` returns a value of another type than the lab promises
+    (``problem_of(got, *case args)`` says how, in words), as a failure; None when every answer has the
+    promised type. An answer that raises is left to ``run_check``, which reports it (or "not implemented")."""
+    for index, c in enumerate(cases, start=1):
+        try:
+            got = student_fn(*copy.deepcopy(c.args), **copy.deepcopy(c.kwargs))
+        except Exception:
+            return None
+        problem = problem_of(got, *c.args)
+        if problem:
+            return CheckResult(name, FAILED, f"❌ {name}: case {index} of {len(cases)}, {c.label}: {problem}\n"
+                                             f"   hint: {hint}")
+    return None
+
+
+def _kind(value) -> str:
+    """'a tuple, (0, 3)': the type of a returned value, and the value, for a failure message."""
+    text = repr(value)
+    return f"a {type(value).__name__}, {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _not_a_number(got, *args) -> str | None:
+    """A prediction is a real number: an int or a float (NumPy's included), not a bool, a string or a tensor."""
+    if isinstance(got, bool) or not isinstance(got, numbers.Real):
+        return f"returned {_kind(got)}: the prediction is a number (an int or a float)."
+    return None
+
+
 def forbidden() -> tuple:
     """The course's own merge, ring, all-gather and Ulysses (block_forward_torch is the lab's tool: allowed)."""
     return (_cp.ring_attention, _cp.all_gather_kv_attention, _cp.ulysses_attention, _cp.merge, _cp._local_forward)
@@ -85,6 +122,16 @@ def _chunks_case(rank, world):
     return case(rank, world, label=f"rank {rank} of {world}")
 
 
+def _zigzag_type(got, rank, world) -> str | None:
+    """The lab asks for the two chunk numbers as a list; chunk numbers are ints."""
+    if type(got) is not list:
+        return f"returned {_kind(got)}: the lab asks for the two chunk numbers as a list, [first, second]."
+    bad = next((x for x in got if isinstance(x, bool) or not isinstance(x, (int, np.integer))), None)
+    if bad is not None:
+        return f"the list holds {_kind(bad)}: chunk numbers are ints (they number the 2W chunks)."
+    return None
+
+
 def _check_zigzag(zigzag_chunks, *, seed: int | None = None) -> CheckResult:
     """zigzag_chunks(rank, world_size) -> [r, 2W − 1 − r]."""
     fixed = [_chunks_case(r, w) for w in (1, 2, 3, 4, 8) for r in range(w)]
@@ -93,8 +140,12 @@ def _check_zigzag(zigzag_chunks, *, seed: int | None = None) -> CheckResult:
     for _ in range(4):
         w = int(rng.integers(5, 64))
         drawn.append(_chunks_case(int(rng.integers(0, w)), w))
+    cases = fixed + drawn
+    wrong_type = _type_problem("zigzag_chunks", zigzag_chunks, cases, _zigzag_type, HINT_ZIGZAG)
+    if wrong_type is not None:
+        return wrong_type
     return run_check("zigzag_chunks", lambda r, w: list(map(int, zigzag_chunks(r, w))),
-                     lambda r, w: _cp.chunks_of_rank(r, w, "zigzag"), fixed + drawn, tol=0, hint=HINT_ZIGZAG,
+                     lambda r, w: _cp.chunks_of_rank(r, w, "zigzag"), cases, tol=0, hint=HINT_ZIGZAG,
                      compare=lambda got, want: list(got) == list(want), fixed=len(fixed))
 
 
@@ -109,6 +160,9 @@ def _check_ratio(predicted_work_ratio, *, seed: int | None = None) -> CheckResul
         work = _cp.causal_work(w, "contiguous")
         return work[-1] / work[0]
 
+    wrong_type = _type_problem("predicted_work_ratio", predicted_work_ratio, fixed + drawn, _not_a_number, HINT_RATIO)
+    if wrong_type is not None:
+        return wrong_type
     return run_check("predicted_work_ratio", lambda w: float(predicted_work_ratio(w)), counted, fixed + drawn,
                      tol=0.02, hint=HINT_RATIO, fixed=len(fixed),
                      compare=lambda got, want: math.isfinite(got) and abs(got - want) <= 0.02 * want)
@@ -147,6 +201,23 @@ def _merge_case(rng, rows, d, offset_a, offset_b, label, empty=None):
     return case(o_a, lse_a, o_b, lse_b, label=label)
 
 
+def _merge_type(got, o_a, lse_a, o_b, lse_b) -> str | None:
+    """(o, lse): torch tensors, o [..., rows, D] and lse [..., rows] as the inputs, in the inputs' dtype."""
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        return f"returned {_kind(got)}: merge_blocks returns the pair (o, lse)."
+    shapes = {"o": tuple(torch.broadcast_shapes(o_a.shape, o_b.shape)), "lse": tuple(lse_a.shape)}
+    for label, t in zip(("o", "lse"), got):
+        if not isinstance(t, torch.Tensor):
+            return f"{label} is {_kind(t)}: return torch tensors (o, lse), as the inputs are."
+        if tuple(t.shape) != shapes[label]:
+            return (f"{label} has shape {tuple(t.shape)}; it should have {shapes[label]} (o [..., rows, D], "
+                    f"lse [..., rows], as o_a and lse_a).")
+        if t.dtype != o_a.dtype:
+            return (f"{label} is {t.dtype}, the inputs are {o_a.dtype}: keep the inputs' dtype (the check compares "
+                    f"with a float64 reference at float64's precision).")
+    return None
+
+
 def _check_merge(merge_blocks, *, seed: int | None = None) -> CheckResult:
     """merge_blocks(o_a, lse_a, o_b, lse_b) -> (o, lse); o [..., rows, D], lse [..., rows]."""
     rng = np.random.default_rng(10)
@@ -166,6 +237,10 @@ def _check_merge(merge_blocks, *, seed: int | None = None) -> CheckResult:
     drawn = [_merge_case(rng, int(rng.integers(1, 7)), int(rng.integers(1, 9)), *rng.uniform(-50, 50, 2),
                          "random rows") for _ in range(4)]
 
+    wrong_type = _type_problem("merge_blocks", merge_blocks, fixed + drawn, _merge_type, HINT_MERGE)
+    if wrong_type is not None:
+        return wrong_type
+
     def student(o_a, lse_a, o_b, lse_b):
         out = merge_blocks(o_a, lse_a, o_b, lse_b)
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
@@ -183,6 +258,26 @@ _BLANK = "not implemented"
 
 class RingRuleBroken(RuntimeError):
     """A ring_forward that gives the right numbers by breaking one of the ring's rules (module doc)."""
+
+
+class RingOutputWrong(RingRuleBroken):
+    """A rank's ring_forward returned something else than a tensor of q's shape and dtype."""
+
+
+def _ring_output_problem(out, q, rank, world) -> str | None:
+    """What is wrong with the type of one rank's output (the lab: [B, Hq, n, D], in q's dtype), or None."""
+    if out is None:
+        return None                                          # reported as "returned None" by the check
+    if not isinstance(out, torch.Tensor):
+        return (f"rank {rank} of {world} returned {_kind(out)}: return this rank's output as a torch tensor "
+                f"[B, Hq, n, D] in q's dtype")
+    if tuple(out.shape) != tuple(q.shape):
+        return (f"rank {rank} of {world} returned a tensor of shape {tuple(out.shape)}: this rank's output is "
+                f"[B, Hq, n, D] = {tuple(q.shape)}, q's shape")
+    if out.dtype != q.dtype:
+        return (f"rank {rank} of {world} returned a {out.dtype} tensor for q in {q.dtype}: return o in q's dtype "
+                f"(o.to(q.dtype)); the merges run in float32 or float64, the output goes back in q's dtype")
+    return None
 
 
 class _RingRules:
@@ -248,7 +343,10 @@ def _ring_rank(rank, world, ring_forward, q, k, v, causal):
     finally:
         dist.batch_isend_irecv = original
     rules.after(log)
-    return (out if out is None else torch.as_tensor(out).detach()), rules.broken
+    problem = _ring_output_problem(out, q, rank, world)
+    if problem is not None:
+        return None, rules.broken, problem
+    return (out if out is None else out.detach()), rules.broken, None
 
 
 def _run_ring(ring_forward):
@@ -256,12 +354,15 @@ def _run_ring(ring_forward):
         shards = run_group(_ring_rank, world, args=(ring_forward, q, k, v, causal), timeout_s=RING_TIMEOUT_S)
         if any(isinstance(s, str) for s in shards):
             raise NotImplementedError
-        broken = [m for _, rules in shards for m in rules]
+        broken = [m for _, rules, _ in shards for m in rules]
         if broken:
             raise RingRuleBroken(broken[0])
-        if any(out is None for out, _ in shards):
+        wrong = [problem for _, _, problem in shards if problem]
+        if wrong:
+            raise RingOutputWrong(wrong[0])
+        if any(out is None for out, _, _ in shards):
             return None
-        out = _cp.unshard([out for out, _ in shards], "contiguous")
+        out = _cp.unshard([out for out, _, _ in shards], "contiguous")
         if out.is_floating_point() and torch.isnan(out).any():
             raise RingRuleBroken("your output holds NaN (the inputs hold none): a block was read from a receive "
                                  "buffer before its wait() returned, or a buffer was received into while it was "
@@ -275,10 +376,18 @@ def _ring_reference(q, k, v, causal, world):
     return attention_ref(q, k, v, causal=causal)
 
 
-def _ring_case(rng, world, hq, hkv, n_per_rank, causal, spread, label):
+def _ring_close(got, want) -> bool:
+    """Within TOL of the float64 reference; a bf16 output (bf16 inputs: its dtype was checked on every rank)
+    within bf16's own bound."""
+    bound = TOL if got.dtype == torch.float64 else tolerance(got.dtype)
+    err = answer_error(got, want)
+    return bool(np.isfinite(err) and err <= bound)
+
+
+def _ring_case(rng, world, hq, hkv, n_per_rank, causal, spread, label, dtype=torch.float64):
     n = world * n_per_rank
-    q = torch.from_numpy(rng.standard_normal((1, hq, n, 16)) * spread)
-    k, v = (torch.from_numpy(rng.standard_normal((1, hkv, n, 16))) for _ in range(2))
+    q = torch.from_numpy(rng.standard_normal((1, hq, n, 16)) * spread).to(dtype)
+    k, v = (torch.from_numpy(rng.standard_normal((1, hkv, n, 16))).to(dtype) for _ in range(2))
     return case(q, k, v, causal, world, label=f"W = {world}, Hq = {hq}, Hkv = {hkv}, N = {n}, "
                                             f"{'causal' if causal else 'not causal'}, {label}")
 
@@ -287,6 +396,10 @@ def _check_ring(ring_forward, *, seed: int | None = None) -> CheckResult:
     """ring_forward(q, k, v, causal) on every rank of 2, 3 and 4 processes = one-process attention."""
     rng = np.random.default_rng(20)
     fixed = [
+        # bf16 q, K, V (exercise 5's K and V are bf16): the blocks merge in float32 (block_forward_torch's lse), so
+        # an output not cast back to q's dtype shows here; bf16's own bound applies to this case
+        _ring_case(np.random.default_rng(21), 3, 4, 2, 3, True, 1.0, "bf16 q, K and V (o in q's dtype, bf16)",
+                   dtype=torch.bfloat16),
         _ring_case(rng, 2, 2, 2, 3, False, 1.0, "scores of size ~1"),
         _ring_case(rng, 3, 4, 2, 2, True, 1.0, "GQA"),
         _ring_case(rng, 4, 2, 1, 3, True, 30.0, "MQA, scores of size ~100 (e^score overflows)"),
@@ -299,7 +412,7 @@ def _check_ring(ring_forward, *, seed: int | None = None) -> CheckResult:
     # where the student's code lives, through the driver named here.
     driver = (ring_forward.through("attnkit.classroom.labchecks.lab10:_run_ring") if hasattr(ring_forward, "through")
               else _run_ring(ring_forward))
-    return run_check("ring_forward", driver, _ring_reference, fixed + drawn, tol=TOL,
+    return run_check("ring_forward", driver, _ring_reference, fixed + drawn, tol=TOL, compare=_ring_close,
                      hint=HINT_RING, forbidden=forbidden(), fixed=len(fixed))
 
 
@@ -325,6 +438,9 @@ def _check_transfer(step_transfer_us, *, seed: int | None = None) -> CheckResult
     drawn = [case(int(2 ** rng.integers(9, 18)), int(rng.choice([1, 2, 4, 8, 16, 32])), int(rng.choice([64, 128])),
                   float(rng.uniform(1, 100)), float(rng.uniform(20, 900)), bool(rng.integers(0, 2)),
                   label="drawn at random") for _ in range(4)]
+    wrong_type = _type_problem("step_transfer_us", step_transfer_us, fixed + drawn, _not_a_number, HINT_TRANSFER)
+    if wrong_type is not None:
+        return wrong_type
     return run_check("step_transfer_us", lambda *a: float(step_transfer_us(*a)), _transfer_reference, fixed + drawn,
                      tol=1e-3, hint=HINT_TRANSFER, fixed=len(fixed),
                      compare=lambda got, want: math.isfinite(got) and abs(got - want) <= 1e-3 * want)
