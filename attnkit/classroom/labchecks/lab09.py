@@ -18,7 +18,9 @@ While a student's function runs, this module's functions (the rule written out) 
 ``attnkit.serving.allocator.PageTables`` (``PagedKVCache`` with the tiny model). Every check compares
 with the rule written out here (``reference_*``), on fixed adversarial states first (lengths at
 k·page_size and k·page_size ± 1, pools exactly full and one page short, victims too small to be enough,
-resumed requests, the batch limit binding), then random states drawn from ``seed``. The workloads of
+resumed requests, the batch limit binding, running lists and queues whose order is not the order of arrival
+nor of ids: an answer that re-sorts what it is given shows only there, since on a workload served from the
+start admission order and arrival order agree), then random states drawn from ``seed``. The workloads of
 exercise 4 run through a *ledger model*: the cache stores each token at its (page, offset), the model
 reads the sequence back through the page table, and the next token is a function of what it read; so a
 request whose cache was not recomputed, or whose pages another request took, produces other tokens than
