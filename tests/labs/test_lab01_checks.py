@@ -157,3 +157,19 @@ def test_the_rules_see_through_a_course_wrapper_to_the_students_function():
                                  seed=0).report
     assert "your function uses the module torch.nn.functional" in report, report
     assert lab01.check_softmax(_course_wrapper(softmax_loops), seed=0).passed
+
+
+def test_softmax_is_on_a_2d_matrix_and_another_shape_is_named():
+    # The exercise speaks of the rows of a matrix: axis=1 and axis=-1 are the same answer there, and an
+    # answer that returns another shape is told that S is a matrix and what it returned.
+    from mutants.lab01 import softmax_axis1
+    result = lab01.check_softmax(softmax_axis1, seed=0)
+    assert result.passed and "2-D matrix" in result.report
+    report = lab01.check_softmax(WRONG["softmax_rows"]["weights flattened to 1-D"], seed=0).report
+    assert "S is a matrix of shape (3, 3)" in report and "returned an array of shape (9,)" in report, report
+
+
+def test_a_mask_built_from_the_scores_values_fails_on_scores_of_exactly_zero():
+    for label in ("mask from the values: np.triu(S, 1) != 0", "np.tril(S), then every 0 hidden"):
+        report = lab01.check_attention(WRONG["attention"][label], seed=0).report
+        assert "scoring exactly 0" in report and "positions i and j" in report, (label, report)

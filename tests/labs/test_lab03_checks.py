@@ -160,3 +160,13 @@ def test_a_merge_that_turns_an_empty_maximum_into_zero_fails_on_every_seed():
     assert_rejected_on_every_seed(lab03.check_merge, merge_nan_to_zero, SEEDS, contains="hint:")
     report = lab03.check_merge(merge_nan_to_zero, seed=0).report
     assert "b's maxima are near -1000" in report, report
+
+
+def test_far_blocks_and_partly_empty_states_are_fixed_cases():
+    # Blocks 10 to 21 below the maximum (tiny terms that still count) and states empty in some rows
+    # only are fixed cases: no seed can leave them out.
+    report = lab03.check_online_softmax(WRONG["online_softmax"]["skips blocks more than 20 below the running "
+                                                                "maximum"], seed=0).report
+    assert "every term counts in ℓ" in report, report
+    report = lab03.check_merge(WRONG["merge"]["returns b when a's row 0 is empty"], seed=0).report
+    assert "a empty in row 0 only" in report, report

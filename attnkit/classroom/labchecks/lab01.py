@@ -8,8 +8,10 @@
 
 Each check runs fixed adversarial cases first (shapes where Nq, Nk, d and dv all differ, rows whose
 maxima are thousands apart, scores that overflow ``exp``, a causal row whose hidden keys score
-thousands above its visible ones), then cases drawn from ``seed`` (fresh ones when None), and compares
-with a float64 reference.
+thousands above its visible ones, causal keys scoring exactly 0 or tied with a visible key, so that a
+mask built from the scores' values fails), then cases drawn from ``seed`` (fresh ones when None), and
+compares with a float64 reference. Exercise 3's S is a 2-D matrix, as the lab states: every case is
+2-D, and an answer returning another shape is told so.
 
 Precision: a float64 answer is held to ``TOL``. An answer returned as float32 is held to the float32
 bound of ``attnkit.tolerances`` plus the rounding float32 cannot avoid on these inputs: the unit
