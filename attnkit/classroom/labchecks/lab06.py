@@ -7,19 +7,20 @@
     count_products(flash_dkdv, flash_dq)   the measurement: your tl.dot calls and FLOPs, counted in the interpreter
     check_lab(seed=None, **functions)      all four, with a summary line
 
-The launch functions take ``(q, k, v, o, lse, do, causal=...)`` with fp16 q, k, v, dO and o, and the
-fp32 natural-log log-sum-exp of each row; they are compared with float64 autograd through the same
-attention. Fixed cases come first: sizes that are not multiples of the 16 × 16 tiles, several batches
-and grouped query heads, a causal mask aligned to the end with Nq < Nk, a query tile whose last
-visible key starts a key tile (shift Nk − Nq = 1, the case the padded tile end gets wrong), Nq = 1,
-Nq > Nk, two long sums (33 tiles) whose small late terms an fp16 accumulator drops, and two launches
-with block_m ≠ block_n (32 and 16, 16 and 32: a loop that steps by the other tile's size is right only
-when they are equal); then random shapes and launch sizes drawn from ``seed``. Δ must come back in
-float32, the gradients in their inputs' dtype, the prediction's count as an int. Every tensor of a case has its own memory layout (``LAYOUTS``: a kernel that
-reads dO through O's strides fails) inside a buffer of NaN (a load past an edge without its mask, or a
-masked load without ``other=``, gives NaN); the tensors the launch functions allocate sit between
-sentinels checked after each call (a store without its mask is named), and the cases run in a child
-process where kernels are interpreted (a crash is a failure that names the case).
+The launch functions take ``(q, k, v, o, lse, do, causal=..., block_m=..., block_n=...)`` with fp16 q, k,
+v, dO and o, and the fp32 natural-log log-sum-exp of each row; they are compared with float64 autograd
+through the same attention. Fixed cases come first: sizes that are not multiples of the 16 × 16 tiles,
+several batches and grouped query heads, a causal mask aligned to the end with Nq < Nk, a query tile
+whose last visible key starts a key tile (shift Nk − Nq = 1, the case the padded tile end gets wrong),
+Nq = 1, Nq > Nk, two long sums (33 tiles) whose small late terms an fp16 accumulator drops, and two
+launches with block_m ≠ block_n (32 and 16, 16 and 32: a loop that steps by the other tile's size is
+right only when they are equal); then random shapes and launch sizes drawn from ``seed``. Δ must come
+back in float32, the gradients in their inputs' dtype, the prediction's count as an int. Every tensor
+of a case has its own memory layout (``LAYOUTS``: a kernel that reads dO through O's strides fails)
+inside a buffer of NaN (a load past an edge without its mask, or a masked load without ``other=``,
+gives NaN); the tensors the launch functions allocate sit between sentinels checked after each call (a
+store without its mask is named), and the cases run in a child process where kernels are interpreted
+(a crash is a failure that names the case).
 
 Each gradient is judged row by row against the size of the terms summed into it (the same products on
 absolute values: ``attnkit.tolerances.componentwise_error``), with the float16 bound, on a CPU and a GPU
@@ -364,26 +365,40 @@ def _run(name, fn, pick, expect, hint, seed) -> CheckResult:
     made = _cases(seed)
     gradients = iter([g for _, g in made])
     tol = gradient_tolerance()
-    return run_check(name, _student(fn, pick), lambda *args, **blocks: expect(next(gradients)()),
-                     [c for c, _ in made],
-                     tol=tol, hint=f"{hint} (passes when every row's error is at most {tol:.0e} of the "
-                                      f"size of its terms, the float16 bound)",
-                     fixed=len(FIXED), kernel_guards=True, isolate=True)
+    hint = f"{hint} (passes when every row's error is at most {tol:.0e} of the size of its terms, the float16 bound)"
+    return _result_report(run_check(name, _student(fn, pick), lambda *args, **blocks: expect(next(gradients)()),
+                                    [c for c, _ in made], tol=tol, hint=hint, fixed=len(FIXED), kernel_guards=True,
+                                    isolate=True))
 
 
 # ------------------------------------------------------------------------------------------- the checks
+class WrongResult(ValueError):
+    """The answer is not the tensor (type, shape, dtype) the lab promises."""
+
+
 def _as_tensor(name, out, shape, dtype, why: str):
-    """``out`` if it is a tensor of ``shape`` and ``dtype``, else a ValueError saying which rule it breaks."""
+    """``out`` if it is a tensor of ``shape`` and ``dtype``, else ``WrongResult`` saying which rule it breaks."""
     import torch
 
     if not isinstance(out, torch.Tensor):
-        raise ValueError(f"{name}: expected a tensor, got {type(out).__name__}")
+        raise WrongResult(f"{name}: expected a tensor, got {type(out).__name__}")
     if tuple(out.shape) != shape:
-        raise ValueError(f"{name}: expected shape {list(shape)}, got {list(out.shape)}")
+        raise WrongResult(f"{name}: expected shape {list(shape)}, got {list(out.shape)}")
     if out.dtype != dtype:
-        raise ValueError(f"{name}: expected {str(dtype).replace('torch.', '')} ({why}), got "
-                         f"{str(out.dtype).replace('torch.', '')}")
+        raise WrongResult(f"{name}: expected {str(dtype).replace('torch.', '')} ({why}), got "
+                          f"{str(out.dtype).replace('torch.', '')}")
     return out
+
+
+def _result_report(result: CheckResult) -> CheckResult:
+    """``result`` with a ``WrongResult`` reported as what came back (not as an error of the student's code,
+    and without the line of this module that raised it)."""
+    if "raised WrongResult: " not in result.report:
+        return result
+    lines = [line for line in result.report.splitlines() if "raise WrongResult(" not in line]
+    text = "\n".join(lines).replace("your function raised WrongResult: ", "your function returned the wrong kind "
+                                                                       "of result: ")
+    return CheckResult(result.name, result.status, text)
 
 
 GRADIENT_DTYPE = "the dtype of its input, as autograd returns a gradient: allocate it with the given launcher"
@@ -416,9 +431,9 @@ def check_row_term(row_term: Callable, *, seed: int | None = None) -> CheckResul
 
     cases = [c for c, _ in _cases(seed)]
     # Δ is computed in fp32 from fp16 inputs: only the float32 bound separates it from an fp16 product.
-    return run_check("row term Δ = rowsum(dO ∘ O)", student, reference, cases,
-                     tol=check_tolerance("float32"), hint=HINT_ROW_TERM, fixed=len(FIXED), kernel_guards=True,
-                     isolate=True)
+    return _result_report(run_check("row term Δ = rowsum(dO ∘ O)", student, reference, cases,
+                                    tol=check_tolerance("float32"), hint=HINT_ROW_TERM, fixed=len(FIXED),
+                                    kernel_guards=True, isolate=True))
 
 
 def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
@@ -433,7 +448,7 @@ def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
 
     def pick(out, args):
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise ValueError(f"flash_dkdv: expected a pair (dk, dv), got {type(out).__name__}")
+            raise WrongResult(f"flash_dkdv: expected a pair (dk, dv), got {type(out).__name__}")
         shape, dtype = tuple(args[1].shape), args[1].dtype
         return torch.stack([_as_tensor("dk", out[0], shape, dtype, GRADIENT_DTYPE).double().cpu(),
                             _as_tensor("dv", out[1], shape, dtype, GRADIENT_DTYPE).double().cpu()])

@@ -18,10 +18,11 @@ running sums (ℓ or the accumulator) drop the rest. Another merge case has ever
 empty split (``nan_to_num(m, neginf=0)`` makes the empty split's weight the largest: 0/0). The kernel's
 cases run in a child process where kernels are interpreted, with sentinels around the tensors the
 launch function allocates (a store without its mask is named, a crash fails with its case). Slots must
-be integer tensors, a freed sequence keeps no pages in the pool's page tables, and the kernel's output
-comes back in q's dtype. While the student's function runs, the course's own paged kernels, merge and
-references raise (see ``attnkit.classroom.labchecks.lab05.course_code_forbidden``), and so do PyTorch's matrix
-products, softmax and exp while the student's decode function runs.
+be two int64 tensors, append's slots pairs of ints, an append that runs out of pages raises RuntimeError
+(the lab's rule; not MemoryError) and changes nothing, a freed sequence keeps no pages in the pool's page
+tables, and the kernel's output comes back in q's dtype. While the student's function runs, the course's
+own paged kernels, merge and references raise (see ``attnkit.classroom.labchecks.lab05.course_code_forbidden``),
+and so do PyTorch's matrix products, softmax and exp while the student's decode function runs.
 
 Internal API for tests and scripts: ``run_scripted_pool(PagePool)``, the fixed workload ``check_pool``
 runs first (``SCRIPTED_POOL``), None when the pool follows it.
@@ -70,6 +71,10 @@ def _require_callable(name: str, fn) -> None:
 
 
 # ----------------------------------------------------------------------------- exercise 1: slots
+class WrongSlots(TypeError):
+    """token_slots returned something other than the two int64 tensors the lab asks for."""
+
+
 def _reference_slots(block_table_row, seq_len, page_size):
     import torch
 
@@ -105,23 +110,30 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
         if got is None:
             return None
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise TypeError(f"token_slots must return a pair (pages, offsets), got {type(got).__name__}")
+            raise WrongSlots(f"token_slots must return a pair (pages, offsets), got {type(got).__name__}")
         if not all(isinstance(x, torch.Tensor) for x in got):
-            raise TypeError(f"pages and offsets must be int64 tensors (the lab asks for two tensors), got "
-                            f"{type(got[0]).__name__} and {type(got[1]).__name__}")
+            raise WrongSlots(f"pages and offsets must be int64 tensors (the lab asks for two tensors), got "
+                             f"{type(got[0]).__name__} and {type(got[1]).__name__}")
         pages, offsets = got
         if pages.dtype != torch.int64 or offsets.dtype != torch.int64:
-            raise TypeError(f"pages and offsets must be int64 tensors (torch.long, as the docstring says: they "
-                            f"index the page pool), got {str(pages.dtype).replace('torch.', '')} and "
-                            f"{str(offsets.dtype).replace('torch.', '')}")
+            raise WrongSlots(f"pages and offsets must be int64 tensors (torch.long, as the docstring says: they "
+                             f"index the page pool), got {str(pages.dtype).replace('torch.', '')} and "
+                             f"{str(offsets.dtype).replace('torch.', '')}")
         return torch.stack([pages.long(), offsets.long()])
 
     def same(got, exp):
         return tuple(got.shape) == tuple(exp.shape) and bool(torch.equal(got, exp))
 
-    return guarded_check("token → (page, offset)", student, _reference_slots, cases, tol=0.0,
-                         hint=f"{HINT_SLOTS} Row 0 of the result is the pages, row 1 the offsets.", compare=same,
-                         fixed=len(SLOTS_FIXED))
+    result = guarded_check("token → (page, offset)", student, _reference_slots, cases, tol=0.0,
+                           hint=f"{HINT_SLOTS} Row 0 of the result is the pages, row 1 the offsets.", compare=same,
+                           fixed=len(SLOTS_FIXED))
+    if "raised WrongSlots: " not in result.report:
+        return result
+    # what came back is reported as such, without the line of this module that raised WrongSlots
+    kept = [line for line in result.report.splitlines() if "raise WrongSlots(" not in line]
+    return CheckResult(result.name, result.status,
+                       "\n".join(kept).replace("your function raised WrongSlots: ", "your function returned "
+                                                                                      "the wrong kind of result: "))
 
 
 # ------------------------------------------------------------------------------ exercise 2: pool
