@@ -124,6 +124,24 @@ def not_implemented(name: str) -> CheckResult:
                        f"⏳ {name}: not implemented yet (replace `raise NotImplementedError` with your code).")
 
 
+class WrongResult(Exception):
+    """A check's verdict that an answer breaks a rule the lab states: not the type, shape or dtype the lab
+    promises, a count that is not an int, a rule of a protocol broken on the way to the right numbers.
+
+    Raised by the check's own code (the wrapper it puts around the student's function), never by the
+    student's: ``run_check`` reports its message alone as the case's verdict, not as an error the
+    student's code raised and without the check's line that raised it. So the message names the rule and
+    what came back; the report adds the case and the hint. Labs subclass it to name their rules
+    (``lab07.NotAnInt``, ``lab10.RingRuleBroken``).
+    """
+
+
+def wrong_kind(what: str) -> str:
+    """The message of a ``WrongResult`` for an answer of another type, shape or dtype than the lab
+    promises; ``what`` names the rule and what came back."""
+    return f"your function returned the wrong kind of result: {what}"
+
+
 def is_not_implemented(exc: BaseException) -> bool:
     """Did a blank exercise (``raise NotImplementedError``) cause ``exc``, however it was wrapped?
 
@@ -224,6 +242,8 @@ def _case_problem(call: _Call, c: Case, args, expected, compare, inputs_unchange
     if call.called:
         return (f"your function called the course's own {call.called[0]}: write this exercise with NumPy "
                 f"(and your earlier functions) only.")
+    if isinstance(call.error, WrongResult):                 # the check's verdict, not the student's error
+        return str(call.error)
     if call.error is not None:
         last = traceback.extract_tb(call.error.__traceback__)[-1]
         return (f"your function raised {type(call.error).__name__}: {call.error}\n"

@@ -46,6 +46,59 @@ def test_crash_is_reported_without_a_traceback():
     assert "Traceback" not in result.report
 
 
+def _only_lists(fn):
+    """The kind of wrapper a lab's check puts around the student's function: it states a rule of the lab."""
+    from attnkit.classroom.checking import WrongResult, wrong_kind
+
+    def call(x):
+        got = fn(x)
+        if not isinstance(got, list):
+            raise WrongResult(wrong_kind(f"cumsum must return a list, got {type(got).__name__}"))
+        return np.asarray(got)
+    return call
+
+
+def test_a_check_s_verdict_is_reported_as_what_came_back_not_as_the_student_s_error():
+    report = check(_only_lists(np.cumsum)).report
+    assert report.startswith("❌ cumsum: case 1 of 2, 5 numbers: your function returned the wrong kind of result: "
+                             "cumsum must return a list, got ndarray\n   hint: add the previous total"), report
+    assert "raised" not in report and "WrongResult" not in report and "(line" not in report
+    assert check(_only_lists(lambda x: list(np.cumsum(x)))).status == PASSED
+    # the student's own error inside the wrapper is still the student's, with its line
+    report = check(_only_lists(lambda x: x.nonexistent())).report
+    assert "your function raised AttributeError" in report and "(line " in report
+
+
+def test_a_lab_s_subclass_of_the_verdict_is_reported_alike_in_a_child_process(monkeypatch):
+    from attnkit.classroom import checking
+
+    class RuleBroken(checking.WrongResult):
+        pass
+
+    def breaks_a_rule(x):
+        raise RuleBroken("rank 0 called dist.all_gather, a collective: this exercise is a ring")
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(checking, "ISOLATE", True)
+    for isolate in (False, True):
+        result = run_check("ring", breaks_a_rule, reference, CASES, tol=0.0, hint="-", isolate=isolate)
+        assert result.status == FAILED
+        assert result.report == ("❌ ring: case 1 of 2, 5 numbers: rank 0 called dist.all_gather, a collective: this "
+                                 "exercise is a ring\n   hint: -")
+
+
+def test_a_verdict_crosses_the_grader_s_channel_as_a_verdict():
+    """Under the grader a lab's driver may run in the student's process (lab 10's ring): the check's
+    verdict comes back as its own course class, so it is still reported as the verdict."""
+    from attnkit.classroom.checking import WrongResult
+    from attnkit.classroom.grading import codec
+    from attnkit.classroom.labchecks.lab10 import RingOutputWrong
+
+    back = codec.decode_exception(codec.encode_exception(RingOutputWrong("rank 1 of 3 returned a float32 tensor")))
+    assert type(back) is RingOutputWrong and isinstance(back, WrongResult)
+    assert str(back) == "rank 1 of 3 returned a float32 tensor"
+
+
 def test_none_and_wrong_shape_are_failures():
     assert "returned None" in check(lambda x: None).report
     assert "expected shape (5,), got shape (4,)" in check(lambda x: np.cumsum(x)[:4]).report

@@ -319,6 +319,39 @@ def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch, name):
     assert "case 1 of" in result.report and any(n in result.report for n in named), result.report
 
 
+def _row_term_returning(kind):
+    def row_term(o, do, block_m=16):
+        delta = (o.float() * do.float()).sum(-1)
+        return {"list": delta.tolist(), "[..., 1]": delta[..., None], "fp16": delta.half()}[kind]
+    return row_term
+
+
+def _gradients_returning(kind):
+    def launch(q, k, v, o, lse, do, causal=False, block_m=16, block_n=16):
+        return {"dk only": torch.zeros_like(k), "dk in fp32": (torch.zeros_like(k, dtype=torch.float32),
+                                                               torch.zeros_like(v)),
+                "dq in fp32": torch.zeros_like(q, dtype=torch.float32)}[kind]
+    return launch
+
+
+@pytest.mark.parametrize("check, mutant, rule", [
+    (lab06.check_row_term, _row_term_returning("list"), "row_term: expected a tensor, got list"),
+    (lab06.check_row_term, _row_term_returning("[..., 1]"), "row_term: expected shape [2, 4, 17], got [2, 4, 17, 1]"),
+    (lab06.check_row_term, _row_term_returning("fp16"), "row_term: expected float32 (one fp32 number per query "
+                                                        "row, as the lab says), got float16"),
+    (lab06.check_dkdv, _gradients_returning("dk only"), "flash_dkdv: expected a pair (dk, dv), got Tensor"),
+    (lab06.check_dkdv, _gradients_returning("dk in fp32"), "dk: expected float16 (the dtype of its input"),
+    (lab06.check_dq, _gradients_returning("dq in fp32"), "dq: expected float16 (the dtype of its input"),
+], ids=["Δ as a list", "Δ [..., 1]", "Δ in fp16", "dK only", "dK in fp32", "dQ in fp32"])
+def test_a_result_of_the_wrong_kind_is_reported_as_what_came_back(check, mutant, rule):
+    """The check's verdict on the type, shape or dtype: the rule and what came back, never "your function
+    raised" nor the check's own line."""
+    report = check(mutant, seed=0).report
+    assert "case 1 of " in report and "fixed: B=2, Hq=4, Hkv=2, Nq=17, Nk=38" in report, report
+    assert f"your function returned the wrong kind of result: {rule}" in report, report
+    assert "raised" not in report and "(line" not in report and "hint:" in report, report
+
+
 def test_the_padded_tile_end_passes_without_the_shift_one_case():
     """The loop end computed from the padded tile end drops a key only when Nk − Nq ≡ 1 (mod 16) and a
     full query tile ends there: the fixed case with shift 1 is what rejects it."""

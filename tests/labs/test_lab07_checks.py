@@ -166,6 +166,19 @@ def test_a_cache_size_returned_as_a_float_fails_on_every_seed_and_says_int():
                                   SEEDS[:5], contains="got bool")
 
 
+@pytest.mark.parametrize("check, answer, rule", [
+    (lab07.check_cache_bytes, bytes_float_then_back,
+     "cache_bytes must return an int (a whole number of bytes), got float 546016380.0: keep every factor an int"),
+    (lab07.check_max_sequences, lambda model, context, free_gib, dtype_bytes, window=None: 12.0,
+     "max_sequences must return an int (a whole number of sequences), got float 12.0: int(...) the count"),
+], ids=["cache_bytes", "max_sequences"])
+def test_not_an_int_is_the_check_s_verdict_without_its_line(check, answer, rule):
+    """The int rule is reported as the case's verdict: never "your function raised" nor the check's line."""
+    report = check(answer, seed=0).report
+    assert ": case 1 of " in report and f": {rule}" in report, report
+    assert "raised" not in report and "(line" not in report and "NotAnInt" not in report, report
+
+
 def test_a_rope_append_that_crashes_fails_and_names_the_case(monkeypatch):
     """A store past the cache (the KV head taken as the program's head, not head − Hq) corrupts the heap
     of the process it runs in: the check runs the cases in a child and reports the case it was on."""

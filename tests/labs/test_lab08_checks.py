@@ -83,6 +83,7 @@ WRONG_SLOTS = {
     "lists of ints": lambda row, n, ps: ([int(row[t // ps]) for t in range(n)], [t % ps for t in range(n)]),
     "NumPy arrays": lambda row, n, ps: tuple(x.numpy() for x in slots_right(row, n, ps)),
     "one stacked [2, seq_len] tensor": lambda row, n, ps: torch.stack(slots_right(row, n, ps)),
+    "offsets one token short": lambda row, n, ps: (row.long()[torch.arange(n) // ps], torch.arange(n - 1) % ps),
 }
 RIGHT_SLOTS = {"vectorised": slots_right, "loops with divmod": slots_loops, "repeat_interleave": slots_repeat}
 
@@ -91,6 +92,22 @@ RIGHT_SLOTS = {"vectorised": slots_right, "loops with divmod": slots_loops, "rep
 def test_slots_rejects_on_every_seed_at_a_fixed_case(mutant):
     assert_rejected_on_every_seed(lab08.check_slots, mutant, SEEDS, contains="hint:")
     assert caught_at(lab08.check_slots(mutant, seed=0).report) <= len(lab08.SLOTS_FIXED)
+
+
+@pytest.mark.parametrize("mutant, rule", [
+    ("lists of ints", "pages and offsets must be int64 tensors (the lab asks for two tensors), got list and list"),
+    ("one stacked [2, seq_len] tensor", "token_slots must return a pair (pages, offsets), got Tensor"),
+    ("pages in the table's int32", "pages and offsets must be int64 tensors (torch.long, as the docstring says: "
+                                   "they index the page pool), got int32 and int64"),
+    ("offsets one token short", "pages and offsets must each have shape [seq_len] = [11] (one entry per token), "
+                                "got [11] and [10]"),
+])
+def test_slots_of_the_wrong_kind_are_reported_as_what_came_back(mutant, rule):
+    """The check's verdict names the rule and what came back, never "your function raised" nor its own line."""
+    report = lab08.check_slots(WRONG_SLOTS[mutant], seed=0).report
+    assert f"case 1 of 9, seq_len=11, page_size=4, block_table_row=[7, 2, 9, 0]: your function returned the " \
+           f"wrong kind of result: {rule}\n   hint:" in report, report
+    assert "raised" not in report and "(line" not in report, report
 
 
 @pytest.mark.parametrize("correct", catalogue_params(RIGHT_SLOTS))
@@ -461,6 +478,19 @@ def test_paged_decode_rejects_on_every_seed_at_a_fixed_case(mutant):
 @pytest.mark.parametrize("variant", list(RIGHT_DECODE))
 def test_paged_decode_accepts(variant):
     assert_accepted(lab08.check_paged_decode, built(RIGHT_DECODE, variant), ACCEPT_SEEDS)
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in process", "in a child process"])
+def test_an_output_in_another_dtype_fails_where_the_check_runs(monkeypatch, isolate):
+    """o allocated in float32 fails at the first case, in the child process that runs the cases as here
+    (the dtype is judged inside the check, not afterwards in the parent)."""
+    monkeypatch.setattr(checking, "ISOLATE", isolate)
+    if isolate and not checking.can_isolate():
+        pytest.skip("this process has started CUDA: the check runs in process")
+    report = lab08.check_paged_decode(built(WRONG_DECODE, "o allocated in float32"), seed=0).report
+    assert "case 1 of" in report and "your function returned the wrong kind of result: o is float32; expected " \
+                                     "float16, the dtype of q" in report, report
+    assert "raised" not in report and "(line" not in report, report
 
 
 def test_no_rescale_fails_at_the_score_gap_case():

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_params
 
+from attnkit.classroom.checking import FAILED
 from attnkit.classroom.labchecks import lab10
 from attnkit.classroom.notebooks import ROOT
 from attnkit.distributed.context_parallel import block_forward_torch
@@ -413,7 +414,15 @@ def test_a_failing_merge_is_named_by_the_ring_check():
 @pytest.mark.parametrize("mutant", ["output not cast to q's dtype", "output always float64",
                                     "the cast forgotten on rank 1"])
 def test_a_ring_output_in_another_dtype_is_told_so(mutant):
-    assert_rejected_on_every_seed(lab10.check_ring_forward, RING_WRONG[mutant], (0,), contains="in q's dtype")
+    result = lab10.check_ring_forward(RING_WRONG[mutant], seed=0)
+    assert result.status == FAILED and "in q's dtype" in result.report, result.report
+    assert_told_as_the_check_s_verdict(result.report)
+
+
+def assert_told_as_the_check_s_verdict(report: str) -> None:
+    """A broken rule is the case's verdict: not "your function raised", not the line of the check that found it."""
+    assert ": case " in report and "raised" not in report and "(line" not in report, report
+    assert "RingRuleBroken" not in report and "RingOutputWrong" not in report, report
 
 
 @pytest.mark.parametrize("mutant, reason", [
@@ -422,7 +431,9 @@ def test_a_ring_output_in_another_dtype_is_told_so(mutant):
     ("one buffer sent and received into (a race)", "received into while it was being sent"),
     ("sends on the last step too", "nothing on the last step")])
 def test_a_ring_that_breaks_a_rule_is_told_which(mutant, reason):
-    assert_rejected_on_every_seed(lab10.check_ring_forward, RING_WRONG[mutant], (0,), contains=reason)
+    result = lab10.check_ring_forward(RING_WRONG[mutant], seed=0)
+    assert result.status == FAILED and reason in result.report, result.report
+    assert_told_as_the_check_s_verdict(result.report)
 
 
 # ------------------------------------------------------------------------------------ a ring step's transfer

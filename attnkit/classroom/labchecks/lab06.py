@@ -49,6 +49,7 @@ from ..checking import (
     CheckResult,
     Exercise,
     ForbiddenCall,
+    WrongResult,
     case,
     check_exercises,
     forbidden_calls,
@@ -58,6 +59,7 @@ from ..checking import (
     placed,
     run_check,
     student_error,
+    wrong_kind,
 )
 
 DTYPE_NAME = "float16"
@@ -366,39 +368,25 @@ def _run(name, fn, pick, expect, hint, seed) -> CheckResult:
     gradients = iter([g for _, g in made])
     tol = gradient_tolerance()
     hint = f"{hint} (passes when every row's error is at most {tol:.0e} of the size of its terms, the float16 bound)"
-    return _result_report(run_check(name, _student(fn, pick), lambda *args, **blocks: expect(next(gradients)()),
-                                    [c for c, _ in made], tol=tol, hint=hint, fixed=len(FIXED), kernel_guards=True,
-                                    isolate=True))
+    return run_check(name, _student(fn, pick), lambda *args, **blocks: expect(next(gradients)()),
+                     [c for c, _ in made], tol=tol, hint=hint, fixed=len(FIXED), kernel_guards=True, isolate=True)
 
 
 # ------------------------------------------------------------------------------------------- the checks
-class WrongResult(ValueError):
-    """The answer is not the tensor (type, shape, dtype) the lab promises."""
-
-
 def _as_tensor(name, out, shape, dtype, why: str):
     """``out`` if it is a tensor of ``shape`` and ``dtype``, else ``WrongResult`` saying which rule it breaks."""
     import torch
 
     if not isinstance(out, torch.Tensor):
-        raise WrongResult(f"{name}: expected a tensor, got {type(out).__name__}")
-    if tuple(out.shape) != shape:
-        raise WrongResult(f"{name}: expected shape {list(shape)}, got {list(out.shape)}")
-    if out.dtype != dtype:
-        raise WrongResult(f"{name}: expected {str(dtype).replace('torch.', '')} ({why}), got "
-                          f"{str(out.dtype).replace('torch.', '')}")
-    return out
-
-
-def _result_report(result: CheckResult) -> CheckResult:
-    """``result`` with a ``WrongResult`` reported as what came back (not as an error of the student's code,
-    and without the line of this module that raised it)."""
-    if "raised WrongResult: " not in result.report:
-        return result
-    lines = [line for line in result.report.splitlines() if "raise WrongResult(" not in line]
-    text = "\n".join(lines).replace("your function raised WrongResult: ", "your function returned the wrong kind "
-                                                                       "of result: ")
-    return CheckResult(result.name, result.status, text)
+        problem = f"expected a tensor, got {type(out).__name__}"
+    elif tuple(out.shape) != shape:
+        problem = f"expected shape {list(shape)}, got {list(out.shape)}"
+    elif out.dtype != dtype:
+        problem = (f"expected {str(dtype).replace('torch.', '')} ({why}), got "
+                   f"{str(out.dtype).replace('torch.', '')}")
+    else:
+        return out
+    raise WrongResult(wrong_kind(f"{name}: {problem}"))
 
 
 GRADIENT_DTYPE = "the dtype of its input, as autograd returns a gradient: allocate it with the given launcher"
@@ -431,9 +419,8 @@ def check_row_term(row_term: Callable, *, seed: int | None = None) -> CheckResul
 
     cases = [c for c, _ in _cases(seed)]
     # Δ is computed in fp32 from fp16 inputs: only the float32 bound separates it from an fp16 product.
-    return _result_report(run_check("row term Δ = rowsum(dO ∘ O)", student, reference, cases,
-                                    tol=check_tolerance("float32"), hint=HINT_ROW_TERM, fixed=len(FIXED),
-                                    kernel_guards=True, isolate=True))
+    return run_check("row term Δ = rowsum(dO ∘ O)", student, reference, cases, tol=check_tolerance("float32"),
+                     hint=HINT_ROW_TERM, fixed=len(FIXED), kernel_guards=True, isolate=True)
 
 
 def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
@@ -448,7 +435,7 @@ def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
 
     def pick(out, args):
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise WrongResult(f"flash_dkdv: expected a pair (dk, dv), got {type(out).__name__}")
+            raise WrongResult(wrong_kind(f"flash_dkdv: expected a pair (dk, dv), got {type(out).__name__}"))
         shape, dtype = tuple(args[1].shape), args[1].dtype
         return torch.stack([_as_tensor("dk", out[0], shape, dtype, GRADIENT_DTYPE).double().cpu(),
                             _as_tensor("dv", out[1], shape, dtype, GRADIENT_DTYPE).double().cpu()])

@@ -35,6 +35,7 @@ from ..checking import (
     NOT_IMPLEMENTED,
     CheckResult,
     Exercise,
+    WrongResult,
     case,
     check_exercises,
     exercise_check,
@@ -77,14 +78,13 @@ def _exact(got, want) -> bool:
         return False
 
 
-class NotAnInt(TypeError):
+class NotAnInt(WrongResult):
     """An answer of the right value, perhaps, but not the int the lab asks for."""
 
 
 def _whole_number(fn: Callable, name: str, what: str, how: str) -> Callable:
     """``fn`` whose answer must be a Python or NumPy integer, as the lab asks ("an int"): a float (or a
-    bool, or a tensor), even one equal to the right count, raises ``NotAnInt``, which the report shows
-    (``_int_report`` takes off the line of this check that raised it)."""
+    bool, or a tensor), even one equal to the right count, raises ``NotAnInt``, the check's verdict."""
     def call(*args, **kwargs):
         got = fn(*args, **kwargs)
         if got is not None and (isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, np.integer))):
@@ -92,14 +92,6 @@ def _whole_number(fn: Callable, name: str, what: str, how: str) -> Callable:
         return got
     call.__name__ = getattr(fn, "__name__", name)
     return call
-
-
-def _int_report(result: CheckResult) -> CheckResult:
-    """``result`` without the line that quotes this module's ``raise NotAnInt`` (not the student's code)."""
-    if "raised NotAnInt" not in result.report:
-        return result
-    lines = [line for line in result.report.splitlines() if "raise NotAnInt(" not in line]
-    return CheckResult(result.name, result.status, "\n".join(lines).replace("your function raised NotAnInt: ", ""))
 
 
 def _whole_bytes(cache_bytes: Callable) -> Callable:
@@ -129,8 +121,8 @@ def _check_cache_bytes(cache_bytes: Callable, *, seed: int | None = None) -> Che
         return kv_cache_bytes(num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim, tokens=tokens,
                               dtype_bytes=dtype_bytes, batch=batch)
 
-    return _int_report(run_check("cache_bytes", _whole_bytes(cache_bytes), reference, fixed + drawn, tol=0.0,
-                                 hint=HINT_BYTES, compare=_exact, forbidden=forbidden(), fixed=len(fixed)))
+    return run_check("cache_bytes", _whole_bytes(cache_bytes), reference, fixed + drawn, tol=0.0, hint=HINT_BYTES,
+                     compare=_exact, forbidden=forbidden(), fixed=len(fixed))
 
 
 # ------------------------------------------------------------------------------------ exercise 1b
@@ -208,9 +200,8 @@ def _check_max_sequences(max_sequences: Callable, *, seed: int | None = None) ->
         free_gib = float(rng.integers(1, 80 * 16)) / 16                 # exact in binary
         drawn.append(case(m, context, free_gib, dtype_bytes, window=window,
                           label=_sequences_label(m, context, free_gib, dtype_bytes, window)))
-    return _int_report(run_check("max_sequences", _whole_sequences(max_sequences), reference_max_sequences,
-                                 fixed + drawn, tol=0.0, hint=HINT_SEQUENCES, compare=_exact, forbidden=forbidden(),
-                                 fixed=len(fixed)))
+    return run_check("max_sequences", _whole_sequences(max_sequences), reference_max_sequences, fixed + drawn,
+                     tol=0.0, hint=HINT_SEQUENCES, compare=_exact, forbidden=forbidden(), fixed=len(fixed))
 
 
 # ------------------------------------------------------------------------------------ exercise 2

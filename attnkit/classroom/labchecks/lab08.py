@@ -18,9 +18,10 @@ running sums (ℓ or the accumulator) drop the rest. Another merge case has ever
 empty split (``nan_to_num(m, neginf=0)`` makes the empty split's weight the largest: 0/0). The kernel's
 cases run in a child process where kernels are interpreted, with sentinels around the tensors the
 launch function allocates (a store without its mask is named, a crash fails with its case). Slots must
-be two int64 tensors, append's slots pairs of ints, an append that runs out of pages raises RuntimeError
-(the lab's rule; not MemoryError) and changes nothing, a freed sequence keeps no pages in the pool's page
-tables, and the kernel's output comes back in q's dtype. While the student's function runs, the course's
+be two int64 tensors of shape [seq_len], append's slots pairs of ints, an append that runs out of pages
+raises RuntimeError (the lab's rule; not MemoryError) and changes nothing, a freed sequence keeps no
+pages in the pool's page tables, and the kernel's output comes back in q's dtype (judged on every case,
+before its values). While the student's function runs, the course's
 own paged kernels, merge and references raise (see ``attnkit.classroom.labchecks.lab05.course_code_forbidden``),
 and so do PyTorch's matrix products, softmax and exp while the student's decode function runs.
 
@@ -40,10 +41,12 @@ from ..checking import (
     PASSED,
     CheckResult,
     Exercise,
+    WrongResult,
     case,
     check_exercises,
     not_implemented,
     unwrapped,
+    wrong_kind,
 )
 from .lab05 import guarded_check
 
@@ -71,8 +74,8 @@ def _require_callable(name: str, fn) -> None:
 
 
 # ----------------------------------------------------------------------------- exercise 1: slots
-class WrongSlots(TypeError):
-    """token_slots returned something other than the two int64 tensors the lab asks for."""
+class WrongSlots(WrongResult):
+    """token_slots returned something other than the two int64 tensors of shape [seq_len] the lab asks for."""
 
 
 def _reference_slots(block_table_row, seq_len, page_size):
@@ -110,30 +113,27 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
         if got is None:
             return None
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise WrongSlots(f"token_slots must return a pair (pages, offsets), got {type(got).__name__}")
-        if not all(isinstance(x, torch.Tensor) for x in got):
-            raise WrongSlots(f"pages and offsets must be int64 tensors (the lab asks for two tensors), got "
-                             f"{type(got[0]).__name__} and {type(got[1]).__name__}")
-        pages, offsets = got
-        if pages.dtype != torch.int64 or offsets.dtype != torch.int64:
-            raise WrongSlots(f"pages and offsets must be int64 tensors (torch.long, as the docstring says: they "
-                             f"index the page pool), got {str(pages.dtype).replace('torch.', '')} and "
-                             f"{str(offsets.dtype).replace('torch.', '')}")
-        return torch.stack([pages.long(), offsets.long()])
+            problem = f"token_slots must return a pair (pages, offsets), got {type(got).__name__}"
+        elif not all(isinstance(x, torch.Tensor) for x in got):
+            problem = (f"pages and offsets must be int64 tensors (the lab asks for two tensors), got "
+                       f"{type(got[0]).__name__} and {type(got[1]).__name__}")
+        elif got[0].dtype != torch.int64 or got[1].dtype != torch.int64:
+            problem = (f"pages and offsets must be int64 tensors (torch.long, as the docstring says: they index the "
+                       f"page pool), got {str(got[0].dtype).replace('torch.', '')} and "
+                       f"{str(got[1].dtype).replace('torch.', '')}")
+        elif tuple(got[0].shape) != (seq_len,) or tuple(got[1].shape) != (seq_len,):
+            problem = (f"pages and offsets must each have shape [seq_len] = [{seq_len}] (one entry per token), got "
+                       f"{list(got[0].shape)} and {list(got[1].shape)}")
+        else:
+            return torch.stack([got[0], got[1]])
+        raise WrongSlots(wrong_kind(problem))
 
     def same(got, exp):
         return tuple(got.shape) == tuple(exp.shape) and bool(torch.equal(got, exp))
 
-    result = guarded_check("token → (page, offset)", student, _reference_slots, cases, tol=0.0,
-                           hint=f"{HINT_SLOTS} Row 0 of the result is the pages, row 1 the offsets.", compare=same,
-                           fixed=len(SLOTS_FIXED))
-    if "raised WrongSlots: " not in result.report:
-        return result
-    # what came back is reported as such, without the line of this module that raised WrongSlots
-    kept = [line for line in result.report.splitlines() if "raise WrongSlots(" not in line]
-    return CheckResult(result.name, result.status,
-                       "\n".join(kept).replace("your function raised WrongSlots: ", "your function returned "
-                                                                                      "the wrong kind of result: "))
+    return guarded_check("token → (page, offset)", student, _reference_slots, cases, tol=0.0,
+                         hint=f"{HINT_SLOTS} Row 0 of the result is the pages, row 1 the offsets.", compare=same,
+                         fixed=len(SLOTS_FIXED))
 
 
 # ------------------------------------------------------------------------------ exercise 2: pool
@@ -489,25 +489,19 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
                                                   torch.Generator().manual_seed(_seed(seed)), device)
     tol = tolerance("float16", device)
     hint = f"{HINT_DECODE} (passes at a relative error ≤ {tol:.0e}, the float16 bound)"
-    student_fn, dtypes = unwrapped(paged_decode), []
+    student_fn = unwrapped(paged_decode)
 
-    def student(*args):
-        out = student_fn(*args)
-        dtypes.append(getattr(out, "dtype", None))
+    def student(q, *rest):
+        # o comes back in q's dtype; judged here, inside the check (which may run in a child process)
+        out = student_fn(q, *rest)
+        if isinstance(out, torch.Tensor) and out.dtype != q.dtype:
+            dtypes = [str(t).replace("torch.", "") for t in (out.dtype, q.dtype)]
+            raise WrongResult(wrong_kind(f"o is {dtypes[0]}; expected {dtypes[1]}, the dtype of q (allocate o with "
+                                         f"torch.empty_like(q): the next layer reads it in q's dtype)"))
         return out
 
-    result = guarded_check("paged decode kernel", student, paged_decode_ref, cases, tol=tol, hint=hint,
-                           fixed=len(DECODE_FIXED), kernel=True)
-    if not result.passed:
-        return result
-    for index, (c, dtype) in enumerate(zip(cases, dtypes), start=1):
-        if dtype != c.args[0].dtype:
-            got = str(dtype).replace("torch.", "")
-            return CheckResult("paged decode kernel", FAILED,
-                               f"❌ paged decode kernel: case {index} of {len(cases)}, {c.label}: the values are "
-                               f"right, but o is {got}; expected float16, the dtype of q (allocate o with "
-                               f"torch.empty_like(q): the next layer reads it in q's dtype).\n   hint: {hint}")
-    return result
+    return guarded_check("paged decode kernel", student, paged_decode_ref, cases, tol=tol, hint=hint,
+                         fixed=len(DECODE_FIXED), kernel=True)
 
 
 # ---------------------------------------------------------------------------- exercise 4: merge

@@ -54,6 +54,7 @@ from ..checking import (
     FAILED,
     CheckResult,
     Exercise,
+    WrongResult,
     answer_error,
     case,
     check_exercises,
@@ -244,7 +245,7 @@ def _check_merge(merge_blocks, *, seed: int | None = None) -> CheckResult:
     def student(o_a, lse_a, o_b, lse_b):
         out = merge_blocks(o_a, lse_a, o_b, lse_b)
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise TypeError(f"merge_blocks must return the tuple (o, lse), got {type(out).__name__}")
+            raise WrongResult(f"merge_blocks must return the tuple (o, lse), got {type(out).__name__}")
         o, lse = (torch.as_tensor(t, dtype=torch.float64) for t in out)
         return torch.cat([o, lse[..., None]], dim=-1)
 
@@ -256,7 +257,7 @@ def _check_merge(merge_blocks, *, seed: int | None = None) -> CheckResult:
 _BLANK = "not implemented"
 
 
-class RingRuleBroken(RuntimeError):
+class RingRuleBroken(WrongResult):
     """A ring_forward that gives the right numbers by breaking one of the ring's rules (module doc)."""
 
 
