@@ -426,7 +426,7 @@ def test_the_launch_sizes_are_a_case_dimension():
     """Two fixed cases launch with block_m ≠ block_n, both ways; random cases draw their sizes too."""
     assert {c[7] for c in lab06.FIXED} >= {(16, 16), (32, 16), (16, 32)}
     drawn = {c.kwargs["block_m"] * 100 + c.kwargs["block_n"] for seed in range(12)
-             for c, _ in lab06._cases(seed)[len(lab06.FIXED):]}
+             for c, _ in lab06.lab_cases(seed)[len(lab06.FIXED):]}
     assert len(drawn) == len(lab06.BLOCKS)
 
 

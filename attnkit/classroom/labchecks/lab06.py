@@ -30,7 +30,7 @@ While the student's function runs, attnkit's own FlashAttention (its Python func
 kernels) and ``torch.autograd`` raise ``ForbiddenCall``: the gradients must come from the student's kernels.
 
 Internal API for tests and scripts: ``reference_backward`` (the float64 forward and gradients, with their
-magnitudes) and ``gradient_tolerance``.
+magnitudes), ``gradient_tolerance`` and ``lab_cases`` (a seed's cases with their launch sizes).
 """
 from __future__ import annotations
 
@@ -268,7 +268,7 @@ def _values(gen, b, hq, hkv, n_q, n_k, kind):
 _FIXED_CASES: dict = {}       # device -> the fixed cases, built once (run_check hands out copies of them)
 
 
-def _cases(seed, n_random: int = 1):
+def lab_cases(seed, n_random: int = 1):
     """(case, gradients) pairs, fixed shapes then random ones: the case's inputs are (q, k, v, o, lse, do,
     causal), each in its own layout inside a NaN-filled buffer, and the keywords block_m, block_n;
     gradients() computes the float64 autograd (dq, dk, dv) when the check gets there (once, for a fixed
@@ -364,7 +364,7 @@ def _run(name, fn, pick, expect, hint, seed) -> CheckResult:
     """run_check on the cases of ``seed`` (in a child process where kernels are interpreted, with
     poisoned masked loads and guarded allocations); each case's float64 gradients are computed when it is
     reached."""
-    made = _cases(seed)
+    made = lab_cases(seed)
     gradients = iter([g for _, g in made])
     tol = gradient_tolerance()
     hint = f"{hint} (passes when every row's error is at most {tol:.0e} of the size of its terms, the float16 bound)"
@@ -417,7 +417,7 @@ def check_row_term(row_term: Callable, *, seed: int | None = None) -> CheckResul
         o64, do64 = o.to("cpu", torch.float64), do.to("cpu", torch.float64)
         return with_magnitude((o64 * do64).sum(-1), (o64.abs() * do64.abs()).sum(-1))
 
-    cases = [c for c, _ in _cases(seed)]
+    cases = [c for c, _ in lab_cases(seed)]
     # Δ is computed in fp32 from fp16 inputs: only the float32 bound separates it from an fp16 product.
     return run_check("row term Δ = rowsum(dO ∘ O)", student, reference, cases, tol=check_tolerance("float32"),
                      hint=HINT_ROW_TERM, fixed=len(FIXED), kernel_guards=True, isolate=True)
