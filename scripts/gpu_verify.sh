@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# After a change to the labs, the grader or the kernels: every check that needs a GPU, in one run.
+#
+#   bash scripts/gpu_verify.sh OUTDIR [SECONDS]
+#
+# 1. the course installed (editable) in the interpreter the grading steps run (`python -I`), with the wheels
+#    of WHEELS (a folder) where the machine lacks nbval, nbclient, ipywidgets, pytest-xdist or pytest-timeout;
+# 2. the kernel leaderboard on the solutions and the slower fixtures, alone on the machine (its timings are
+#    the host's too): OUTDIR/leaderboard/ (bench_leaderboard.csv, leaderboard.md, grades/);
+# 3. then, side by side: the solutions under nbval (GPU 0), the fresh wrong answers of the Triton labs
+#    (round 3, compiled: GPU 0 after nbval), and the kernels' GPU tests over every GPU (scripts/gpu_tests.sh).
+# SECONDS (default 570) bounds the whole run; each step's log is in OUTDIR and its last lines are printed.
+set -u
+out=${1:?OUTDIR}; limit=${2:-570}
+mkdir -p "$out"; export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+started=$(date +%s)
+left() { echo $(( limit - ($(date +%s) - started) )); }
+
+{
+  if [ -n "${WHEELS:-}" ]; then
+    $PY -m pip install -q --no-index --find-links "$WHEELS" nbval ipywidgets nbclient pytest-xdist pytest-timeout
+  fi
+  $PY -m pip install -q --no-deps --no-build-isolation -e .
+} > "$out/install.log" 2>&1
+echo "install: exit $?"
+
+CUDA_VISIBLE_DEVICES=0 timeout $(( $(left) / 3 )) $PY -m attnkit.classroom.grading leaderboard --jobs 12 --repeats 3 \
+  --out "$out/leaderboard" solutions/lab0[4568]_*.ipynb tests/fixtures/leaderboard/*.ipynb > "$out/leaderboard.log" 2>&1
+echo "leaderboard: exit $? after $(( $(date +%s) - started )) s"
+
+(
+  CUDA_VISIBLE_DEVICES=0 timeout $(( $(left) - 30 )) $PY -m pytest -q -p no:cacheprovider --nbval -n 4 --dist loadfile solutions \
+    > "$out/nbval_solutions.log" 2>&1
+  echo "nbval solutions: exit $?" >> "$out/nbval_solutions.log"
+  for lab in 04 05 06 08; do
+    [ "$(left)" -gt 60 ] || break
+    CUDA_VISIBLE_DEVICES=0 timeout $(( $(left) - 30 )) $PY tests/fresh_mutants/run_fresh.py $lab \
+      --dir tests/fresh_mutants/round3 >> "$out/fresh_round3.log" 2>&1
+  done
+) &
+PYTHON=$PY bash scripts/gpu_tests.sh "$out/gpu_tests" $(( $(left) - 20 )) > "$out/gpu_tests.log" 2>&1 &
+wait
+
+for log in leaderboard nbval_solutions fresh_round3 gpu_tests; do
+  echo "== $out/$log.log"; tail -n 12 "$out/$log.log" 2>/dev/null
+done
