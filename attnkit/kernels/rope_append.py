@@ -235,7 +235,8 @@ def _round_to_e4m3(x):
     kept = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576         # clear the 20 low mantissa bits (RNE)
     normal = kept.to(tl.float32, bitcast=True)
     step = (tl.abs(x) + 24576.0) - 24576.0                           # 1.5 · 2^14: its fp32 step is 2^-9
-    subnormal = tl.where(bits < 0, -step, step)                      # the sign kept, −0 included
+    subnormal = step * tl.where(bits < 0, -1.0, 1.0)                 # the sign kept, −0 included (a product:
+                                                                     # a compiler may write −step as 0 − step)
     return tl.where(tl.abs(x) < 0.015625, subnormal, normal)
 
 

@@ -784,3 +784,20 @@ def test_a_store_that_ignores_outs_row_stride_is_named_in_outs_units():
     report = lab04.check_affine_columns(_named(affine_columns, "contiguous out", bug=11), seed=0).report
     assert "case 2 of" in report and "into the gaps between out's rows" in report, report
     assert "row stride here is 20, its width 17" in report, report
+
+
+def test_interpreted_puzzles_live_on_the_cpu_also_on_a_gpu_machine(monkeypatch):
+    """With TRITON_INTERPRET=1 on a machine whose runtime is CUDA, the interpreter runs kernels on host copies
+    of CUDA tensors, whose addresses are not the tensors': the puzzles' tensors are made on the CPU there, so
+    a correct kernel's loads fall inside its inputs."""
+    from types import SimpleNamespace
+
+    from attnkit.classroom.labchecks import lab04_runner
+
+    monkeypatch.setattr(lab04_runner, "runtime", lambda: SimpleNamespace(device="cuda"))
+    assert lab04_runner.interpreting()
+    made = [lab04_runner.vector([1.0, 2.0]), lab04_runner.matrix([[1.0, 2.0]]), lab04_runner.output((2, 3), 1)]
+    assert [t.device.type for t in made] == ["cpu"] * 3
+    monkeypatch.setattr(lab04_runner, "interpreting", lambda: False)
+    with pytest.raises((RuntimeError, AssertionError)):          # compiled: the runtime's device (no CUDA here)
+        lab04_runner.vector([1.0])

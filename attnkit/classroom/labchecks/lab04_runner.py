@@ -50,7 +50,7 @@ def vector(values):
     """A 1-D fp32 tensor holding ``values``, inside a buffer of NaN (PAD elements on each side)."""
     torch = _torch()
     values = torch.as_tensor(np.asarray(values, dtype=np.float32))
-    buf = torch.full((len(values) + 2 * PAD,), float("nan"), device=runtime().device)
+    buf = torch.full((len(values) + 2 * PAD,), float("nan"), device=_device())
     view = buf[PAD:PAD + len(values)]
     view.copy_(values)
     return view
@@ -66,7 +66,7 @@ def matrix(values, dtype=None, *, transposed: bool = False):
     values = np.asarray(values, dtype=np.float64)
     stored = values.T if transposed else values
     rows, cols = stored.shape
-    buf = torch.full((rows + 2 * PAD_ROWS, cols + ROW_GAP), float("nan"), dtype=dtype, device=runtime().device)
+    buf = torch.full((rows + 2 * PAD_ROWS, cols + ROW_GAP), float("nan"), dtype=dtype, device=_device())
     view = buf[PAD_ROWS:PAD_ROWS + rows, :cols]
     view.copy_(torch.as_tensor(stored).to(dtype))
     return view.t() if transposed else view
@@ -87,7 +87,7 @@ def output(shape, row_gap: int = 0):
         raise ValueError(f"row_gap: only a 2-D out has rows to pad, got shape {tuple(shape)}")
     rows, width = (int(shape[0]), int(shape[1])) if len(shape) == 2 else (1, int(np.prod(shape)))
     span, pad = rows * (width + row_gap), _out_pad(shape)
-    buf = torch.full((span + 2 * pad,), SENTINEL, device=runtime().device)
+    buf = torch.full((span + 2 * pad,), SENTINEL, device=_device())
     if len(shape) != 2:
         return buf[pad:pad + span].view(*shape)
     return buf[pad:pad + span].view(rows, width + row_gap)[:, :width]
@@ -116,6 +116,13 @@ def interpreting() -> bool:
 
     ensure_triton_backend()
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _device() -> str:
+    """Where the puzzles' tensors live: the CPU where kernels run in Triton's interpreter (also on a GPU
+    machine with TRITON_INTERPRET=1, where the interpreter would run on host copies of CUDA tensors, at
+    addresses that are not the tensors'), else the machine's device."""
+    return "cpu" if interpreting() else runtime().device
 
 
 class _Memory:
