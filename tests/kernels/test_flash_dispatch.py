@@ -153,3 +153,24 @@ def test_descriptors_at_d256_only_for_two_byte_elements(monkeypatch):
 
     assert desc(256, torch.float16) == desc(256, torch.bfloat16) == desc(128, torch.float32) != 0
     assert desc(256, torch.float32) == 0
+
+
+@pytest.mark.parametrize("name", sorted(dispatch.LAUNCHERS))
+def test_fp32_tiles_stay_within_the_compile_bound_at_every_head_dim(name):
+    """fp32 ("ieee") tiles unroll BLOCK_M x BLOCK_N x head-dim FMA code: every choice without autotuning keeps
+    the tile within FP32_TILE and, with the padded head dim, within FP32_TILE_PRODUCT; 2-byte tiles keep
+    their row's default first."""
+    for head_dim in range(8, 257, 8):
+        fp32 = dispatch.untuned_configs(name, head_dim, 4)
+        width = dispatch.padded(head_dim)
+        assert fp32 and all(c.block_m * c.block_n <= dispatch.FP32_TILE
+                            and c.block_m * c.block_n * width <= dispatch.FP32_TILE_PRODUCT for c in fp32), head_dim
+        assert dispatch.untuned_configs(name, head_dim, 2)[0] == dispatch.default_config(name, head_dim)
+
+
+def test_fp32_tiles_wider_than_128_do_not_autotune(monkeypatch):
+    """The autotuner's candidates are 2-byte tile sizes: past 128 every one is beyond the fp32 compile bound."""
+    monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
+    assert all(not dispatch.autotuned(d, 4) for d in (136, 160, 192, 256))
+    assert all(dispatch.autotuned(d, 4) == dispatch.autotuned(d, 2) for d in (64, 96, 128))
+    assert dispatch.autotuned(256, 2) == HEAD_DIMS[256].autotune

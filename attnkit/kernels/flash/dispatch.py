@@ -150,9 +150,12 @@ def head_dims_with(field: str) -> tuple[int, ...]:
     return tuple(sorted(d for d, rules in HEAD_DIMS.items() if getattr(rules, field)))
 
 
-def autotuned(head_dim: int) -> bool:
+def autotuned(head_dim: int, itemsize: int = 2) -> bool:
     """Whether a launch at this head dim (``launch_head_dim``) may autotune: on CUDA unless the environment
-    says ATTNKIT_AUTOTUNE=0 (``autotune_enabled``) and where its row does not set ``autotune=False``."""
+    says ATTNKIT_AUTOTUNE=0 (``autotune_enabled``) and where its row does not set ``autotune=False``; not fp32
+    (``itemsize`` 4) tiles wider than 128, where every candidate is past ``FP32_TILE_PRODUCT``."""
+    if itemsize >= 4 and padded(head_dim) > 128:
+        return False
     return autotune_enabled() and head_dim_rules(head_dim).autotune
 
 
@@ -232,13 +235,22 @@ def smaller_configs(config: BlockConfig):
             yield BlockConfig(block_m, block_n, 4, 2)
 
 
+# fp32 tiles multiply in "ieee" precision: FMA code unrolled over BLOCK_M x BLOCK_N x the tile's head dim, whose
+# compile time grows with that product (at 64 x 64 x 256 a backward took over 240 s to compile on the H200;
+# docs/head_dims.md, "Rule: fp32 tiles"). Their tiles stay within 64 x 64, and within 64 x 64 x 128 with the head dim.
+FP32_TILE = 64 * 64
+FP32_TILE_PRODUCT = FP32_TILE * 128
+
+
 def untuned_configs(name: str, head_dim: int, itemsize: int) -> list[BlockConfig]:
     """The configurations launcher ``name`` tries in turn without autotuning, at this head dim and element
     size: its default, then ``smaller_configs``, the first that fits in shared memory running;
-    4-byte (fp32) tiles start at 64 x 64 (larger ones are slow to compile)."""
+    4-byte (fp32) tiles within ``FP32_TILE`` and ``FP32_TILE_PRODUCT`` (larger ones are slow to compile)."""
     choices = list(smaller_configs(default_config(name, head_dim)))
     if itemsize >= 4:
-        choices = [c for c in choices if c.block_m * c.block_n <= 64 * 64] or choices[-1:]
+        width = padded(head_dim)
+        choices = [c for c in choices if c.block_m * c.block_n <= FP32_TILE
+                   and c.block_m * c.block_n * width <= FP32_TILE_PRODUCT] or choices[-1:]
     return choices
 
 

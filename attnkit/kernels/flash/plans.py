@@ -121,7 +121,8 @@ def launch(name: str, device: torch.device, tuned: bool, fixed: BlockConfig | No
     memory (fp32 starts at 64 x 64 tiles); a ``fixed`` that does not fit raises Triton's OutOfResources.
     The first call of each kind (``plan_key``) decides, autotuning included; later calls of that kind
     reuse its plan and go straight to the kernel (the host's time per call is part of a short call's)."""
-    tuned = tuned and dispatch.autotuned(dispatch.launch_head_dim(constexprs)) and not triton_interprets()
+    itemsize = getattr(args[0], "base", args[0]).dtype.itemsize
+    tuned = tuned and dispatch.autotuned(dispatch.launch_head_dim(constexprs), itemsize) and not triton_interprets()
     key = plan_key(name, tuned, fixed, rows_block, args, constexprs)
     plan = PLANS.get(key)
     if plan is None:
