@@ -178,7 +178,7 @@ def test_ratios_ranks_and_the_rows_that_are_not_ranked():
     assert [(r["rank"], r["student"]) for r in rows] == [(1, "bob"), (2, "ann"), (None, "dan"), (None, "cat")]
     bob, ann, dan, cat = rows
     assert bob["vs_course"] == pytest.approx(2.0 / 1.1) and bob["vs_library"] == pytest.approx(2.5)
-    assert ann["vs_course"] == pytest.approx(3.0) and ann["shape"] == "B=4, H=16, N=2048, D=64"
+    assert ann["vs_course"] == pytest.approx(3.0) and ann["shape"] == "B=8, H=16, N=4096, D=64"
     assert ann["library"] == "cuDNN SDPA" and ann["spread_pct"] == 0
     assert "course's time in this notebook's process is 2.00× its time in a clean process" in cat["note"]
     assert "0.40× the fastest clean baseline is not plausible" in dan["note"]

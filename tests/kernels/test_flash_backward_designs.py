@@ -520,7 +520,7 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     launched.clear()
     plans.launch("fwd_desc", torch.device("cpu"), False, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
                   HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
-    assert launched == [(64, 64, 2)]                 # fp32: no compile of tiles that cannot fit
+    assert launched == [(64, 32, 2)]                 # fp32: within dispatch.FP32_TILE_PRODUCT from the start
 
     class TooBigAutotuner:                           # none of its candidates fits
         def __getitem__(self, grid):
@@ -533,12 +533,13 @@ def test_a_default_that_does_not_fit_falls_back_to_smaller_tiles(monkeypatch):
     monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
     launched.clear()
     plans.launch("fwd_desc", torch.device("cpu"), True, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
-                  HEAD_DIM=128, HEAD_DIM_V=128, DOT_PRECISION="ieee")
+                  HEAD_DIM=64, HEAD_DIM_V=64, DOT_PRECISION="ieee")
     assert launched == ["autotuned", (64, 64, 2)]    # then the fallback, as without autotuning
-    launched.clear()
-    plans.launch("fwd_desc", torch.device("cpu"), True, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
-                  HEAD_DIM=256, HEAD_DIM_V=256, DOT_PRECISION="ieee")
-    assert launched == [(64, 64, 2)]                 # D = 256: the default's fp32 fallback, no autotuner
+    for head_dim, tile in ((128, (64, 32, 2)), (256, (32, 32, 2))):
+        launched.clear()
+        plans.launch("fwd_desc", torch.device("cpu"), True, None, 100, (2, 1), torch.zeros(1, dtype=torch.float32),
+                      HEAD_DIM=head_dim, HEAD_DIM_V=head_dim, DOT_PRECISION="ieee")
+        assert launched == [tile]                    # fp32 wider than 64: no autotuner (dispatch.autotuned)
 
 
 @pytest.mark.parametrize("design", TRITON_BACKWARDS)

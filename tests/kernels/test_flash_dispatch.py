@@ -168,9 +168,9 @@ def test_fp32_tiles_stay_within_the_compile_bound_at_every_head_dim(name):
         assert dispatch.untuned_configs(name, head_dim, 2)[0] == dispatch.default_config(name, head_dim)
 
 
-def test_fp32_tiles_wider_than_128_do_not_autotune(monkeypatch):
-    """The autotuner's candidates are 2-byte tile sizes: past 128 every one is beyond the fp32 compile bound."""
+def test_fp32_tiles_wider_than_64_do_not_autotune(monkeypatch):
+    """The autotuner's candidates are 2-byte tile sizes: past 64 every one is beyond the fp32 compile bound."""
     monkeypatch.setenv("ATTNKIT_AUTOTUNE", "1")
-    assert all(not dispatch.autotuned(d, 4) for d in (136, 160, 192, 256))
-    assert all(dispatch.autotuned(d, 4) == dispatch.autotuned(d, 2) for d in (64, 96, 128))
+    assert all(not dispatch.autotuned(d, 4) for d in (72, 128, 160, 192, 256))
+    assert all(dispatch.autotuned(d, 4) == dispatch.autotuned(d, 2) for d in (16, 40, 64))
     assert dispatch.autotuned(256, 2) == HEAD_DIMS[256].autotune

@@ -15,7 +15,9 @@ class Timed:
     """One kernel of a lab timed on one fixed shape.
 
     ``functions``: the exercises' functions it uses; it is timed only when every exercise of each
-    passed. ``shapes``: "gpu" (what the leaderboard times) and "tiny" (for the interpreter).
+    passed. ``shapes``: "gpu" (what the leaderboard times) and "tiny" (for the interpreter). Rule: a "gpu"
+    shape keeps the course's kernel busy on the GPU for several times its host time per call, so that the
+    board ranks kernels, not host paths (docs/leaderboard.md, "Rule: shapes where the GPU is the bound").
     ``inputs(shape, device)`` -> a dict of tensors; ``student(fns, x)``, ``course(x)`` and
     ``library(x, device)`` -> a call without arguments (``course`` None: the course has no kernel for
     it). ``reference``: which call's output the student's is compared with at the timed shape.
@@ -209,7 +211,7 @@ def _forward(causal: bool) -> Timed:
         return lambda: _sdpa(x["q"], x["k"], x["v"], causal, device)
 
     return Timed(5, f"flash_forward{' causal' if causal else ''}", ("flash_forward",),
-                 {"gpu": {"B": 4, "H": 16, "N": 2048, "D": 64}, "tiny": {"B": 1, "H": 1, "N": 20, "D": 16}},
+                 {"gpu": {"B": 8, "H": 16, "N": 4096, "D": 64}, "tiny": {"B": 1, "H": 1, "N": 20, "D": 16}},
                  inputs, student, course, library, "cuDNN SDPA", library_cpu="PyTorch SDPA on the CPU")
 
 
@@ -243,7 +245,7 @@ def _backward(causal: bool) -> Timed:
         return lambda: torch.autograd.grad(o, (q, k, v), x["do"], retain_graph=True)
 
     return Timed(6, f"backward{' causal' if causal else ''}", ("row_term", "flash_dkdv", "flash_dq"),
-                 {"gpu": {"B": 4, "H": 16, "N": 1024, "D": 64}, "tiny": {"B": 1, "H": 1, "N": 20, "D": 16}},
+                 {"gpu": {"B": 4, "H": 16, "N": 4096, "D": 64}, "tiny": {"B": 1, "H": 1, "N": 20, "D": 16}},
                  inputs, student, course, library, "cuDNN SDPA backward",
                  library_cpu="PyTorch SDPA backward on the CPU")
 

@@ -153,8 +153,8 @@ def head_dims_with(field: str) -> tuple[int, ...]:
 def autotuned(head_dim: int, itemsize: int = 2) -> bool:
     """Whether a launch at this head dim (``launch_head_dim``) may autotune: on CUDA unless the environment
     says ATTNKIT_AUTOTUNE=0 (``autotune_enabled``) and where its row does not set ``autotune=False``; not fp32
-    (``itemsize`` 4) tiles wider than 128, where every candidate is past ``FP32_TILE_PRODUCT``."""
-    if itemsize >= 4 and padded(head_dim) > 128:
+    (``itemsize`` 4) tiles wider than 64, where every candidate is past ``FP32_TILE_PRODUCT``."""
+    if itemsize >= 4 and padded(head_dim) > 64:
         return False
     return autotune_enabled() and head_dim_rules(head_dim).autotune
 
@@ -236,10 +236,10 @@ def smaller_configs(config: BlockConfig):
 
 
 # fp32 tiles multiply in "ieee" precision: FMA code unrolled over BLOCK_M x BLOCK_N x the tile's head dim, whose
-# compile time grows with that product (at 64 x 64 x 256 a backward took over 240 s to compile on the H200;
-# docs/head_dims.md, "Rule: fp32 tiles"). Their tiles stay within 64 x 64, and within 64 x 64 x 128 with the head dim.
+# compile time grows with that product (docs/head_dims.md, "Rule: fp32 tiles"). Their tiles stay within 64 x 64,
+# and within 64 x 64 x 64 with the head dim (32 x 32 at 256).
 FP32_TILE = 64 * 64
-FP32_TILE_PRODUCT = FP32_TILE * 128
+FP32_TILE_PRODUCT = FP32_TILE * 64
 
 
 def untuned_configs(name: str, head_dim: int, itemsize: int) -> list[BlockConfig]:
