@@ -62,6 +62,8 @@ SCRIPT_RESULTS = {
     "flash_headdims": "python scripts/gpu_flash_headdims.py DIR --quick (--no-sweep after a change of the dispatch)",
     "flash_eager": "python scripts/gpu_flash_eager.py DIR --repeats 5",
     "flash_headdims_sweep": "python scripts/gpu_flash_headdims.py DIR --quick",
+    "leaderboard": "python -m attnkit.classroom.grading leaderboard --jobs 12 --repeats 3 --out DIR "
+                   "solutions/lab0[4568]_*.ipynb tests/fixtures/leaderboard/*.ipynb (docs/leaderboard.md)",
     "flash_tile_order_ncu": "python scripts/gpu_flash_tile_order_ncu.py --csv RAW DIR/bench_flash_tile_order.csv DIR "
                             "(RAW: ncu's lines of gpu_flash_tile_order_ncu.py G C 1024, "
                             "experiments/flash_hopper_gluon/tile_order_ncu.csv)",
