@@ -105,6 +105,14 @@ GROW_WRONG = {
     "running sorted by arrival first": [("kept, preempted = list(running), []",
                                          "kept, preempted = sorted(running, key=queue_order), []")],
     "kept returned sorted by arrival": [("return kept, preempted", "return sorted(kept, key=queue_order), preempted")],
+    # inputs changed in place (round 4's class): the result is right, the caller's list is not
+    "kept aliases running (the victims popped from the caller's list)": [
+        ("kept, preempted = list(running), []", "kept, preempted = running, []")],
+    "the victims also removed from the caller's list": [
+        ("preempted.append(victim)", "preempted.append(victim)\n        running.remove(victim)")],
+    "running sorted in place before the loop": [
+        ("kept, preempted = list(running), []",
+         "running.sort(key=queue_order)\n    kept, preempted = list(running), []")],
 }
 GROW_RIGHT = {
     "solution": [],
@@ -155,6 +163,12 @@ ADMIT_WRONG = {
     "one page kept spare": [(FITS, FITS.replace("pool.num_free_pages", "pool.num_free_pages - 1"))],
     "the queue sorted again by arrival": [("for s in waiting:", "for s in sorted(waiting, key=queue_order):")],
     "the queue sorted again by id": [("for s in waiting:", "for s in sorted(waiting, key=lambda s: s.rid):")],
+    # inputs changed in place: the admitted taken off the front of the caller's queue
+    "pops the admitted from the caller's queue": [
+        ("for s in waiting:", "while waiting:\n        s = waiting[0]"),
+        ("admitted.append(s)", "admitted.append(s)\n        waiting.pop(0)")],
+    "the caller's queue sorted in place": [
+        ("admitted = []", "waiting.sort(key=queue_order)\n    admitted = []")],
 }
 ADMIT_RIGHT = {
     "solution": [],
@@ -209,6 +223,25 @@ STEP_WRONG = {
          + "\n    admitted = admit(queue, len(kept), pool, max_batch)",
          "queue = sorted(waiting, key=queue_order)\n    admitted = admit(queue, len(running), pool, max_batch)\n"
          "    kept, preempted = grow(running, pool)\n    queue = sorted(queue + preempted, key=queue_order)")],
+    # inputs changed in place (round 4's class)
+    "the caller's waiting list extended and sorted in place": [
+        (QUEUE, "waiting.extend(preempted)\n    waiting.sort(key=queue_order)\n    queue = waiting")],
+    "the admitted appended to the caller's running list": [
+        ("return StepPlan(running=kept + admitted,",
+         "running.extend(admitted)\n    return StepPlan(running=kept + admitted,")],
+    "a preempted request's generated tokens dropped in place": [
+        (QUEUE, "for s in preempted:\n        s.generated.clear()\n    " + QUEUE)],
+    # `waiting` assumed already in queue order (round 4's class: the step sorts on every step)
+    "sorts only when something was preempted": [
+        (QUEUE, "queue = waiting + preempted\n    if preempted:\n        queue = sorted(queue, key=queue_order)")],
+    "preempted merged into waiting as though it were sorted (heapq.merge)": [
+        (QUEUE, "import heapq\n    queue = list(heapq.merge(waiting, sorted(preempted, key=queue_order), "
+                "key=queue_order))")],
+    "preempted inserted by bisect into waiting as given": [
+        (QUEUE, "import bisect\n    queue = list(waiting)\n    for s in preempted:\n"
+                "        bisect.insort(queue, s, key=queue_order)")],
+    "waiting sorted only when it has more than two requests": [
+        (QUEUE, "queue = waiting + preempted\n    if len(queue) > 2:\n        queue = sorted(queue, key=queue_order)")],
 }
 STEP_RIGHT = {
     "solution": [],

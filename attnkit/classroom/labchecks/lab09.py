@@ -25,6 +25,12 @@ exercise 4 run through a *ledger model*: the cache stores each token at its (pag
 reads the sequence back through the page table, and the next token is a function of what it read; so a
 request whose cache was not recomputed, or whose pages another request took, produces other tokens than
 the run without a cache.
+
+Every check also compares the lists it hands over, and the requests in them, before and after each call: a
+function that changes the caller's ``running`` or ``waiting`` (an alias popped from, a queue sorted or
+extended in place, a request's fields rewritten) fails with the change. ``scheduler_step`` is given
+``waiting`` in any order (the lab: the step sorts the queue on every step): single steps with queues out of
+order, and in the workloads the waiting list of every step in an order drawn from ``seed``.
 """
 from __future__ import annotations
 
@@ -77,11 +83,72 @@ HINT_ADMIT = ("take `waiting` in order; stop at the first request that does not 
               "page_size) pages are free; admitting is pool.add_sequence(rid) then pool.reserve(rid, "
               "len(seq.tokens)): a resumed request is recomputed, prompt AND generated tokens.")
 HINT_STEP = ("kept, preempted = grow(running, pool); the queue is waiting + preempted ordered by (arrival, "
-             "rid); admitted = admit(queue, len(kept), pool, max_batch); running is kept + admitted (admission "
+             "rid), sorted on every step (`waiting` may come in any order); "
+             "admitted = admit(queue, len(kept), pool, max_batch); running is kept + admitted (admission "
              "order), waiting the rest of the queue.")
+HINT_INPUTS = ("work on new lists (kept = list(running); queue = sorted(waiting + preempted, key=queue_order)) "
+               "and leave the lists and requests you are given as they were: the caller still holds them.")
 HINT_PREDICTION = ("a prompt of 21 tokens fills ceil(21 / 8) pages; after step s a request has 21 + s + 1 "
                    "tokens and needs room for them at step s + 1; count the free pages when they all need "
                    "their fourth page at once.")
+
+
+class _Inputs:
+    """The caller's lists of requests as they were before a call, to report any change the call made to them
+    (the lab: leave the lists you are given as they were). A class, not a function: the guard that refuses
+    this module's functions during a student's call leaves it working."""
+
+    FIELDS = ("rid", "prompt", "generated", "arrival", "max_new_tokens")
+
+    def __init__(self, **lists):
+        self.lists = lists
+        self.before = {name: self.state(items) for name, items in lists.items()}
+
+    @classmethod
+    def state(cls, items) -> list:
+        out = []
+        for s in list(items):
+            values = tuple(list(v) if isinstance(v, list) else v
+                           for v in (getattr(s, f, None) for f in cls.FIELDS))
+            out.append((id(s), values))
+        return out
+
+    @staticmethod
+    def rid_list(state) -> list:
+        return [values[0] for _, values in state]
+
+    def changed(self) -> str | None:
+        """None when every list holds the same requests in the same order, each unchanged; else the change."""
+        for name, items in self.lists.items():
+            before, after = self.before[name], self.state(items)
+            if [i for i, _ in before] != [i for i, _ in after]:
+                return (f"your function changed the caller's `{name}` list: rids {self.rid_list(before)} before "
+                        f"the call, {self.rid_list(after)} after it")
+            for (_, old), (_, new) in zip(before, after):
+                fields = [f"{f}: {a!r} -> {b!r}" for f, a, b in zip(self.FIELDS, old, new) if a != b]
+                if fields:
+                    return (f"your function changed request {old[0]} of the caller's `{name}` list "
+                            f"({'; '.join(fields)})")
+        return None
+
+
+class _WatchedStep:
+    """A student's scheduler_step as serve calls it: `waiting` handed over in an order drawn from ``rng`` (the
+    step sorts the queue itself), and a change to the caller's lists reported as a ServeError."""
+
+    def __init__(self, scheduler_step, rng):
+        self.scheduler_step, self.rng, self.calls = scheduler_step, rng, 0
+
+    def __call__(self, running, waiting, pool, max_batch):
+        step, self.calls = self.calls, self.calls + 1
+        waiting = [waiting[i] for i in self.rng.permutation(len(waiting))]
+        given = ", ".join(f"rid {s.rid} (arrival {s.arrival})" for s in waiting)
+        watch = _Inputs(running=running, waiting=waiting)
+        plan = self.scheduler_step(running, waiting, pool, max_batch)
+        changed = watch.changed()
+        if changed is not None:
+            raise ServeError(f"step {step} (waiting given as [{given}]): {changed}. {HINT_INPUTS}")
+        return plan
 
 
 def _make_pool(num_pages, page_size, held, rng=None):
@@ -201,9 +268,14 @@ def check_grow(grow: Callable, *, seed: int | None = None) -> CheckResult:
         lens = ", ".join(f"rid {s.rid} (arrival {s.arrival}): {len(s.tokens)} tokens" for s in seqs)
         where = (f"case {index} of {len(cases)} ({label}): page_size={ps}, {pool.num_free_pages} free pages, "
                  f"running (admission order) {lens}")
-        got, fail = _call(name, grow, (list(copy.deepcopy(seqs)), pool), where, HINT_GROW)
+        given = list(copy.deepcopy(seqs))
+        watch = _Inputs(running=given)
+        got, fail = _call(name, grow, (given, pool), where, HINT_GROW)
         if fail is not None:
             return fail
+        changed = watch.changed()
+        if changed is not None:
+            return _failed(name, where, changed, HINT_INPUTS)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             return _failed(name, where, f"expected a pair (kept, preempted), got {got!r}", HINT_GROW)
         kept, pre = got
@@ -262,10 +334,14 @@ def check_admit(admit: Callable, *, seed: int | None = None) -> CheckResult:
                          for s in waiting) or "nobody"
         where = (f"case {index} of {len(cases)} ({label}): page_size={ps}, {pool.num_free_pages} free pages, "
                  f"{len(running)} running, max_batch={max_batch}, waiting {lens}")
-        got, fail = _call(name, admit, (list(copy.deepcopy(waiting)), len(running), pool, max_batch), where,
-                          HINT_ADMIT)
+        given = list(copy.deepcopy(waiting))
+        watch = _Inputs(waiting=given)
+        got, fail = _call(name, admit, (given, len(running), pool, max_batch), where, HINT_ADMIT)
         if fail is not None:
             return fail
+        changed = watch.changed()
+        if changed is not None:
+            return _failed(name, where, changed, HINT_INPUTS)
         expected = {"admitted": _rids(ref), **_pool_state(ref_pool)}
         try:
             found = {"admitted": _rids(got), **_pool_state(pool)}
@@ -353,6 +429,17 @@ def _step_cases():
         # arrival (rid 3)
         ("the last admitted is preempted, not the latest arrival", 4,
          [arriving(_seq(3, 8, 1), 4), arriving(_seq(8, 4, 1), 1)], [], 0, 4),
+        # `waiting` comes in any order (a server appends arrivals as they come): the step sorts the queue on
+        # every step, also when nothing is preempted; rid 2 (arrival 1) takes the one free page, not rid 4
+        ("waiting out of queue order, nothing preempted", 4, [_seq(0, 5, 2)],
+         [arriving(_seq(4, 3, 0), 3), arriving(_seq(2, 3, 0), 1)], 1, 4),
+        # equal arrivals: the queue is by rid then (rid 3 before rid 6), whatever order `waiting` gives
+        ("equal arrivals given out of id order, nobody running", 4, [],
+         [arriving(_seq(6, 3, 0), 2), arriving(_seq(3, 3, 0), 2), arriving(_seq(1, 3, 0), 0)], 2, 4),
+        # a preemption with `waiting` out of order: merging the preempted into `waiting` as though it were
+        # sorted (heapq.merge, bisect.insort) gives [1, 5, 3]; the queue is [3, 1, 5]
+        ("waiting out of queue order and a preemption", 4, [_seq(0, 8, 1), arriving(_seq(1, 4, 1), 2)],
+         [arriving(_seq(5, 1, 0), 4), arriving(_seq(3, 1, 0), 0)], 0, 4),
     ]
 
 
@@ -367,10 +454,14 @@ def _check_step_cases(name, scheduler_step):
         wait = "; ".join(f"rid {s.rid} (arrival {s.arrival}): {len(s.tokens)} tokens" for s in waiting)
         where = (f"step {index} of {len(cases)} ({label}): page_size={ps}, {free} free pages, max_batch="
                  f"{max_batch}, running [{desc}], waiting [{wait}]")
-        plan, fail = _call(name, scheduler_step, (copy.deepcopy(running), copy.deepcopy(waiting), pool, max_batch),
-                           where, HINT_STEP)
+        given_running, given_waiting = copy.deepcopy(running), copy.deepcopy(waiting)
+        watch = _Inputs(running=given_running, waiting=given_waiting)
+        plan, fail = _call(name, scheduler_step, (given_running, given_waiting, pool, max_batch), where, HINT_STEP)
         if fail is not None:
             return fail
+        changed = watch.changed()
+        if changed is not None:
+            return _failed(name, where, changed, HINT_INPUTS)
         if not isinstance(plan, StepPlan):
             return _failed(name, where, f"expected a StepPlan, got {type(plan).__name__}", HINT_STEP)
         want = {k: _rids(getattr(ref, k)) for k in ("running", "waiting", "admitted")}
@@ -391,18 +482,22 @@ def check_scheduler(scheduler_step: Callable, *, seed: int | None = None) -> Che
     """Exercise 4: scheduler_step(running, waiting, pool, max_batch) -> StepPlan, run on whole workloads.
 
     First single steps from fixed states (growth before admission, the queue order of preempted
-    requests, the batch limit); then workloads run through the ledger model: every step is compared
-    with the rule and the pool's invariants, and every request's tokens with the run without a cache.
+    requests, the batch limit, queues given out of order); then workloads run through the ledger model, each
+    step's waiting list in an order drawn from ``seed``: every step is compared with the rule and the pool's
+    invariants, and every request's tokens with the run without a cache. The caller's lists must come back
+    unchanged.
     """
     name = "scheduler_step (single steps, then whole workloads token by token)"
     fail = _check_step_cases(name, scheduler_step)
     if fail is not None:
         return fail
-    cases = _workloads(np.random.default_rng(_seed(seed)))
+    rng = np.random.default_rng(_seed(seed))
+    cases = _workloads(rng)
     for index, (label, requests, num_pages, ps, max_batch) in enumerate(cases, start=1):
         where = (f"workload {index} of {len(cases)} ({label}): {len(requests)} requests, {num_pages} pages of "
                  f"{ps}, max_batch={max_batch}")
-        record, fail = _call(name, lambda: serve(scheduler_step, requests, num_pages=num_pages, page_size=ps,
+        step = _WatchedStep(scheduler_step, rng)
+        record, fail = _call(name, lambda: serve(step, requests, num_pages=num_pages, page_size=ps,
                                                  max_batch=max_batch, compare_rule=True, guard=True), (), where,
                              HINT_STEP, guard=False)
         if fail is not None:
