@@ -237,6 +237,96 @@ def _call_student(student_fn, c: Case, args, kwargs, forbidden, kernel_guards: b
     return call
 
 
+def _kind_of(value) -> str:
+    """What a returned value is, in a student's words: 'a tuple of 2 items', 'a list', 'a float'."""
+    kind = type(value).__name__
+    if isinstance(value, (tuple, list, dict)):
+        return f"a {kind} of {len(value)} item{'' if len(value) == 1 else 's'}"
+    return f"a {kind}"
+
+
+def not_an_array(out, array: str = "array") -> str:
+    """The words for a result that is not the ``array`` an exercise asks for: what came back and what
+    belongs there (a tuple such as ``(O, P)``, a ``.tolist()``, a number)."""
+    if isinstance(out, tuple):
+        return (f"a tuple of {len(out)} items where one {array} belongs (return only the result, e.g. O "
+                f"alone, not (O, P))")
+    if isinstance(out, list):
+        return f"a list where a {array} belongs (return the array itself, not .tolist())"
+    return f"a {type(out).__name__} where a {array} belongs"
+
+
+def _compared(compare, got, expected) -> tuple[bool, str | None]:
+    """(whether ``got`` matches, None) or (False, why it cannot be compared): an answer of another kind
+    than the reference (a tuple ``(o, p)`` where one array belongs, a ragged list) is reported in the
+    student's terms, never raised from the check."""
+    try:
+        return bool(compare(got, expected)), None
+    except Exception as exc:  # the answer's type or shape breaks the comparison: say what came back
+        shape = getattr(expected, "shape", None)
+        want = f"one array of shape {tuple(shape)}" if shape is not None else "the kind of result the exercise asks for"
+        hint = (" (did you return something else with it? return only the result)"
+                if isinstance(got, (tuple, list)) else "")
+        return False, (f"your function returned {_kind_of(got)} where {want} belongs{hint}; it cannot be "
+                       f"compared with the expected result ({type(exc).__name__}: {exc}).")
+
+
+def _other_values(value, rng):
+    """``value`` with every floating-point NumPy array or torch tensor in it (in tuples, lists, dicts)
+    holding other values of the same shape, dtype and layout: a permutation of its own finite values,
+    with the signs of about half of them flipped. None when nothing in it could change (no such array,
+    or one holding a non-finite value: a case built around ±inf keeps its meaning only as it is)."""
+    changed = [False]
+
+    def other(a):
+        if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.floating) and a.size > 1:
+            if not np.all(np.isfinite(a)):
+                changed.append(None)
+                return a
+            flat = a.ravel()[rng.permutation(a.size)] * rng.choice([-1.0, 1.0], a.size)
+            b = np.empty_like(a)
+            b[...] = flat.reshape(a.shape).astype(a.dtype)
+            changed[0] = changed[0] or not np.array_equal(a, b)
+            return b
+        if type(a).__name__ == "Tensor" and a.dtype.is_floating_point and a.numel() > 1:
+            import torch
+
+            if not bool(torch.isfinite(a).all()):
+                changed.append(None)
+                return a
+            flat = a.detach().reshape(-1)
+            perm = torch.as_tensor(rng.permutation(a.numel()), device=a.device)
+            signs = torch.as_tensor(rng.choice([-1.0, 1.0], a.numel()), device=a.device, dtype=a.dtype)
+            b = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+            b.copy_((flat[perm] * signs).reshape(a.shape))
+            changed[0] = changed[0] or not torch.equal(a, b)
+            return b
+        if isinstance(a, tuple):
+            return tuple(other(x) for x in a)
+        if isinstance(a, list):
+            return [other(x) for x in a]
+        if isinstance(a, dict):
+            return {k: other(x) for k, x in a.items()}
+        return a
+
+    out = other(value)
+    return out if changed[0] and None not in changed else None
+
+
+def again_with_other_values(c: Case, rng) -> Case | None:
+    """``c`` with the same shapes (dtypes, layouts) and other values (see ``_other_values``), labelled so
+    that a report says why it runs: a function that keeps a result, a mask or a table from an earlier
+    call (a cache keyed by the inputs' shapes) returns the earlier call's answer here. None when the case
+    has no floating-point input to change."""
+    args = _other_values(c.args, rng)
+    kwargs = _other_values(c.kwargs, rng) if args is None else c.kwargs
+    if args is None and kwargs is None:
+        return None
+    return Case(args if args is not None else c.args, kwargs if kwargs is not None else c.kwargs,
+                f"{c.label}, called again with other values of the same shapes (a result kept from an earlier "
+                f"call, e.g. cached by the inputs' shapes, shows here)", c.max_bytes)
+
+
 def _case_problem(call: _Call, c: Case, args, expected, compare, inputs_unchanged: bool) -> str | None:
     """What is wrong with one call, in words (the first problem found), or None."""
     if call.called:
@@ -259,8 +349,15 @@ def _case_problem(call: _Call, c: Case, args, expected, compare, inputs_unchange
                 f"into new arrays.")
     if call.got is None:
         return "your function returned None (did you forget `return`?)"
-    if not compare(call.got, expected):
-        return f"differs from the float64 reference.\n{describe_difference(call.got, expected)}"
+    matches, why_not = _compared(compare, call.got, expected)
+    if why_not:
+        return why_not
+    if not matches:
+        try:
+            described = describe_difference(call.got, expected)
+        except Exception:  # an answer describe_difference cannot read as an array: name what came back
+            described = f"   got {_kind_of(call.got)}"
+        return f"differs from the float64 reference.\n{described}"
     return None
 
 
@@ -278,6 +375,7 @@ def run_check(
     kernel_guards: bool = False,
     isolate: bool = False,
     inputs_unchanged: bool = True,
+    again: bool = False,
 ) -> CheckResult:
     """Run ``student_fn`` on every case and compare with ``reference_fn``.
 
@@ -296,6 +394,10 @@ def run_check(
     crash fails the check with the case it was on.
     ``inputs_unchanged``: a function that writes into its (array) arguments fails the case, since its
     caller's data is lost; pass False where an argument is an output the function fills.
+    ``again``: after every case has run, each case that has floating-point inputs runs a second time,
+    followed by ``again_with_other_values(case)``, the same shapes with other values (drawn from a
+    generator of its own, the same on every run), so that state kept between calls (a result cached by
+    the inputs' shapes, from the first call or the last, a mask built on the first call) fails.
     The first failing case is reported with what was expected, what came back, where they differ,
     and the hint.
     """
@@ -303,13 +405,21 @@ def run_check(
         return isolated(name, lambda: run_check(name, student_fn, reference_fn, cases, tol=tol, hint=hint,
                                                 compare=compare, forbidden=forbidden, fixed=fixed,
                                                 kernel_guards=kernel_guards,
-                                                inputs_unchanged=inputs_unchanged), hint=hint)
+                                                inputs_unchanged=inputs_unchanged, again=again), hint=hint)
     def within_tolerance(got, expected) -> bool:
         err = answer_error(got, expected)
         return np.isfinite(err) and err <= tol
 
     compare = compare or within_tolerance
     forbidden = tuple(forbidden)
+    given = len(cases)
+    if again:
+        # Every case first, as given (its own label names what it tests); then each case again, followed
+        # by its twin of other values: a cache keyed by shape, kept from the first call or the last, fails.
+        twins = np.random.default_rng(20260)                  # the same other values on every run
+        pairs = [(Case(c.args, c.kwargs, f"{c.label}, called a second time", c.max_bytes),
+                  again_with_other_values(c, twins)) for c in cases]
+        cases = list(cases) + [x for first, twin in pairs if twin is not None for x in (first, twin)]
     for index, c in enumerate(cases, start=1):
         where = f"case {index} of {len(cases)}, {c.label}"
         expected = reference_fn(*fresh_copy(c.args), **fresh_copy(c.kwargs))
@@ -322,9 +432,9 @@ def run_check(
         if problem:
             return CheckResult(name, FAILED, f"❌ {name}: {where}: {problem}\n   hint: {hint}")
     if fixed is None:
-        inputs = f"{len(cases)} random inputs"
+        inputs = f"{given} random inputs"
     else:
-        inputs = fixed_and_random(fixed, len(cases) - fixed)
+        inputs = fixed_and_random(fixed, given - fixed)
     return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {inputs}.")
 
 

@@ -173,3 +173,22 @@ def test_a_mask_built_from_the_scores_values_fails_on_scores_of_exactly_zero():
     for label in ("mask from the values: np.triu(S, 1) != 0", "np.tril(S), then every 0 hidden"):
         report = lab01.check_attention(WRONG["attention"][label], seed=0).report
         assert "scoring exactly 0" in report and "positions i and j" in report, (label, report)
+
+
+def test_a_result_of_another_kind_is_reported_in_the_students_terms_not_raised():
+    # A tuple (O, P) where O belongs once made the comparison raise; now every check reports it.
+    report = lab01.check_attention(WRONG["attention"]["returns (O, P)"], seed=0).report
+    assert "a tuple of 2 items where one NumPy array belongs" in report and "not (O, P)" in report, report
+    report = lab01.check_softmax(WRONG["softmax_rows"]["returns (weights, row sums)"], seed=0).report
+    assert "a tuple of 2 items" in report, report
+    report = lab01.check_scores(WRONG["scores"]["returns a list (S.tolist())"], seed=0).report
+    assert "a list where a NumPy array belongs" in report, report
+
+
+def test_state_kept_between_calls_is_caught_by_the_same_shapes_with_other_values():
+    from mutants.lab01 import scores_cached_by_shape
+    for seed in (0, 1):          # the cache is already full on the second seed: still rejected
+        report = lab01.check_scores(scores_cached_by_shape, seed=seed).report
+        assert "called again with other values of the same shapes" in report, report
+    # The pass line counts the cases as given: the second calls are not extra inputs.
+    assert lab01.check_scores(scores_einsum, seed=0).report.endswith("on 5 fixed and 4 random inputs.")

@@ -418,6 +418,79 @@ HAND_WRONG = {
 }
 
 
+# ------------------------------------------------------------------------------------ state kept between calls
+# Results, maxima or masks kept from an earlier call, keyed by the inputs' shapes: right on the first call
+# of each shape, wrong on a later call of the same shapes with other values.
+_SCORES_BY_SHAPE: dict = {}
+_LAST_SCORES: dict = {}
+_ROW_MAX_BY_SHAPE: dict = {}
+_P_BY_SHAPE: dict = {}
+_MASK_FIRST: dict = {}
+
+
+def scores_cached_by_shape(Q, K):
+    """A result memoised by (Q.shape, K.shape): a later call with other values of the same shapes gets
+    the first call's scores."""
+    key = (Q.shape, K.shape)
+    if key not in _SCORES_BY_SHAPE:
+        _SCORES_BY_SHAPE[key] = Q @ K.T / math.sqrt(Q.shape[1])
+    return _SCORES_BY_SHAPE[key]
+
+
+def scores_last_call_reused(Q, K):
+    """Keeps only the last call's result and reuses it when the shapes repeat."""
+    if _LAST_SCORES.get("shape") != (Q.shape, K.shape):
+        _LAST_SCORES.update(shape=(Q.shape, K.shape), S=Q @ K.T / math.sqrt(Q.shape[1]))
+    return _LAST_SCORES["S"]
+
+
+def softmax_row_max_cached(S):
+    """The row maxima of the first matrix of each shape, reused for later ones (they may overflow)."""
+    m = _ROW_MAX_BY_SHAPE.setdefault(S.shape, S.max(axis=-1, keepdims=True))
+    e = np.exp(S - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def attention_weights_cached(Q, K, V, causal=False):
+    """P memoised by the shapes and the flag (P V recomputed): a later call with other Q, K gets old weights."""
+    key = (Q.shape, K.shape, causal)
+    if key not in _P_BY_SHAPE:
+        S = Q @ K.T / math.sqrt(Q.shape[1])
+        _P_BY_SHAPE[key] = _softmax(_causal(S) if causal else S)
+    return _P_BY_SHAPE[key] @ V
+
+
+def attention_mask_from_first_call(Q, K, V, causal=False):
+    """The causal mask of the first causal call kept, then cut or padded to each later shape."""
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    if causal:
+        if "future" not in _MASK_FIRST:
+            _MASK_FIRST["future"] = np.triu(np.ones(S.shape, dtype=bool), k=1)
+        future = _MASK_FIRST["future"][:S.shape[0], :S.shape[1]]
+        future = np.pad(future, ((0, S.shape[0] - future.shape[0]), (0, S.shape[1] - future.shape[1])))
+        S = np.where(future, -np.inf, S)
+    return _softmax(S) @ V
+
+
+# ------------------------------------------------------------------------------------ results of another type
+def attention_returns_o_and_p(Q, K, V, causal=False):
+    """(O, P), 'the weights are useful for the heatmap': a tuple where the output O belongs."""
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    P = _softmax(_causal(S) if causal else S)
+    return P @ V, P
+
+
+SCORES_WRONG.update({"cached by the inputs' shapes": scores_cached_by_shape,
+                     "the last call's result reused for the same shapes": scores_last_call_reused,
+                     "returns a list (S.tolist())": lambda Q, K: (Q @ K.T / math.sqrt(Q.shape[1])).tolist()})
+SOFTMAX_WRONG.update({"row maxima kept from the first call of a shape": softmax_row_max_cached,
+                      "returns (weights, row sums)": lambda S: (_softmax(S), np.exp(S).sum(axis=-1))})
+ATTENTION_WRONG.update({"P cached by the shapes": attention_weights_cached,
+                        "causal mask kept from the first call": attention_mask_from_first_call,
+                        "returns (O, P)": attention_returns_o_and_p,
+                        "returns O as a list": lambda Q, K, V, causal=False: _attention(Q, K, V, causal).tolist()})
+
+
 RIGHT = {"by_hand": HAND_RIGHT, "scores": SCORES_RIGHT, "softmax_rows": SOFTMAX_RIGHT, "attention": ATTENTION_RIGHT,
          "sinusoidal_positions": POSITIONS_RIGHT}
 WRONG = {"by_hand": HAND_WRONG, "scores": SCORES_WRONG, "softmax_rows": SOFTMAX_WRONG, "attention": ATTENTION_WRONG,

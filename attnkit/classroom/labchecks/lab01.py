@@ -10,7 +10,9 @@ Each check runs fixed adversarial cases first (shapes where Nq, Nk, d and dv all
 maxima are thousands apart, scores that overflow ``exp``, a causal row whose hidden keys score
 thousands above its visible ones, causal keys scoring exactly 0 or tied with a visible key, so that a
 mask built from the scores' values fails), then cases drawn from ``seed`` (fresh ones when None), and
-compares with a float64 reference. Exercise 3's S is a 2-D matrix, as the lab states: every case is
+compares with a float64 reference. Every case is followed by the same shapes with other values (a
+result, mask or table kept from an earlier call fails), and an answer that writes into its inputs fails.
+Exercise 3's S is a 2-D matrix, as the lab states: every case is
 2-D, and an answer returning another shape is told so.
 
 Precision: a float64 answer is held to ``TOL``. An answer returned as float32 is held to the float32
@@ -22,7 +24,8 @@ allowance.
 NumPy only: the lab asks for NumPy (and ``math``). While a check runs the student's function, every
 PyTorch operator is recorded (a ``TorchDispatchMode``), the function and every function it uses are
 read for names of other array libraries (``torch``, ``scipy``, ``jax``, …), and what it returns must be
-a NumPy array; any of these fails the check with a message that says which. The course's own
+a NumPy array (a tuple, a list or a number is reported as the wrong kind of result); any of these
+fails the check with a message that says which. The course's own
 implementations raise while the student's function runs.
 
 Internal API for tests and scripts: ``within_bound(got, expected)``, the comparison every check makes
@@ -48,13 +51,16 @@ from ..checking import (
     PASSED,
     CheckResult,
     Exercise,
+    WrongResult,
     case,
     check_exercises,
     exercise_check,
     fixed_and_random,
     module_functions,
+    not_an_array,
     not_implemented,
     run_check,
+    wrong_kind,
 )
 
 TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: far below any real bug
@@ -264,8 +270,12 @@ def _numpy_only(student_fn, problems: list):
         if ops:
             problems.append(f"your function ran PyTorch operators ({', '.join(dict.fromkeys(ops[:5]))})")
         if out is not None and not isinstance(out, np.ndarray):
-            problems.append(f"your function returned a {type(out).__module__}.{type(out).__qualname__}, "
-                            f"not a NumPy array")
+            # (no call to this module's functions here: they raise while the student's function runs)
+            if str(getattr(type(out), "__module__", "")).split(".")[0] in OTHER_LIBRARIES:
+                problems.append(f"your function returned a {type(out).__module__}.{type(out).__qualname__}, "
+                                f"not a NumPy array")
+            else:                                        # a tuple, a list, a number: the wrong kind of result
+                raise WrongResult(wrong_kind(not_an_array(out, "NumPy array")))
         return out
     return call
 
@@ -281,7 +291,7 @@ def _check(name, student_fn, reference_fn, fixed, drawn, hint) -> CheckResult:
                                          f"   hint: {hint}")
     problems: list[str] = []
     result = run_check(name, _numpy_only(student_fn, problems), reference_fn, fixed + drawn, tol=TOL,
-                       hint=hint, compare=within_bound, forbidden=forbidden(), fixed=len(fixed))
+                       hint=hint, compare=within_bound, forbidden=forbidden(), fixed=len(fixed), again=True)
     if problems and result.status != "not implemented":
         return CheckResult(name, FAILED, f"❌ {name}: {problems[0]}: {NUMPY_ONLY}\n   hint: {hint}")
     return result
