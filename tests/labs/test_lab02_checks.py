@@ -4,6 +4,7 @@ ways of writing each answer are accepted on every seed, the solution passes and 
 import math
 
 import nbformat
+import numpy as np
 import pytest
 from mutation import SEEDS, assert_accepted, assert_rejected_on_every_seed
 
@@ -167,6 +168,20 @@ ROOFLINE_WRONG = {
                                                     f / b < g.ridge),
     "ridge in the wrong units": _roof(lambda f, b, g: max(_compute_s(f, g), _memory_s(b, g)),
                                       lambda i, r: i < g_ridge_wrong(r)),
+    # Boundaries: exactly on the ridge the two times are equal, and the lab's rule (below it) says False.
+    "memory-bound on the ridge too (<=)": _roof(lambda f, b, g: max(_compute_s(f, g), _memory_s(b, g)),
+                                                lambda i, r: i <= r),
+    "memory time >= compute time": lambda f, b, g: (
+        f / b, max(_compute_s(f, g), _memory_s(b, g)), _memory_s(b, g) >= _compute_s(f, g)),
+    "ridge rounded to 2 decimals": _roof(lambda f, b, g: max(_compute_s(f, g), _memory_s(b, g)),
+                                         lambda i, r: i < round(r, 2)),
+    # Types: the lab asks for True or False.
+    "memory_bound as 1 or 0": _roof(lambda f, b, g: max(_compute_s(f, g), _memory_s(b, g)),
+                                    lambda i, r: int(i < r)),
+    "memory_bound as 1.0 or 0.0": _roof(lambda f, b, g: max(_compute_s(f, g), _memory_s(b, g)),
+                                        lambda i, r: float(i < r)),
+    "memory_bound as a word": _roof(lambda f, b, g: max(_compute_s(f, g), _memory_s(b, g)),
+                                    lambda i, r: "memory" if i < r else "compute"),
 }
 
 
@@ -180,6 +195,11 @@ ROOFLINE_RIGHT = {
         f / b, f / (g.attainable_tflops(f / b) * 1e12), f / b < g.ridge),
     "compare the times": lambda f, b, g: (
         f / b, max(_compute_s(f, g), _memory_s(b, g)), _memory_s(b, g) > _compute_s(f, g)),
+    "NumPy floats and np.bool_": lambda f, b, g: (
+        np.float64(f) / np.float64(b), np.maximum(_compute_s(f, g), _memory_s(b, g)),
+        np.float64(f) / np.float64(b) < np.float64(g.tensor_tflops) / np.float64(g.hbm_gbs) * 1e3),
+    "the ridge from the GPU's own property": lambda f, b, g: (
+        f / b, max(_compute_s(f, g), _memory_s(b, g)), bool(f / b < g.ridge)),
 }
 
 
@@ -315,3 +335,11 @@ def test_a_prediction_off_by_a_unit_slip_is_reported_in_milliseconds():
     report = lab02.check_prediction(PREDICTION_WRONG["GB/s read as GiB/s"]).report
     assert "n = 512: your prediction, 0.0070 ms, is 0.0005159 ms below the roofline bound (0.9313 × the bound" \
         in report, report
+
+
+def test_the_ridge_itself_and_a_bool_are_reported_in_the_labs_words():
+    on_ridge = lab02.check_roofline(ROOFLINE_WRONG["memory-bound on the ridge too (<=)"], seed=0).report
+    assert "exactly on the T4's ridge" in on_ridge and "memory_bound: expected False, got True" in on_ridge, on_ridge
+    as_int = lab02.check_roofline(ROOFLINE_WRONG["memory_bound as 1 or 0"], seed=0).report
+    assert "memory_bound must be True or False (a bool), got int 1" in as_int, as_int
+    assert "raised" not in as_int, as_int

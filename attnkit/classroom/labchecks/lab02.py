@@ -32,12 +32,14 @@ from ..checking import (
     PASSED,
     CheckResult,
     Exercise,
+    WrongResult,
     case,
     check_exercises,
     fixed_and_random,
     fresh_copy,
     is_not_implemented,
     not_implemented,
+    wrong_kind,
 )
 
 TOL = 1e-9            # counts are exact integers; 1e-9 leaves room only for float rounding
@@ -138,6 +140,8 @@ def _field_check(name, student_fn, reference, cases, fields, hint, convert) -> C
         expected = reference(*fresh_copy(c.args))
         try:
             got = convert(student_fn(*fresh_copy(c.args)))
+        except WrongResult as exc:  # the check's verdict on what came back, not an error of the student's code
+            return CheckResult(name, FAILED, f"❌ {name}: {where}: {exc}.\n   hint: {hint}")
         except Exception as exc:  # a blank, or a student's bug: a report, never a traceback
             if is_not_implemented(exc):
                 return not_implemented(name)
@@ -292,10 +296,19 @@ def roofline_reference(flops, nbytes, gpu):
 
 
 def _as_triple(result):
+    """(intensity, seconds, memory_bound) as three floats, or a WrongResult in the lab's words: two
+    numbers and a bool (``True`` or ``False``, not 1 or 0, nor a string), as the lab asks."""
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         kind = f"a {type(result).__name__}" + (f" of {len(result)} items" if isinstance(result, (tuple, list)) else "")
-        raise TypeError(f"roofline must return a tuple (intensity, seconds, memory_bound), got {kind}")
-    return np.array([float(result[0]), float(result[1]), float(bool(result[2]))])
+        raise WrongResult(wrong_kind(f"roofline must return a tuple (intensity, seconds, memory_bound), got {kind}"))
+    for label, value in zip(("intensity", "seconds"), result[:2]):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise WrongResult(wrong_kind(f"{label} must be a number, got {type(value).__name__} {value!r}"))
+    flag = result[2]
+    if not isinstance(flag, (bool, np.bool_)):
+        raise WrongResult(wrong_kind(f"memory_bound must be True or False (a bool), got {type(flag).__name__} "
+                                     f"{flag!r}: compare the intensity with the ridge, e.g. intensity < ridge"))
+    return np.array([float(result[0]), float(result[1]), float(bool(flag))])
 
 
 def _roofline_cases(seed):
@@ -308,6 +321,11 @@ def _roofline_cases(seed):
         case(16.7e6, 67.1e6, a100, label="softmax-like: 0.25 FLOP/byte on the A100 SXM 80GB"),
         case(1.0e12, 4.0e9, t4, label="250 FLOP/byte on the T4 (compute-bound: its ridge is 203)"),
         case(8.0e9, 6.0e7, t4, label="133 FLOP/byte on the T4 (memory-bound)"),
+        _at_ridge(t4, -10), _at_ridge(h100, -12),
+        case(h100.ridge * (1 - 1e-9) * 2.0e9, 2.0e9, h100,
+             label="just below the H100 SXM's ridge (intensity 1 − 10⁻⁹ times it: memory-bound)"),
+        case(a100.ridge * (1 + 1e-9) * 3.0e8, 3.0e8, a100,
+             label="just above the A100 SXM 80GB's ridge (intensity 1 + 10⁻⁹ times it: not memory-bound)"),
     ]
     names = list(gpus)
     for _ in range(6):
@@ -318,18 +336,36 @@ def _roofline_cases(seed):
         nbytes = float(np.exp(rng.uniform(np.log(1e5), np.log(1e11))))
         cases.append(case(intensity * nbytes, nbytes, gpu,
                           label=f"{_DRAWN}{intensity * nbytes:.4g} FLOPs over {nbytes:.4g} bytes on the {gpu.name}"))
+    drawn = _at_ridge(gpus[names[int(rng.integers(len(names)))]], int(rng.integers(-20, 4)))
+    cases.append(case(*drawn.args, label=_DRAWN + drawn.label))
     return cases
 
 
+def _at_ridge(gpu, power: int):
+    """A case exactly on ``gpu``'s ridge: flops = peak·2^power s and nbytes = bandwidth·2^power s, so the
+    intensity is peak / bandwidth to the last bit, and the two times are both exactly 2^power s (every
+    usual way of writing the ridge, the times or their comparison gives the same floats here). The lab's
+    rule: memory-bound when the intensity is strictly below the ridge, so the answer is False."""
+    flops, nbytes = math.ldexp(gpu.tensor_tflops * 1e12, power), math.ldexp(gpu.hbm_gbs * 1e9, power)
+    return case(flops, nbytes, gpu, label=f"exactly on the {gpu.name}'s ridge ({flops:.6g} FLOPs over "
+                                          f"{nbytes:.6g} bytes: both times are 2^{power} s; not memory-bound, "
+                                          f"since the intensity is not below the ridge)")
+
+
 def check_roofline(roofline, *, seed: int | None = None) -> CheckResult:
-    """roofline(flops, nbytes, gpu) -> (intensity FLOP/byte, seconds at least, memory_bound: bool)."""
+    """roofline(flops, nbytes, gpu) -> (intensity FLOP/byte, seconds at least, memory_bound: bool).
+
+    memory_bound is True when the intensity is strictly below the ridge (fixed and drawn cases lie
+    exactly on it, and 10⁻⁹ either side of it), and must be a bool (1 or 0 fails: the lab asks for True
+    or False); intensity and seconds must be numbers."""
     return _field_check(
         "roofline", roofline, roofline_reference, _roofline_cases(seed),
         (("intensity", "FLOP/byte"), ("seconds", "s"), ("memory_bound", None)), convert=_as_triple,
         hint="intensity = flops / nbytes. The kernel needs at least flops / peak seconds to compute and "
              "nbytes / bandwidth seconds to move its bytes; it cannot beat the larger of the two. "
              "gpu.tensor_tflops is in 10¹² FLOP/s, gpu.hbm_gbs in 10⁹ bytes/s. It is memory-bound when "
-             "its intensity is below the ridge, gpu.tensor_tflops·10¹² / (gpu.hbm_gbs·10⁹).")
+             "its intensity is strictly below the ridge, gpu.tensor_tflops·10¹² / (gpu.hbm_gbs·10⁹) (exactly "
+             "on the ridge it is not), and memory_bound is a bool: True or False.")
 
 
 # ----------------------------------------------------------------------------- the prediction
