@@ -444,6 +444,16 @@ WRONG_DECODE = {
     # sentinels: the store without its row mask
     "o stored without the row mask": [("out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])",
                                        "out.to(o_ptr.dtype.element_ty))")],
+    # page sizes assumed to be powers of two (round 4's class; the lab takes any page size)
+    "offset tok & (PAGE_SIZE - 1)": [(SLOT, "slot = tok & (PAGE_SIZE - 1)")],
+    "page and offset by a shift of log2(page_size)": [
+        ("PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):",
+         "PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr):"),
+        (PAGE, PAGE.replace("tok // PAGE_SIZE", "(tok >> SHIFT)")),
+        (SLOT, "slot = tok - (tok >> SHIFT) * PAGE_SIZE"),
+        ("PAGE_SIZE=page_size, BLOCK_N=16)", "PAGE_SIZE=page_size, BLOCK_N=16, SHIFT=page_size.bit_length() - 1)")],
+    "page size rounded up to a power of two in the launcher": [
+        ("PAGE_SIZE=page_size", "PAGE_SIZE=triton.next_power_of_2(page_size)")],
 }
 RIGHT_DECODE = {
     "the solution": [],
@@ -555,6 +565,24 @@ def merge_lse(m, l, z):
     return (w[:, :, None] * out).sum(1)
 
 
+def merge_one_split_z(m, l, z):
+    """'One split: nothing to merge' (round 4): z is the unnormalised sum; it needs dividing by ℓ."""
+    return z[:, 0] if m.shape[1] == 1 else merge_right(m, l, z)
+
+
+def merge_lone_split_z(m, l, z):
+    """When only one split of every row holds keys, that split's z, taken as its output."""
+    full = l > 0
+    if bool((full.sum(1) == 1).all()):
+        return (z * full[:, :, None]).sum(1)
+    return merge_right(m, l, z)
+
+
+def merge_one_split_first_row(m, l, z):
+    """One split: z / ℓ with the first row's ℓ for every row."""
+    return z[:, 0] / l[0, 0] if m.shape[1] == 1 else merge_right(m, l, z)
+
+
 WRONG_MERGE = {
     "no rescale": lambda m, l, z: z.sum(1) / l.sum(1, keepdim=True),
     "average of the splits' outputs": lambda m, l, z: (z / l[:, :, None].clamp_min(1e-30)).mean(1),
@@ -582,6 +610,10 @@ WRONG_MERGE = {
             torch.exp(mm - mm.amax(1, keepdim=True))))(torch.nan_to_num(m, neginf=0.0)),
     "max without keepdim": lambda m, l, z: (
         lambda w: (w[:, :, None] * z).sum(1) / (w * l).sum(1, keepdim=True))(torch.exp(m - m.amax(1))),
+    # boundaries (round 4's class): one split, one split that holds every key
+    "one split: its z returned ('nothing to merge')": merge_one_split_z,
+    "the only split with keys: its z returned": merge_lone_split_z,
+    "one split: z divided by the first row's ℓ": merge_one_split_first_row,
 }
 RIGHT_MERGE = {"rescale to the max": merge_right, "pairwise, lesson 3's rule": merge_pairwise,
                "log-sum-exp weights": merge_lse}

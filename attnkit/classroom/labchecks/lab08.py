@@ -443,7 +443,10 @@ DECODE_FIXED = (
     ([40, 33], 4, 2, 16, 8, "scores ±192 over three blocks: exp overflows without a running max", "gaps"),
     ([48, 47, 49], 6, 3, 16, 4, "lengths 3·16 and 3·16 ± 1; 3 groups of 2 query heads", ""),
     ([1, 35], 8, 2, 32, 16, "one token; 2 groups of 4 query heads", ""),
-    ([37], 4, 1, 16, 8, "multi-query: 4 query heads share one KV head", ""),
+    ([37], 4, 1, 16, 24, "multi-query: 4 query heads share one KV head; pages of 24 tokens, more than a block "
+                         "and not a power of two", ""),
+    # page sizes are any whole number (the lab's rule): with 6, tok & (page_size − 1) is not tok % page_size
+    ([45, 34], 4, 2, 16, 6, "pages of 6 tokens: not a power of two", ""),
     ([528], 2, 1, 16, 16, "33 blocks, one token with almost all the weight: fp16 running sums drop the rest",
      11.5),
     ([160], 2, 1, 16, 16, "one token with a quarter of the weight: the scores' scale must be exact",
@@ -456,7 +459,7 @@ def _random_decode(rng):
     for _ in range(2):
         hkv, group = int(rng.integers(1, 3)), int(rng.choice([1, 2, 4]))
         lens = [int(n) for n in rng.integers(1, 50, size=int(rng.integers(1, 3)))]
-        shapes.append((lens, hkv * group, hkv, 16, int(rng.choice([4, 8, 16])), "", ""))
+        shapes.append((lens, hkv * group, hkv, 16, int(rng.choice([3, 4, 5, 6, 8, 12, 16])), "", ""))
     return shapes
 
 
@@ -538,8 +541,15 @@ MERGE_FIXED = (
     (4, 64, 16, (16, 32, 48), (1.0, 200.0, 0.01, 120.0), "score scales 1, 200, 0.01, 120: maxima hundreds apart"),
     (1, 9, 4, (3, 6), 5.0, "one row"),
     (2, 24, 8, (0, 12), 5.0, "every score near −300 and an empty split: its m = −inf must not count as 0"),
+    # boundaries: S = 1 (nothing to merge, yet z is still divided by ℓ), and one split holding every key
+    (2, 20, 8, (), 5.0, "a single split: o is its z / ℓ"),
+    (3, 20, 4, (0, 0), 5.0, "three splits, only the last holds keys"),
 )
 MERGE_OFFSETS = {4: -300.0}        # MERGE_FIXED index -> the offset of its scores
+
+
+def _splits(cuts) -> str:
+    return "1 split" if not cuts else f"{len(cuts) + 1} splits"
 
 
 def check_merge(merge_splits: Callable, *, seed: int | None = None) -> CheckResult:
@@ -550,14 +560,14 @@ def check_merge(merge_splits: Callable, *, seed: int | None = None) -> CheckResu
     cases = []
     for index, (rows, keys, d, cuts, scale, note) in enumerate(MERGE_FIXED):
         m, l, z = _partials(fixed_rng, rows, keys, d, cuts, scale, MERGE_OFFSETS.get(index, 0.0))
-        cases.append(case(m, l, z, label=f"{len(cuts) + 1} splits of {keys} keys, D={d} ({note})"))
+        cases.append(case(m, l, z, label=f"{_splits(cuts)} of {keys} keys, D={d} ({note})"))
     rng = np.random.default_rng(_seed(seed))
     for _ in range(3):
         rows, keys, d = int(rng.integers(1, 5)), int(rng.integers(3, 60)), int(rng.choice([4, 8, 16]))
-        cuts = tuple(sorted(int(c) for c in rng.integers(0, keys + 1, size=int(rng.integers(2, 5)))))
+        cuts = tuple(sorted(int(c) for c in rng.integers(0, keys + 1, size=int(rng.integers(0, 5)))))
         m, l, z = _partials(rng, rows, keys, d, cuts, float(rng.choice([1.0, 5.0, 50.0])))
         empty = sum(hi == lo for lo, hi in zip((0, *cuts), (*cuts, keys)))
-        cases.append(case(m, l, z, label=f"{len(cuts) + 1} splits of {keys} keys"
+        cases.append(case(m, l, z, label=f"{_splits(cuts)} of {keys} keys"
                                          f"{f' ({empty} empty)' if empty else ''}, D={d}"))
     tol = tolerance("float32")
     return guarded_check("split-KV merge", merge_splits, _reference_merge, cases, tol=tol,
