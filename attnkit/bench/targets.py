@@ -413,7 +413,7 @@ PAGED_SMALL = Target("6c", "`paged_decode` at the head sizes 8-63 (bandwidth, as
 PAGED_EXTEND = Target("6d", "`paged_extend` at every head size 8-256 within 0.9 of its D = 128 bandwidth", 0.9)
 
 
-def _dispatch_config(d: int, dv: int) -> tuple[int, int, int]:
+def dispatch_config(d: int, dv: int) -> tuple[int, int, int]:
     """The launch configuration ``paged_decode`` takes on a GPU today at (D, Dv), fp16 cache, grouped."""
     from ..kernels.paged_dispatch import GPU_CONFIGS, head_dim_class
 
@@ -422,7 +422,7 @@ def _dispatch_config(d: int, dv: int) -> tuple[int, int, int]:
 
 
 def _config_row(rows, d, dv):
-    block_n, warps, stages = _dispatch_config(int(d), int(dv))
+    block_n, warps, stages = dispatch_config(int(d), int(dv))
     return _one(rows, f"D = {_dims(d, dv)} at the dispatch's ({block_n}, {warps} warps, {stages} stages)", D=d, Dv=dv,
                 block_n=block_n, num_warps=warps, num_stages=stages)
 

@@ -71,7 +71,7 @@ def test_readings_agree_with_the_ratio_columns_the_recordings_wrote():
     paged = read_results("paged_headdims")
     used = {(r["D"], r["Dv"], r["block_n"], r["num_warps"], r["num_stages"]) for r in paged}
     fractions = [r["fraction_of_D128_gbps"] for r in paged if (r["block_n"], r["num_warps"], r["num_stages"])
-                 == targets._dispatch_config(int(r["D"]), int(r["Dv"]))]
+                 == targets.dispatch_config(int(r["D"]), int(r["Dv"]))]
     assert len(fractions) == len({(d, dv) for d, dv, *_ in used})
     assert targets.paged_head_sizes()[0].measured == pytest.approx(min(fractions), rel=1e-9)
 
@@ -167,7 +167,7 @@ def build_packed(d, f):
 def build_paged_head_sizes(d, f):
     rows = []
     for dim, dim_v in ((32, 32), (80, 80), (128, 128), (192, 128)):
-        config = targets._dispatch_config(dim, dim_v)
+        config = targets.dispatch_config(dim, dim_v)
         gbps = 1000.0 if dim == 128 else 900.0 * f
         rows.append(dict(D=dim, Dv=dim_v, default=True, block_n=config[0], num_warps=config[1], num_stages=config[2],
                          gbps=gbps, rel_error_small=0.002 * f, bound=0.002))
