@@ -117,6 +117,8 @@ def _row(target: Target, source: str, compute) -> Row:
         measured, detail, used = compute()
     except NotRecorded as why:
         return Row(target, source, None, f"{NOT_RECORDED} ({why})", "")
+    except KeyError as column:                 # a column read but not asked of ``_read``: still not recorded
+        return Row(target, source, None, f"{NOT_RECORDED} (no column {column.args[0]})", "")
     return Row(target, source, measured, detail, recorded_on(used))
 
 
@@ -168,9 +170,9 @@ def _speed_ratios(rows, course: str, peer: str, **match) -> tuple[dict, list, se
 def head_dims(directory: Path = RESULTS) -> list[Row]:
     """Forward and backward, causal and not, at each head dim: cuDNN's time ÷ the course's, side by side
     (bench_flash_headdims.csv, suite "baseline"); the worst head dim. 1e: the causal forward without
-    autograd at 80-112 runs unpadded (``dispatch.pad_width``'s ``causal_forward_alone``), which the
-    baseline recording of 2026-11-28 timed padded; the sweep's "dispatch" rows timed it unpadded
-    (docs/head_dims.md, "After the rules")."""
+    autograd at 80-112 runs unpadded (``dispatch.pad_width``'s ``causal_forward_alone``), which the shipped
+    baseline recording timed padded; the sweep's "dispatch" rows timed it unpadded (docs/head_dims.md,
+    "After the rules")."""
     out = []
     for (direction, causal), target in HEAD_DIM_TARGETS.items():
         source = (f"bench_flash_headdims.csv: suite baseline, direction {direction}, causal {causal}, "
@@ -210,7 +212,8 @@ def broadcast_do(directory: Path = RESULTS) -> list[Row]:
     stride 0) over the same with a random contiguous dO, medians over the repeats of
     bench_flash_broadcast_do.csv; cuDNN's own ratio beside it."""
     def compute():
-        rows = _read("flash_broadcast_do", directory, ("impl", "do", "ms"))
+        rows = _read("flash_broadcast_do", directory, ("impl", "do", "ms", "dtype", "causal", "batch", "heads", "n",
+                                                       "head_dim"))
         course = _select(rows, impl="attnkit")
         contiguous = _median(_select(course, do="random"), "ms", "attnkit with a random dO")
         kinds = [k for k in dict.fromkeys(r["do"] for r in course) if k != "random"]
