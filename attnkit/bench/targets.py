@@ -410,8 +410,9 @@ def packed(directory: Path = RESULTS) -> list[Row]:
 # --------------------------------------------------------------------------- 6. paged decode's head sizes
 PAGED_BANDWIDTH = Target("6a", "`paged_decode` at every head size within 0.9 of D = 128's bandwidth "
                                "(GB/s ÷ D = 128's), B = 64, 4k", 0.9)
-PAGED_CORRECT = Target("6b", "`paged_decode` at every head size correct against float64 "
-                             "(largest relative error ÷ the recording's bound)", 1.0, at_least=False)
+PAGED_CORRECT = Target("6b", "`paged_decode` at every recorded head size correct against float64 on the GPU "
+                             "(fp16, pages of 16, one small problem each; largest relative error ÷ the "
+                             "recording's bound)", 1.0, at_least=False)
 PAGED_SMALL = Target("6c", "`paged_decode` at the head sizes 8-63 (bandwidth, as 6a)", 0.9)
 PAGED_EXTEND = Target("6d", "`paged_extend` at every head size 8-256 within 0.9 of its D = 128 bandwidth", 0.9)
 
