@@ -232,6 +232,19 @@ def _rope_with(x, positions, mode, *, swap_modes=False, sign=1.0, angles=None, f
     return out
 
 
+def _rope_cached(key):
+    """rope whose angles are cached under ``key(x, positions, mode)`` and reused by every later call with
+    that key ('the table does not change'), as a student keeps a table between calls."""
+    tables = {}
+
+    def rope(x, positions, mode):
+        k = key(x, positions, mode)
+        if k not in tables:
+            tables[k] = _angles(positions, x.shape[1])
+        return _rope_with(x, positions, mode, angles=lambda p, d: tables[k])
+    return rope
+
+
 ROPE_WRONG = {
     "modes swapped": lambda x, p, m: _rope_with(x, p, m, swap_modes=True),
     "turns the other way": lambda x, p, m: _rope_with(x, p, m, sign=-1.0),
@@ -256,6 +269,10 @@ ROPE_WRONG = {
         p[-1:].expand_as(p), d)),
     "calls the course's apply_rope": lambda x, p, m: __import__(
         "attnkit.reference.rope", fromlist=["x"]).apply_rope(x, p, mode=m),
+    # state kept between calls (round 4's class): a cos/sin table cached by what a later call may share
+    "cos/sin cached by (S, D)": _rope_cached(lambda x, p, m: x.shape),
+    "cos/sin cached by (S, D, mode)": _rope_cached(lambda x, p, m: (*x.shape, m)),
+    "cos/sin cached by (S, D, first position)": _rope_cached(lambda x, p, m: (*x.shape, int(p[0]))),
 }
 
 

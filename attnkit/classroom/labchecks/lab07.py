@@ -217,11 +217,15 @@ def _check_rope(rope: Callable, *, seed: int | None = None) -> CheckResult:
 
     g = _torch_generator(0)
     fixed = []
-    for mode in ("half", "interleaved"):
-        for n, d, pos in ((5, 8, [0, 1, 2, 3, 4]), (3, 12, [4999, 17, 1024]), (4, 6, [7, 7, 300, 2])):
-            x = torch.randn(n, d, dtype=torch.float64, generator=g)
-            fixed.append(case(x, torch.tensor(pos), mode, label=f'x of shape {tuple(x.shape)}, positions {pos}, '
-                                                                 f'mode "{mode}"'))
+    # The second round repeats every shape and mode with other positions (the same first one, too): an answer
+    # that keeps its cos/sin table between calls, keyed by what a later call shares, fails there.
+    for shapes in (((5, 8, [0, 1, 2, 3, 4]), (3, 12, [4999, 17, 1024]), (4, 6, [7, 7, 300, 2])),
+                   ((5, 8, [0, 9, 4000, 3, 77]), (3, 12, [4999, 4998, 5]), (4, 6, [7, 100, 1, 4095]))):
+        for mode in ("half", "interleaved"):
+            for n, d, pos in shapes:
+                x = torch.randn(n, d, dtype=torch.float64, generator=g)
+                fixed.append(case(x, torch.tensor(pos), mode, label=f'x of shape {tuple(x.shape)}, positions '
+                                                                     f'{pos}, mode "{mode}"'))
     g = _torch_generator(seed)
     drawn = []
     for mode in ("half", "interleaved", "interleaved", "half"):
