@@ -14,6 +14,8 @@
 # record-backward-warm, record-backward and record-backward-profile. After a change of the rung "best" or
 # of the default backward: record-best-warm, then record-best (the ladder and the SDPA suite).
 #
+# The performance targets, every row in one call: targets (docs/performance_targets.md; --results reads OUTDIR).
+#
 # To decide what to change next: explore (the host's share of a short call, layer by layer; the D = 256
 # sweep; the FP8 forward's configurations), each compiled in parallel first, then timed alone.
 #
@@ -178,6 +180,17 @@ elif [ "$phase" = record-suites ]; then   # the autotuned suites: the ladder, th
     step 160 $logs/1_ladder.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.suites --out "$out" flash_ladder
     step 400 $logs/2_flash.log env ATTNKIT_AUTOTUNE=1 python -m attnkit.bench.suites --out "$out" flash
     collect $logs "$out/session_suites.log"
+elif [ "$phase" = targets ]; then   # every row of docs/performance_targets.md, recorded alone, then the table
+    logs=/tmp/timed_targets; mkdir -p $logs
+    step 900 $logs/1_headdims.log python scripts/gpu_flash_headdims.py "$out" --quick
+    step 600 $logs/2_broadcast.log python scripts/gpu_flash_broadcast_do.py "$out" --repeats 5
+    step 600 $logs/3_eager.log python scripts/gpu_flash_eager.py "$out" --repeats 5
+    step 900 $logs/4_paged.log python scripts/gpu_paged.py --out "$out" --mode eager fp8 headdims
+    step 600 $logs/5_fp8.log python scripts/gpu_flash_fp8.py "$out"
+    step 300 $logs/6_paged_fp8.log python -m attnkit.bench.paged fp8 "$out" --decode-only
+    step 900 $logs/7_features.log python scripts/gpu_flash_features.py "$out" --no-check
+    collect $logs "$out/session_targets.log"
+    python -m attnkit.bench.targets --results "$out" | tee "$out/targets.md"
 elif [ "$phase" = warm ]; then
     warm=/tmp/warm; mkdir -p $warm
     warm_kernel_scripts 300 $warm
