@@ -801,3 +801,61 @@ def test_interpreted_puzzles_live_on_the_cpu_also_on_a_gpu_machine(monkeypatch):
     monkeypatch.setattr(lab04_runner, "interpreting", lambda: False)
     with pytest.raises((RuntimeError, AssertionError)):          # compiled: the runtime's device (no CUDA here)
         lab04_runner.vector([1.0])
+
+
+# ---------------------------------------------------------------------- state kept between calls
+# Launch functions that keep something from an earlier call in a module variable: a grid, a block size,
+# an input made contiguous once. Each puzzle has a case whose grid is larger than its first case's, and
+# runs its first case again at the end with other values of the same shapes and layouts.
+_KEPT: dict = {}
+
+
+def wsum_grid_kept(s, v, out):
+    """Puzzle 8 with the first call's grid kept ('the grid is the same every time')."""
+    M, N = s.shape
+    grid = _KEPT.setdefault("wsum grid", (triton.cdiv(M, 16),))
+    _wsum[grid](s, v, out, M, N, s.stride(0), s.stride(1), v.stride(0), v.stride(1), out.stride(0),
+                D=v.shape[1], BLOCK_M=16, BLOCK_N=16, BUG=0)
+    return out
+
+
+def lse_grid_kept(x, out):
+    """Puzzle 7 with the first call's grid kept."""
+    M, N = x.shape
+    grid = _KEPT.setdefault("lse grid", (triton.cdiv(M, 4),))
+    _lse[grid](x, out, M, N, x.stride(0), x.stride(1), BLOCK_M=4, BLOCK_N=16, BUG=0)
+    return out
+
+
+def matmul_grid_kept(a, b, out):
+    """Puzzle 5 with the first call's grid kept."""
+    M, K = a.shape
+    N = b.shape[1]
+    grid = _KEPT.setdefault("matmul grid", (triton.cdiv(M, 16), triton.cdiv(N, 16)))
+    _matmul[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
+                  BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, BUG=0)
+    return out
+
+
+def affine_scale_kept_by_shape(x, scale, bias, out):
+    """Puzzle 3 with scale and bias made contiguous once per shape and kept ('they never change')."""
+    scale, bias = _KEPT.setdefault(("affine", tuple(x.shape)), (scale.contiguous(), bias.contiguous()))
+    return affine_columns(x, scale, bias, out)
+
+
+STATE_WRONG = {
+    "softmax_weighted_sum: grid kept from the first call": (lab04.check_softmax_weighted_sum, wsum_grid_kept),
+    "row_logsumexp: grid kept from the first call": (lab04.check_row_logsumexp, lse_grid_kept),
+    "matmul: grid kept from the first call": (lab04.check_matmul, matmul_grid_kept),
+    "affine_columns: scale and bias kept by shape": (lab04.check_affine_columns, affine_scale_kept_by_shape),
+}
+
+
+@pytest.mark.parametrize(("check", "mutant"), [pytest.param(*v, id=k) for k, v in STATE_WRONG.items()])
+def test_state_kept_between_calls_is_rejected_on_every_seed(check, mutant):
+    assert_rejected_on_every_seed(check, mutant, FEW_SEEDS)
+    report = check(mutant, seed=0).report
+    # the again case, the larger grid's unwritten rows, or (scale and bias kept from another call's
+    # buffers) reads outside this call's inputs
+    assert any(why in report for why in ("called again with other values", "was not written",
+                                         "outside its inputs")), report

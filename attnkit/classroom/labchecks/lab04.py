@@ -24,7 +24,10 @@ sentinels in the gaps (so ``stride_om`` must be used, and a store through an inp
 below −1000 (a masked lane's ``other=`` must be −inf) and one puzzle 8 case puts a quarter of each
 row's weight on one key (the scores' scale must be exact: log2(e) cut to 1.44 fails it); puzzle 6 hides a
 key scoring far above the visible ones (a row maximum taken before the mask is 0/0), and puzzle 8 has
-values above float16's range and weights below it (p or v cast to float16 for tl.dot fails). Sizes are
+values above float16's range and weights below it (p or v cast to float16 for tl.dot fails). Every
+puzzle has a case whose grid is larger than its first case's, and runs its first case again at the
+end with other values of the same shapes and layouts (a launch that keeps a grid, a block size or a
+result from an earlier call fails). Puzzle 6's scale is positive, as the lab states. Sizes are
 small and never all multiples of the blocks, so a missing mask either reads NaN or writes outside
 ``out``. In the interpreter the check also records every address the kernel loads and stores: reads
 must stay inside the inputs, every element of ``out`` must be written by the kernel's ``tl.store``,
@@ -262,7 +265,11 @@ def _causal_cases(seed):
 
 def check_causal_softmax(causal_softmax, *, seed: int | None = None) -> CheckResult:
     """Puzzle 6: causal_softmax(s, scale, out) -> softmax over each row of scale·s, key j hidden from
-    query i when j > i + Nk − Nq (aligned to the end, as in lesson 5)."""
+    query i when j > i + Nk − Nq (aligned to the end, as in lesson 5).
+
+    The lab states scale > 0 (a softmax scale such as 1/√d): every case's scale is positive, and a kernel
+    that shifts by the unscaled maximum and scales after (max(scale·s) = scale·max(s) for scale > 0) is
+    right by that rule."""
     return run_puzzle("causal_softmax", causal_softmax, causal_softmax_reference, _causal_cases(seed),
                       hint="one program per row i: load the row with other=−inf past Nk, multiply by scale, set "
                            "keys j > i + Nk − Nq to −inf with tl.where, subtract the row maximum, exp, divide by "
@@ -288,7 +295,10 @@ def _lse_cases(seed):
              Puzzle((matrix(np.sort(rng.standard_normal((4, 16)) * 4, axis=1)[:, ::-1] - 50),), (4,),
                     "4 × 16 = one tile, falling, near −50", stream=0),
              Puzzle((matrix(rng.standard_normal((3, 29)) * 8, transposed=True),), (3,),
-                    "3 × 29 stored column by column (use stride_xn)", stream=0)]
+                    "3 × 29 stored column by column (use stride_xn)", stream=0),
+             # More rows than the earlier cases: a launch that keeps the first call's grid leaves rows unwritten.
+             Puzzle((matrix(rng.standard_normal((13, 21)) * 4),), (13,), "13 × 21 (more row blocks than the cases "
+                    "before it)", stream=0)]
     for _ in range(2):
         m, n = int(rng.integers(1, 6)), int(rng.integers(2, 70))
         cases.append(Puzzle((matrix(rng.standard_normal((m, n)) * 10 + float(rng.choice([0.0, 500.0]))),), (m,),
@@ -348,7 +358,11 @@ def _weighted_cases(seed):
              make((3, 40), 16, rng.standard_normal((3, 40)) * 3, "3 × 40 of values about ±10⁵ (above float16's "
                   "largest, 65504: keep p and v in float32 for tl.dot)", values=rng.standard_normal((40, 16)) * 1e5),
              make((2, 40), 16, far, "2 × 40, key 0 scores 20 above the rest and has value 0: the output is the "
-                  "other keys' weights, e^−20 ≈ 2e-9 each (below float16's smallest, 6e-8)", values=far_values)]
+                  "other keys' weights, e^−20 ≈ 2e-9 each (below float16's smallest, 6e-8)", values=far_values),
+             # Three blocks of 16 rows where every earlier case has one: a launch that keeps the first
+             # call's grid leaves rows 16 to 36 unwritten.
+             make((37, 9), 16, rng.standard_normal((37, 9)) * 3, "37 × 9 (three blocks of rows, where the cases "
+                  "before it have one)")]
     for _ in range(2):
         m, n, d = int(rng.integers(1, 5)), int(rng.integers(2, 60)), int(rng.choice([16, 32]))
         cases.append(make((m, n), d, rng.standard_normal((m, n)) * 5, f"{m} × {n}"))

@@ -322,8 +322,37 @@ def _stray_store(out, p: Puzzle) -> str | None:
     return f"your kernel wrote outside `out` ({side} it): a store without the right mask"
 
 
+def _same_layout_other_values(t, rng):
+    """A copy of input ``t`` in a copy of its whole buffer (the NaN padding, the strides and the offset
+    kept) whose elements hold ``t``'s values permuted, about half of them with the sign flipped."""
+    torch = _torch()
+    whole = torch.tensor([], dtype=t.dtype, device=t.device).set_(t.untyped_storage()).clone()
+    copy = whole.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    flat = t.detach().reshape(-1).cpu().double().numpy()
+    values = flat[rng.permutation(flat.size)] * rng.choice([-1.0, 1.0], flat.size)
+    if np.array_equal(values, flat):              # one element, or all alike: change them all
+        values = 0.5 - 2.0 * flat
+    copy.copy_(torch.as_tensor(values.reshape(tuple(t.shape))).to(t.dtype))
+    return copy
+
+
+def again_with_other_values(p: Puzzle, rng) -> Puzzle:
+    """Puzzle ``p`` once more, after the others: the same shapes and layouts, other values. A launch
+    function that keeps a result, a grid or a block size from an earlier call fails here (or on a later
+    case whose grid is larger than the first case's, which every puzzle has)."""
+    args = tuple(_same_layout_other_values(a, rng) if hasattr(a, "data_ptr") and a.dtype.is_floating_point
+                 else a for a in p.args)
+    return Puzzle(args, p.out_shape, f"{p.label}, called again with other values of the same shapes (a result, "
+                                     f"grid or block size kept from an earlier call shows here)",
+                  stream=p.stream, out_row_gap=p.out_row_gap)
+
+
 def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResult:
     tol = check_tolerance("float32") if tol is None else tol
+    given = len(puzzles)
+    # The first case once more at the end with other values (see again_with_other_values); the same
+    # values on every run.
+    puzzles = list(puzzles) + [again_with_other_values(puzzles[0], np.random.default_rng(4))]
     for index, p in enumerate(puzzles, start=1):
         where = f"case {index} of {len(puzzles)}, {p.where}"
         expected = np.asarray(reference(*[_float64(a) for a in p.args]), dtype=np.float64).reshape(p.out_shape)
@@ -376,5 +405,5 @@ def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResu
             return CheckResult(name, FAILED, f"❌ {name}: {where}: differs from the float64 reference "
                                              f"(bound {tol:g}).\n{describe_difference(out, expected)}\n"
                                              f"   hint: {hint}")
-    return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {len(puzzles)} inputs "
+    return CheckResult(name, PASSED, f"✅ {name}: matches the float64 reference on {given} inputs "
                                      f"(fixed edge cases, then random ones).")
