@@ -1,7 +1,9 @@
 """Checks for lab 05, the FlashAttention forward kernel in Triton, written whole by the student.
 
 Each check calls the student's launch function ``flash_forward(q, k, v, causal=...) -> (o, lse)`` (the
-lab gives it; it launches the student's kernel) on fp16 inputs of small shapes, on the course's device
+lab gives it; it launches the student's kernel) on fp16 inputs of small shapes (the lab's contract: q, k
+and v are fp16 only, as its text states, so a kernel that converts p with ``p.to(tl.float16)`` where the
+solution writes ``p.to(v.dtype)`` is right by it), on the course's device
 (Triton's interpreter on a CPU), and compares o and the fp32 natural-log LSE of each row with a float64
 reference (a row that sees no key: o = 0, LSE = −inf):
 
