@@ -405,6 +405,9 @@ def _causal(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BL
         keep = visible & (cols < n_k)
         top = tl.max(tl.where(keep, scaled, NEG_INF), axis=0)
         p = tl.where(keep, tl.exp(scaled - top), 0.0)
+    elif BUG == -3:                                # masked unscaled, shifted, then scaled: right for scale > 0
+        hidden = tl.where(visible, raw, NEG_INF)
+        p = tl.exp(scale * (hidden - tl.max(hidden, axis=0)))
     else:
         p = tl.exp(s - tl.max(s, axis=0))
     y = p / tl.sum(p, axis=0)
@@ -432,7 +435,9 @@ CAUSAL_WRONG = {"no row maximum": 1, "mask aligned to the start (j <= i)": 2, "s
                 "column stride ignored": 10, "exp2 with log2(e) cut to 1.44": 11,
                 "row maximum taken before the mask": 12, "out stored as if contiguous (row stride Nk)": 13,
                 "out addressed with s's row stride": 14}
-CAUSAL_RIGHT = {"exp2 with log2(e)": dict(bug=-1), "one combined mask": dict(bug=-2)}
+CAUSAL_RIGHT = {"exp2 with log2(e)": dict(bug=-1), "one combined mask": dict(bug=-2),
+                # The lab states scale > 0, where max(scale·s) = scale·max(s) (round 4's cs_scale_after_shift).
+                "shifted by the unscaled maximum, scaled after": dict(bug=-3)}
 
 
 # --------------------------------------------------------------------------- 7: row_logsumexp
