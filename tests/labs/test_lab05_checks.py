@@ -159,6 +159,9 @@ RIGHT_FORWARD = {
     "key mask on p, max of the masked scores": [
         (S_MASK, 's = tl.where(keys[None, :] < n_k, s, -1.0e30)'),
         (P, 'p = tl.where(keys[None, :] < n_k, tl.exp(s - m_use[:, None]), 0.0)')],
+    # The lab's inputs are fp16 only (its text says so): p.to(tl.float16) is p.to(v.dtype) there (round 4's
+    # f5_p_fp16_hardcoded).
+    "p converted with p.to(tl.float16)": [(ACC, ACC.replace("p.to(v.dtype)", "p.to(tl.float16)"))],
 }
 WRONG_CAUSAL = {
     "hi without + 1": [(HI, "hi = tl.minimum(last_row + n_k - n_q, n_k)")],
