@@ -39,6 +39,10 @@ MATMUL_WRONG = {
     "exact count 2k−1 per output": lambda b, m, n, k, e: (b * m * n * (2 * k - 1), e * b * (m * k + k * n + m * n)),
     "bits instead of bytes": lambda b, m, n, k, e: (2 * b * m * n * k, 8 * e * b * (m * k + k * n + m * n)),
     "bytes and FLOPs swapped": lambda b, m, n, k, e: (e * b * (m * k + k * n + m * n), 2 * b * m * n * k),
+    # Types: the lab asks for a tuple of two numbers.
+    "counts formatted as strings": lambda b, m, n, k, e: (f"{2 * b * m * n * k}", f"{e * b * (m * k + k * n + m * n)}"),
+    "one NumPy array [flops, bytes]": lambda b, m, n, k, e: np.array([2 * b * m * n * k,
+                                                                      e * b * (m * k + k * n + m * n)]),
 }
 
 

@@ -56,10 +56,13 @@ def _rng(seed):
 
 
 def _as_pair(result, name):
-    """(flops, bytes) as two floats, or a TypeError that tells the student what to return."""
+    """(flops, bytes) as two floats, or a WrongResult that tells the student what to return."""
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         kind = f"a {type(result).__name__}" + (f" of {len(result)} items" if isinstance(result, (tuple, list)) else "")
-        raise TypeError(f"{name} must return a tuple (flops, bytes), got {kind}")
+        raise WrongResult(wrong_kind(f"{name} must return a tuple (flops, bytes), got {kind}"))
+    for label, value in zip(("flops", "bytes"), result):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise WrongResult(wrong_kind(f"{label} must be a number, got {type(value).__name__} {value!r}"))
     return np.array([float(result[0]), float(result[1])])
 
 
