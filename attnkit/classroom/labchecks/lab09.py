@@ -114,6 +114,14 @@ class _Inputs:
         return out
 
     @staticmethod
+    def same(a, b) -> bool:
+        """a == b as one bool; False where the comparison has no single answer (an array put in a field)."""
+        try:
+            return type(a) is type(b) and bool(a == b)
+        except Exception:
+            return False
+
+    @staticmethod
     def rid_list(state) -> list:
         return [values[0] for _, values in state]
 
@@ -125,7 +133,7 @@ class _Inputs:
                 return (f"your function changed the caller's `{name}` list: rids {self.rid_list(before)} before "
                         f"the call, {self.rid_list(after)} after it")
             for (_, old), (_, new) in zip(before, after):
-                fields = [f"{f}: {a!r} -> {b!r}" for f, a, b in zip(self.FIELDS, old, new) if a != b]
+                fields = [f"{f}: {a!r} -> {b!r}" for f, a, b in zip(self.FIELDS, old, new) if not self.same(a, b)]
                 if fields:
                     return (f"your function changed request {old[0]} of the caller's `{name}` list "
                             f"({'; '.join(fields)})")
