@@ -864,3 +864,46 @@ def test_state_kept_between_calls_is_rejected_on_every_seed(check, mutant):
     # buffers) reads outside this call's inputs
     assert any(why in report for why in ("called again with other values", "was not written",
                                          "outside its inputs")), report
+
+
+# ------------------------------------------------------------------------- inputs changed in place
+def scaled_add_x_scaled_in_place(x, y, alpha, out):
+    """Puzzle 1 with x scaled in place first ('saves a buffer'): out is right, the caller's x is not."""
+    x.mul_(alpha)
+    return scaled_add(x, y, 1.0, out)
+
+
+def causal_scores_scaled_in_place(s, scale, out):
+    """Puzzle 6 with the scores scaled in place before the launch."""
+    s.mul_(scale)
+    return causal_softmax(s, 1.0, out)
+
+
+@triton.jit
+def _row_sums_into_x(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_N: tl.constexpr):
+    """Row sums that keep the running sum in the row's first element (x used as scratch)."""
+    row = tl.program_id(0)
+    acc = 0.0
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        acc += tl.sum(tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0), axis=0)
+    tl.store(x_ptr + row * stride_xm, acc)
+    tl.store(out_ptr + row, tl.load(x_ptr + row * stride_xm))
+
+
+def row_sums_x_as_scratch(x, out):
+    M, N = x.shape
+    _row_sums_into_x[(M,)](x, out, M, N, x.stride(0), x.stride(1), BLOCK_N=16)
+    return out
+
+
+INPLACE_WRONG = {
+    "scaled_add: x scaled in place": (lab04.check_scaled_add, scaled_add_x_scaled_in_place),
+    "causal_softmax: scores scaled in place": (lab04.check_causal_softmax, causal_scores_scaled_in_place),
+    "row_sums: the running sum kept in x": (lab04.check_row_sums, row_sums_x_as_scratch),
+}
+
+
+@pytest.mark.parametrize(("check", "mutant"), [pytest.param(*v, id=k) for k, v in INPLACE_WRONG.items()])
+def test_an_input_changed_in_place_is_rejected_on_every_seed(check, mutant):
+    assert_rejected_on_every_seed(check, mutant, FEW_SEEDS, contains="your function wrote into")

@@ -27,7 +27,9 @@ key scoring far above the visible ones (a row maximum taken before the mask is 0
 values above float16's range and weights below it (p or v cast to float16 for tl.dot fails). Every
 puzzle has a case whose grid is larger than its first case's, and runs its first case again at the
 end with other values of the same shapes and layouts (a launch that keeps a grid, a block size or a
-result from an earlier call fails). Puzzle 6's scale is positive, as the lab states. Sizes are
+result from an earlier call fails), and every input is compared after each call with a copy taken
+before it (a kernel or launch that writes into an input fails). Puzzle 6's scale is positive, as the
+lab states. Sizes are
 small and never all multiples of the blocks, so a missing mask either reads NaN or writes outside
 ``out``. In the interpreter the check also records every address the kernel loads and stores: reads
 must stay inside the inputs, every element of ``out`` must be written by the kernel's ``tl.store``,

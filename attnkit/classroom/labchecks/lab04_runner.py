@@ -347,6 +347,25 @@ def again_with_other_values(p: Puzzle, rng) -> Puzzle:
                   stream=p.stream, out_row_gap=p.out_row_gap)
 
 
+INPUT_NAMES = ("the first input", "the second input", "the third input", "the fourth input")
+
+
+def _changed_input(args, before) -> str | None:
+    """Which input the call wrote into (its values compared with a copy taken before, NaN for NaN), in
+    words, or None: a kernel or a launch function that scales, shifts or reuses an input as scratch
+    destroys its caller's data even when ``out`` is right."""
+    for index, (now, was) in enumerate(zip(args, before)):
+        if was is None:
+            continue
+        same = (now == was) | (now.isnan() & was.isnan())
+        if not bool(same.all()):
+            at = tuple(int(i) for i in (~same).nonzero()[0].tolist())
+            return (f"your function wrote into {INPUT_NAMES[min(index, 3)]} (shape {tuple(now.shape)}): element "
+                    f"{list(at)} was {float(was[at]):.6g}, is now {float(now[at]):.6g} ({int((~same).sum())} "
+                    f"element(s) changed). Its caller still needs it: store only into `out`")
+    return None
+
+
 def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResult:
     tol = check_tolerance("float32") if tol is None else tol
     given = len(puzzles)
@@ -358,6 +377,7 @@ def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResu
         expected = np.asarray(reference(*[_float64(a) for a in p.args]), dtype=np.float64).reshape(p.out_shape)
         out = output(p.out_shape, p.out_row_gap)
         memory = _Memory()
+        before = [a.detach().clone() if hasattr(a, "data_ptr") else None for a in p.args]
         progress(where)
         try:
             with memory.watching() as watched, poisoned_masked_loads(), _forbidding(), warnings.catch_warnings(), \
@@ -378,6 +398,9 @@ def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResu
         stray = _stray_store(out, p)
         if stray:
             return _fail(name, where, stray, hint)
+        changed = _changed_input(p.args, before)
+        if changed:
+            return _fail(name, where, changed, hint)
         if watched:
             tensors = [a for a in p.args if hasattr(a, "data_ptr")]
             allowed = np.concatenate([_element_addresses(t) for t in tensors + [out]])
