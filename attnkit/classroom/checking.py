@@ -273,8 +273,9 @@ def _compared(compare, got, expected) -> tuple[bool, str | None]:
 
 def _other_values(value, rng):
     """``value`` with every floating-point NumPy array or torch tensor in it (in tuples, lists, dicts)
-    holding other values of the same shape, dtype and layout: a permutation of its own finite values,
-    with the signs of about half of them flipped. None when nothing in it could change (no such array,
+    holding other values of the same shape and dtype: a permutation of its own finite values, with the
+    signs of about half of them flipped (a NumPy array of 2 or more axes stored in the other memory order,
+    a tensor with its own strides). None when nothing in it could change (no such array,
     or one holding a non-finite value: a case built around ±inf keeps its meaning only as it is)."""
     changed = [False]
 
@@ -284,7 +285,9 @@ def _other_values(value, rng):
                 changed.append(None)
                 return a
             flat = a.ravel()[rng.permutation(a.size)] * rng.choice([-1.0, 1.0], a.size)
-            b = np.empty_like(a)
+            # stored column by column where ``a`` is stored by rows (and the reverse): a function that
+            # assumes one memory order of its inputs fails too
+            b = np.empty_like(a, order="F" if a.flags.c_contiguous and a.ndim > 1 else "C")
             b[...] = flat.reshape(a.shape).astype(a.dtype)
             changed[0] = changed[0] or not np.array_equal(a, b)
             return b
@@ -314,7 +317,7 @@ def _other_values(value, rng):
 
 
 def again_with_other_values(c: Case, rng) -> Case | None:
-    """``c`` with the same shapes (dtypes, layouts) and other values (see ``_other_values``), labelled so
+    """``c`` with the same shapes (and dtypes) and other values (see ``_other_values``), labelled so
     that a report says why it runs: a function that keeps a result, a mask or a table from an earlier
     call (a cache keyed by the inputs' shapes) returns the earlier call's answer here. None when the case
     has no floating-point input to change."""
