@@ -544,6 +544,8 @@ MERGE_FIXED = (
     # boundaries: S = 1 (nothing to merge, yet z is still divided by ℓ), and one split holding every key
     (2, 20, 8, (), 5.0, "a single split: o is its z / ℓ"),
     (3, 20, 4, (0, 0), 5.0, "three splits, only the last holds keys"),
+    # state: the first case's shapes again with other values (nothing may be kept from an earlier call)
+    (3, 40, 8, (10, 25), 5.0, "case 1's shapes, other values"),
 )
 MERGE_OFFSETS = {4: -300.0}        # MERGE_FIXED index -> the offset of its scores
 
