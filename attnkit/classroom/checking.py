@@ -378,7 +378,7 @@ def run_check(
     kernel_guards: bool = False,
     isolate: bool = False,
     inputs_unchanged: bool = True,
-    again: bool = False,
+    again: bool | int = False,
 ) -> CheckResult:
     """Run ``student_fn`` on every case and compare with ``reference_fn``.
 
@@ -397,7 +397,8 @@ def run_check(
     crash fails the check with the case it was on.
     ``inputs_unchanged``: a function that writes into its (array) arguments fails the case, since its
     caller's data is lost; pass False where an argument is an output the function fills.
-    ``again``: after every case has run, each case that has floating-point inputs runs a second time,
+    ``again``: after every case has run, each case (or, for an int, each of the first ``again`` cases,
+    e.g. the fixed ones) that has floating-point inputs runs a second time,
     followed by ``again_with_other_values(case)``, the same shapes with other values (drawn from a
     generator of its own, the same on every run), so that state kept between calls (a result cached by
     the inputs' shapes, from the first call or the last, a mask built on the first call) fails.
@@ -421,7 +422,8 @@ def run_check(
         # by its twin of other values: a cache keyed by shape, kept from the first call or the last, fails.
         twins = np.random.default_rng(20260)                  # the same other values on every run
         pairs = [(Case(c.args, c.kwargs, f"{c.label}, called a second time", c.max_bytes),
-                  again_with_other_values(c, twins)) for c in cases]
+                  again_with_other_values(c, twins))
+                 for c in (cases if again is True else cases[:int(again)])]
         cases = list(cases) + [x for first, twin in pairs if twin is not None for x in (first, twin)]
     for index, c in enumerate(cases, start=1):
         where = f"case {index} of {len(cases)}, {c.label}"

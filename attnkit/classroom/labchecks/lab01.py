@@ -10,8 +10,9 @@ Each check runs fixed adversarial cases first (shapes where Nq, Nk, d and dv all
 maxima are thousands apart, scores that overflow ``exp``, a causal row whose hidden keys score
 thousands above its visible ones, causal keys scoring exactly 0 or tied with a visible key, so that a
 mask built from the scores' values fails), then cases drawn from ``seed`` (fresh ones when None), and
-compares with a float64 reference. Every case is followed by the same shapes with other values (a
-result, mask or table kept from an earlier call fails), and an answer that writes into its inputs fails.
+compares with a float64 reference. Then every fixed case runs again, followed by the same shapes with
+other values in the other memory order (a result, mask or table kept from an earlier call fails), and
+an answer that writes into its inputs fails.
 Exercise 3's S is a 2-D matrix, as the lab states: every case is
 2-D, and an answer returning another shape is told so.
 
@@ -291,7 +292,7 @@ def _check(name, student_fn, reference_fn, fixed, drawn, hint) -> CheckResult:
                                          f"   hint: {hint}")
     problems: list[str] = []
     result = run_check(name, _numpy_only(student_fn, problems), reference_fn, fixed + drawn, tol=TOL,
-                       hint=hint, compare=within_bound, forbidden=forbidden(), fixed=len(fixed), again=True)
+                       hint=hint, compare=within_bound, forbidden=forbidden(), fixed=len(fixed), again=len(fixed))
     if problems and result.status != "not implemented":
         return CheckResult(name, FAILED, f"❌ {name}: {problems[0]}: {NUMPY_ONLY}\n   hint: {hint}")
     return result
