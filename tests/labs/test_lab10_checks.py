@@ -245,21 +245,25 @@ def test_merge_accepts(correct):
 # ------------------------------------------------------------------------------------ the ring
 def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, mask_all=False,
               swap=True, merge=None, send_to=+1, one_buffer=False, read_before_wait=False, send_last=False,
-              out=None):
+              out=None, contiguous="kv", recv_like_input=False):
     """A ring_forward with one mistake (the defaults give the right ring); ``out(o, q)`` makes the
-    returned value from the merged o (default: o in q's dtype)."""
+    returned value from the merged o (default: o in q's dtype); ``contiguous`` names the inputs made
+    contiguous before the ring; ``recv_like_input``: receive buffers made like the inputs as given."""
     merge = merge or merge_logaddexp
 
     def ring_forward(q, k, v, causal):
         rank, world = dist.get_rank(), dist.get_world_size()
         scale = 1 / math.sqrt(q.shape[-1])
         o = lse = None
-        k, v = k.contiguous(), v.contiguous()
+        k_in, v_in = k, v
+        k, v = (k.contiguous() if "k" in contiguous else k), (v.contiguous() if "v" in contiguous else v)
         for step in range(world if steps is None else steps(world)):
             owner = (rank + owner_sign * step) % world
             requests = []
             if step < world - 1 or send_last:
                 nk, nv = (k, v) if one_buffer else (torch.empty_like(k), torch.empty_like(v))
+                if recv_like_input:
+                    nk, nv = torch.empty_like(k_in), torch.empty_like(v_in)
                 dst, src = (rank + send_to) % world, (rank - send_to) % world
                 requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, k, dst), dist.P2POp(dist.isend, v, dst),
                                                    dist.P2POp(dist.irecv, nk, src), dist.P2POp(dist.irecv, nv, src)])
@@ -328,7 +332,8 @@ def ring_p2p_to_everyone(q, k, v, causal):
 def ring_gather_then_compute(q, k, v, causal):
     """The K/V passed around the ring and every block kept, computed at the end: a gather in disguise."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    blocks = [(k.contiguous(), v.contiguous())]
+    k, v = k.contiguous(), v.contiguous()
+    blocks = [(k, v)]
     for _step in range(world - 1):
         nk, nv = torch.empty_like(k), torch.empty_like(v)
         cur = blocks[-1]
@@ -370,6 +375,10 @@ RING_WRONG = {
         make_ring(out=lambda o, q: o if dist.get_rank() == 1 else o.to(q.dtype)),
     "NumPy output": make_ring(out=lambda o, q: o.to(q.dtype).numpy()),
     "output [B, n, Hq, D]": make_ring(out=lambda o, q: o.to(q.dtype).transpose(1, 2).contiguous()),
+    # layouts (round 4's class): K/V sent as they come, which gloo refuses for a strided view
+    "K and V sent as given (no .contiguous())": make_ring(contiguous=""),
+    "only K made contiguous": make_ring(contiguous="k"),
+    "receive buffers made like the K/V given (empty_like of a strided view)": make_ring(recv_like_input=True),
 }
 RING_RIGHT = {
     "solution": SOLUTION["ring_forward"],
@@ -429,7 +438,9 @@ def assert_told_as_the_check_s_verdict(report: str) -> None:
     ("all-gather instead of a ring", "a collective"), ("sends to every rank", "only to its neighbours"),
     ("passes every block on, computes at the end", "keeps one block"),
     ("one buffer sent and received into (a race)", "received into while it was being sent"),
-    ("sends on the last step too", "nothing on the last step")])
+    ("sends on the last step too", "nothing on the last step"),
+    ("K and V sent as given (no .contiguous())", "not contiguous"),
+    ("receive buffers made like the K/V given (empty_like of a strided view)", "not contiguous")])
 def test_a_ring_that_breaks_a_rule_is_told_which(mutant, reason):
     result = lab10.check_ring_forward(RING_WRONG[mutant], seed=0)
     assert result.status == FAILED and reason in result.report, result.report

@@ -24,6 +24,8 @@ torch.distributed are watched (``attnkit.distributed.traffic``), and the ring's 
 - exactly W − 1 K/V blocks received (none on the last step);
 - when a step's transfers are posted (``batch_isend_irecv``), no earlier received block is still held
   except the one being sent on (a ring holds one block, not the whole sequence);
+- q, K and V come as strided views in some cases (of [B, n, H, D] caches; the lab promises no layout), so
+  a ring that sends them as they are fails there (gloo sends contiguous tensors only);
 - a buffer handed to a receive holds NaN from the moment the receive is posted until the data arrive,
   so a buffer that is sent and received into at once, or read before ``wait()``, fails on every run
   instead of now and then.
@@ -293,8 +295,20 @@ class _RingRules:
         if message not in self.broken:
             self.broken.append(message)
 
+    def strided(self, op, tensors):
+        """Note a tensor handed to a transfer that is not contiguous (gloo refuses it, and raises)."""
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and not t.is_contiguous():
+                self.note(f"rank {self.rank} handed dist.{op} a tensor that is not contiguous (shape "
+                          f"{tuple(t.shape)}, strides {t.stride()}): q, K and V may come as strided views, and "
+                          f"gloo sends and receives contiguous tensors only. Send k.contiguous() and "
+                          f"v.contiguous(), and receive into buffers made like those")
+                return
+
     def on_call(self, call, buffers):
         neighbours = {(self.rank + 1) % self.world, (self.rank - 1) % self.world}
+        if call.op not in COLLECTIVES:
+            self.strided(call.op, buffers)
         if call.op in COLLECTIVES:
             self.note(f"rank {self.rank} called dist.{call.op}, a collective: this exercise is a ring, where each "
                       f"rank only sends to and receives from its neighbours (a gather holds every rank's K/V "
@@ -309,6 +323,7 @@ class _RingRules:
     def batch(self, original):
         def batch_isend_irecv(p2p_op_list):
             ops = list(p2p_op_list)
+            self.strided("batch_isend_irecv", [getattr(op, "tensor", None) for op in ops])
             receives = [op.tensor for op in ops if getattr(op.op, "__name__", "") == "irecv"]
             sends = {id(op.tensor) for op in ops if getattr(op.op, "__name__", "") == "isend"}
             held = [t() for t in self.received]
@@ -331,8 +346,21 @@ class _RingRules:
                       f"W − 1 = {self.world - 1} block(s) of {self.block_bytes:,} bytes (nothing on the last step)")
 
 
-def _ring_rank(rank, world, ring_forward, q, k, v, causal):
-    q, k, v = (_cp.shard(t, rank, world, "contiguous") for t in (q, k, v))
+def _as_view(t, layout):
+    """``t`` [B, H, n, D] as the lab allows it to come: ``"contiguous"``; ``"bsnh"``, a view of a [B, n, H, D]
+    cache (transposed, dense); ``"bsnh-padded"``, a view of a [B, n, H, D + 2] cache whose last two columns hold
+    NaN (not dense: strides of its own on every axis). gloo sends and receives contiguous tensors only."""
+    if layout == "contiguous":
+        return t.contiguous()
+    b, h, n, d = t.shape
+    pad = 2 if layout == "bsnh-padded" else 0
+    store = torch.full((b, n, h, d + pad), float("nan"), dtype=t.dtype)
+    store[..., :d] = t.transpose(1, 2)
+    return store[..., :d].transpose(1, 2)
+
+
+def _ring_rank(rank, world, ring_forward, q, k, v, causal, layout="contiguous"):
+    q, k, v = (_as_view(_cp.shard(t, rank, world, "contiguous"), layout) for t in (q, k, v))
     rules = _RingRules(rank, world, k.numel() * k.element_size() + v.numel() * v.element_size())
     original = dist.batch_isend_irecv
     dist.batch_isend_irecv = rules.batch(original)
@@ -341,6 +369,10 @@ def _ring_rank(rank, world, ring_forward, q, k, v, causal):
             out = ring_forward(q, k, v, causal)
     except NotImplementedError:
         return _BLANK
+    except Exception:
+        if rules.broken:                        # what gloo raised for a rule the check names (a strided send)
+            return None, rules.broken, None
+        raise
     finally:
         dist.batch_isend_irecv = original
     rules.after(log)
@@ -351,8 +383,8 @@ def _ring_rank(rank, world, ring_forward, q, k, v, causal):
 
 
 def _run_ring(ring_forward):
-    def call(q, k, v, causal, world):
-        shards = run_group(_ring_rank, world, args=(ring_forward, q, k, v, causal), timeout_s=RING_TIMEOUT_S)
+    def call(q, k, v, causal, world, layout="contiguous"):
+        shards = run_group(_ring_rank, world, args=(ring_forward, q, k, v, causal, layout), timeout_s=RING_TIMEOUT_S)
         if any(isinstance(s, str) for s in shards):
             raise NotImplementedError
         broken = [m for _, rules, _ in shards for m in rules]
@@ -373,7 +405,7 @@ def _run_ring(ring_forward):
     return call
 
 
-def _ring_reference(q, k, v, causal, world):
+def _ring_reference(q, k, v, causal, world, layout="contiguous"):
     return attention_ref(q, k, v, causal=causal)
 
 
@@ -385,30 +417,37 @@ def _ring_close(got, want) -> bool:
     return bool(np.isfinite(err) and err <= bound)
 
 
-def _ring_case(rng, world, hq, hkv, n_per_rank, causal, spread, label, dtype=torch.float64):
+_LAYOUTS = {"contiguous": "", "bsnh": ", q, K and V strided views of [B, n, H, D] tensors",
+            "bsnh-padded": ", q, K and V strided views of [B, n, H, D + 2] tensors"}
+
+
+def _ring_case(rng, world, hq, hkv, n_per_rank, causal, spread, label, dtype=torch.float64, layout="contiguous"):
     n = world * n_per_rank
     q = torch.from_numpy(rng.standard_normal((1, hq, n, 16)) * spread).to(dtype)
     k, v = (torch.from_numpy(rng.standard_normal((1, hkv, n, 16))).to(dtype) for _ in range(2))
-    return case(q, k, v, causal, world, label=f"W = {world}, Hq = {hq}, Hkv = {hkv}, N = {n}, "
-                                            f"{'causal' if causal else 'not causal'}, {label}")
+    return case(q, k, v, causal, world, layout, label=f"W = {world}, Hq = {hq}, Hkv = {hkv}, N = {n}, "
+                                                    f"{'causal' if causal else 'not causal'}, {label}"
+                                                    f"{_LAYOUTS[layout]}")
 
 
 def _check_ring(ring_forward, *, seed: int | None = None) -> CheckResult:
     """ring_forward(q, k, v, causal) on every rank of 2, 3 and 4 processes = one-process attention."""
     rng = np.random.default_rng(20)
     fixed = [
+        # layouts: each rank's q, K and V are views of a [B, n, H, D] cache (the lab does not promise
+        # contiguous inputs; gloo sends only contiguous tensors)
+        _ring_case(np.random.default_rng(22), 3, 4, 2, 2, True, 1.0, "GQA", layout="bsnh"),
         # bf16 q, K, V (exercise 5's K and V are bf16): the blocks merge in float32 (block_forward_torch's lse), so
         # an output not cast back to q's dtype shows here; bf16's own bound applies to this case
         _ring_case(np.random.default_rng(21), 3, 4, 2, 3, True, 1.0, "bf16 q, K and V (o in q's dtype, bf16)",
                    dtype=torch.bfloat16),
         _ring_case(rng, 2, 2, 2, 3, False, 1.0, "scores of size ~1"),
-        _ring_case(rng, 3, 4, 2, 2, True, 1.0, "GQA"),
         _ring_case(rng, 4, 2, 1, 3, True, 30.0, "MQA, scores of size ~100 (e^score overflows)"),
     ]
     rng = np.random.default_rng(seed)
     world = int(rng.integers(2, 5))
-    drawn = [_ring_case(rng, world, 2, int(rng.choice([1, 2])), int(rng.integers(1, 4)), bool(rng.integers(0, 2)),
-                        float(rng.uniform(0.5, 10)), "drawn at random")]
+    drawn = [_ring_case(rng, world, 2, int(rng.choice([1, 2])), int(rng.integers(2, 4)), bool(rng.integers(0, 2)),
+                        float(rng.uniform(0.5, 10)), "drawn at random", layout="bsnh-padded")]
     # Under the grader the student's function is a stub: its process runs the ring (and this check's rules)
     # where the student's code lives, through the driver named here.
     driver = (ring_forward.through("attnkit.classroom.labchecks.lab10:_run_ring") if hasattr(ring_forward, "through")
