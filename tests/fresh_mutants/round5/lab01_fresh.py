@@ -2,10 +2,9 @@
 solution only (the checks unread). WRONG maps an exercise to wrong answers; CORRECT to right ones;
 WITNESS names, for each wrong answer, a call on which it differs from the solution
 (tests/fresh_mutants/round5/verify.py runs it). Each wrong answer is one edit of the solution. This round
-tries classes no earlier round tried: too few decimals, weights proportional to the scores, an operator
-slip (floor division), a singleton axis squeezed away, log2(e) truncated, a shift by the row's first
-score, an output returned transposed, a default argument flipped, a frequency per column, a cache keyed
-on one argument of two, an integer table."""
+tries classes no earlier round tried: too few decimals, weights proportional to the scores, a singleton
+axis squeezed away, log2(e) truncated, an output returned transposed, a default argument flipped, a
+frequency per column, a cache keyed on one argument of two."""
 import math
 
 import numpy as np
@@ -65,12 +64,6 @@ def by_hand_linear_weights():
 # ---------------------------------------------------------------- exercise 2: scores
 
 
-def scores_floordiv(Q, K):
-    """Exercise 2. Q @ K.T // math.sqrt(d): a floor division typed for the division (scores rounded down to
-    whole numbers)."""
-    return Q @ K.T // math.sqrt(Q.shape[1])
-
-
 def scores_squeezed(Q, K):
     """Exercise 2. np.squeeze of the product ('drop the extra brackets'): a single query gives shape [Nk],
     a single key [Nq], not [Nq, Nk]."""
@@ -85,14 +78,6 @@ def softmax_exp2_short_log2e(S):
     factor 2^(-0.0000041·(s - max)), visible on rows spread over tens of units."""
     shifted = S - S.max(axis=-1, keepdims=True)
     weights = np.exp2(shifted * 1.4427)
-    return weights / weights.sum(axis=-1, keepdims=True)
-
-
-def softmax_shift_first_column(S):
-    """Exercise 3. Shifts each row by its first score ('any constant per row works'): a later score more than
-    709 above the first overflows to inf and gives NaN."""
-    shifted = S - S[..., :1]
-    weights = np.exp(shifted)
     return weights / weights.sum(axis=-1, keepdims=True)
 
 
@@ -149,17 +134,6 @@ def pe_cached_by_positions(n_positions, d_model):
     return _pe_cache[n_positions]
 
 
-def pe_integer_table(n_positions, d_model):
-    """Exercise 5. The table allocated with the positions' dtype, np.empty(..., dtype=pos.dtype) ('same type
-    as pos'): an integer array, so every sine and cosine is truncated to -1, 0 or 1."""
-    pos = np.arange(n_positions)[:, None]
-    angles = pos / 10000 ** (np.arange(0, d_model, 2) / d_model)
-    pe = np.empty((n_positions, d_model), dtype=pos.dtype)
-    pe[:, 0::2] = np.sin(angles)
-    pe[:, 1::2] = np.cos(angles)
-    return pe
-
-
 # ---------------------------------------------------------------- correct alternatives
 
 
@@ -182,17 +156,17 @@ def attention_row_loop(Q, K, V, causal=False):
 
 WRONG = {
     "by_hand": [by_hand_three_decimals, by_hand_linear_weights],
-    "scores": [scores_floordiv, scores_squeezed],
-    "softmax": [softmax_exp2_short_log2e, softmax_shift_first_column],
+    "scores": [scores_squeezed],
+    "softmax": [softmax_exp2_short_log2e],
     "attention": [attention_output_transposed, attention_default_causal_true],
-    "positions": [pe_exponent_per_column, pe_cached_by_positions, pe_integer_table],
+    "positions": [pe_exponent_per_column, pe_cached_by_positions],
 }
 CORRECT = {"scores": [scores, scores_float32], "attention": [attention, attention_row_loop]}
 
 _rng = np.random.default_rng(5)
 _Q, _K = _rng.normal(size=(1, 6)), _rng.normal(size=(4, 6))
 _Qa, _Ka, _Va = _rng.normal(size=(5, 4)), _rng.normal(size=(5, 4)), _rng.normal(size=(5, 3))
-_Swide = np.array([[0.0, 400.0, 800.0, -20.0], [-30.0, 0.0, 10.0, 5.0]])
+_Swide = np.array([[-30.0, 0.0, 10.0, 5.0]])
 
 
 def _pe_two_widths(f):
@@ -202,13 +176,10 @@ def _pe_two_widths(f):
 
 WITNESS = {
     **{f.__name__: (lambda f: f()) for f in WRONG["by_hand"]},
-    "scores_floordiv": lambda f: f(_Qa, _Ka),
     "scores_squeezed": lambda f: f(_Q, _K),
-    "softmax_exp2_short_log2e": lambda f: f(_Swide[1:]),
-    "softmax_shift_first_column": lambda f: f(_Swide),
+    "softmax_exp2_short_log2e": lambda f: f(_Swide),
     "attention_output_transposed": lambda f: f(_Qa, _Ka, _Va, True),
     "attention_default_causal_true": lambda f: f(_Qa, _Ka, _Va),
     "pe_exponent_per_column": lambda f: f(20, 8),
     "pe_cached_by_positions": _pe_two_widths,
-    "pe_integer_table": lambda f: f(20, 8),
 }

@@ -1,9 +1,8 @@
 """Round 5 of fresh wrong answers for lab 02 (why attention is IO-bound), written from the lab's text and its
 solution only (the checks unread). WRONG / CORRECT / SOLUTION / WITNESS as in lab01_fresh.py. New classes
-here: an argument ignored (itemsize fixed at 2), the padding of the last key tile counted, n_q where n_k
-belongs in the FLOPs, the new token counted in the context, q and o counted for one sequence of the batch,
-NumPy scalars where the lab asks for a bool, a bound from the memory side only, microseconds for
-milliseconds, a causal half of S."""
+here: an argument ignored (itemsize fixed at 2), the padding of the last key tile counted, the new token
+counted in the context, q and o counted for one sequence of the batch, NumPy scalars where the lab asks for a
+bool, a bound from the memory side only, microseconds for milliseconds, a causal half of S."""
 import functools
 import math
 
@@ -74,15 +73,6 @@ def ff_padded_key_tiles(batch, heads, n_q, n_k, d, block_q, itemsize):
     flops = 4 * batch * heads * n_q * n_k * d
     keys = math.ceil(n_k / block_q) * block_q
     per_head = 2 * n_q * d + tiles * 2 * keys * d
-    return flops, batch * heads * itemsize * per_head
-
-
-def ff_flops_square(batch, heads, n_q, n_k, d, block_q, itemsize):
-    """Exercise 2. FLOPs as 4·B·H·n_q²·d ('the convention 4·B·H·N²·d' of lesson 2, with N read as n_q): wrong
-    whenever n_q ≠ n_k."""
-    tiles = math.ceil(n_q / block_q)
-    flops = 4 * batch * heads * n_q * n_q * d
-    per_head = 2 * n_q * d + tiles * 2 * n_k * d
     return flops, batch * heads * itemsize * per_head
 
 
@@ -172,7 +162,7 @@ def predicted_cached(n):
 
 WRONG = {
     "matmul_cost": [mm_itemsize_fixed],
-    "flash_forward_cost": [ff_padded_key_tiles, ff_flops_square],
+    "flash_forward_cost": [ff_padded_key_tiles],
     "decode_cost": [dc_context_plus_new_token, dc_q_o_once],
     "roofline": [rf_numpy_scalars, rf_seconds_memory_side],
     "prediction": [pred_microseconds, pred_causal_half_s],
@@ -182,7 +172,6 @@ CORRECT = {"decode_cost": [decode_cost, decode_per_group], "prediction": [predic
 WITNESS = {
     "mm_itemsize_fixed": lambda f: f(2, 3, 5, 7, 4),
     "ff_padded_key_tiles": lambda f: f(1, 2, 128, 100, 64, 64, 2),
-    "ff_flops_square": lambda f: f(1, 2, 100, 128, 64, 64, 2),
     "dc_context_plus_new_token": lambda f: f(2, 32, 8, 4096, 128, 2),
     "dc_q_o_once": lambda f: f(4, 32, 8, 4096, 128, 2),
     "rf_numpy_scalars": lambda f: [type(x).__name__ for x in f(1e9, 1e8, H100)],
