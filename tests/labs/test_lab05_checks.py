@@ -404,3 +404,13 @@ def test_a_crashing_kernel_fails_and_names_the_case(monkeypatch):
     report = lab05.check_forward(kernel, seed=0).report
     # a store far away faults, hits a sentinel, or corrupts the child so the case computes NaN: each fails it
     assert "case 1 of" in report and any(n in report for n in ("crashed", "outside the tensor", "non-finite")), report
+
+
+def test_a_result_of_another_kind_is_the_checks_verdict_not_an_error_of_the_students_code():
+    # o alone, or (o, lse) as NumPy arrays: the report says what came back, never "your function raised".
+    for got in (lambda q: q.clone(), lambda q: (q.numpy(), q[..., 0].float().numpy())):
+        def launch(q, k, v, causal=False, _got=got):
+            return _got(q)
+        report = lab05.check_gqa(launch, seed=0).report
+        assert "your function returned the wrong kind of result: flash_forward must return (o, lse)" in report, report
+        assert "raised" not in report, report

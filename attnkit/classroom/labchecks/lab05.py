@@ -48,6 +48,7 @@ from ..checking import (
     FAILED,
     CheckResult,
     Exercise,
+    WrongResult,
     case,
     check_exercises,
     is_not_implemented,
@@ -55,6 +56,7 @@ from ..checking import (
     placed,
     run_check,
     student_error,
+    wrong_kind,
 )
 
 DTYPE_NAME = "float16"
@@ -467,11 +469,16 @@ def _student(flash_forward: Callable) -> Callable:
         if got is None:
             return None
         if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
-            raise TypeError(f"flash_forward must return (o, lse), two tensors; got {type(got).__name__}")
+            # the check's verdict on what came back (reported as is, not as an error the student's code raised)
+            what = (f"a {type(got).__name__} of {len(got)} items" if isinstance(got, (tuple, list))
+                    else f"a {type(got).__name__}")
+            if isinstance(got, (tuple, list)) and len(got) == 2:
+                what += f" ({type(got[0]).__name__}, {type(got[1]).__name__})"
+            raise WrongResult(wrong_kind(f"flash_forward must return (o, lse), two tensors; got {what}"))
         o, lse = got
         if tuple(o.shape) != tuple(q.shape) or tuple(lse.shape) != tuple(q.shape[:3]):
-            raise ValueError(f"expected o {list(q.shape)} and lse {list(q.shape[:3])}, got {list(o.shape)} and "
-                             f"{list(lse.shape)}")
+            raise WrongResult(wrong_kind(f"expected o {list(q.shape)} and lse {list(q.shape[:3])}, got "
+                                         f"{list(o.shape)} and {list(lse.shape)}"))
         return _as_compared(o, lse)
     return call
 
