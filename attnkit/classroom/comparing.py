@@ -109,3 +109,37 @@ def changed_input(before: tuple, after: tuple, names: Sequence[str] = ()) -> str
                 return (f"{path} changed: element {list(where)} was {a[where]:.6g}, is now "
                         f"{b[where]:.6g} ({int((~same).sum())} of {same.size} elements changed)")
     return None
+
+
+def _kind_of(value) -> str:
+    """What a returned value is, in a student's words: 'a tuple of 2 items', 'a list', 'a float'."""
+    kind = type(value).__name__
+    if isinstance(value, (tuple, list, dict)):
+        return f"a {kind} of {len(value)} item{'' if len(value) == 1 else 's'}"
+    return f"a {kind}"
+
+
+def not_an_array(out, array: str = "array") -> str:
+    """The words for a result that is not the ``array`` an exercise asks for: what came back and what
+    belongs there (a tuple such as ``(O, P)``, a ``.tolist()``, a number)."""
+    if isinstance(out, tuple):
+        return (f"a tuple of {len(out)} items where one {array} belongs (return only the result, e.g. O "
+                f"alone, not (O, P))")
+    if isinstance(out, list):
+        return f"a list where a {array} belongs (return the array itself, not .tolist())"
+    return f"a {type(out).__name__} where a {array} belongs"
+
+
+def _compared(compare, got, expected) -> tuple[bool, str | None]:
+    """(whether ``got`` matches, None) or (False, why it cannot be compared): an answer of another kind
+    than the reference (a tuple ``(o, p)`` where one array belongs, a ragged list) is reported in the
+    student's terms, never raised from the check."""
+    try:
+        return bool(compare(got, expected)), None
+    except Exception as exc:  # the answer's type or shape breaks the comparison: say what came back
+        shape = getattr(expected, "shape", None)
+        want = f"one array of shape {tuple(shape)}" if shape is not None else "the kind of result the exercise asks for"
+        hint = (" (did you return something else with it? return only the result)"
+                if isinstance(got, (tuple, list)) else "")
+        return False, (f"your function returned {_kind_of(got)} where {want} belongs{hint}; it cannot be "
+                       f"compared with the expected result ({type(exc).__name__}: {exc}).")

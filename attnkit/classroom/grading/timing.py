@@ -199,7 +199,7 @@ def _load(spec, say):
 def _guarded(fn):
     """``fn()`` with the lab checks' guards on: no course code, no PyTorch attention, matrix product,
     softmax or exp while the student's call runs."""
-    from ..labchecks.lab05 import course_code_forbidden, torch_compute_forbidden
+    from ..labchecks.course_code import course_code_forbidden, torch_compute_forbidden
 
     with course_code_forbidden(), torch_compute_forbidden():
         return fn()

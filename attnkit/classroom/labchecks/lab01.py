@@ -35,9 +35,7 @@ Internal API for tests and scripts: ``within_bound(got, expected)``, the compari
 from __future__ import annotations
 
 import math
-import os
 import sys
-import types
 from contextlib import contextmanager
 
 import numpy as np
@@ -63,6 +61,8 @@ from ..checking import (
     run_check,
     wrong_kind,
 )
+from . import library_use
+from .library_use import OTHER_LIBRARIES, code_objects, other_libraries_used, student_function
 
 TOL = tolerance("float64") * 1e3   # float64 arithmetic in a different order: far below any real bug
 UNIT_ROUNDOFF_FLOAT32 = float(np.finfo(np.float32).eps) / 2          # u = 2⁻²⁴
@@ -129,7 +129,7 @@ def _reference_attention(Q, K, V, causal=False):
 def forbidden() -> tuple:
     """The course's own implementations (the references and this module's functions): a student's
     function that calls one of them fails."""
-    return module_functions(_attention, _online, _tiled, sys.modules[__name__])
+    return module_functions(_attention, _online, _tiled, library_use, sys.modules[__name__])
 
 
 # ------------------------------------------------------------------------------------ precision
@@ -165,83 +165,6 @@ def within_bound(got, expected) -> bool:
 
 
 # ------------------------------------------------------------------------------------ NumPy only
-OTHER_LIBRARIES = ("torch", "scipy", "jax", "jaxlib", "tensorflow", "sklearn", "cupy", "numba", "mlx",
-                   "triton")
-
-
-def _library(value) -> str | None:
-    """The top-level package of a module or of a function/class, when it is one of OTHER_LIBRARIES."""
-    if isinstance(value, types.ModuleType):
-        name = value.__name__
-    else:
-        name = getattr(value, "__module__", None) or ""
-        if not isinstance(name, str):
-            name = ""
-        owner = getattr(value, "__objclass__", None) or getattr(value, "__self__", None)
-        if not name and owner is not None:
-            name = getattr(owner, "__module__", "") if not isinstance(owner, types.ModuleType) else owner.__name__
-    top = name.split(".")[0]
-    return top if top in OTHER_LIBRARIES else None
-
-
-def _codes(code: types.CodeType):
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _codes(const)
-
-
-def other_libraries_used(fn, _seen=None) -> list[str]:
-    """Names of other array libraries that ``fn``, and every Python function it names, refers to:
-    a global bound to such a module or function, an ``import`` of one, or its name as a string
-    (``__import__("torch")``). The course's own functions are not followed (they raise while the
-    student's function runs)."""
-    seen = set() if _seen is None else _seen
-    found: list[str] = []
-    if id(fn) in seen or len(seen) > 200:
-        return found
-    seen.add(id(fn))
-    module = getattr(fn, "__module__", "") or ""
-    if module.split(".")[0] in OTHER_LIBRARIES + ("numpy",):
-        return found
-    fn = _student_function(fn)                   # through the grader's wrappers; not the course's code
-    if fn is None:
-        return found
-    code = fn.__code__
-    namespace = getattr(fn, "__globals__", {}) or {}
-    builtins_ = namespace.get("__builtins__", {})
-    builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
-    values = [cell.cell_contents for cell in (getattr(fn, "__closure__", None) or ())
-              if _cell_filled(cell)]
-    for c in _codes(code):
-        for name in c.co_names:
-            if name.split(".")[0] in OTHER_LIBRARIES and name not in namespace:
-                found.append(f"`import {name}`")
-            if name in namespace:
-                values.append(namespace[name])
-            elif name in builtins_:
-                values.append(builtins_[name])
-        for const in c.co_consts:
-            if isinstance(const, str) and const.split(".")[0] in OTHER_LIBRARIES:
-                found.append(f"the module name {const!r}")
-    for value in values:
-        library = _library(value)
-        if library is not None:
-            label = getattr(value, "__name__", type(value).__name__)
-            found.append(f"{library}'s {label}" if not isinstance(value, types.ModuleType) else f"the module {label}")
-        elif isinstance(value, (types.FunctionType, types.MethodType)):
-            found += other_libraries_used(value, seen)
-    return list(dict.fromkeys(found))
-
-
-def _cell_filled(cell) -> bool:
-    try:
-        _ = cell.cell_contents
-    except ValueError:             # a closure variable not assigned yet
-        return False
-    return True
-
-
 @contextmanager
 def _torch_operators_recorded(seen: list):
     """While the block runs, every PyTorch operator (on any tensor) is appended to ``seen`` by name and
@@ -335,35 +258,13 @@ def reference_by_hand() -> dict:
     return {"scores": s, "weights": p, "output": p @ _example.V}
 
 
-_COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _student_function(fn, depth: int = 0):
-    """The student's own function behind ``fn``: ``fn`` itself, or, when ``fn`` is a wrapper of the
-    course's (the grader's timer, its call to another process), the function it closes over; None
-    when there is none here (the student's code runs in another process)."""
-    fn = getattr(fn, "__func__", fn)
-    code = getattr(fn, "__code__", None)
-    if not isinstance(code, types.CodeType) or depth > 5:
-        return None
-    if not os.path.abspath(code.co_filename).startswith(_COURSE_DIR + os.sep):
-        return fn
-    for cell in getattr(fn, "__closure__", None) or ():
-        inner = cell.cell_contents if _cell_filled(cell) else None
-        if isinstance(inner, (types.FunctionType, types.MethodType)):
-            found = _student_function(inner, depth + 1)
-            if found is not None:
-                return found
-    return None
-
-
 def _typed_numbers(fn) -> str | None:
     """None when the student's ``fn`` only returns numbers typed into it (or when its code is not in
     this process: the values are still checked); otherwise the names it computes with."""
-    fn = _student_function(fn)
+    fn = student_function(fn)
     if fn is None:
         return None
-    names = sorted({n for c in _codes(fn.__code__) for n in c.co_names})
+    names = sorted({n for c in code_objects(fn.__code__) for n in c.co_names})
     return ", ".join(names) if names else None
 
 

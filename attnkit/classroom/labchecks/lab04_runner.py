@@ -200,7 +200,7 @@ def _forbidden_course():
     """attnkit's own kernels and references: functions whose code is swapped while the student runs."""
     import importlib
 
-    from .lab05 import course_kernel_modules
+    from .course_code import course_kernel_modules
 
     found = []
     for module_name in course_kernel_modules() + ("attnkit.reference.attention", "attnkit.reference.online_softmax",

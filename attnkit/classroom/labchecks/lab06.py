@@ -104,7 +104,7 @@ def forbid_course_attention():
     import torch
 
     from ...kernels import flash
-    from .lab05 import course_kernel_modules
+    from .course_code import course_kernel_modules
 
     saved = []
 

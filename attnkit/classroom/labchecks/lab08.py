@@ -22,7 +22,7 @@ be two int64 tensors of shape [seq_len], append's slots pairs of ints, an append
 raises RuntimeError (the lab's rule; not MemoryError) and changes nothing, a freed sequence keeps no
 pages in the pool's page tables, and the kernel's output comes back in q's dtype (judged on every case,
 before its values). While the student's function runs, the course's
-own paged kernels, merge and references raise (see ``attnkit.classroom.labchecks.lab05.course_code_forbidden``),
+own paged kernels, merge and references raise (see ``attnkit.classroom.labchecks.course_code.course_code_forbidden``),
 and so do PyTorch's matrix products, softmax and exp while the student's decode function runs.
 
 Internal API for tests and scripts: ``run_scripted_pool(PagePool)``, the fixed workload ``check_pool``
@@ -48,7 +48,7 @@ from ..checking import (
     unwrapped,
     wrong_kind,
 )
-from .lab05 import guarded_check
+from .course_code import guarded_check
 
 HINT_SLOTS = ("token t lives in page block_table[t // page_size] at offset t % page_size "
               "(the page id comes from the table; the offset is the position inside the page).")

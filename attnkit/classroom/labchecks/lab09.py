@@ -50,6 +50,7 @@ from ..checking import (
 )
 from .lab09_model import (  # noqa: F401  (re-exported: lab 09's names, importable from here as before)
     GUARDED_MODULES,
+    HINT_INPUTS,
     LEDGER_VOCAB,
     Seq,
     ServeError,
@@ -59,9 +60,11 @@ from .lab09_model import (  # noqa: F401  (re-exported: lab 09's names, importab
     _clone,
     _differences,
     _failed,
+    _Inputs,
     _pool_state,
     _rids,
     _seed,
+    _WatchedStep,
     ledger_next,
     ledger_no_cache,
     queue_order,
@@ -86,77 +89,9 @@ HINT_STEP = ("kept, preempted = grow(running, pool); the queue is waiting + pree
              "rid), sorted on every step (`waiting` may come in any order); "
              "admitted = admit(queue, len(kept), pool, max_batch); running is kept + admitted (admission "
              "order), waiting the rest of the queue.")
-HINT_INPUTS = ("work on new lists (kept = list(running); queue = sorted(waiting + preempted, key=queue_order)) "
-               "and leave the lists and requests you are given as they were: the caller still holds them.")
 HINT_PREDICTION = ("a prompt of 21 tokens fills ceil(21 / 8) pages; after step s a request has 21 + s + 1 "
                    "tokens and needs room for them at step s + 1; count the free pages when they all need "
                    "their fourth page at once.")
-
-
-class _Inputs:
-    """The caller's lists of requests as they were before a call, to report any change the call made to them
-    (the lab: leave the lists you are given as they were). A class, not a function: the guard that refuses
-    this module's functions during a student's call leaves it working."""
-
-    FIELDS = ("rid", "prompt", "generated", "arrival", "max_new_tokens")
-
-    def __init__(self, **lists):
-        self.lists = lists
-        self.before = {name: self.state(items) for name, items in lists.items()}
-
-    @classmethod
-    def state(cls, items) -> list:
-        out = []
-        for s in list(items):
-            values = tuple(list(v) if isinstance(v, list) else v
-                           for v in (getattr(s, f, None) for f in cls.FIELDS))
-            out.append((id(s), values))
-        return out
-
-    @staticmethod
-    def same(a, b) -> bool:
-        """a == b as one bool; False where the comparison has no single answer (an array put in a field)."""
-        try:
-            return type(a) is type(b) and bool(a == b)
-        except Exception:
-            return False
-
-    @staticmethod
-    def rid_list(state) -> list:
-        return [values[0] for _, values in state]
-
-    def changed(self) -> str | None:
-        """None when every list holds the same requests in the same order, each unchanged; else the change."""
-        for name, items in self.lists.items():
-            before, after = self.before[name], self.state(items)
-            if [i for i, _ in before] != [i for i, _ in after]:
-                return (f"your function changed the caller's `{name}` list: rids {self.rid_list(before)} before "
-                        f"the call, {self.rid_list(after)} after it")
-            for (_, old), (_, new) in zip(before, after):
-                fields = [f"{f}: {a!r} -> {b!r}" for f, a, b in zip(self.FIELDS, old, new) if not self.same(a, b)]
-                if fields:
-                    return (f"your function changed request {old[0]} of the caller's `{name}` list "
-                            f"({'; '.join(fields)})")
-        return None
-
-
-class _WatchedStep:
-    """A student's scheduler_step as serve calls it: `waiting` handed over in an order drawn from ``rng`` (the
-    step sorts the queue itself), and a change to the caller's lists reported as a ServeError."""
-
-    def __init__(self, scheduler_step, rng):
-        self.scheduler_step, self.rng, self.calls = scheduler_step, rng, 0
-
-    def __call__(self, running, waiting, pool, max_batch):
-        step, self.calls = self.calls, self.calls + 1
-        waiting = [waiting[i] for i in self.rng.permutation(len(waiting))]
-        given = ", ".join(f"rid {s.rid} (arrival {s.arrival})" for s in waiting)
-        watch = _Inputs(running=running, waiting=waiting)
-        plan = self.scheduler_step(running, waiting, pool, max_batch)
-        changed = watch.changed()
-        if changed is not None:
-            raise ServeError(f"step {step} (waiting given as [{given}]): {changed}. {HINT_INPUTS}")
-        return plan
 
 
 def _make_pool(num_pages, page_size, held, rng=None):

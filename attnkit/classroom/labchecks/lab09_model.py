@@ -187,6 +187,76 @@ class ServeError(Exception):
     """A scheduler step left the pool or the queues in a state the rule forbids."""
 
 
+HINT_INPUTS = ("work on new lists (kept = list(running); queue = sorted(waiting + preempted, key=queue_order)) "
+               "and leave the lists and requests you are given as they were: the caller still holds them.")
+
+
+class _Inputs:
+    """The caller's lists of requests as they were before a call, to report any change the call made to them
+    (the lab: leave the lists you are given as they were). A class, not a function: the guard that refuses
+    this module's functions during a student's call leaves it working."""
+
+    FIELDS = ("rid", "prompt", "generated", "arrival", "max_new_tokens")
+
+    def __init__(self, **lists):
+        self.lists = lists
+        self.before = {name: self.state(items) for name, items in lists.items()}
+
+    @classmethod
+    def state(cls, items) -> list:
+        out = []
+        for s in list(items):
+            values = tuple(list(v) if isinstance(v, list) else v
+                           for v in (getattr(s, f, None) for f in cls.FIELDS))
+            out.append((id(s), values))
+        return out
+
+    @staticmethod
+    def same(a, b) -> bool:
+        """a == b as one bool; False where the comparison has no single answer (an array put in a field)."""
+        try:
+            return type(a) is type(b) and bool(a == b)
+        except Exception:
+            return False
+
+    @staticmethod
+    def rid_list(state) -> list:
+        return [values[0] for _, values in state]
+
+    def changed(self) -> str | None:
+        """None when every list holds the same requests in the same order, each unchanged; else the change."""
+        for name, items in self.lists.items():
+            before, after = self.before[name], self.state(items)
+            if [i for i, _ in before] != [i for i, _ in after]:
+                return (f"your function changed the caller's `{name}` list: rids {self.rid_list(before)} before "
+                        f"the call, {self.rid_list(after)} after it")
+            for (_, old), (_, new) in zip(before, after):
+                fields = [f"{f}: {a!r} -> {b!r}" for f, a, b in zip(self.FIELDS, old, new) if not self.same(a, b)]
+                if fields:
+                    return (f"your function changed request {old[0]} of the caller's `{name}` list "
+                            f"({'; '.join(fields)})")
+        return None
+
+
+class _WatchedStep:
+    """A student's scheduler_step as serve calls it: `waiting` handed over in an order drawn from ``rng`` (the
+    step sorts the queue itself), and a change to the caller's lists reported as a ServeError."""
+
+    def __init__(self, scheduler_step, rng):
+        self.scheduler_step, self.rng, self.calls = scheduler_step, rng, 0
+
+    def __call__(self, running, waiting, pool, max_batch):
+        step, self.calls = self.calls, self.calls + 1
+        waiting = [waiting[i] for i in self.rng.permutation(len(waiting))]
+        given = ", ".join(f"rid {s.rid} (arrival {s.arrival})" for s in waiting)
+        watch = _Inputs(running=running, waiting=waiting)
+        plan = self.scheduler_step(running, waiting, pool, max_batch)
+        changed = watch.changed()
+        if changed is not None:
+            raise ServeError(f"step {step} (waiting given as [{given}]): {changed}. {HINT_INPUTS}")
+        return plan
+
+
 @dataclass
 class ServeRecord:
     """What a served workload did, step by step, and what each request generated."""
