@@ -20,8 +20,9 @@ ring implementations follow):
 - broadcast, gather, scatter, all_gather_object: recorded with the bytes of the tensors passed (the
   course's attention never calls them; a lab's check refuses them).
 
-``on_call(call, tensors)``, when given, runs before the real call: a check can refuse a call or
-poison a receive buffer there (see ``attnkit.classroom.labchecks.lab10``).
+``on_call(call, tensors, sent)``, when given, runs before the real call with the tensors the call writes
+into (its receive buffers) and, for a point-to-point send, the tensor it sends: a check can refuse a call,
+judge the tensors' layouts or poison a receive buffer there (see ``attnkit.classroom.labchecks.lab10``).
 """
 from __future__ import annotations
 
@@ -99,7 +100,8 @@ def count_traffic(on_call=None):
             call, buffers = _describe(name, args, kwargs)
             log.append(call)
             if on_call is not None:
-                on_call(call, buffers)
+                sent = [args[0]] if name in ("isend", "send") and args else []
+                on_call(call, buffers, sent)
             return fn(*args, **kwargs)
         wrapper.__name__ = wrapper.__qualname__ = name
         return wrapper

@@ -602,3 +602,29 @@ def test_merge_keeps_a_row_that_sees_no_key_empty():
     o_m, lse_m = cp.merge((o.clone(), lse.clone()), o.clone(), lse.clone())
     assert torch.isfinite(o_m).all() and lse_m[0, 1, 2] == -math.inf and (o_m[0, 1, 2] == 0).all()
     assert torch.allclose(o_m[0, 0], o[0, 0]) and torch.allclose(lse_m[0, 0], lse[0, 0] + math.log(2))
+
+
+def test_a_check_sees_the_tensor_a_point_to_point_call_sends(monkeypatch):
+    """``on_call`` gets a send's tensor as well as a receive's buffer, so a check can judge the layout of
+    what a direct dist.isend or dist.send hands over (lab 10: gloo refuses a strided tensor)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from attnkit.distributed import traffic
+
+    real = []
+    for name in ("isend", "send", "irecv"):
+        monkeypatch.setattr(c10d, name, lambda t, peer, *a, _name=name, **k: real.append(_name))
+    seen = []
+    strided = torch.zeros(4, 6)[:, ::2]
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)      # the calls' sizes read the world
+    try:
+        with traffic.count_traffic(on_call=lambda call, buffers, sent: seen.append((call.op, buffers, sent))):
+            dist.isend(strided, 1)
+            dist.send(strided, 1)
+            dist.irecv(strided, 1)
+    finally:
+        dist.destroy_process_group()
+    assert [(op, len(b), len(s)) for op, b, s in seen] == [("isend", 0, 1), ("send", 0, 1), ("irecv", 1, 0)]
+    assert seen[0][2][0] is strided and seen[2][1][0] is strided and real == ["isend", "send", "irecv"]

@@ -305,10 +305,10 @@ class _RingRules:
                           f"v.contiguous(), and receive into buffers made like those")
                 return
 
-    def on_call(self, call, buffers):
+    def on_call(self, call, buffers, sent=()):
         neighbours = {(self.rank + 1) % self.world, (self.rank - 1) % self.world}
         if call.op not in COLLECTIVES:
-            self.strided(call.op, buffers)
+            self.strided(call.op, list(buffers) + list(sent))
         if call.op in COLLECTIVES:
             self.note(f"rank {self.rank} called dist.{call.op}, a collective: this exercise is a ring, where each "
                       f"rank only sends to and receives from its neighbours (a gather holds every rank's K/V "
