@@ -907,3 +907,19 @@ INPLACE_WRONG = {
 @pytest.mark.parametrize(("check", "mutant"), [pytest.param(*v, id=k) for k, v in INPLACE_WRONG.items()])
 def test_an_input_changed_in_place_is_rejected_on_every_seed(check, mutant):
     assert_rejected_on_every_seed(check, mutant, FEW_SEEDS, contains="your function wrote into")
+
+
+# ---------------------------------------------------------------------- a part of out returned
+# The launch function returns `out`: not one element of it, a slice or a view of another shape (each
+# shares out's storage, so the check compares shapes and strides too).
+RETURNS_WRONG = {
+    "block_max: returns out[0]": (lab04.check_block_max, lambda x, out: block_max(x, out)[0]),
+    "row_sums: returns out[:1]": (lab04.check_row_sums, lambda x, out: row_sums(x, out)[:1]),
+    "scaled_add: returns out as a column": (lab04.check_scaled_add,
+                                            lambda x, y, alpha, out: scaled_add(x, y, alpha, out)[:, None]),
+}
+
+
+@pytest.mark.parametrize(("check", "mutant"), [pytest.param(*v, id=k) for k, v in RETURNS_WRONG.items()])
+def test_a_part_or_reshaped_view_of_out_returned_is_rejected_on_every_seed(check, mutant):
+    assert_rejected_on_every_seed(check, mutant, FEW_SEEDS, contains="return `out`")

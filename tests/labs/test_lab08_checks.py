@@ -105,9 +105,28 @@ def test_slots_rejects_on_every_seed_at_a_fixed_case(mutant):
 def test_slots_of_the_wrong_kind_are_reported_as_what_came_back(mutant, rule):
     """The check's verdict names the rule and what came back, never "your function raised" nor its own line."""
     report = lab08.check_slots(WRONG_SLOTS[mutant], seed=0).report
-    assert f"case 1 of 9, seq_len=11, page_size=4, block_table_row=[7, 2, 9, 0]: your function returned the " \
+    assert f"case 1 of 11, seq_len=11, page_size=4, block_table_row=[7, 2, 9, 0]: your function returned the " \
            f"wrong kind of result: {rule}\n   hint:" in report, report
     assert "raised" not in report and "(line" not in report, report
+
+
+def _slots_kept_by(key):
+    """token_slots with the result kept between calls, looked up by ``key(seq_len, page_size)`` alone."""
+    kept = {}
+
+    def token_slots(row, n, ps):
+        return kept.setdefault(key(n, ps), slots_right(row, n, ps))
+    return token_slots
+
+
+STATE_SLOTS = {"slots kept by (seq_len, page_size)": _slots_kept_by(lambda n, ps: (n, ps)),
+               "slots kept by seq_len": _slots_kept_by(lambda n, ps: n)}
+
+
+@pytest.mark.parametrize("mutant", catalogue_params(STATE_SLOTS))
+def test_slots_kept_between_calls_are_rejected_on_every_seed(mutant):
+    """The first cases' lengths and page sizes come again with other page tables."""
+    assert_rejected_on_every_seed(lab08.check_slots, mutant, SEEDS, contains="again, with the page table")
 
 
 @pytest.mark.parametrize("correct", catalogue_params(RIGHT_SLOTS))
@@ -299,6 +318,16 @@ class PoolSlotTriples(PoolRight):
         return [(p, o, length + i) for i, (p, o) in enumerate(super()._take(seq, n))]
 
 
+class PoolGeneratorSlots(PoolRight):
+    def _take(self, seq, n):                         # a generator: used up after one pass
+        return (slot for slot in super()._take(seq, n))
+
+
+class PoolMapSlots(PoolRight):
+    def _take(self, seq, n):                         # map(tuple, ...): an iterator too
+        return map(tuple, super()._take(seq, n))
+
+
 RAISE_RUNTIME = "append must raise RuntimeError"
 WRONG_POOLS = {PoolPartialOnFailure: "raised an error but changed the pool first", PoolLeaks: "leak",
                PoolPageEveryToken: "pages; expected ceil(", PoolSwapped: "but its page table puts it at",
@@ -313,7 +342,9 @@ WRONG_POOLS = {PoolPartialOnFailure: "raised an error but changed the pool first
                PoolFloorPlusOne: "pages; expected ceil(", PoolIgnoresPartialPage: "pages; expected ceil(",
                PoolForgetsLength: "slot", PoolKeepsFreedTable: "pool.tables still has an entry for it",
                PoolClassTables: "pool.tables still has an entry for it",
-               PoolKeepsAnEmptyTable: "pool.tables still has an entry for it"}
+               PoolKeepsAnEmptyTable: "pool.tables still has an entry for it",
+               PoolGeneratorSlots: "returned a generator where a list [(page, offset), ...] belongs",
+               PoolMapSlots: "returned a map where a list [(page, offset), ...] belongs"}
 RIGHT_POOLS = {"LIFO free list": PoolRight, "FIFO free list, a token at a time": PoolFifo}
 
 

@@ -169,6 +169,11 @@ ADMIT_WRONG = {
         ("admitted.append(s)", "admitted.append(s)\n        waiting.pop(0)")],
     "the caller's queue sorted in place": [
         ("admitted = []", "waiting.sort(key=queue_order)\n    admitted = []")],
+    # the running requests counted from the pool rather than by n_running (the pool may hold others)
+    "running counted as the pool's sequences": [(BATCH, "if len(pool.sequences) >= max_batch:")],
+    "running counted once, as the pool's sequences before the loop": [
+        ("admitted = []", "admitted, n_held = [], len(pool.sequences)"),
+        (BATCH, "if n_held + len(admitted) >= max_batch:")],
 }
 ADMIT_RIGHT = {
     "solution": [],

@@ -347,7 +347,18 @@ def _table(n, d, *, exponent=lambda i, d: 2 * i / d, base=10000.0, first=0, func
     return out.astype(dtype)
 
 
+def _kept_by(key):
+    """A table kept between calls, looked up by ``key(n, d)`` alone (a cache a student adds for speed)."""
+    kept = {}
+
+    def positions(n, d):
+        return kept.setdefault(key(n, d), _table(n, d))
+    return positions
+
+
 POSITIONS_WRONG = {
+    "table kept by n_positions alone": _kept_by(lambda n, d: n),
+    "table kept by d_model alone": _kept_by(lambda n, d: d),
     "exponent i/d instead of 2i/d": lambda n, d: _table(n, d, exponent=lambda i, d: i / d),
     "sin and cos swapped": lambda n, d: _table(n, d, funcs=(np.cos, np.sin)),
     "sines first, then cosines": lambda n, d: _table(n, d, layout="halves"),

@@ -475,8 +475,11 @@ def _check_attention(attention, *, seed: int | None = None) -> CheckResult:
 def _check_positions(sinusoidal_positions, *, seed: int | None = None) -> CheckResult:
     """sinusoidal_positions(n_positions, d_model) -> PE [n_positions, d_model] (float64 or float32)."""
     # Several positions and d_model ≥ 4, so that a wrong exponent (i/d instead of 2i/d) or base shows;
-    # d_model = 6 is not a multiple of 4; 128 positions make large angles.
-    fixed = [case(n, d, label=f"{n} positions, d_model={d}") for n, d in ((4, 4), (10, 6), (50, 16), (128, 64))]
+    # d_model = 6 is not a multiple of 4; 128 positions make large angles. Each argument also comes again
+    # with the other one changed (10 positions at d_model 6 then 16; d_model 16 at 50 then 4 positions), so
+    # a table kept from an earlier call and looked up by one argument alone fails.
+    sizes = ((4, 4), (10, 6), (50, 16), (128, 64), (10, 16), (4, 16))
+    fixed = [case(n, d, label=f"{n} positions, d_model={d}") for n, d in sizes]
     rng = np.random.default_rng(seed)
     ranges = [((2, 9), (2, 5)), ((10, 65), (4, 17)), ((2, 6), (16, 33)), ((65, 129), (8, 33))]
     sizes = [(int(rng.integers(*n)), 2 * int(rng.integers(*half))) for n, half in ranges]

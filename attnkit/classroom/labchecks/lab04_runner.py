@@ -366,6 +366,13 @@ def _changed_input(args, before) -> str | None:
     return None
 
 
+def _is_out(got, out) -> bool:
+    """``got`` is ``out`` itself, or a view of all of it (same storage, shape and strides): not ``out[0]``,
+    a slice or another tensor."""
+    return got is out or (hasattr(got, "data_ptr") and got.data_ptr() == out.data_ptr()
+                          and tuple(got.shape) == tuple(out.shape) and tuple(got.stride()) == tuple(out.stride()))
+
+
 def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResult:
     tol = check_tolerance("float32") if tol is None else tol
     given = len(puzzles)
@@ -421,8 +428,9 @@ def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResu
                     return _fail(name, where, f"your kernel reads each input element {int(counts.max())} "
                                               f"times; this puzzle asks for ONE pass (keep a running maximum "
                                               f"and rescale the running sums when it grows)", hint)
-        if got is not None and got is not out and not (hasattr(got, "data_ptr") and got.data_ptr() == out.data_ptr()):
-            return _fail(name, where, "return `out` (the tensor your kernel wrote), not a new tensor", hint)
+        if got is not None and not _is_out(got, out):
+            return _fail(name, where, "return `out` (the tensor your kernel wrote), not a new tensor, a part of it "
+                                      "(out[0], a slice) or a view of another shape", hint)
         err = rel_error(out, expected)
         if not (np.isfinite(err) and err <= tol):
             return CheckResult(name, FAILED, f"❌ {name}: {where}: differs from the float64 reference "

@@ -99,6 +99,11 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
     cases = [case(torch.tensor(row, dtype=torch.int32), seq_len, page_size,
                   label=f"seq_len={seq_len}, page_size={page_size}, block_table_row={list(row)}")
              for seq_len, page_size, row in SLOTS_FIXED]
+    # state: the first two cases' lengths and page sizes again with other page tables (nothing may be kept
+    # from an earlier call, e.g. the slots looked up by seq_len and page_size)
+    cases += [case(torch.tensor(row[::-1], dtype=torch.int32), seq_len, page_size,
+                   label=f"seq_len={seq_len}, page_size={page_size} again, with the page table {list(row[::-1])}")
+              for seq_len, page_size, row in SLOTS_FIXED[:2]]
     gen = torch.Generator().manual_seed(_seed(seed))
     rng = np.random.default_rng(_seed(seed))
     for _ in range(3):
@@ -133,7 +138,7 @@ def check_slots(token_slots: Callable, *, seed: int | None = None) -> CheckResul
 
     return guarded_check("token → (page, offset)", student, _reference_slots, cases, tol=0.0,
                          hint=f"{HINT_SLOTS} Row 0 of the result is the pages, row 1 the offsets.", compare=same,
-                         fixed=len(SLOTS_FIXED))
+                         fixed=len(SLOTS_FIXED) + 2)
 
 
 # ------------------------------------------------------------------------------ exercise 2: pool
@@ -251,6 +256,9 @@ def _pool_append(pool, model: dict, seq, n: int, page_size: int, num_pages: int)
                 f"but it raised {type(exc).__name__}: {exc}"), False
     if slots is None:
         return "returned None (return the (page, offset) of each new token)", False
+    if not isinstance(slots, (list, tuple)):          # a generator or map is used up after one pass
+        return (f"returned a {type(slots).__name__} where a list [(page, offset), ...] belongs (as the docstring "
+                f"says: a caller may read it more than once)"), False
     try:
         slots = [_slot(s) for s in slots]
     except (TypeError, ValueError) as exc:

@@ -235,7 +235,9 @@ def check_grow(grow: Callable, *, seed: int | None = None) -> CheckResult:
 
 # ------------------------------------------------------------------------------------ exercise 3
 def _admit_cases(rng):
-    """(label, num_pages, page_size, running {rid: tokens held}, waiting seqs, max_batch)."""
+    """(label, num_pages, page_size, running {rid: tokens held}, waiting seqs, max_batch[, idle {rid: tokens
+    held}]): ``idle`` sequences hold pages in the pool without running (a finished request, freed after the
+    step), so the running requests are counted by n_running, not by the pool's sequences."""
     run2 = {100: 9, 101: 5}                                   # 2 + 1 pages of 8 held by running requests
     cases = [
         ("the batch limit binds first", 20, 8, run2, [_seq(0, 5, 0), _seq(1, 5, 0), _seq(2, 5, 0)], 3),
@@ -251,6 +253,8 @@ def _admit_cases(rng):
         # smaller id; one page is free, so rid 5 is admitted and rid 2 waits (no re-sorting)
         ("the queue in the order given, not re-sorted", 4, 8, run2,
          [_seq(5, 3, 0, arrival=3), _seq(2, 3, 0, arrival=0)], 8),
+        ("the pool also holds a finished request's pages: 2 running, 3 sequences", 20, 8, run2,
+         [_seq(0, 5, 0), _seq(1, 5, 0)], 3, {900: 6}),
     ]
     for i in range(6):
         ps = int(rng.choice([1, 2, 4, 8]))
@@ -269,8 +273,8 @@ def check_admit(admit: Callable, *, seed: int | None = None) -> CheckResult:
     name = "admit (first come, first served, within the budget)"
     rng = np.random.default_rng(_seed(seed))
     cases = _admit_cases(rng)
-    for index, (label, num_pages, ps, running, waiting, max_batch) in enumerate(cases, start=1):
-        pool = _make_pool(num_pages, ps, running, rng)
+    for index, (label, num_pages, ps, running, waiting, max_batch, *idle) in enumerate(cases, start=1):
+        pool = _make_pool(num_pages, ps, {**running, **(idle[0] if idle else {})}, rng)
         ref_pool = copy.deepcopy(pool)
         ref = reference_admit(copy.deepcopy(waiting), len(running), ref_pool, max_batch)
         lens = ", ".join(f"rid {s.rid} (arrival {s.arrival}): {len(s.prompt)} + {len(s.generated)} tokens"
