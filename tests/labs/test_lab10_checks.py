@@ -245,10 +245,11 @@ def test_merge_accepts(correct):
 # ------------------------------------------------------------------------------------ the ring
 def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, mask_all=False,
               swap=True, merge=None, send_to=+1, one_buffer=False, read_before_wait=False, send_last=False,
-              out=None, contiguous="kv", recv_like_input=False):
+              out=None, contiguous="kv", recv_like_input=False, double_buffered=False):
     """A ring_forward with one mistake (the defaults give the right ring); ``out(o, q)`` makes the
     returned value from the merged o (default: o in q's dtype); ``contiguous`` names the inputs made
-    contiguous before the ring; ``recv_like_input``: receive buffers made like the inputs as given."""
+    contiguous before the ring; ``recv_like_input``: receive buffers made like the inputs as given;
+    ``double_buffered``: two pairs of receive buffers allocated once and received into in turn."""
     merge = merge or merge_logaddexp
 
     def ring_forward(q, k, v, causal):
@@ -257,6 +258,7 @@ def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, 
         o = lse = None
         k_in, v_in = k, v
         k, v = (k.contiguous() if "k" in contiguous else k), (v.contiguous() if "v" in contiguous else v)
+        pairs = [(torch.empty_like(k), torch.empty_like(v)) for _ in range(2)]
         for step in range(world if steps is None else steps(world)):
             owner = (rank + owner_sign * step) % world
             requests = []
@@ -264,6 +266,8 @@ def make_ring(*, steps=None, owner_sign=-1, skip_own=False, mask_diagonal=True, 
                 nk, nv = (k, v) if one_buffer else (torch.empty_like(k), torch.empty_like(v))
                 if recv_like_input:
                     nk, nv = torch.empty_like(k_in), torch.empty_like(v_in)
+                if double_buffered:
+                    nk, nv = pairs[step % 2]
                 dst, src = (rank + send_to) % world, (rank - send_to) % world
                 requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, k, dst), dist.P2POp(dist.isend, v, dst),
                                                    dist.P2POp(dist.irecv, nk, src), dist.P2POp(dist.irecv, nv, src)])
@@ -383,6 +387,7 @@ RING_WRONG = {
 RING_RIGHT = {
     "solution": SOLUTION["ring_forward"],
     "reversed ring (send to r - 1, owner r + s)": make_ring(owner_sign=+1, send_to=-1),
+    "two pairs of receive buffers allocated once, used in turn": make_ring(double_buffered=True),
 }
 
 

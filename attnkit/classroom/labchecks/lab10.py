@@ -326,8 +326,9 @@ class _RingRules:
             self.strided("batch_isend_irecv", [getattr(op, "tensor", None) for op in ops])
             receives = [op.tensor for op in ops if getattr(op.op, "__name__", "") == "irecv"]
             sends = {id(op.tensor) for op in ops if getattr(op.op, "__name__", "") == "isend"}
+            reused = {id(t) for t in receives}             # a buffer received into again holds no old block
             held = [t() for t in self.received]
-            held = [t for t in held if t is not None and id(t) not in sends]
+            held = [t for t in held if t is not None and id(t) not in sends and id(t) not in reused]
             if held:
                 self.note(f"rank {self.rank} still held {len(held)} earlier received buffer(s) of K/V when it "
                           f"posted the next step: a ring keeps one block (the one it passes on), not every "
