@@ -8,7 +8,7 @@
 # 2. the kernel leaderboard on the solutions and the slower fixtures, alone on the machine (its timings are
 #    the host's too): OUTDIR/leaderboard/ (bench_leaderboard.csv, leaderboard.md, grades/);
 # 3. then, side by side: the solutions under nbval (GPU 0), the fresh wrong answers of the Triton labs
-#    (round 3, compiled, and lab 04 interpreted: GPU 0 after nbval), and the kernels' GPU tests over every GPU (scripts/gpu_tests.sh).
+#    (rounds 5, 4 and 3, compiled, and lab 04 interpreted: GPU 0 after nbval), and the kernels' GPU tests over every GPU (scripts/gpu_tests.sh).
 # SECONDS (default 570) bounds the whole run; each step's log is in OUTDIR and its last lines are printed.
 set -u
 out=${1:?OUTDIR}; limit=${2:-570}
@@ -33,18 +33,21 @@ echo "leaderboard: exit $? after $(( $(date +%s) - started )) s"
   CUDA_VISIBLE_DEVICES=0 timeout $(( $(left) - 30 )) $PY -m pytest -q -p no:cacheprovider --nbval -n 4 --dist loadfile solutions \
     > "$out/nbval_solutions.log" 2>&1
   echo "nbval solutions: exit $?" >> "$out/nbval_solutions.log"
-  # compiled (run_fresh.py interprets unless told otherwise), then lab 04 interpreted on the GPU machine
-  for run in "0 04" "0 05" "0 06" "0 08" "1 04"; do
-    set -- $run
-    [ "$(left)" -gt 60 ] || break
-    echo "TRITON_INTERPRET=$1" >> "$out/fresh_round3.log"
-    CUDA_VISIBLE_DEVICES=0 TRITON_INTERPRET=$1 timeout $(( $(left) - 30 )) $PY tests/fresh_mutants/run_fresh.py $2 \
-      --dir tests/fresh_mutants/round3 >> "$out/fresh_round3.log" 2>&1
+  # the newest rounds first, compiled (run_fresh.py interprets unless told otherwise), then lab 04 interpreted
+  # on the GPU machine; as far as the time allows
+  for round in round5 round4 round3; do
+    for run in "0 04" "0 05" "0 06" "0 07" "0 08" "1 04"; do
+      set -- $run
+      [ "$(left)" -gt 60 ] || break 2
+      echo "$round TRITON_INTERPRET=$1" >> "$out/fresh.log"
+      CUDA_VISIBLE_DEVICES=0 TRITON_INTERPRET=$1 timeout $(( $(left) - 30 )) $PY tests/fresh_mutants/run_fresh.py \
+        $2 --dir tests/fresh_mutants/$round >> "$out/fresh.log" 2>&1
+    done
   done
 ) &
 PYTHON=$PY bash scripts/gpu_tests.sh "$out/gpu_tests" $(( $(left) - 20 )) > "$out/gpu_tests.log" 2>&1 &
 wait
 
-for log in leaderboard nbval_solutions fresh_round3 gpu_tests; do
+for log in leaderboard nbval_solutions fresh gpu_tests; do
   echo "== $out/$log.log"; tail -n 12 "$out/$log.log" 2>/dev/null
 done
