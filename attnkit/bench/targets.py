@@ -520,7 +520,7 @@ How each row is computed (`attnkit/bench/targets.py`, one function per target):
   a time ratio ("within", "at most") is the course's time ÷ the other's. The cases behind the worst one
   are listed beside it.
 - **1a-1e, head dims** (`docs/head_dims.md`): cuDNN's time ÷ the course's, fp16, B = 4, H = 16. In the
-  recording of 2026-11-28 the baseline's causal forward at D = 80-112 ran zero-padded to 128; without
+  recorded baseline the causal forward at D = 80-112 ran zero-padded to 128; without
   autograd the dispatch now runs it unpadded (`dispatch.pad_width`), which row 1e reads from the sweep's
   `dispatch` rows. Under autograd the forward is still padded, as in 1b.
 - **2, broadcast dO** (`docs/flash_notes.md`): `o.sum().backward()` (dO expanded, stride 0) against a

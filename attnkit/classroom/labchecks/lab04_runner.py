@@ -19,6 +19,7 @@ from ..checking import (
     FAILED,
     PASSED,
     CheckResult,
+    changed_input,
     describe_difference,
     is_not_implemented,
     isolated,
@@ -350,22 +351,6 @@ def again_with_other_values(p: Puzzle, rng) -> Puzzle:
 INPUT_NAMES = ("the first input", "the second input", "the third input", "the fourth input")
 
 
-def _changed_input(args, before) -> str | None:
-    """Which input the call wrote into (its values compared with a copy taken before, NaN for NaN), in
-    words, or None: a kernel or a launch function that scales, shifts or reuses an input as scratch
-    destroys its caller's data even when ``out`` is right."""
-    for index, (now, was) in enumerate(zip(args, before)):
-        if was is None:
-            continue
-        same = (now == was) | (now.isnan() & was.isnan())
-        if not bool(same.all()):
-            at = tuple(int(i) for i in (~same).nonzero()[0].tolist())
-            return (f"your function wrote into {INPUT_NAMES[min(index, 3)]} (shape {tuple(now.shape)}): element "
-                    f"{list(at)} was {float(was[at]):.6g}, is now {float(now[at]):.6g} ({int((~same).sum())} "
-                    f"element(s) changed). Its caller still needs it: store only into `out`")
-    return None
-
-
 def _is_out(got, out) -> bool:
     """``got`` is ``out`` itself, or a view of all of it (same storage, shape and strides): not ``out[0]``,
     a slice or another tensor."""
@@ -405,9 +390,10 @@ def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResu
         stray = _stray_store(out, p)
         if stray:
             return _fail(name, where, stray, hint)
-        changed = _changed_input(p.args, before)
+        changed = changed_input(before, p.args, INPUT_NAMES)     # a kernel or launch that scales or reuses an input
         if changed:
-            return _fail(name, where, changed, hint)
+            return _fail(name, where, f"your function wrote into its input: {changed}. Its caller still needs that "
+                                      f"data: store only into `out`", hint)
         if watched:
             tensors = [a for a in p.args if hasattr(a, "data_ptr")]
             allowed = np.concatenate([_element_addresses(t) for t in tensors + [out]])
