@@ -438,12 +438,20 @@ def _run(plan: Plan, q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scal
         target, target_strides = o, (*o.stride()[:2], 0)
     args = (q, k_pages, v_pages, block_table, seq_lens, target, k_scale, v_scale, state, *plan.scalars,
             *strides, seq_lens.stride(0), *target_strides)
+    merge_args = (workspace, o, plan.num_splits, *target_strides, *o.stride()[:2]) if split else None
     with on_device(device):
-        RUNNERS.launch(paged_kernel, plan.grid, args, plan.constexprs[check], device)
-        if split:
-            RUNNERS.launch(merge_splits_kernel, plan.grid[1:2] + plan.out_shape[1:2],
-                           (workspace, o, plan.num_splits, *target_strides, *o.stride()[:2]),
-                           plan.merge_constexprs, device)
+        if plan.direct:            # every argument but the tensors and the buffers' strides is the plan's
+            RUNNERS.launch_planned(plan.runners, (check, *target_strides), paged_kernel, plan.grid, args,
+                                   plan.constexprs[check], device, 9)
+            if split:
+                RUNNERS.launch_planned(plan.runners, merge_args[3:], merge_splits_kernel,
+                                       plan.grid[1:2] + plan.out_shape[1:2], merge_args, plan.merge_constexprs,
+                                       device, 2)
+        else:
+            RUNNERS.launch(paged_kernel, plan.grid, args, plan.constexprs[check], device)
+            if split:
+                RUNNERS.launch(merge_splits_kernel, plan.grid[1:2] + plan.out_shape[1:2], merge_args,
+                               plan.merge_constexprs, device)
     return o if o.device == where and o.dtype == out_dtype else o.to(where, out_dtype)
 
 

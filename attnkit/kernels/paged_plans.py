@@ -12,7 +12,7 @@ start over) and ``MAX_PLANS``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -48,6 +48,7 @@ class Plan:
     direct: bool                     # the inputs go to the kernel as they are (no copy, no conversion)
     input_strides: tuple             # then their strides, in the kernel's order
     state: torch.Tensor | None       # the device's value_checks state (check_values="device")
+    runners: dict = field(default_factory=dict, compare=False)   # runners.launch_planned's kept runners
 
 
 PLANS: dict = {}                     # plan_key(...) -> Plan

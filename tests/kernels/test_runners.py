@@ -125,6 +125,36 @@ def test_only_the_most_recent_keys_are_kept():
     assert [how for how, _, _ in kernel.launches][-2:] == ["jit", "runner"]
 
 
+def test_a_planned_launch_is_keyed_by_its_tensors_alignment_and_what_varies():
+    """launch_planned: the plan's first launch of a key through the JIT, later ones with other tensors of
+    the same 16-byte alignment through the kept runner (with those tensors); a tensor at another
+    alignment, or another value of ``varying``, is a new key: the JIT again."""
+    kernel, runners, kept = FakeTriton(NAMES), Runners(), {}
+    store = torch.empty(64)
+
+    def planned(x, n=100):                        # n: an argument the plan does not fix
+        runners.launch_planned(kept, (n,), kernel, (3, 8), _args(x=x, n=n), OPTIONS, CPU, 1)
+
+    aligned, also_aligned, off_by_one = store[:8], store[16:24], store[1:9]     # 0, 64 and 4 bytes in
+    for x in (aligned, also_aligned, off_by_one, off_by_one):
+        planned(x)
+    planned(aligned, n=101)
+    assert [how for how, _, _ in kernel.launches] == ["jit", "runner", "jit", "runner", "jit"]
+    assert kernel.launches[1][2][0] is also_aligned                            # the call's own tensor
+    assert len(kept) == 3
+
+
+def test_a_planned_launch_whose_runner_fails_leaves_the_jit():
+    kernel, runners, kept = FakeTriton(NAMES), Runners(), {}
+    runners.launch_planned(kept, (), kernel, (3, 8), _args(), OPTIONS, CPU, 1)
+    kernel.fail = TypeError("launch() takes 20 positional arguments")
+    with pytest.warns(RuntimeWarning, match="launching a compiled kernel directly failed"):
+        runners.launch_planned(kept, (), kernel, (3, 8), _args(), OPTIONS, CPU, 1)
+    runners.launch_planned(kept, (), kernel, (3, 8), _args(), OPTIONS, CPU, 1)
+    assert [how for how, _, _ in kernel.launches] == ["jit", "jit", "jit"]
+    assert runners.enabled is False
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Triton's interpreter only")
 def test_the_interpreter_keeps_nothing_and_computes_the_same():
     """Triton's interpreter returns no compiled kernel: every call runs the kernel, nothing is kept."""

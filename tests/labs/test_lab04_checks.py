@@ -923,3 +923,78 @@ RETURNS_WRONG = {
 @pytest.mark.parametrize(("check", "mutant"), [pytest.param(*v, id=k) for k, v in RETURNS_WRONG.items()])
 def test_a_part_or_reshaped_view_of_out_returned_is_rejected_on_every_seed(check, mutant):
     assert_rejected_on_every_seed(check, mutant, FEW_SEEDS, contains="return `out`")
+
+
+COMPILED_PROCESS = r'''
+import os, sys
+os.environ["TRITON_INTERPRET"] = "0"            # Triton imported for compiling, as on a GPU
+import triton, triton.language as tl
+from attnkit.classroom import checking
+from attnkit.classroom.labchecks import lab04, lab04_runner as runner
+
+@triton.jit
+def lse_kernel(x_ptr, out_ptr, M, N, sxm, sxn, TWO_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    if TWO_PASS:
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            x = tl.load(x_ptr + rows[:, None] * sxm + cols[None, :] * sxn,
+                        mask=(rows[:, None] < M) & (cols[None, :] < N), other=float("-inf"))
+            m = tl.maximum(m, tl.max(x, axis=1))
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_ptr + rows[:, None] * sxm + cols[None, :] * sxn,
+                    mask=(rows[:, None] < M) & (cols[None, :] < N), other=float("-inf"))
+        m_new = m if TWO_PASS else tl.maximum(m, tl.max(x, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
+        m = m_new
+    tl.store(out_ptr + rows, m + tl.log(l), mask=rows < M)
+
+def launch(two_pass):
+    def row_logsumexp(x, out):
+        M, N = x.shape
+        lse_kernel[(triton.cdiv(M, 4),)](x, out, M, N, x.stride(0), x.stride(1), TWO_PASS=two_pass,
+                                         BLOCK_M=4, BLOCK_N=16)
+        return out
+    return row_logsumexp
+
+captured = {}
+def spy(name, fn, reference, puzzles, *, hint, tol=None):
+    captured.update(name=name, reference=reference, puzzles=puzzles, hint=hint)
+    return checking.CheckResult(name, checking.PASSED, "")
+lab04.run_puzzle = spy
+lab04.check_row_logsumexp(launch(False), seed=0)
+assert not runner.interpreting()
+for two_pass in (False, True):
+    fn = launch(two_pass)
+    with runner.interpreted_kernels(fn):
+        result = runner._run_cases(captured["name"], fn, captured["reference"],
+                                   [runner.on_cpu(p) for p in captured["puzzles"]], 3, hint="", note=" (again)",
+                                   tol=runner.check_tolerance("float32"))
+    print(two_pass, result.status, result.report.splitlines()[0])
+print(type(lse_kernel).__name__, type(tl.max).__name__, os.environ["TRITON_INTERPRET"], runner.interpreting())
+'''
+
+
+def test_where_kernels_compile_the_cases_run_again_in_the_interpreter(tmp_path):
+    """On a GPU, loads cannot be recorded: after the compiled cases, run_puzzle runs them again in Triton's
+    interpreter in the same process (every @triton.jit swapped for the interpreter's). Here a process that
+    imported Triton for compiling: a two-pass kernel is refused for reading twice, the one-pass kernel
+    passes, and the compiled functions are back afterwards."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    program = tmp_path / "compiled_process.py"          # Triton reads a kernel's source from its file
+    program.write_text(COMPILED_PROCESS)
+    done = subprocess.run([sys.executable, str(program)], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].startswith("False passed"), lines
+    assert lines[1].startswith("True failed") and "reads each input element 2 times" in lines[1], lines
+    assert lines[2] == "JITFunction JITFunction 0 False", lines

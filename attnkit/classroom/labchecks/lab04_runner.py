@@ -360,12 +360,73 @@ def _is_out(got, out) -> bool:
 
 def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResult:
     tol = check_tolerance("float32") if tol is None else tol
-    given = len(puzzles)
     # The first case once more at the end with other values (see again_with_other_values); the same
     # values on every run.
-    puzzles = list(puzzles) + [again_with_other_values(puzzles[0], np.random.default_rng(4))]
+    cases = list(puzzles) + [again_with_other_values(puzzles[0], np.random.default_rng(4))]
+    result = _run_cases(name, student_fn, reference, cases, len(puzzles), hint=hint, tol=tol, note="")
+    if result.status != PASSED or interpreting():
+        return result
+    # Compiled, a kernel's loads and stores cannot be recorded: the same cases once more in the
+    # interpreter, on CPU copies, where reading outside the inputs, leaving out unwritten and
+    # reading a one-pass input twice all show.
+    with interpreted_kernels(student_fn):
+        cpu_cases = [on_cpu(p) for p in cases]
+        return _run_cases(name, student_fn, reference, cpu_cases, len(puzzles), hint=hint, tol=tol,
+                          note=" (rerun in Triton's interpreter, where every load and store is recorded)")
+
+
+def on_cpu(p: Puzzle) -> Puzzle:
+    """Puzzle ``p`` with every tensor copied to the CPU in a copy of its whole buffer (padding, strides
+    and offset kept)."""
+    def copied(t):
+        if not hasattr(t, "data_ptr") or t.device.type == "cpu":
+            return t
+        whole = _torch().tensor([], dtype=t.dtype, device=t.device).set_(t.untyped_storage()).cpu()
+        return whole.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    return Puzzle(tuple(copied(a) for a in p.args), p.out_shape, p.label, stream=p.stream,
+                  out_row_gap=p.out_row_gap)
+
+
+@contextlib.contextmanager
+def interpreted_kernels(student_fn):
+    """Where kernels compile: Triton's interpreter for the duration, in this process. Every
+    ``@triton.jit`` function of ``triton.language`` and of the student's globals is swapped for the
+    interpreter's (and TRITON_INTERPRET=1 set, so that ``interpreting()``, the poisoned masked loads
+    and any kernel decorated inside are the interpreter's too); all restored after."""
+    import sys
+
+    import triton.experimental.gluon  # noqa: F401  (imported now: its import asserts compiled kernels)
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    namespaces = [vars(module) for name, module in list(sys.modules.items())
+                  if name.startswith("triton.language") and module is not None]
+    namespaces.append(getattr(student_fn, "__globals__", {}))
+    swapped = []
+    for namespace in namespaces:
+        for key, value in list(namespace.items()):
+            if isinstance(value, JITFunction):
+                swapped.append((namespace, key, value))
+                namespace[key] = InterpretedFunction(value.fn)
+            elif isinstance(getattr(value, "fn", None), JITFunction):      # @triton.autotune, @heuristics
+                swapped.append((vars(value), "fn", value.fn))
+                value.fn = InterpretedFunction(value.fn.fn)
+    saved_env = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        for namespace, key, value in swapped:
+            namespace[key] = value
+        if saved_env is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved_env
+
+
+def _run_cases(name, student_fn, reference, puzzles, given, *, hint, tol, note) -> CheckResult:
     for index, p in enumerate(puzzles, start=1):
-        where = f"case {index} of {len(puzzles)}, {p.where}"
+        where = f"case {index} of {len(puzzles)}, {p.where}{note}"
         expected = np.asarray(reference(*[_float64(a) for a in p.args]), dtype=np.float64).reshape(p.out_shape)
         out = output(p.out_shape, p.out_row_gap)
         memory = _Memory()

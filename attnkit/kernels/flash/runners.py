@@ -16,6 +16,9 @@ JIT would have picked. A runner that raises (a Triton whose compiled kernels lau
 RuntimeWarning and the JIT for the rest of the process. Triton's interpreter returns no compiled
 kernel, so there nothing is kept.
 
+``RUNNERS.launch_planned(kept, varying, ...)`` is the same for a caller that fixes a launch's arguments per
+plan (the paged decode's ``paged_plans.Plan``): keyed by its tensors' alignment, without ``launch_key``.
+
 Used by every launch of the FlashAttention kernels (``plans.run_plan``, the backward's pre-pass, the Gluon
 kernels' ``hopper.launch`` and ``hopper_backward.dkdv``); what it saves against the JIT, measured side by
 side (``scripts/gpu_flash_host_profile.py``): docs/flash_notes.md, "Rule: launches through kept runners".
@@ -90,6 +93,33 @@ class Runners:
         if key is not None and self.enabled and hasattr(compiled, "__getitem__"):
             constexprs = tuple(options[name] for name in kernel.arg_names[len(args):])
             self._keep(key, (kernel, compiled[(*grid, 1, 1)[:3]], constexprs))
+
+    def launch_planned(self, kept: dict, varying: tuple, kernel, grid, args, options: dict, device,
+                       n_tensors: int) -> None:
+        """``launch(kernel, grid, args, options, device)`` for a caller that holds everything of the
+        launch fixed per ``kept`` (a plan's own dict) except the first ``n_tensors`` arguments, which are
+        tensors, and the integers of ``varying``: the grid, the options, the device, the tensors'
+        dtypes and every other argument. Then the launch's key is the tensors' alignment (what Triton
+        specialises a pointer on) and ``varying`` alone, not ``launch_key``'s pass over every argument
+        (11 of an eager B = 1 ``paged_decode``'s 88 µs of host time: docs/paged_notes.md, "The eager
+        call's host time")."""
+        if self.enabled:
+            key = (id(kernel), varying, *(t.data_ptr() % 16 for t in args[:n_tensors]))
+            entry = kept.get(key)
+            if entry is not None:
+                runner, constexprs = entry
+                try:
+                    runner(*args, *constexprs)
+                    return
+                except torch.cuda.OutOfMemoryError:
+                    raise
+                except Exception as exc:     # another Triton's runner: the JIT from now on
+                    self._give_up(exc)
+        self.launch(kernel, grid, args, options, device)
+        full_key = self._key(kernel, grid, args, options, device)
+        entry = self.by_key.get(full_key) if full_key is not None else None
+        if entry is not None and entry[0] is kernel and self.enabled:
+            keep_recent(kept, key, entry[1:], 16)
 
     def _key(self, kernel, grid, args, options, device):
         if not self.enabled:
