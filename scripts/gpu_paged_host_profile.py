@@ -6,8 +6,9 @@ At B = 1 the kernels take about 14 µs (CUDA-graph replay) and a back-to-back ca
 (``bench_paged_eager.csv``): the host sets the pace. For B = 1, 4k and 32k (Hq = 32, Hkv = 8, D = 128,
 fp16) this prints, per call:
 1. the host's microseconds issuing 200 calls without synchronising (``host_us``), and the decode loop's
-   time (``loop_us``: wall clock between two synchronisations), for the default call, check_values=False
-   and one split (one launch instead of two);
+   time (``loop_us``: wall clock between two synchronisations), for the default call, check_values=False,
+   one split (one launch instead of two), and the default call with every launch keyed by
+   ``runners.launch_key`` (the path before ``launch_planned``), side by side;
 2. the layers of one call timed apart: the plan's key and lookup, the output buffers, the device
    context, each launch through the kept runners, the same launches straight into the compiled
    kernel's runner (no key), and an empty Triton kernel with as many arguments (the launcher's floor);
@@ -60,18 +61,23 @@ def loop_us(fn, calls: int = CALLS) -> float:
 
 
 def captured_launches(fn) -> list:
-    """(kernel, grid, args, options, device) of every RUNNERS.launch one call of ``fn`` makes."""
-    real, calls = runners.RUNNERS.launch, []
+    """(kernel, grid, args, options, device, planned) of every launch one call of ``fn`` makes; planned:
+    (kept, varying, n_tensors) of a ``RUNNERS.launch_planned``, None for a ``RUNNERS.launch``."""
+    real, real_planned, calls = runners.RUNNERS.launch, runners.RUNNERS.launch_planned, []
 
     def spy(*args):
-        calls.append(args)
+        calls.append((*args, None))
         return real(*args)
 
-    runners.RUNNERS.launch = spy
+    def planned_spy(kept, varying, *args):
+        calls.append((*args[:-1], (kept, varying, args[-1])))
+        return real_planned(kept, varying, *args)
+
+    runners.RUNNERS.launch, runners.RUNNERS.launch_planned = spy, planned_spy
     try:
         fn()
     finally:
-        runners.RUNNERS.launch = real
+        runners.RUNNERS.launch, runners.RUNNERS.launch_planned = real, real_planned
     torch.cuda.synchronize()
     return calls
 
@@ -125,15 +131,18 @@ def layers(problem: dict) -> None:
         if plan.num_splits > 1 else None,
         "on_device context": lambda: paged.on_device(problem["q"].device).__enter__(),
     }
-    for i, launch in enumerate(launches):
-        kernel, grid, launch_args, options, device = launch
-        timed[f"launch {i} through RUNNERS"] = lambda launch=launch: runners.RUNNERS.launch(*launch)
-        timed[f"launch {i}: launch_key alone"] = (
-            lambda launch=launch: runners.launch_key(launch[1], launch[2], launch[3], launch[4]))
-        key = runners.RUNNERS._key(kernel, grid, launch_args, options, device)
-        kept = runners.RUNNERS.by_key.get(key)
-        if kept is not None:
-            _, runner, constexprs = kept
+    for i, (kernel, grid, launch_args, options, device, planned) in enumerate(launches):
+        launch = (kernel, grid, launch_args, options, device)
+        timed[f"launch {i} through RUNNERS.launch (launch_key)"] = lambda launch=launch: runners.RUNNERS.launch(*launch)
+        if planned is not None:
+            kept, varying, n_tensors = planned
+            timed[f"launch {i} through RUNNERS.launch_planned"] = (
+                lambda launch=launch, p=planned: runners.RUNNERS.launch_planned(p[0], p[1], *launch, p[2]))
+        timed[f"launch {i}: launch_key alone"] = lambda launch=launch: runners.launch_key(*launch[1:])
+        key = runners.RUNNERS._key(*launch)
+        kept_runner = runners.RUNNERS.by_key.get(key)
+        if kept_runner is not None:
+            _, runner, constexprs = kept_runner
             timed[f"launch {i}: kept runner alone"] = (
                 lambda runner=runner, a=launch_args, c=constexprs: runner(*a, *c))
         try:
@@ -158,6 +167,14 @@ def main() -> None:
                          ("check_values=False", lambda: paged.paged_decode(*args, check_values=False)),
                          ("num_splits=1", lambda: paged.paged_decode(*args, num_splits=1))):
             print(f"  {name:22} host_us {host_us(fn):8.2f}  loop_us {loop_us(fn):8.2f}")
+        planned = runners.RUNNERS.launch_planned                 # the path before launch_planned, side by side
+        runners.RUNNERS.launch_planned = lambda kept, varying, *a: runners.RUNNERS.launch(*a[:-1])
+        try:
+            fn = lambda: paged.paged_decode(*args)                           # noqa: E731
+            print(f"  {'default, launch_key':22} host_us {host_us(fn):8.2f}  loop_us {loop_us(fn):8.2f}"
+                  "  (every launch keyed by launch_key, as before launch_planned)")
+        finally:
+            runners.RUNNERS.launch_planned = planned
         layers(problem)
         print(profiled(lambda: paged.paged_decode(*args)))
     sys.stdout.flush()

@@ -414,7 +414,8 @@ def interpreted_kernels(student_fn):
     saved_env = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
-        yield
+        with _lang_patches_undone():
+            yield
     finally:
         for namespace, key, value in swapped:
             namespace[key] = value
@@ -422,6 +423,40 @@ def interpreted_kernels(student_fn):
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = saved_env
+
+
+@contextlib.contextmanager
+def _lang_patches_undone():
+    """Every attribute the interpreter patches in ``triton.language`` while inside set back, on leaving,
+    to what it held on entering. The interpreter patches the language's builtins for each kernel and
+    device function it runs; for a device function (``tl.max`` swapped for the interpreter's, say) it
+    never undoes them, and kernels compiled afterwards in the process failed with a CompilationError
+    (Triton 3.6 on the H200)."""
+    from triton.runtime import interpreter
+
+    scope = getattr(interpreter, "_LangPatchScope", None)
+    set_attr = getattr(scope, "set_attr", None)
+    if set_attr is None:                        # a Triton that patches otherwise: nothing to track
+        yield
+        return
+    missing = object()
+    first_seen: dict = {}                       # (id(obj), name) -> (obj, name, the value on entering)
+
+    def recorded(self, obj, name, value):
+        first_seen.setdefault((id(obj), name), (obj, name, vars(obj).get(name, missing)))   # its own, not inherited
+        return set_attr(self, obj, name, value)
+
+    scope.set_attr = recorded
+    try:
+        yield
+    finally:
+        scope.set_attr = set_attr
+        for obj, name, value in first_seen.values():
+            if value is missing:
+                if name in vars(obj):
+                    delattr(obj, name)
+            else:
+                setattr(obj, name, value)
 
 
 def _run_cases(name, student_fn, reference, puzzles, given, *, hint, tol, note) -> CheckResult:
