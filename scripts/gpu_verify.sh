@@ -8,7 +8,7 @@
 # 2. the kernel leaderboard on the solutions and the slower fixtures, alone on the machine (its timings are
 #    the host's too): OUTDIR/leaderboard/ (bench_leaderboard.csv, leaderboard.md, grades/);
 # 3. then, side by side: the solutions under nbval (GPU 0), the fresh wrong answers of the Triton labs
-#    (rounds 5, 4 and 3, compiled, and lab 04 interpreted: GPU 0 after nbval), and the kernels' GPU tests over every GPU (scripts/gpu_tests.sh).
+#    (rounds 6, 5, 4 and 3, compiled, and lab 04 interpreted: GPU 0 after nbval), and the kernels' GPU tests over every GPU (scripts/gpu_tests.sh).
 # SECONDS (default 570) bounds the whole run; each step's log is in OUTDIR and its last lines are printed.
 set -u
 out=${1:?OUTDIR}; limit=${2:-570}
@@ -35,7 +35,7 @@ echo "leaderboard: exit $? after $(( $(date +%s) - started )) s"
   echo "nbval solutions: exit $?" >> "$out/nbval_solutions.log"
   # the newest rounds first, compiled (run_fresh.py interprets unless told otherwise), then lab 04 interpreted
   # on the GPU machine; as far as the time allows
-  for round in round5 round4 round3; do
+  for round in round6 round5 round4 round3; do
     for run in "0 04" "0 05" "0 06" "0 07" "0 08" "1 04"; do
       set -- $run
       [ "$(left)" -gt 60 ] || break 2
