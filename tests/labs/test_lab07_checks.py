@@ -6,7 +6,8 @@ import os
 
 import nbformat
 import pytest
-from mutants.lab07 import RIGHT, TRITON_WRONG, WRONG, append_torch
+import torch
+from mutants.lab07 import RIGHT, TRITON_WRONG, WRONG, _rotate, append_torch
 from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every_seed, catalogue_tests
 
 from attnkit.classroom import checking
@@ -70,6 +71,77 @@ def test_the_catalogue_is_large_enough():
 def test_a_triton_kernel_with_one_wrong_line_fails_on_every_seed(label):
     wrong = _notebook_namespace(SOLUTION, replace=TRITON_WRONG[label])
     assert_rejected_on_every_seed(CHECKS["rope_append"], wrong["rope_append"], FEW_SEEDS, contains="hint:")
+
+
+# Layouts never varied (round 6's class): a kernel or a launch that reaches a cache row, head or sequence
+# through the cache's shape, or writes into a copy of a cache that is a view, must fail on every seed.
+OUT = "out = b * sc_b + h * sc_h + pos * sc_s + d"
+LAYOUT_TRITON_WRONG = {
+    "a cache row at pos · D, sc_s ignored (round 6's ra_cache_row_stride_assumed)": (
+        OUT, "out = b * sc_b + h * sc_h + pos * D + d"),
+    "a sequence at (b · Hkv + h) · sc_h, sc_b ignored": (
+        OUT, "out = (b * (tl.num_programs(1) - HQ) + h) * sc_h + pos * sc_s + d"),
+    "the caches made contiguous in the launch (the rows land in a copy)": (
+        "q, k, v = q.contiguous(), k.contiguous(), v.contiguous()",
+        "q, k, v, k_cache, v_cache = (t.contiguous() for t in (q, k, v, k_cache, v_cache))"),
+}
+
+
+def append_into_flat_rows(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+    """Exercise 3, wrong: the caches flattened to rows [B, Hkv·S_cache, D] with reshape, then row h·S_cache
+    + pos written: reshape copies a cache that is a view, so the rows land in the copy."""
+    B, S = q.shape[:2]
+    hkv, rows = k_cache.shape[1], k_cache.shape[2]
+    pos = (seqlens_k.long() + 1 - S)[:, None] + torch.arange(S)[None, :]
+    k_rot = _rotate(k, pos, mode)
+    k_rows, v_rows = (c.reshape(B, hkv * rows, c.shape[-1]) for c in (k_cache, v_cache))
+    for b in range(B):
+        for s in range(S):
+            at = torch.arange(hkv) * rows + int(pos[b, s])
+            k_rows[b, at], v_rows[b, at] = k_rot[b, s], v[b, s]
+    return _rotate(q, pos, mode)
+
+
+LAYOUT_WRONG = {
+    "caches made contiguous first": lambda q, k, v, kc, vc, sk, mode="half": append_torch(
+        q, k, v, kc.contiguous(), vc.contiguous(), sk, mode),
+    "rows written through a reshape of the caches": append_into_flat_rows,
+}
+
+
+@pytest.mark.parametrize("label", list(LAYOUT_TRITON_WRONG))
+def test_a_kernel_that_reaches_the_cache_through_its_shape_fails_on_every_seed(label):
+    wrong = _notebook_namespace(SOLUTION, replace=LAYOUT_TRITON_WRONG[label])
+    assert_rejected_on_every_seed(CHECKS["rope_append"], wrong["rope_append"], FEW_SEEDS, contains="hint:")
+
+
+@pytest.mark.parametrize("label", list(LAYOUT_WRONG))
+def test_an_answer_that_writes_into_a_copy_of_the_caches_fails_on_every_seed(label):
+    assert_rejected_on_every_seed(CHECKS["rope_append"], LAYOUT_WRONG[label], SEEDS, contains="hint:")
+
+
+def test_every_case_s_caches_are_views_inside_nan_but_one_and_k_and_v_share_their_strides():
+    cases, n_fixed = lab07._append_cases(seed=0)
+    layouts = set()
+    for c in cases[:n_fixed]:
+        q, k, v, k_cache, v_cache, seqlens_k, mode = c.args
+        assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1 and seqlens_k.is_contiguous()
+        layouts.add(k_cache.stride())
+        assert k_cache.is_contiguous() or torch.isnan(k_cache.as_strided((1,), (1,), 0)).all()
+    assert len(layouts) == n_fixed and sum(c.args[3].is_contiguous() for c in cases[:n_fixed]) == 1
+
+
+def test_a_store_outside_the_cache_s_view_is_named():
+    """A store into the padding of a cache's rows (past D) fails with the buffer named, even when every
+    row of the view is right."""
+    def spills(q, k, v, k_cache, v_cache, seqlens_k, mode="half"):
+        q_rot = append_torch(q, k, v, k_cache, v_cache, seqlens_k, mode)
+        if k_cache.stride(2) > k_cache.shape[3]:
+            k_cache.as_strided((1,), (1,), k_cache.storage_offset() + k_cache.shape[3]).fill_(0.0)
+        return q_rot
+
+    report = lab07.check_rope_append(spills, seed=0).report
+    assert "case 1 of" in report and "elements of the buffer around k_cache changed" in report, report
 
 
 @pytest.mark.parametrize("name", list(CHECKS))

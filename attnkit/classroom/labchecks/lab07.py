@@ -10,8 +10,10 @@ Each check runs fixed adversarial cases first (every size distinct, a size not e
 larger than 2³² bytes, positions in the thousands, decoding where a row off by one still lies inside the
 cache), then cases drawn from ``seed`` (fresh ones when None), and compares with the float64 references
 of ``attnkit.kernels.rope_append`` and ``attnkit.reference.rope``; the rotated q must come back in q's
-dtype. Exercise 3 runs the student's kernel on the course's device (Triton's interpreter on a CPU). No
-answer may call the course's own implementations.
+dtype. Exercise 3 runs the student's kernel on the course's device (Triton's interpreter on a CPU), on
+caches that are views with strides of their own inside NaN buffers (rows padded past D, BSNH seen as
+BNSH, heads outermost; ``CACHE_LAYOUTS``), whose memory outside the view must stay untouched. No answer
+may call the course's own implementations.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from ..checking import (
     isolated,
     module_functions,
     not_implemented,
+    placed,
     run_check,
     unwrapped,
 )
@@ -57,7 +60,9 @@ HINT_ROPE = ('"half" pairs x[j] with x[j + D/2]; "interleaved" pairs x[2j] with 
 HINT_Q = "rotate every query head too, at the same position as the key of its token."
 HINT_CACHE = ("seqlens_k[b] is the index of the LAST token after the append (length − 1), so the new token s "
               "goes to row past + s with past = seqlens_k[b] + 1 − S, and is rotated at position past + s "
-              '(with the pairs of its mode: "half" j ↔ j + D/2, "interleaved" 2j ↔ 2j + 1).')
+              '(with the pairs of its mode: "half" j ↔ j + D/2, "interleaved" 2j ↔ 2j + 1). The caches are '
+              "views of larger buffers: reach row (b, h, pos) as b·sc_b + h·sc_h + pos·sc_s, never through the "
+              "shape, and write into the caches you are given (not a copy).")
 HINT_V = "V is not rotated: copy each new V row into the cache row of its token."
 
 
@@ -249,7 +254,31 @@ APPEND_SPECS = [
 ]
 
 
-def _append_case(g, spec):
+# Layouts (the dimensions from outermost to innermost in memory, the gap after each run; see
+# ``kernel_guards.placed``). The rule: every tensor argument comes, in some case, with strides unlike
+# its shape's and its siblings'. A server's caches are views with strides of their own: rows padded past
+# D (a [..., :D] view of a wider buffer), a BSNH buffer seen as BNSH, heads outermost; each inside NaN,
+# so a kernel that steps through a cache by its shape (a row at pos·D, a head at h·S_cache·D, a sequence
+# at (b·Hkv + h)·sc_h) or writes into a copy (.contiguous(), reshape) fails, and so does a store outside
+# the view (checked after every call). k_cache and v_cache share one layout (the given launch passes
+# k_cache's strides for both); the last axis stays contiguous (the kernel's d has stride 1); seqlens_k
+# stays contiguous (the given kernel loads seqlens_k + b). q, k and v get layouts of their own: the
+# given launch makes them contiguous, and one that does not must use their strides.
+CACHE_LAYOUTS = (
+    ((0, 1, 2, 3), 8, "cache rows padded to D + 8"),
+    ((0, 2, 1, 3), 0, "caches stored BSNH, seen as BNSH"),
+    ((1, 0, 2, 3), 0, "caches stored heads outermost"),
+    (None, 0, "contiguous caches"),
+)
+QKV_LAYOUTS = (((0, 2, 1, 3), 0), ((0, 1, 2, 3), 4), ((2, 0, 1, 3), 0), (None, 0))
+
+
+def _laid_out(t, layout):
+    order, gap = layout[:2]
+    return t if order is None else placed(t, order=order, gap=gap)
+
+
+def _append_case(g, spec, layout: int = 3):
     import torch
 
     device = runtime().device
@@ -258,9 +287,12 @@ def _append_case(g, spec):
     def r(*shape):
         return torch.randn(*shape, generator=g).to(device)
 
-    args = (r(b, s, hq, d), r(b, s, hkv, d), r(b, s, hkv, d), r(b, hkv, rows, d), r(b, hkv, rows, d),
-            torch.tensor(seqlens, dtype=torch.int32, device=device), mode)
-    return case(*args, label=f"{what}: S={s}, Hq={hq}, Hkv={hkv}, D={d}, seqlens_k={seqlens}, mode \"{mode}\"")
+    q, k, v = (_laid_out(t, QKV_LAYOUTS[(layout + i) % len(QKV_LAYOUTS)])
+               for i, t in enumerate((r(b, s, hq, d), r(b, s, hkv, d), r(b, s, hkv, d))))
+    k_cache, v_cache = (_laid_out(r(b, hkv, rows, d), CACHE_LAYOUTS[layout]) for _ in range(2))
+    args = (q, k, v, k_cache, v_cache, torch.tensor(seqlens, dtype=torch.int32, device=device), mode)
+    return case(*args, label=f"{what}: S={s}, Hq={hq}, Hkv={hkv}, D={d}, seqlens_k={seqlens}, mode \"{mode}\", "
+                             f"{CACHE_LAYOUTS[layout][2]} (strides {tuple(k_cache.stride())})")
 
 
 def _append_cases(seed):
@@ -268,7 +300,7 @@ def _append_cases(seed):
     import torch
 
     g = _torch_generator(0)
-    fixed = [_append_case(g, spec) for spec in APPEND_SPECS]
+    fixed = [_append_case(g, spec, i % len(CACHE_LAYOUTS)) for i, spec in enumerate(APPEND_SPECS)]
     g = _torch_generator(seed)
     b, s = int(torch.randint(1, 3, (1,), generator=g)), int(torch.randint(1, 4, (1,), generator=g))
     hkv = int(torch.randint(1, 3, (1,), generator=g))
@@ -276,7 +308,8 @@ def _append_cases(seed):
     rows = int(torch.randint(s + 1, 20, (1,), generator=g))
     seqlens = [int(x) for x in torch.randint(s - 1, rows, (b,), generator=g)]
     mode = ("half", "interleaved")[int(torch.randint(0, 2, (1,), generator=g))]
-    drawn = _append_case(g, (b, s, hq, hkv, 16, rows, seqlens, mode, "random"))
+    layout = int(torch.randint(0, len(CACHE_LAYOUTS), (1,), generator=g))
+    drawn = _append_case(g, (b, s, hq, hkv, 16, rows, seqlens, mode, "random"), layout)
     return fixed + [drawn], len(fixed)
 
 
@@ -288,14 +321,30 @@ def _check_rope_append(rope_append: Callable, *, seed: int | None = None) -> Che
 
 
 def _rope_append_cases(rope_append: Callable, seed: int | None) -> CheckResult:
+    import torch
+
     cases, n_fixed = _append_cases(seed)
     results: dict[int, tuple] = {}
     student_fn = unwrapped(rope_append)
+
+    def written_outside(view) -> int:
+        """Elements of the NaN buffer around ``view`` (a ``placed`` cache) that are no longer NaN. (Nested:
+        this module's functions are forbidden while the student's function runs, and this runs then.)"""
+        n = view.untyped_storage().nbytes() // view.element_size()
+        inside = torch.zeros(n, dtype=torch.bool, device=view.device)
+        inside.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(True)
+        return int((~torch.isnan(view.as_strided((n,), (1,), 0)[~inside])).sum())
 
     def student(index):
         if index not in results:    # the student's own copies: the references keep the case's inputs
             q, k, v, k_cache, v_cache, seqlens, mode = fresh_copy(cases[index].args)
             q_rot = student_fn(q, k, v, k_cache, v_cache, seqlens, mode)
+            for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+                if not cache.is_contiguous() and written_outside(cache):
+                    raise WrongResult(
+                        f"{written_outside(cache)} elements of the buffer around {name} changed: {name} is a "
+                        "view of a larger buffer, and a store reached memory outside it (a row, head or sequence "
+                        "reached through the shape instead of sc_s, sc_h, sc_b, or a store past D).")
             results[index] = (q_rot, k_cache, v_cache)
         return results[index]
 
