@@ -21,7 +21,7 @@ from mutation import FEW_SEEDS, SEEDS, assert_accepted, assert_rejected_on_every
 from attnkit.classroom import checking
 from attnkit.classroom.labchecks import lab08
 from attnkit.classroom.notebooks import ROOT
-from attnkit.device import ensure_triton_backend
+from attnkit.device import ensure_triton_backend, runtime
 
 ensure_triton_backend()
 
@@ -398,8 +398,9 @@ def _memo(fn, name: str):
     """``fn`` remembering its output for each input it has seen (inputs are read, never written)."""
     seen: dict = {}
 
-    def key(t):
-        return (tuple(t.shape), str(t.dtype), hashlib.sha1(t.detach().cpu().numpy().tobytes()).hexdigest())
+    def key(t):              # the layout too: one case's values in two layouts are two inputs
+        return (tuple(t.shape), tuple(t.stride()), str(t.dtype),
+                hashlib.sha1(t.detach().cpu().numpy().tobytes()).hexdigest())
 
     def call(*args):
         at = tuple(key(t) for t in args)
@@ -440,6 +441,7 @@ SEQ_LEN = "seq_len = tl.load(lens_ptr + b)"
 M_INIT = 'm_i = tl.full([BLOCK_G], float("-inf"), tl.float32)'
 LOG2E = "1.4426950408889634"
 V_LOAD = "v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)"
+CONTIGUOUS = "q, k_pages, v_pages = q.contiguous(), k_pages.contiguous(), v_pages.contiguous()"
 
 WRONG_DECODE = {
     "no rescale of acc": [(ACC, "acc = acc + tl.dot(p.to(v.dtype), v)")],
@@ -485,6 +487,17 @@ WRONG_DECODE = {
         ("PAGE_SIZE=page_size, BLOCK_N=16)", "PAGE_SIZE=page_size, BLOCK_N=16, SHIFT=page_size.bit_length() - 1)")],
     "page size rounded up to a power of two in the launcher": [
         ("PAGE_SIZE=page_size", "PAGE_SIZE=triton.next_power_of_2(page_size)")],
+    # layouts never varied (round 6's class): a tensor's strides taken from its shape or from a sibling's
+    "block table row stride from its shape (round 6's pd6_bt_stride_from_shape)": [
+        ("block_table.stride(0), o.stride(0)", "block_table.shape[1], o.stride(0)")],
+    "pages left as given, V read through K's strides": [(CONTIGUOUS, "q = q.contiguous()")],
+    "pages left as given, page strides from the shape": [
+        (CONTIGUOUS, "q = q.contiguous()"),
+        ("k_pages.stride(0), k_pages.stride(1), k_pages.stride(2)",
+         "page_size * n_kv * head_dim, n_kv * head_dim, head_dim")],
+    "q left as given, its head stride taken as D": [
+        (CONTIGUOUS, "k_pages, v_pages = k_pages.contiguous(), v_pages.contiguous()"),
+        ("q.stride(0), q.stride(1), k_pages", "q.stride(0), head_dim, k_pages")],
 }
 RIGHT_DECODE = {
     "the solution": [],
@@ -537,6 +550,26 @@ def test_an_output_in_another_dtype_fails_where_the_check_runs(monkeypatch, isol
 def test_no_rescale_fails_at_the_score_gap_case():
     report = lab08.check_paged_decode(built(WRONG_DECODE, "no rescale of acc"), seed=0).report
     assert "case 1 of" in report and "scores ±192 over three blocks" in report
+
+
+def test_fixed_decode_cases_vary_every_tensor_s_layout_that_may_vary():
+    """The block table's row stride (not its width), q's and K's row strides (padded), and V's order
+    (unlike K's) each differ from the contiguous layout in some fixed case with two sequences or more;
+    the table's columns and seq_lens stay contiguous (the given kernel reads them so)."""
+    device = runtime().device
+    cases = lab08.decode_cases(lab08.DECODE_FIXED, lab08.DECODE_LAYOUTS, torch.Generator().manual_seed(80_803),
+                               device)
+    seen = set()
+    for c in cases:
+        q, k_pages, v_pages, table, lens = c.args
+        assert table.stride(1) == 1 and lens.is_contiguous()
+        if table.shape[0] > 1 and table.stride(0) != table.shape[1]:
+            seen.add("table")
+        if q.stride(1) != q.shape[2] and k_pages.stride(2) != k_pages.shape[3]:
+            seen.add("padded")
+        if v_pages.stride() != k_pages.stride():
+            seen.add("v apart")
+    assert seen == {"table", "padded", "v apart"}
 
 
 def test_every_fixed_decode_sequence_spans_three_blocks_but_one_token():

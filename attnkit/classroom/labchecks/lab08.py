@@ -15,7 +15,10 @@ answer (relying on p = 0 to cancel an unmasked value gives 0 · NaN). One fixed 
 one of the merge have score gaps of hundreds: without a per-row running maximum, rescaled at every
 block, exp overflows or underflows. A 33-block case puts almost all the weight on one token, so fp16
 running sums (ℓ or the accumulator) drop the rest. Another merge case has every score near −300 and an
-empty split (``nan_to_num(m, neginf=0)`` makes the empty split's weight the largest: 0/0). The kernel's
+empty split (``nan_to_num(m, neginf=0)`` makes the empty split's weight the largest: 0/0). Most of the
+kernel's fixed cases (and drawn ones) come in a server's layouts (``lab08_cases.laid_out``): a block
+table cut from the rows and first columns of a wider preallocated one (its row stride is not its
+width), q's and K's rows padded with NaN, V stored in another order than K. The kernel's
 cases run in a child process where kernels are interpreted, with sentinels around the tensors the
 launch function allocates (a store without its mask is named, a crash fails with its case). Slots must
 be two int64 tensors of shape [seq_len], append's slots pairs of ints, an append that runs out of pages
@@ -49,6 +52,14 @@ from ..checking import (
     wrong_kind,
 )
 from .course_code import guarded_check
+from .lab08_cases import (  # noqa: F401  (BLOCK_N, make_paged_case: re-exported, as tests and scripts name them)
+    BLOCK_N,
+    DECODE_FIXED,
+    DECODE_LAYOUTS,
+    decode_cases,
+    make_paged_case,
+    random_decode,
+)
 
 HINT_SLOTS = ("token t lives in page block_table[t // page_size] at offset t % page_size "
               "(the page id comes from the table; the offset is the position inside the page).")
@@ -371,119 +382,9 @@ def check_pool(PagePool, *, seed: int | None = None) -> CheckResult:
 
 
 # --------------------------------------------------------------------------- exercise 3: decode
-BLOCK_N = 16                                  # the lab's kernel reads 16 tokens per block
-
-
-def make_paged_case(gen, lens, hq, hkv, d, page_size, dtype, device, spare_pages=4, gaps=False, lone=None):
-    """A random decode step: permuted pages; stale random K/V in every slot no sequence owns, and in
-    ``extra`` pages past the end of the pool's buffer; NaN in the slots of a sequence's last page past
-    its end (a cache's unwritten slots may hold anything: a kernel that loads them unmasked, relying on
-    p = 0, gets 0 · NaN); page table entries past a sequence's pages (the table is wider than any
-    sequence's tokens) name random pages.
-
-    With ``gaps``, query heads 4j, 4j+1, 4j+2, 4j+3 meet scores near +192 then −192 (after the first
-    16 tokens), −192 then +192, −192 everywhere, and near 0. With ``lone``, token 0 scores ``lone``
-    above every other token and the others' values point the other way from its value. At 11.5 (weight
-    e^−11.5 ≈ 10⁻⁵ for each other token) a block of 16 adds less than half an fp16 ulp to ℓ ≈ 1 and to
-    the accumulator, so fp16 running sums drop every later block (about 1% of a 500-token answer). At
-    ln((n − 1)/3) token 0 holds a quarter of the weight, which a 0.2% error in the scores' scale (log2(e)
-    cut to 1.44) moves by 0.14%, the answer by 0.5%.
-    """
-    import torch
-
-    batch, longest = len(lens), max(lens)
-    per_seq = [-(-n // page_size) for n in lens]
-    num_pages = sum(per_seq) + spare_pages + 1                 # + page 0, the null page
-    q = torch.randn(batch, hq, d, generator=gen)
-    keys = torch.randn(batch, longest, hkv, d, generator=gen)
-    values = torch.randn(batch, longest, hkv, d, generator=gen)
-    if gaps:
-        keys = 0.25 * keys
-        keys[..., 1] += 8.0
-        keys[:, :BLOCK_N, :, 0] += 8.0
-        keys[:, BLOCK_N:, :, 0] -= 8.0
-        small = 0.01 * torch.randn(batch, hq, d, generator=gen)
-        for h in range(hq):
-            q[:, h] = 0.0
-            if h % 4 == 3:
-                q[:, h] = small[:, h]
-            else:
-                q[:, h, 1 if h % 4 == 2 else 0] = -96.0 if h % 4 else 96.0
-    if lone is not None:
-        keys = 0.02 * keys
-        values = 0.05 * values
-        keys[:, :, :, 0] = 0.0
-        keys[:, 0, :, 0] = lone * 4.0 * d ** 0.5 / d        # q · k / √d = lone with q's dim 0 = d / 4
-        q = 0.02 * q
-        q[:, :, 0] = d / 4.0
-        direction = torch.randn(hkv, d, generator=gen)
-        values[:, 0] += direction
-        values[:, 1:] -= direction
-    # Stale data everywhere, and past the last page (so a slot index past a page's end reads wrong
-    # numbers, not outside the buffer); page table entries past a sequence's pages name random pages.
-    extra = -(-longest // page_size) + 2
-    k_pages = torch.randn(num_pages + extra, page_size, hkv, d, generator=gen) * 3
-    v_pages = torch.randn(num_pages + extra, page_size, hkv, d, generator=gen) * 3
-    # Page 0 is never a sequence's (vLLM keeps it as a null page too) and holds NaN: a masked load of
-    # the page table with other=0 sends the lanes past a sequence's end there.
-    order = 1 + torch.randperm(num_pages - 1, generator=gen)
-    table = torch.randint(0, num_pages, (batch, max(max(per_seq) + 1, longest + 1, page_size)), generator=gen,
-                          dtype=torch.int32)
-    used = 0
-    for b, n in enumerate(lens):
-        table[b, : per_seq[b]] = order[used: used + per_seq[b]].int()
-        used += per_seq[b]
-        for t in range(n):
-            k_pages[table[b, t // page_size], t % page_size] = keys[b, t]
-            v_pages[table[b, t // page_size], t % page_size] = values[b, t]
-        last = table[b, per_seq[b] - 1]
-        k_pages[last, (n - 1) % page_size + 1:] = float("nan")
-        v_pages[last, (n - 1) % page_size + 1:] = float("nan")
-    k_pages[0] = float("nan")
-    v_pages[0] = float("nan")
-    lengths = torch.tensor(lens, dtype=torch.int32)
-    k_pages, v_pages = (t.to(device, dtype)[:num_pages] for t in (k_pages, v_pages))   # views: the tail stays
-    return q.to(device, dtype), k_pages, v_pages, table.to(device), lengths.to(device)
-
-
-# (lens, Hq, Hkv, D, page_size, what the case is for, values: "gaps", "" or token 0's score lead)
-DECODE_FIXED = (
-    ([40, 33], 4, 2, 16, 8, "scores ±192 over three blocks: exp overflows without a running max", "gaps"),
-    ([48, 47, 49], 6, 3, 16, 4, "lengths 3·16 and 3·16 ± 1; 3 groups of 2 query heads", ""),
-    ([1, 35], 8, 2, 32, 16, "one token; 2 groups of 4 query heads", ""),
-    ([37], 4, 1, 16, 24, "multi-query: 4 query heads share one KV head; pages of 24 tokens, more than a block "
-                         "and not a power of two", ""),
-    # page sizes are any whole number (the lab's rule): with 6, tok & (page_size − 1) is not tok % page_size
-    ([45, 34], 4, 2, 16, 6, "pages of 6 tokens: not a power of two", ""),
-    ([528], 2, 1, 16, 16, "33 blocks, one token with almost all the weight: fp16 running sums drop the rest",
-     11.5),
-    ([160], 2, 1, 16, 16, "one token with a quarter of the weight: the scores' scale must be exact",
-     float(np.log(159 / 3))),
-)
-
-
-def _random_decode(rng):
-    shapes = []
-    for _ in range(2):
-        hkv, group = int(rng.integers(1, 3)), int(rng.choice([1, 2, 4]))
-        lens = [int(n) for n in rng.integers(1, 50, size=int(rng.integers(1, 3)))]
-        shapes.append((lens, hkv * group, hkv, 16, int(rng.choice([3, 4, 5, 6, 8, 12, 16])), "", ""))
-    return shapes
-
-
+# The cases (and their layouts: a block table cut from a wider one, padded pages, V stored apart) are
+# built in lab08_cases.
 _FIXED_DECODE: dict = {}
-
-
-def _decode_cases(shapes, gen, device) -> list:
-    import torch
-
-    cases = []
-    for lens, hq, hkv, d, page, note, values in shapes:
-        args = make_paged_case(gen, lens, hq, hkv, d, page, torch.float16, device, gaps=values == "gaps",
-                               lone=values if isinstance(values, float) else None)
-        label = f"seq_lens={lens}, Hq={hq}, Hkv={hkv}, D={d}, page_size={page}"
-        cases.append(case(*args, label=f"{label} ({note})" if note else label))
-    return cases
 
 
 def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> CheckResult:
@@ -495,9 +396,10 @@ def check_paged_decode(paged_decode: Callable, *, seed: int | None = None) -> Ch
     _require_callable("paged_decode", paged_decode)
     device = runtime().device
     if device not in _FIXED_DECODE:                  # the fixed cases, built once (the check copies them)
-        _FIXED_DECODE[device] = _decode_cases(DECODE_FIXED, torch.Generator().manual_seed(80_803), device)
-    cases = _FIXED_DECODE[device] + _decode_cases(_random_decode(np.random.default_rng(_seed(seed))),
-                                                  torch.Generator().manual_seed(_seed(seed)), device)
+        _FIXED_DECODE[device] = decode_cases(DECODE_FIXED, DECODE_LAYOUTS, torch.Generator().manual_seed(80_803),
+                                             device)
+    cases = _FIXED_DECODE[device] + decode_cases(*random_decode(np.random.default_rng(_seed(seed))),
+                                                 torch.Generator().manual_seed(_seed(seed)), device)
     tol = tolerance("float16", device)
     hint = f"{HINT_DECODE} (passes at a relative error ≤ {tol:.0e}, the float16 bound)"
     student_fn = unwrapped(paged_decode)
