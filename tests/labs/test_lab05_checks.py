@@ -105,6 +105,8 @@ HI = "hi = tl.minimum(last_row + n_k - n_q + 1, n_k)"
 CAUSAL_MASK = 's = tl.where(keys[None, :] <= offs_m[:, None] + n_k - n_q, s, float("-inf"))'
 KV_HEAD = "kv_head = head // GROUP"
 LOG2E = "1.4426950408889634"
+M_START = 'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)'
+SEEN = "seen = l_i > 0"
 
 WRONG_FORWARD = {
     "no rescale of acc": [(ACC, "acc = acc + tl.dot(p.to(v.dtype), v)")],
@@ -141,6 +143,11 @@ WRONG_FORWARD = {
     # log2(e) typed 1.4427: the scale is off by 3.4e-6, invisible in o under fp16's bound, not in the fp32 LSE
     "exp2 with log2(e) typed 1.4427": [(ALPHA, "alpha = tl.exp2((m_i - m_use) * 1.4427)"),
                                        (P, "p = tl.exp2((s - m_use[:, None]) * 1.4427)")],
+    # finite stand-ins for −inf (fresh round 6): right until a row's real scores all lie below them, as
+    # every score of the fixed case with q = +2¹⁵, k = −2¹⁵ does (−2³²)
+    "padding keys scored −1e4 (fresh round 6)": [(S_MASK, S_MASK.replace('float("-inf")', "-1.0e4"))],
+    "maximum clamped at −1e4 (fresh round 6)": [(M_USE, "m_use = tl.maximum(m_new, -1.0e4)")],
+    "running maximum started at −1e9": [(M_START, M_START.replace('float("-inf")', "-1.0e9"))],
     # the LSE
     "LSE without the maximum": [(LSE, 'lse = tl.where(seen, tl.log(l_i), float("-inf"))')],
     "LSE in log2 units": [(LSE, 'lse = tl.where(seen, m_i + tl.log2(l_i), float("-inf"))')],
@@ -179,6 +186,11 @@ WRONG_CAUSAL = {
     "no guard for rows that see no key": [(M_USE, "m_use = m_new")],
     "rows that see no key divided by l = 0": [(FINAL, "    acc = acc / l_i[:, None]\n")],
     "mask with a large finite negative": [(CAUSAL_MASK, CAUSAL_MASK.replace('float("-inf")', "-1.0e30"))],
+    # finite stand-ins for −inf: hidden keys at fp16's lowest, rows that see no key told by a finite
+    # maximum, their LSE stored as −1e4 where the lab says −inf
+    "hidden keys scored −65504": [(CAUSAL_MASK, CAUSAL_MASK.replace('float("-inf")', "-65504.0"))],
+    "rows that see no key told by m > −1e9": [(SEEN, "seen = m_i > -1.0e9")],
+    "rows that see no key given LSE = −1e4": [(LSE, LSE.replace('float("-inf")', "-1.0e4"))],
     "row maximum taken before the causal mask": [
         (CAUSAL_MASK, "m_before = tl.maximum(m_i, tl.max(s, axis=1))\n            " + CAUSAL_MASK),
         (M_NEW, "m_new = m_before if CAUSAL else tl.maximum(m_i, tl.max(s, axis=1))")],

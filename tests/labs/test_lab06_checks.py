@@ -117,6 +117,9 @@ ROW_TERM_WRONG = {
     # types: Δ in float64 (the lab says fp32)
     "Δ allocated in float64": [("delta = torch.empty(B, H, Nq, dtype=torch.float32",
                                 "delta = torch.empty(B, H, Nq, dtype=torch.float64")],
+    # state kept between calls: the first Δ of each shape returned again (the fixed case run twice)
+    "the first Δ of each shape returned again": [
+        ("    return delta", "    return globals().setdefault(('Δ', tuple(delta.shape)), delta)")],
 }
 ROW_TERM_RIGHT = {
     "solution": [],
@@ -169,6 +172,14 @@ DKDV_WRONG = {
     # types: dK and dV in float32 (the gradients come back in their inputs' dtype)
     "dK, dV allocated in float32": [("dk = torch.empty(B, Hkv, Nk, D, dtype=q.dtype",
                                      "dk = torch.empty(B, Hkv, Nk, D, dtype=torch.float32")],
+    # layouts (fresh round 6): lse handed on as it comes to a kernel that indexes it as contiguous, or made
+    # contiguous only when its rows are not (as the launcher treats q, k, v and dO)
+    "lse passed on as it comes (fresh round 6)": [("    lse = lse.contiguous()\n", "")],
+    "lse made contiguous only when its rows are not": [
+        ("lse = lse.contiguous()", "lse = lse if lse.stride(-1) == 1 else lse.contiguous()")],
+    # state kept between calls: Δ cached by o's shape
+    "Δ kept by shape across calls": [
+        ("delta = row_term(o, do)", "delta = globals().setdefault(('Δ', tuple(o.shape)), row_term(o, do))")],
     "hidden query tiles skipped by the start-aligned rule": [
         ("for start_m in range(0, n_q, BLOCK_M):",
          "lo = 0\n        if CAUSAL:\n            lo = tile_n * BLOCK_N // BLOCK_M * BLOCK_M\n"
@@ -223,6 +234,13 @@ DQ_WRONG = {
                                            "last_row = tl.minimum((tile_m + 1) * BLOCK_N, n_q) - 1")],
     "launcher passes BLOCK_M=16 whatever block_m": [("H_Q=Hq, H_KV=Hkv, CAUSAL=causal, HEAD_DIM=D, BLOCK_M=block_m,",
                                                      "H_Q=Hq, H_KV=Hkv, CAUSAL=causal, HEAD_DIM=D, BLOCK_M=16,")],
+    # state kept between calls (fresh round 6): Δ cached by o's shape, the contiguous lse by its shape
+    "Δ kept by o's shape across calls (fresh round 6)": [
+        ("delta = row_term(o, do)", "delta = globals().setdefault(('Δ', tuple(o.shape)), row_term(o, do))")],
+    "lse kept by shape across calls": [
+        ("lse = lse.contiguous()", "lse = globals().setdefault(('lse', tuple(lse.shape)), lse.contiguous())")],
+    # layouts: lse handed on as it comes
+    "lse passed on as it comes": [("    lse = lse.contiguous()\n", "")],
     # types: dQ in float32 (the gradients come back in their inputs' dtype)
     "dQ allocated in float32": [("dq = torch.empty(B, Hq, Nq, D, dtype=q.dtype",
                                  "dq = torch.empty(B, Hq, Nq, D, dtype=torch.float32")],
@@ -426,8 +444,28 @@ def test_the_launch_sizes_are_a_case_dimension():
     """Two fixed cases launch with block_m ≠ block_n, both ways; random cases draw their sizes too."""
     assert {c[7] for c in lab06.FIXED} >= {(16, 16), (32, 16), (16, 32)}
     drawn = {c.kwargs["block_m"] * 100 + c.kwargs["block_n"] for seed in range(12)
-             for c, _ in lab06.lab_cases(seed)[len(lab06.FIXED):]}
+             for c, _ in lab06.lab_cases(seed)[lab06.N_FIXED:]}
     assert len(drawn) == len(lab06.BLOCKS)
+
+
+def test_lse_has_its_own_layout_and_the_first_case_comes_again():
+    """lse is never contiguous (a launcher that hands it on as it comes fails), in the first case with rows
+    of stride 1 (so making it contiguous only when ``stride(-1) != 1`` fails too); the last fixed case is the
+    first one again, same shapes, layouts and launch sizes, other values (state kept between calls fails)."""
+    cases = [c for c, _ in lab06.lab_cases(0)]
+    for c in cases:
+        lse = c.args[4]
+        assert not lse.is_contiguous(), c.label
+        assert lse.stride() != (lse.shape[1] * lse.shape[2], lse.shape[2], 1), c.label
+    assert cases[0].args[4].stride(-1) == 1
+    first, again = cases[0], cases[lab06.N_FIXED - 1]
+    assert "called again with other values" in again.label and again.kwargs == first.kwargs
+    for a, b in zip(first.args, again.args):
+        if isinstance(a, torch.Tensor):
+            assert (a.shape, a.stride(), a.dtype) == (b.shape, b.stride(), b.dtype)
+            assert not torch.equal(a, b)
+        else:
+            assert a == b
 
 
 def test_blank_lab_reports_not_implemented():

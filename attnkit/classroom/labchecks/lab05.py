@@ -14,19 +14,20 @@ reference (a row that sees no key: o = 0, LSE = −inf):
 
 Each check runs fixed adversarial cases first, the same on every run, then cases drawn from ``seed``
 (fresh ones when None). The fixed cases are built for the lab's 16 × 16 tiles: lengths k·16 and
-k·16 ± 1, sequences spanning three or more tiles, Nq = 1 and Nq > Nk, the last key a causal tile sees
-at the start of a key tile, score gaps of hundreds (exp overflows fp32 without a per-row maximum, and
-underflows without a running one), D = 24, a 33-tile row whose small late terms fp16 running sums
-drop, a key holding a tenth of the weight (the scores' scale must be exact: log₂e cut to 1.44
-fails), and head counts where every wrong head mapping reads another head. q, k and v each have their
-own memory layout (``LAYOUTS``: a kernel that reads one through another's strides, or ignores the
-column stride, fails) inside a buffer of NaN (a load past an edge, or a masked load without
-``other=``, gives NaN); o and lse, allocated by the launch function, sit between sentinels checked after
-the call; and on a CPU the cases run in a child process, so a kernel that crashes it fails with the
-case it was on. Each row (its o and its LSE) is judged against the size of its terms, |P|·|V|, with
-the float16 bound, on a CPU and a GPU alike; each row's LSE, computed in float32, is held to a float32
-bound (``LSE_EPS``), so an error in the scores' scale that o's fp16 bound cannot see (log2(e) typed
-1.4427) fails.
+k·16 ± 1, sequences spanning three or more tiles, Nq = 1 and Nq > Nk, the last key a causal tile sees at
+the start of a key tile, score gaps of hundreds (exp overflows fp32 without a per-row maximum, and
+underflows without a running one), rows whose every score is −2³² (``DEEP``: a finite stand-in for −inf,
+−1e4 or −1e9, for the padding keys, the hidden ones or the maximum's start or floor, takes over there),
+D = 24, a 33-tile row whose small late terms fp16 running sums drop, a key holding a tenth of the weight
+(the scores' scale must be exact: log₂e cut to 1.44 fails), and head counts where every wrong head
+mapping reads another head. q, k and v each have their own memory layout (``LAYOUTS``: a kernel that
+reads one through another's strides, or ignores the column stride, fails) inside a buffer of NaN (a load
+past an edge, or a masked load without ``other=``, gives NaN); o and lse, allocated by the launch
+function, sit between sentinels checked after the call; and on a CPU the cases run in a child process,
+so a kernel that crashes it fails with the case it was on. Each row's o is judged against the size of
+its terms, |P|·|V|, with the float16 bound, on a CPU and a GPU alike; each row's LSE, computed in
+float32, is held to a float32 bound (``LSE_EPS``) relative to its largest score, so an error in the
+scores' scale that o's fp16 bound cannot see (log2(e) typed 1.4427) fails.
 
 While the student's function runs, the course's own attention code (``attnkit.kernels.flash``,
 ``attnkit.kernels.paged``, the references), PyTorch's ``scaled_dot_product_attention`` and PyTorch's
@@ -166,8 +167,27 @@ def _hidden_high_qkv(gen, b, hq, hkv, nq, nk, d):
     return q, k, v
 
 
-VALUES = {"normal": _normal_qkv, "hidden_high": _hidden_high_qkv, "gaps": _gap_qkv, "long": _lone_qkv(11.5, True),
-          "tenth": _lone_qkv(float(np.log(9 * 159)), False), "fifth": _lone_qkv(float(np.log(255 / 4)), False)}
+# Every score of a "deep" case: q = +2¹⁵ and k = −2¹⁵ in every column (both exact in fp16), D = 16, so each
+# score is −16 · 2³⁰ / 4 = −2³², exactly, in fp32 and in any order of summation (every partial sum is a
+# power of two): equal along every row, far below any finite stand-in for −inf a kernel might use
+# (−1e4, −65504, −1e9). A right kernel gives o = the mean of the V rows the row sees and
+# LSE = −2³² + ln(their count). The rule: any finite sentinel, for the padding keys (j ≥ Nk), the hidden
+# keys or the running maximum's start or floor, that a row's real scores may all lie below, takes the
+# place of the row's maximum there (o becomes the padding's zeros, or 0/0; the LSE the sentinel's).
+DEEP = 2.0 ** 15
+
+
+def _deep_qkv(gen, b, hq, hkv, nq, nk, d):
+    """q = +DEEP, k = −DEEP everywhere (every score −DEEP²·√d), v normal."""
+    import torch
+
+    _, _, v = _normal_qkv(gen, b, hq, hkv, nq, nk, d)
+    return torch.full((b, hq, nq, d), DEEP), torch.full((b, hkv, nk, d), -DEEP), v
+
+
+VALUES = {"normal": _normal_qkv, "deep": _deep_qkv, "hidden_high": _hidden_high_qkv, "gaps": _gap_qkv,
+          "long": _lone_qkv(11.5, True), "tenth": _lone_qkv(float(np.log(9 * 159)), False),
+          "fifth": _lone_qkv(float(np.log(255 / 4)), False)}
 
 
 def _make_case(gen, shape, causal: bool, index: int, note: str = "", values: str = "normal"):
@@ -209,6 +229,8 @@ FORWARD_FIXED = (
     ((1, 1, 1, 5, 160, 16), "key 0 holds a tenth of the weight: the scores' scale must be exact", "tenth"),
     ((1, 1, 1, 4, 256, 16), "key 0 scores ln(255/4) above 255 others and holds a fifth of the weight: the LSE "
      "moves by the scale's error times 3.3", "fifth"),
+    ((1, 1, 1, 5, 20, 16), "every score −2³², equal along each row: o is the mean of V's 20 rows, the LSE "
+     "−2³² + ln 20; a finite −inf (−1e4, −1e9) for keys 20..31 or for the running maximum takes over", "deep"),
 )
 CAUSAL_FIXED = (
     ((1, 1, 1, 33, 33, 16), "query 32 sees key 32, the first key of tile 2", "normal"),
@@ -218,6 +240,9 @@ CAUSAL_FIXED = (
     ((1, 1, 1, 20, 47, 16), "scores ±192 and Nq < Nk", "gaps"),
     ((1, 1, 1, 40, 21, 16), "Nq > Nk: queries 0..18 see no key (o = 0, LSE = −inf)", "normal"),
     ((1, 1, 1, 16, 16, 16), "queries 0..7 see keys scoring −200; keys they may not see score +200", "hidden_high"),
+    ((1, 1, 1, 24, 21, 16), "every score −2³²: query i ≥ 3 sees keys 0..i − 3 (o their mean), queries 0..2 none; "
+     "a finite −inf (−1e4, −1e9) for hidden keys, for the maximum, or to tell rows that see no key takes over",
+     "deep"),
 )
 GQA_FIXED = (
     ((2, 6, 3, 9, 17, 16), "3 groups of 2 query heads", "normal"),
@@ -251,14 +276,23 @@ def _random_gqa(rng):
 NO_KEY = -1.0e4        # stands for the LSE (−inf) of a row that sees no key, in the compared arrays
 
 
+class _Compared(np.ndarray):
+    """The compared array, with ``no_key``: which rows' LSE was −inf (shown as NO_KEY). A row that sees no
+    key must store −inf itself: a finite stand-in (−1e4 is NO_KEY's own value) fails, as the lab asks."""
+    no_key = None
+
+
 def _as_compared(o, lse):
     """o and lse in one float64 array [B, H, Nq, D + 1] (lse last; −inf as NO_KEY), as the check compares."""
     import torch
 
     o64 = o.detach().to("cpu", torch.float64)
     lse64 = lse.detach().to("cpu", torch.float64)
-    lse64 = torch.where(torch.isneginf(lse64), torch.full_like(lse64, NO_KEY), lse64)
-    return torch.cat([o64, lse64[..., None]], dim=-1).numpy()
+    no_key = torch.isneginf(lse64)
+    lse64 = torch.where(no_key, torch.full_like(lse64, NO_KEY), lse64)
+    out = torch.cat([o64, lse64[..., None]], dim=-1).numpy().view(_Compared)
+    out.no_key = no_key.numpy()
+    return out
 
 
 def _student(flash_forward: Callable) -> Callable:
@@ -313,6 +347,7 @@ def _reference(q, k, v, causal):
     seen = torch.isfinite(scores)
     largest = torch.where(seen, scores.abs(), 0.0).amax(dim=-1).numpy()
     ref.lse_bound = LSE_EPS * np.finfo(np.float32).eps * (largest + np.log(np.maximum(seen.sum(-1).numpy(), 1)) + 1)
+    ref.no_key = torch.isneginf(lse).numpy()
     ref.explain = lambda got: _explain_lse(got, ref)
     return ref
 
@@ -325,28 +360,56 @@ LSE_EPS = 4.0
 
 
 def _lse_error(got, expected):
-    """(row index, error, bound) of the row whose LSE is furthest past its bound, or None when none is."""
+    """(row index, error, bound) of the row whose LSE is furthest past its bound, or None when none is; a
+    row whose LSE is −inf in one and not in the other is off by inf."""
     got64, want = np.asarray(got, dtype=np.float64)[..., -1], np.asarray(expected, dtype=np.float64)[..., -1]
     bound = expected.lse_bound
     over = np.where(np.isfinite(got64), np.abs(got64 - want) - bound, np.inf)
+    got_no_key, want_no_key = getattr(got, "no_key", None), getattr(expected, "no_key", None)
+    mismatch = (got_no_key != want_no_key if got_no_key is not None and want_no_key is not None
+                else np.zeros(over.shape, dtype=bool))
+    over = np.where(mismatch, np.inf, over)
     if not np.any(over > 0):
         return None
     where = np.unravel_index(int(np.argmax(over)), over.shape)
-    return tuple(int(i) for i in where), float(abs(got64[where] - want[where])), float(bound[where])
+    err = np.inf if mismatch[where] else float(abs(got64[where] - want[where]))
+    return tuple(int(i) for i in where), err, float(bound[where])
+
+
+def _o_error(got, expected) -> float:
+    """The componentwise error of o alone (the LSE column left out: it has its own bound, ``LSE_EPS``,
+    which on a row whose scores are −2³² is hundreds, not a fraction of o's terms)."""
+    got64 = np.asarray(got, dtype=np.float64)
+    if got64.shape != np.shape(expected) or not np.all(np.isfinite(got64[..., -1])):
+        return float("inf")
+    return componentwise_error(got64[..., :-1], np.asarray(expected)[..., :-1], expected.magnitude[..., :-1])
 
 
 def _compare(got, expected) -> bool:
-    err = componentwise_error(got, expected, expected.magnitude)
+    err = _o_error(got, expected)
     return bool(np.isfinite(err) and err <= _tol()) and _lse_error(got, expected) is None
 
 
 def _explain_lse(got, expected):
-    found = _lse_error(got, expected) if np.shape(got) == np.shape(expected) else None
-    if found is None:
+    if np.shape(got) != np.shape(expected):
         return None
-    (b, h, i), err, bound = found
-    return (f"   the LSE of row [{b}, {h}, {i}] is off by {err:.3g} (natural-log units; float32 rounding "
-            f"allows {bound:.2g} here)")
+    lines = []
+    err = _o_error(got, expected)
+    if np.isfinite(err) and err > _tol():
+        lines.append(f"   o (columns 0..D − 1) differs: its largest row error ‖got − expected‖/‖|terms|‖ is "
+                     f"{err:.3g}")
+    found = _lse_error(got, expected)
+    if found is not None and np.isinf(found[1]):
+        (b, h, i), _, _ = found
+        no_key = getattr(got, "no_key", None)
+        have = "-inf" if no_key is not None and no_key[b, h, i] else f"{float(np.asarray(got)[b, h, i, -1]):.6g}"
+        seen = "sees no key: its LSE must be −inf" if expected.no_key[b, h, i] else "sees keys: its LSE is finite"
+        lines.append(f"   the LSE of row [{b}, {h}, {i}] is {have}; that row {seen}")
+    elif found is not None:
+        (b, h, i), err, bound = found
+        lines.append(f"   the LSE of row [{b}, {h}, {i}] is off by {err:.3g} (natural-log units; float32 rounding "
+                     f"allows {bound:.2g} here)")
+    return "\n".join(lines) or None
 
 
 def _tol() -> float:

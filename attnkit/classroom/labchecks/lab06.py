@@ -14,10 +14,13 @@ several batches and grouped query heads, a causal mask aligned to the end with N
 whose last visible key starts a key tile (shift Nk − Nq = 1, the case the padded tile end gets wrong),
 Nq = 1, Nq > Nk, two long sums (33 tiles) whose small late terms an fp16 accumulator drops, and two
 launches with block_m ≠ block_n (32 and 16, 16 and 32: a loop that steps by the other tile's size is
-right only when they are equal); then random shapes and launch sizes drawn from ``seed``. Δ must come
-back in float32, the gradients in their inputs' dtype, the prediction's count as an int. Every tensor
-of a case has its own memory layout (``LAYOUTS``: a kernel that reads dO through O's strides fails)
-inside a buffer of NaN (a load past an edge without its mask, or a masked load without ``other=``,
+right only when they are equal), and the first case once more with other values of the same shapes and
+layouts (``AGAIN``: a Δ, LSE or result kept from an earlier call, by shape or not, fails there); then
+random shapes and launch sizes drawn from ``seed``. Δ must come back in float32, the gradients in their
+inputs' dtype, the prediction's count as an int. Every tensor of a case has its own memory layout
+(``LAYOUTS``: a kernel that reads dO through O's strides fails), the fp32 lse too (``LSE_LAYOUTS``: never
+contiguous, so a launch function that passes it on without ``.contiguous()`` to a kernel that indexes it
+as contiguous fails) inside a buffer of NaN (a load past an edge without its mask, or a masked load without ``other=``,
 gives NaN); the tensors the launch functions allocate sit between sentinels checked after each call (a
 store without its mask is named), and the cases run in a child process where kernels are interpreted
 (a crash is a failure that names the case).
@@ -207,7 +210,24 @@ BLOCKS = ((16, 16), (32, 16), (16, 32), (32, 32))
 # launchers require) and the gap after each run: case c gives tensor t (q, k, v, o, dO) LAYOUTS[(c + t) % 5].
 LAYOUTS = (((0, 1, 2, 3), 0), ((0, 2, 1, 3), 3), ((1, 0, 2, 3), 1), ((2, 0, 1, 3), 5), ((1, 2, 0, 3), 2))
 
+# The lse [B, Hq, Nq] of case c: LSE_LAYOUTS[c % 5], (order, gap, step) as ``placed`` takes them. The rule:
+# lse, like every tensor argument, has a layout unlike its siblings' and is never contiguous, so a launch
+# function that hands it on as it comes to a kernel that reads row (b·Hq + h)·Nq + i fails. Entry 0 (the
+# first case, B = 2, Hq = 4) keeps its rows contiguous (stride 1) with the heads outermost and gaps, so
+# making lse contiguous only when ``lse.stride(-1) != 1`` (as the launchers treat q, k, v and dO) fails
+# too; the others give its rows a stride of 2 or more, so even a case with B = Hq = 1 shows (such a case
+# never takes entry 0, which would be contiguous there).
+LSE_LAYOUTS = (((1, 0, 2), 2, 1), ((0, 2, 1), 1, 1), ((2, 0, 1), 3, 1), ((0, 1, 2), 0, 2), ((1, 2, 0), 1, 1))
+
 FIXED_SEED = 6          # the fixed cases' values are fixed too: the same inputs on every run
+# State kept between calls (a Δ or an LSE cached by shape, a result kept from the first call): the first
+# fixed case runs once more after the others, the same shapes, layouts and launch sizes with other values
+# (their own generator, the same on every run), as lab 04's runner does (``again_with_other_values``).
+# Its o and lse are computed from its own q, k, v, so permuting the first case's values would not do.
+AGAIN_SEED = 66
+AGAIN_NOTE = ("the first case called again with other values of the same shapes and layouts: a Δ, LSE or "
+              "result kept from an earlier call shows here")
+N_FIXED = len(FIXED) + 1        # the fixed cases and the first one again
 
 
 def _random_shapes(rng, count: int, block_rng):
@@ -277,8 +297,10 @@ def lab_cases(seed, n_random: int = 1):
 
     device = runtime().device
     if device not in _FIXED_CASES:
-        _FIXED_CASES[device] = [(c, _once(g)) for c, g in
-                                _build(FIXED, 0, torch.Generator().manual_seed(FIXED_SEED), "fixed")]
+        again = (FIXED[0][:-1] + (f"{FIXED[0][-1]}; {AGAIN_NOTE}",),)
+        made = (_build(FIXED, 0, torch.Generator().manual_seed(FIXED_SEED), "fixed")
+                + _build(again, 0, torch.Generator().manual_seed(AGAIN_SEED), "fixed"))   # index 0: case 1's layouts
+        _FIXED_CASES[device] = [(c, _once(g)) for c, g in made]
     seed = _seed(seed)
     shapes = tuple(_random_shapes(np.random.default_rng(seed), n_random, np.random.default_rng([seed, 6])))
     return _FIXED_CASES[device] + _build(shapes, len(FIXED), torch.Generator().manual_seed(seed), "random")
@@ -305,7 +327,9 @@ def _build(shapes, first: int, gen, kind_name: str):
         tensors = [q, k, v, o64.to(dtype), do]
         q, k, v, o, do = (placed(t, order=LAYOUTS[(index + i) % 5][0], gap=LAYOUTS[(index + i) % 5][1],
                                  dtype=dtype, device=device) for i, t in enumerate(tensors))
-        lse = placed(lse64, dtype=torch.float32, device=device)
+        lse_order, lse_gap, lse_step = (LSE_LAYOUTS[index % len(LSE_LAYOUTS)] if b * hq > 1
+                                        else LSE_LAYOUTS[1 + index % (len(LSE_LAYOUTS) - 1)])
+        lse = placed(lse64, order=lse_order, gap=lse_gap, step=lse_step, dtype=torch.float32, device=device)
         blocks = "" if (block_m, block_n) == (BLOCK, BLOCK) else f", block_m={block_m}, block_n={block_n}"
         label = (f"{kind_name}: B={b}, Hq={hq}, Hkv={hkv}, Nq={n_q}, Nk={n_k}, D={HEAD_DIM}"
                  f"{', causal' if causal else ''}{blocks}{f' ({note})' if note else ''}")
@@ -369,7 +393,7 @@ def _run(name, fn, pick, expect, hint, seed) -> CheckResult:
     tol = gradient_tolerance()
     hint = f"{hint} (passes when every row's error is at most {tol:.0e} of the size of its terms, the float16 bound)"
     return run_check(name, _student(fn, pick), lambda *args, **blocks: expect(next(gradients)()),
-                     [c for c, _ in made], tol=tol, hint=hint, fixed=len(FIXED), kernel_guards=True, isolate=True)
+                     [c for c, _ in made], tol=tol, hint=hint, fixed=N_FIXED, kernel_guards=True, isolate=True)
 
 
 # ------------------------------------------------------------------------------------------- the checks
@@ -420,7 +444,7 @@ def check_row_term(row_term: Callable, *, seed: int | None = None) -> CheckResul
     cases = [c for c, _ in lab_cases(seed)]
     # Δ is computed in fp32 from fp16 inputs: only the float32 bound separates it from an fp16 product.
     return run_check("row term Δ = rowsum(dO ∘ O)", student, reference, cases, tol=check_tolerance("float32"),
-                     hint=HINT_ROW_TERM, fixed=len(FIXED), kernel_guards=True, isolate=True)
+                     hint=HINT_ROW_TERM, fixed=N_FIXED, kernel_guards=True, isolate=True)
 
 
 def check_dkdv(flash_dkdv: Callable, *, seed: int | None = None) -> CheckResult:
