@@ -210,3 +210,49 @@ def test_sm_counts_are_read_once_per_gpu_and_none_elsewhere(monkeypatch):
         assert reads == [0, 1]
     finally:
         device.cuda_sm_count.cache_clear()             # no fake count left behind for a real GPU
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Triton's interpreter only")
+def test_the_interpreter_patches_the_language_once_per_launch_not_per_helper_call(monkeypatch):
+    """A kernel calling a helper of its own module eight times, and tl.max (the standard library, whose
+    module sees ``core``): the results are exact, and the language is patched by the launch and once
+    more for the standard library's module, not at every call."""
+    import torch
+    from triton.runtime import interpreter
+
+    device.ensure_triton_backend()
+    patched = []
+    real = interpreter._patch_lang
+    monkeypatch.setattr(interpreter, "_patch_lang", lambda fn: patched.append(fn.__name__) or real(fn))
+    x = torch.randn(16)
+    out = torch.empty(2)
+    for _ in range(2):                                   # a second launch patches again, once
+        _helpers_kernel[(1,)](x, out)
+    want = (x * 2 ** 8).max()                            # the helper doubles, eight times
+    assert torch.equal(out, torch.stack([want, want]))
+    assert patched.count("_helpers_kernel") == 2 and len(patched) <= 4, patched
+    patched.clear()
+    assert interpreter.InterpretedFunction(_double.fn)(3.0) == 6.0 and patched == ["_double"]   # outside a launch
+
+
+def _helpers_kernel_source():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _double(x):
+        return x * 2
+
+    @triton.jit
+    def _helpers_kernel(x_ptr, out_ptr):
+        x = tl.load(x_ptr + tl.arange(0, 16))
+        for _ in tl.static_range(8):
+            x = _double(x)
+        best = tl.max(x, axis=0)
+        tl.store(out_ptr + tl.arange(0, 2), tl.zeros([2], tl.float32) + best)
+
+    return _double, _helpers_kernel
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _double, _helpers_kernel = _helpers_kernel_source()
