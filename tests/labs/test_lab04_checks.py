@@ -34,6 +34,7 @@ def in_process(monkeypatch):
     seeds (a child starts it afresh each time); the crash test switches the child process back on."""
     monkeypatch.setattr(checking, "ISOLATE", False)
 NEG_INF = float("-inf")
+F32_LOWEST = -3.4028234663852886e38            # float32's lowest finite value: a start or other= below all data
 
 
 def _namespace(relpath: str) -> dict:
@@ -71,6 +72,10 @@ def _scaled_add(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr, BUG: tl.co
         x = tl.load(x_ptr + offs, mask=mask)
         y = tl.load(y_ptr + offs, mask=mask)
     res = alpha * x + y
+    if BUG == 11:                                  # alpha rounded to float16 in the kernel
+        res = alpha.to(tl.float16).to(tl.float32) * x + y
+    if BUG == 12:                                  # alpha rounded to bfloat16 in the kernel
+        res = alpha.to(tl.bfloat16).to(tl.float32) * x + y
     if BUG == 5:
         res = alpha * (x + y)
     if BUG == 6:
@@ -89,13 +94,20 @@ def _scaled_add(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr, BUG: tl.co
 
 def scaled_add(x, y, alpha, out, bug=0, block=16):
     n = x.numel()
+    if bug == 13:                                  # round 6's sa_alpha_fp16: rounded before the launch
+        alpha = float(torch.tensor(alpha, dtype=torch.float16))
+    if bug == 14:                                  # 'two decimals are plenty'
+        alpha = round(alpha, 2)
     _scaled_add[(triton.cdiv(n, block),)](x, y, out, n, alpha, BLOCK=block, BUG=bug)
     return out
 
 
 SCALED_ADD_WRONG = {"no masks": 1, "store without a mask": 2, "mask offsets <= n": 3, "offsets without ·BLOCK": 4,
                     "alpha·(x + y)": 5, "x + alpha·y": 6, "store mask offsets < BLOCK": 7,
-                    "one value per program": 8, "mask offsets < n − 1": 9, "loads without a mask": 10}
+                    "one value per program": 8, "mask offsets < n − 1": 9, "loads without a mask": 10,
+                    # scalars whose precision the cases must see (lab04.ALPHAS)
+                    "alpha in float16 in the kernel": 11, "alpha in bfloat16 in the kernel": 12,
+                    "alpha rounded to float16 before the launch": 13, "alpha rounded to 2 decimals": 14}
 SCALED_ADD_RIGHT = {"other=0 and tl.where": dict(bug=-1), "blocks of 64": dict(block=64)}
 
 
@@ -106,6 +118,10 @@ def _block_max(x_ptr, out_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr):
     m = tl.full([BLOCK], NEG_INF, tl.float32)
     if BUG == 5:
         m = tl.zeros([BLOCK], tl.float32)
+    if BUG == 13:
+        m = tl.full([BLOCK], -1.0e38, tl.float32)
+    if BUG == -2:
+        m = tl.full([BLOCK], F32_LOWEST, tl.float32)
     best = tl.max(m, axis=0)
     stop = n
     if BUG == 3:
@@ -122,6 +138,10 @@ def _block_max(x_ptr, out_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr):
             x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=-1000.0)
         elif BUG == 11:
             x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=-1.0e9)
+        elif BUG == 12:
+            x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=-3.0e38)
+        elif BUG == -2:
+            x = tl.load(x_ptr + start + lanes, mask=start + lanes < n, other=F32_LOWEST)
         elif BUG == 2:
             x = tl.load(x_ptr + start + lanes)
         else:
@@ -150,8 +170,9 @@ def block_max(x, out, bug=0, block=16):
 BLOCK_MAX_WRONG = {"other=0.0": 1, "no mask": 2, "range(0, n − BLOCK)": 3, "tail block skipped": 4,
                    "running max starts at 0": 5, "running max replaced, not combined": 6,
                    "sum instead of max": 7, "tl.minimum": 8, "first block skipped": 9, "other=−1000": 10,
-                   "other=−10⁹": 11}
-BLOCK_MAX_RIGHT = {"scalar running max": dict(bug=-1), "blocks of 64": dict(block=64)}
+                   "other=−10⁹": 11, "other=−3·10³⁸": 12, "running max starts at −10³⁸": 13}
+BLOCK_MAX_RIGHT = {"scalar running max": dict(bug=-1), "blocks of 64": dict(block=64),
+                   "start and other= float32's lowest": dict(bug=-2)}
 
 
 # --------------------------------------------------------------------------- 3: affine_columns
@@ -387,8 +408,16 @@ def _causal(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BL
     scaled = raw * scale
     if BUG == 4:
         scaled = raw
+    if BUG == 15:                                  # the scale rounded to float16
+        scaled = raw * scale.to(tl.float16).to(tl.float32)
     if BUG == 5:
         s = tl.where(visible & (cols < n_k), scaled, 0.0)
+    elif BUG == 16:
+        s = tl.where(visible, scaled, -1.0e4)
+    elif BUG == 17:
+        s = tl.where(visible, scaled, -1.0e38)
+    elif BUG == -4:
+        s = tl.where(visible, scaled, F32_LOWEST)
     else:
         s = tl.where(visible, scaled, NEG_INF)
     if BUG == 1:
@@ -434,10 +463,12 @@ CAUSAL_WRONG = {"no row maximum": 1, "mask aligned to the start (j <= i)": 2, "s
                 "row stride taken as Nk": 7, "store without a mask": 8, "offset Nq − Nk": 9,
                 "column stride ignored": 10, "exp2 with log2(e) cut to 1.44": 11,
                 "row maximum taken before the mask": 12, "out stored as if contiguous (row stride Nk)": 13,
-                "out addressed with s's row stride": 14}
+                "out addressed with s's row stride": 14, "scale rounded to float16": 15,
+                "hidden keys set to −10⁴": 16, "hidden keys set to −10³⁸": 17}
 CAUSAL_RIGHT = {"exp2 with log2(e)": dict(bug=-1), "one combined mask": dict(bug=-2),
                 # The lab states scale > 0, where max(scale·s) = scale·max(s) (round 4's cs_scale_after_shift).
-                "shifted by the unscaled maximum, scaled after": dict(bug=-3)}
+                "shifted by the unscaled maximum, scaled after": dict(bug=-3),
+                "hidden keys set to float32's lowest": dict(bug=-4)}
 
 
 # --------------------------------------------------------------------------- 7: row_logsumexp
@@ -448,6 +479,10 @@ def _lse(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOC
     m = tl.full([BLOCK_M], NEG_INF, tl.float32)
     if BUG == 4:
         m = tl.zeros([BLOCK_M], tl.float32)
+    if BUG == 13:
+        m = tl.full([BLOCK_M], -1.0e4, tl.float32)
+    if BUG == -3:
+        m = tl.full([BLOCK_M], F32_LOWEST, tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     m_lanes = tl.full([BLOCK_M, BLOCK_N], NEG_INF, tl.float32)
     l_lanes = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -463,6 +498,10 @@ def _lse(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOC
         other = NEG_INF
         if BUG == 5:
             other = 0.0
+        if BUG == 14:
+            other = -1.0e30
+        if BUG == -3:
+            other = F32_LOWEST
         col_stride = stride_xn
         if BUG == 10:
             col_stride = 1
@@ -478,6 +517,10 @@ def _lse(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOC
             m_lanes = m_new_lanes
         else:
             m_new = tl.maximum(m, tl.max(x, axis=1))
+            if BUG == 11:                          # round 6's lse_rescale_from_tile_max
+                m_new = tl.max(x, axis=1)
+            if BUG == 12:                          # the first tile's maximum kept for the whole row
+                m_new = tl.where(m == NEG_INF, tl.max(x, axis=1), m)
             if BUG == 2:
                 l = l + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
             elif BUG == 3:
@@ -512,8 +555,10 @@ def row_logsumexp(x, out, bug=0):
 LSE_WRONG = {"two passes (maximum, then sum)": 1, "l not rescaled": 2, "rescaled by exp(m_new − m)": 3,
              "running maximum starts at 0": 4, "masked lanes read 0": 5, "no maximum at all": 6,
              "m + l, no log": 7, "log(l) without m": 8, "each tile against its own maximum": 9,
-             "column stride ignored": 10}
-LSE_RIGHT = {"per-lane running state, combined at the end": dict(bug=-1), "exp2 and log2(e)": dict(bug=-2)}
+             "column stride ignored": 10, "rescaled from the tile's own maximum": 11,
+             "the first tile's maximum kept": 12, "running maximum starts at −10⁴": 13, "masked lanes read −10³⁰": 14}
+LSE_RIGHT = {"per-lane running state, combined at the end": dict(bug=-1), "exp2 and log2(e)": dict(bug=-2),
+             "start and other= float32's lowest": dict(bug=-3)}
 
 
 # --------------------------------------------------------------------- 8: softmax_weighted_sum
@@ -523,6 +568,10 @@ def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_v
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, D)
     m = tl.full([BLOCK_M], NEG_INF, tl.float32)
+    if BUG == 17:                                  # round 6's sws_max_starts_at_minus_1e4
+        m = tl.full([BLOCK_M], -1.0e4, tl.float32)
+    if BUG == -2:
+        m = tl.full([BLOCK_M], F32_LOWEST, tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     if BUG == 4:                                   # two passes: the maximum first
@@ -536,6 +585,10 @@ def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_v
         other = NEG_INF
         if BUG == 5:
             other = 0.0
+        if BUG == 18:
+            other = -1.0e38
+        if BUG == -2:
+            other = F32_LOWEST
         sn, vd = stride_sn, stride_vd
         if BUG == 10:
             sn = 1
@@ -554,6 +607,8 @@ def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_v
             acc += tl.dot(p, v)
         else:
             m_new = tl.maximum(m, tl.max(s, axis=1))
+            if BUG == 19:                          # rescaled from the tile's own maximum
+                m_new = tl.max(s, axis=1)
             alpha = tl.exp(m - m_new)
             p = tl.exp(s - m_new[:, None])
             if BUG == 7:
@@ -602,20 +657,23 @@ WSUM_WRONG = {"acc not rescaled": 1, "l not rescaled": 2, "normalised after ever
               "p against the old maximum": 7, "no final division": 8, "alpha on the new tile": 9,
               "s's column stride ignored": 10, "v's column stride ignored": 11, "exp2 with log2(e) cut to 1.44": 12,
               "p and v cast to float16 for tl.dot": 13, "p rounded to float16": 14,
-              "out stored as if contiguous (row stride D)": 15, "out addressed with s's row stride": 16}
-WSUM_RIGHT = {"exp2 and log2(e)": dict(bug=-1), "tiles of 32 keys": dict(block_n=32)}
+              "out stored as if contiguous (row stride D)": 15, "out addressed with s's row stride": 16,
+              "running maximum starts at −10⁴": 17, "masked scores read −10³⁸": 18,
+              "rescaled from the tile's own maximum": 19}
+WSUM_RIGHT = {"exp2 and log2(e)": dict(bug=-1), "tiles of 32 keys": dict(block_n=32),
+              "start and other= float32's lowest": dict(bug=-2)}
 
 
 # ------------------------------------------------------------------------------------ catalogue
 CATALOGUE = {  # exercise: (check, launcher, wrong, right, number of fixed cases)
     "scaled_add": (lab04.check_scaled_add, scaled_add, SCALED_ADD_WRONG, SCALED_ADD_RIGHT, 4),
-    "block_max": (lab04.check_block_max, block_max, BLOCK_MAX_WRONG, BLOCK_MAX_RIGHT, 5),
+    "block_max": (lab04.check_block_max, block_max, BLOCK_MAX_WRONG, BLOCK_MAX_RIGHT, 6),
     "affine_columns": (lab04.check_affine_columns, affine_columns, AFFINE_WRONG, AFFINE_RIGHT, 6),
     "row_sums": (lab04.check_row_sums, row_sums, ROW_SUMS_WRONG, ROW_SUMS_RIGHT, 6),
     "matmul": (lab04.check_matmul, matmul, MATMUL_WRONG, MATMUL_RIGHT, 5),
-    "causal_softmax": (lab04.check_causal_softmax, causal_softmax, CAUSAL_WRONG, CAUSAL_RIGHT, 6),
-    "row_logsumexp": (lab04.check_row_logsumexp, row_logsumexp, LSE_WRONG, LSE_RIGHT, 6),
-    "softmax_weighted_sum": (lab04.check_softmax_weighted_sum, softmax_weighted_sum, WSUM_WRONG, WSUM_RIGHT, 9),
+    "causal_softmax": (lab04.check_causal_softmax, causal_softmax, CAUSAL_WRONG, CAUSAL_RIGHT, 7),
+    "row_logsumexp": (lab04.check_row_logsumexp, row_logsumexp, LSE_WRONG, LSE_RIGHT, 9),
+    "softmax_weighted_sum": (lab04.check_softmax_weighted_sum, softmax_weighted_sum, WSUM_WRONG, WSUM_RIGHT, 12),
 }
 
 

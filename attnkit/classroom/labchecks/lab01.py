@@ -9,10 +9,11 @@
 Each check runs fixed adversarial cases first (shapes where Nq, Nk, d and dv all differ, rows whose
 maxima are thousands apart, scores that overflow ``exp``, a causal row whose hidden keys score
 thousands above its visible ones, causal keys scoring exactly 0 or tied with a visible key, so that a
-mask built from the scores' values fails), then cases drawn from ``seed`` (fresh ones when None), and
-compares with a float64 reference. Then every fixed case runs again, followed by the same shapes with
-other values in the other memory order (a result, mask or table kept from an earlier call fails), and
-an answer that writes into its inputs fails.
+mask built from the scores' values fails; position tables of 66,000 rows and of 1024 columns, so that
+a position or column index kept in int16, uint16, float16 or int8 fails), then cases drawn from
+``seed`` (fresh ones when None), and compares with a float64 reference. Then every fixed case runs
+again, followed by the same shapes with other values in the other memory order (a result, mask or
+table kept from an earlier call fails), and an answer that writes into its inputs fails.
 Exercise 3's S is a 2-D matrix, as the lab states: every case is
 2-D, and an answer returning another shape is told so.
 
@@ -472,14 +473,27 @@ def _check_attention(attention, *, seed: int | None = None) -> CheckResult:
 
 
 # ------------------------------------------------------------------------------------ exercise 5
+# Sizes past the range of the narrow types an index could be kept in: a position in int16 wraps past
+# 32767, in uint16 past 65535, in float16 rounds past 2048 (to multiples of 32 near 66000) and becomes inf
+# past 65504; a column index 2i in int8 wraps past 127, in uint8 past 255.
+BIG_SIZES = ((66_000, 2, "positions past 32767, 65535 and float16's 65504: kept in int16, uint16 or float16 "
+                         "they wrap or round"),
+             (3, 1024, "column indices 2i up to 1022: kept in int8 or uint8 they wrap"))
+
+
 def _check_positions(sinusoidal_positions, *, seed: int | None = None) -> CheckResult:
     """sinusoidal_positions(n_positions, d_model) -> PE [n_positions, d_model] (float64 or float32)."""
     # Several positions and d_model ≥ 4, so that a wrong exponent (i/d instead of 2i/d) or base shows;
     # d_model = 6 is not a multiple of 4; 128 positions make large angles. Each argument also comes again
     # with the other one changed (10 positions at d_model 6 then 16; d_model 16 at 50 then 4 positions), so
     # a table kept from an earlier call and looked up by one argument alone fails.
+    # Every index is taken past the narrow number types it could be held in (BIG_SIZES): positions past
+    # int16's 32767, uint16's 65535 and float16's 65504 (whole numbers exact only to 2048), and column
+    # indices 2i past int8's 127 and uint8's 255; a position or column that wraps or rounds changes its
+    # angle by hundreds of radians.
     sizes = ((4, 4), (10, 6), (50, 16), (128, 64), (10, 16), (4, 16))
     fixed = [case(n, d, label=f"{n} positions, d_model={d}") for n, d in sizes]
+    fixed += [case(n, d, label=f"{n} positions, d_model={d} ({why})") for n, d, why in BIG_SIZES]
     rng = np.random.default_rng(seed)
     ranges = [((2, 9), (2, 5)), ((10, 65), (4, 17)), ((2, 6), (16, 33)), ((65, 129), (8, 33))]
     sizes = [(int(rng.integers(*n)), 2 * int(rng.integers(*half))) for n, half in ranges]

@@ -21,7 +21,12 @@ row (so the strides must be used), every 2-D input is stored column by column in
 the column stride must be used too), and ``out`` sits inside a buffer of a sentinel value; a 2-D
 ``out`` has a row stride of its width + ``OUT_ROW_GAP`` in every case but those of one exact tile, with
 sentinels in the gaps (so ``stride_om`` must be used, and a store through an input's stride shows). Values go
-below −1000 (a masked lane's ``other=`` must be −inf) and one puzzle 8 case puts a quarter of each
+below −1000, and puzzles 2, 6, 7 and 8 each have a case whose values all lie near −2·10³⁸ or lower
+(``FAR_BELOW``): a running maximum started at a finite value, or a finite ``other=`` or mask value
+(−10⁴, −10³⁸), fails there; −inf and float32's lowest pass. Puzzles 7 and 8 have rows whose running
+maximum falls or rises by 200 from one tile to the next (a rescale from the tile's own maximum, or
+from the first tile's, overflows). Every alpha, and puzzle 6's first scale, is exact in neither float16
+nor bfloat16 (``ALPHAS``: a scalar rounded to either fails). One puzzle 8 case puts a quarter of each
 row's weight on one key (the scores' scale must be exact: log2(e) cut to 1.44 fails it); puzzle 6 hides a
 key scoring far above the visible ones (a row maximum taken before the mask is 0/0), and puzzle 8 has
 values above float16's range and weights below it (p or v cast to float16 for tl.dot fails). Every
@@ -89,6 +94,48 @@ def _rng(seed):
     return np.random.default_rng(seed)
 
 
+# Scalars: every alpha and softmax scale a puzzle gives is a number with all its digits (√3, π, 1/√12):
+# none is exact in float16 or bfloat16, and each multiplies values large enough that a scalar rounded
+# to either (10⁻⁴ relative and more) moves the result past float32's bound; a float32 scalar (6·10⁻⁸)
+# does not.
+ALPHAS = (-math.sqrt(3.0), math.pi, 1 / math.sqrt(12.0), -math.e)
+
+# Sentinels: every puzzle with a running maximum, a mask or a masked lane's `other=` has a case whose
+# real values all lie far below every finite sentinel a kernel might start from or fill with (−1e4,
+# −1e9, −1e30, −1e38). Puzzle 2 (no exp) goes down to −3.3·10³⁸, below −3·10³⁸ too; puzzles 6 to 8 to
+# −2.2·10³⁸, which a kernel that multiplies the scores by log2(e) before exp2 still holds (it overflows
+# below −2.36·10³⁸). Only −inf, or float32's lowest (−3.4·10³⁸), is below all of them. The values are a
+# few float32 steps (2·10³¹ each) apart, so each weight is exactly 0 or 1: a correct kernel started
+# from −inf gives the exact answer, a finite start gives 0/0 and a finite `other=` or mask value takes
+# the weight itself.
+FAR_BELOW = -2.2e38
+
+
+def _far_below(rng, shape, top=FAR_BELOW):
+    """Values ``top`` − k·step, k in 0..3 (step: float32's spacing there), as float32 holds them exactly:
+    rows of ties at the maximum and values whose exp relative to it is 0."""
+    top = float(np.float32(top))
+    step = float(np.spacing(np.float32(abs(top))))
+    return top - step * rng.integers(0, 4, shape).astype(np.float64)
+
+
+def _falling_and_rising(rng, rows, cols):
+    """Rows whose running maximum falls or rises by 200 or more from one tile of columns to the next, for
+    any tile narrower than ``cols`` (the changes come early in the row and again later): row 0 falls
+    from +100 to −100 after 20 columns, row 1 rises from −100 to +100, row 2 falls, rises and falls,
+    and so on. A rescale by exp(m_old − m_new) from the tile's own maximum overflows on a fall; a
+    maximum kept from the first tile overflows on a rise."""
+    levels = ([100.0, -100.0], [-100.0, 100.0], [300.0, -150.0, 50.0, -200.0], [-200.0, 150.0, -100.0])
+    cuts = ([20], [20], [20, cols // 3, 2 * cols // 3], [35, cols // 2])
+    x = rng.standard_normal((rows, cols))
+    for r in range(rows):
+        level, cut = levels[r % len(levels)], cuts[r % len(cuts)]
+        edges = [0, *cut, cols]
+        for value, start, stop in zip(level, edges[:-1], edges[1:]):
+            x[r, start:stop] += value
+    return x
+
+
 # ------------------------------------------------------------------------------------------ puzzle 1
 def scaled_add_reference(x, y, alpha):
     return alpha * x + y
@@ -100,10 +147,11 @@ def _scaled_add_cases(seed):
              (47, "n = 47 = three blocks − 1")] + \
         [(int(n), f"n = {int(n)}") for n in rng.integers(2, 150, size=2)]
     cases = []
-    for n, label in sizes:
-        alpha = float(rng.choice([-1.5, 0.75, 3.0, -0.25]))
+    for index, (n, label) in enumerate(sizes):
+        # the fixed cases take every alpha in turn, the random ones any (see ALPHAS)
+        alpha = ALPHAS[index] if index < len(ALPHAS) else float(rng.choice(ALPHAS))
         cases.append(Puzzle((vector(rng.standard_normal(n)), vector(rng.standard_normal(n)), alpha), (n,),
-                            f"{label}, alpha = {alpha}"))
+                            f"{label}, alpha = {alpha:.17g} (not exact in float16 or bfloat16)"))
     return cases
 
 
@@ -128,6 +176,9 @@ def _block_max_cases(seed):
     cases.append(Puzzle((vector((rng.random(21) + 1.0) * -1e30),), (1,),
                         "n = 21, every value near −10³⁰ (a masked lane's other= must be −inf to lose to all of "
                         "them)"))
+    cases.append(Puzzle((vector(_far_below(rng, 19, top=-3.3e38)),), (1,),
+                        "n = 19, every value near −3.3·10³⁸ (below every finite other= or start but float32's "
+                        "lowest, −3.4·10³⁸: use −inf)"))
     for n in rng.integers(2, 200, size=2):
         shift = float(rng.choice([0.0, -10.0]))
         cases.append(Puzzle((vector(rng.standard_normal(int(n)) + shift),), (1,), f"n = {int(n)}"))
@@ -239,7 +290,9 @@ def causal_softmax_reference(s, scale):
 
 def _causal_cases(seed):
     rng = _rng(seed)
-    cases = [((5, 5), 1.0, 1 / math.sqrt(16), "5 × 5"),
+    # The first case's scale, 1/√12, is exact in neither float16 nor bfloat16, and its scores spread
+    # enough (scaled, about ±3) for a scale rounded to either to show (see ALPHAS).
+    cases = [((5, 5), 10.0, 1 / math.sqrt(12), "5 × 5"),
              ((3, 17), 1.0, 1 / math.sqrt(8), "3 × 17 (Nq < Nk: the mask is aligned to the end)"),
              ((1, 33), 1.0, 1 / math.sqrt(64), "1 × 33 (one query row sees every key)"),
              ((4, 16), 300.0, 1 / math.sqrt(4), "4 × 16, scores up to about ±600 (exp overflows without the "
@@ -247,7 +300,7 @@ def _causal_cases(seed):
     for _ in range(2):
         n_q = int(rng.integers(1, 12))
         n_k = n_q + int(rng.integers(0, 30))
-        cases.append(((n_q, n_k), float(rng.choice([1.0, 20.0])), 1 / math.sqrt(float(rng.choice([16, 64]))),
+        cases.append(((n_q, n_k), float(rng.choice([1.0, 20.0])), 1 / math.sqrt(float(rng.choice([12, 16, 40, 64]))),
                       f"{n_q} × {n_k}"))
     made = [Puzzle((matrix(rng.standard_normal(shape) * spread), scale), shape,
                    f"s {label}, scale {scale:.4g}, row stride {shape[1] + ROW_GAP}", out_row_gap=_out_gap(*shape))
@@ -262,6 +315,11 @@ def _causal_cases(seed):
     made.insert(3, Puzzle((matrix(hidden_high), 0.5), (5, 19),
                           "s 5 × 19, visible keys near −200 and the last key, hidden from rows 0–3, at +300, "
                           "scale 0.5 (the row maximum must be taken after the mask)", out_row_gap=OUT_ROW_GAP))
+    # Every score far below any finite mask value or other= (see FAR_BELOW), 23 keys in a block of 32.
+    made.insert(6, Puzzle((matrix(_far_below(rng, (4, 23))), 1.0), (4, 23),
+                          "s 4 × 23, scale 1, every score near −2.2·10³⁸, a few tied at each row's maximum (a "
+                          "finite value for hidden keys or masked lanes, −10⁴ or −10³⁸, outweighs them all: use "
+                          "−inf)", out_row_gap=OUT_ROW_GAP))
     return made
 
 
@@ -300,7 +358,17 @@ def _lse_cases(seed):
                     "3 × 29 stored column by column (use stride_xn)", stream=0),
              # More rows than the earlier cases: a launch that keeps the first call's grid leaves rows unwritten.
              Puzzle((matrix(rng.standard_normal((13, 21)) * 4),), (13,), "13 × 21 (more row blocks than the cases "
-                    "before it)", stream=0)]
+                    "before it)", stream=0),
+             # The running maximum falls and rises by 200 between tiles (see _falling_and_rising), and every
+             # value lies far below any finite start or other= (see FAR_BELOW; 37 columns: masked lanes in
+             # the last tile of any width).
+             Puzzle((matrix(_falling_and_rising(rng, 4, 150)),), (4,),
+                    "4 × 150 whose rows fall by 200 or more from one tile to the next (row 0: +100 for 20 "
+                    "columns, then −100) or rise by 200 (row 1), at any tile width below 150", stream=0),
+             Puzzle((matrix(_far_below(rng, (3, 37))),), (3,),
+                    "3 × 37, every value near −2.2·10³⁸, a few tied at each row's maximum (a running maximum "
+                    "started at a finite value, or masked lanes read as one, −10⁴ or −10³⁸, is above them all: "
+                    "use −inf)", stream=0)]
     for _ in range(2):
         m, n = int(rng.integers(1, 6)), int(rng.integers(2, 70))
         cases.append(Puzzle((matrix(rng.standard_normal((m, n)) * 10 + float(rng.choice([0.0, 500.0]))),), (m,),
@@ -364,7 +432,15 @@ def _weighted_cases(seed):
              # Three blocks of 16 rows where every earlier case has one: a launch that keeps the first
              # call's grid leaves rows 16 to 36 unwritten.
              make((37, 9), 16, rng.standard_normal((37, 9)) * 3, "37 × 9 (three blocks of rows, where the cases "
-                  "before it have one)")]
+                  "before it have one)"),
+             # As in puzzle 7: rows whose running maximum falls or rises by 200 between tiles, and scores far
+             # below any finite start or other= (their output: the mean of v over each row's tied maxima).
+             make((4, 150), 16, _falling_and_rising(rng, 4, 150), "4 × 150 whose rows fall by 200 or more from "
+                  "one tile of keys to the next (row 0: +100 for 20 keys, then −100) or rise by 200 (row 1), at "
+                  "any tile width below 150"),
+             make((3, 37), 16, _far_below(rng, (3, 37)), "3 × 37, every score near −2.2·10³⁸, a few tied at each "
+                  "row's maximum (a running maximum started at a finite value, or masked scores read as one, "
+                  "−10⁴ or −10³⁸, is above them all: use −inf)")]
     for _ in range(2):
         m, n, d = int(rng.integers(1, 5)), int(rng.integers(2, 60)), int(rng.choice([16, 32]))
         cases.append(make((m, n), d, rng.standard_normal((m, n)) * 5, f"{m} × {n}"))
