@@ -271,11 +271,15 @@ CACHE_LAYOUTS = (
     (None, 0, "contiguous caches"),
 )
 QKV_LAYOUTS = (((0, 2, 1, 3), 0), ((0, 1, 2, 3), 4), ((2, 0, 1, 3), 0), (None, 0))
+# NaN elements before and after each laid-out tensor: a stray store near the view lands there (the
+# check copies every case's tensors at every call, and on a CPU a copy of placed's default 4096 costs
+# about 50 times one of these small buffers).
+GUARD = 256
 
 
 def _laid_out(t, layout):
     order, gap = layout[:2]
-    return t if order is None else placed(t, order=order, gap=gap)
+    return t if order is None else placed(t, order=order, gap=gap, lead=GUARD, trail=GUARD)
 
 
 def _append_case(g, spec, layout: int = 3):
