@@ -201,6 +201,7 @@ def _contained(fn):
         except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
             raise RuntimeError(f"your function raised {type(exc).__name__}") from None
     call.__name__ = getattr(fn, "__name__", "function")
+    call.__wrapped__ = fn                   # the student's function, for a check that reaches its kernels
     return call
 
 
@@ -271,4 +272,5 @@ def _timed(fn, name: str, timeout: float, say):
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
     call.__name__ = name
+    call.__wrapped__ = fn
     return call

@@ -377,10 +377,20 @@ def _run_puzzle(name, student_fn, reference, puzzles, *, hint, tol) -> CheckResu
                           note=" (rerun in Triton's interpreter, where every load and store is recorded)")
 
 
+def _wrapped_chain(student_fn) -> list:
+    """``student_fn`` and every function it wraps (``__wrapped__``, as the grader's wrappers and
+    functools.wraps set it), outermost first."""
+    chain = [student_fn]
+    while hasattr(chain[-1], "__wrapped__") and len(chain) < 16:
+        chain.append(chain[-1].__wrapped__)
+    return chain
+
+
 def _runs_here(student_fn) -> bool:
     """Whether ``student_fn`` is a function of this process, whose kernels can be swapped: not the grader's
     stand-in for a function of the student's process (``grading.calls``: it has ``through``)."""
-    return isinstance(student_fn, types.FunctionType) and not hasattr(student_fn, "through")
+    chain = _wrapped_chain(student_fn)
+    return all(isinstance(f, types.FunctionType) and not hasattr(f, "through") for f in chain)
 
 
 def on_cpu(p: Puzzle) -> Puzzle:
@@ -398,8 +408,8 @@ def on_cpu(p: Puzzle) -> Puzzle:
 @contextlib.contextmanager
 def interpreted_kernels(student_fn):
     """Where kernels compile: Triton's interpreter for the duration, in this process. Every
-    ``@triton.jit`` function of ``triton.language`` and of the student's globals is swapped for the
-    interpreter's (and TRITON_INTERPRET=1 set, so that ``interpreting()``, the poisoned masked loads
+    ``@triton.jit`` function of ``triton.language`` and of the student's globals (and of the globals of
+    every function it wraps: ``__wrapped__``) is swapped for the interpreter's (and TRITON_INTERPRET=1 set, so that ``interpreting()``, the poisoned masked loads
     and any kernel decorated inside are the interpreter's too); all restored after."""
     import sys
 
@@ -409,7 +419,7 @@ def interpreted_kernels(student_fn):
 
     namespaces = [vars(module) for name, module in list(sys.modules.items())
                   if name.startswith("triton.language") and module is not None]
-    namespaces.append(getattr(student_fn, "__globals__", {}))
+    namespaces += [f.__globals__ for f in _wrapped_chain(student_fn) if hasattr(f, "__globals__")]
     swapped = []
     for namespace in namespaces:
         for key, value in list(namespace.items()):
