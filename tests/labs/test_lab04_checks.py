@@ -415,7 +415,7 @@ def _causal(s_ptr, out_ptr, n_q, n_k, scale, stride_sm, stride_sn, stride_om, BL
     elif BUG == 16:
         s = tl.where(visible, scaled, -1.0e4)
     elif BUG == 17:
-        s = tl.where(visible, scaled, -1.0e38)
+        s = tl.where(visible, scaled, -1.0e8)
     elif BUG == -4:
         s = tl.where(visible, scaled, F32_LOWEST)
     else:
@@ -464,7 +464,7 @@ CAUSAL_WRONG = {"no row maximum": 1, "mask aligned to the start (j <= i)": 2, "s
                 "column stride ignored": 10, "exp2 with log2(e) cut to 1.44": 11,
                 "row maximum taken before the mask": 12, "out stored as if contiguous (row stride Nk)": 13,
                 "out addressed with s's row stride": 14, "scale rounded to float16": 15,
-                "hidden keys set to −10⁴": 16, "hidden keys set to −10³⁸": 17}
+                "hidden keys set to −10⁴": 16, "hidden keys set to −10⁸": 17}
 CAUSAL_RIGHT = {"exp2 with log2(e)": dict(bug=-1), "one combined mask": dict(bug=-2),
                 # The lab states scale > 0, where max(scale·s) = scale·max(s) (round 4's cs_scale_after_shift).
                 "shifted by the unscaled maximum, scaled after": dict(bug=-3),
@@ -499,7 +499,7 @@ def _lse(x_ptr, out_ptr, M, N, stride_xm, stride_xn, BLOCK_M: tl.constexpr, BLOC
         if BUG == 5:
             other = 0.0
         if BUG == 14:
-            other = -1.0e30
+            other = -1.0e8
         if BUG == -3:
             other = F32_LOWEST
         col_stride = stride_xn
@@ -556,7 +556,7 @@ LSE_WRONG = {"two passes (maximum, then sum)": 1, "l not rescaled": 2, "rescaled
              "running maximum starts at 0": 4, "masked lanes read 0": 5, "no maximum at all": 6,
              "m + l, no log": 7, "log(l) without m": 8, "each tile against its own maximum": 9,
              "column stride ignored": 10, "rescaled from the tile's own maximum": 11,
-             "the first tile's maximum kept": 12, "running maximum starts at −10⁴": 13, "masked lanes read −10³⁰": 14}
+             "the first tile's maximum kept": 12, "running maximum starts at −10⁴": 13, "masked lanes read −10⁸": 14}
 LSE_RIGHT = {"per-lane running state, combined at the end": dict(bug=-1), "exp2 and log2(e)": dict(bug=-2),
              "start and other= float32's lowest": dict(bug=-3)}
 
@@ -586,7 +586,7 @@ def _wsum(s_ptr, v_ptr, out_ptr, M, N, stride_sm, stride_sn, stride_vn, stride_v
         if BUG == 5:
             other = 0.0
         if BUG == 18:
-            other = -1.0e38
+            other = -1.0e8
         if BUG == -2:
             other = F32_LOWEST
         sn, vd = stride_sn, stride_vd
@@ -658,7 +658,7 @@ WSUM_WRONG = {"acc not rescaled": 1, "l not rescaled": 2, "normalised after ever
               "s's column stride ignored": 10, "v's column stride ignored": 11, "exp2 with log2(e) cut to 1.44": 12,
               "p and v cast to float16 for tl.dot": 13, "p rounded to float16": 14,
               "out stored as if contiguous (row stride D)": 15, "out addressed with s's row stride": 16,
-              "running maximum starts at −10⁴": 17, "masked scores read −10³⁸": 18,
+              "running maximum starts at −10⁴": 17, "masked scores read −10⁸": 18,
               "rescaled from the tile's own maximum": 19}
 WSUM_RIGHT = {"exp2 and log2(e)": dict(bug=-1), "tiles of 32 keys": dict(block_n=32),
               "start and other= float32's lowest": dict(bug=-2)}

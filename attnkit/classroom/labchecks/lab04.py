@@ -21,9 +21,10 @@ row (so the strides must be used), every 2-D input is stored column by column in
 the column stride must be used too), and ``out`` sits inside a buffer of a sentinel value; a 2-D
 ``out`` has a row stride of its width + ``OUT_ROW_GAP`` in every case but those of one exact tile, with
 sentinels in the gaps (so ``stride_om`` must be used, and a store through an input's stride shows). Values go
-below −1000, and puzzles 2, 6, 7 and 8 each have a case whose values all lie near −2·10³⁸ or lower
-(``FAR_BELOW``): a running maximum started at a finite value, or a finite ``other=`` or mask value
-(−10⁴, −10³⁸), fails there; −inf and float32's lowest pass. Puzzles 7 and 8 have rows whose running
+below −1000, and puzzles 2, 6, 7 and 8 each have a case whose values all lie far below (near −3.3·10³⁸
+in puzzle 2, −10⁹ in the others: ``FAR_BELOW``): a running maximum started at a finite value above
+them, or such a finite ``other=`` or mask value (−10⁴, −10⁸), fails there; −inf and float32's lowest
+pass. Puzzles 7 and 8 have rows whose running
 maximum falls or rises by 200 from one tile to the next (a rescale from the tile's own maximum, or
 from the first tile's, overflows). Every alpha, and puzzle 6's first scale, is exact in neither float16
 nor bfloat16 (``ALPHAS``: a scalar rounded to either fails). One puzzle 8 case puts a quarter of each
@@ -101,14 +102,18 @@ def _rng(seed):
 ALPHAS = (-math.sqrt(3.0), math.pi, 1 / math.sqrt(12.0), -math.e)
 
 # Sentinels: every puzzle with a running maximum, a mask or a masked lane's `other=` has a case whose
-# real values all lie far below every finite sentinel a kernel might start from or fill with (−1e4,
-# −1e9, −1e30, −1e38). Puzzle 2 (no exp) goes down to −3.3·10³⁸, below −3·10³⁸ too; puzzles 6 to 8 to
-# −2.2·10³⁸, which a kernel that multiplies the scores by log2(e) before exp2 still holds (it overflows
-# below −2.36·10³⁸). Only −inf, or float32's lowest (−3.4·10³⁸), is below all of them. The values are a
-# few float32 steps (2·10³¹ each) apart, so each weight is exactly 0 or 1: a correct kernel started
-# from −inf gives the exact answer, a finite start gives 0/0 and a finite `other=` or mask value takes
-# the weight itself.
-FAR_BELOW = -2.2e38
+# real values all lie far below the finite sentinels a kernel might start from or fill with (−1e4,
+# −1e6, −1e8). Puzzle 2 (no exp) goes down to −3.3·10³⁸, below every finite value but float32's lowest.
+# Puzzles 6 to 8 (exp) stop at −10⁹: a compiled kernel that multiplies the scores by log2(e) before
+# exp2 may fuse that product into the subtraction of the maximum (an FMA), leaving up to half a float32
+# step of the product (64 at 1.4·10⁹, 10³¹ near 3·10³⁸) in the exponent; at −2.2·10³⁸ exp2 of it was
+# +inf and a correct kernel failed on the H200, at −10⁹ it is at most 2⁶⁴, the same for tied values,
+# so it cancels in a softmax and moves a log-sum-exp by at most 45 in 10⁹. The values are a few float32
+# steps (64 each) apart, so each weight is 0 (e⁻⁶⁴) or 1: a correct kernel started from −inf gives the
+# answer to float32's precision, a finite start above them gives 0/0 and a finite `other=` or mask value
+# above them takes the weight itself. A sentinel below −10⁹ (−1e30) cannot be told from −inf by values
+# a compiled exp2 kernel survives; the labs ask for −inf.
+FAR_BELOW = -1.0e9
 
 
 def _far_below(rng, shape, top=FAR_BELOW):
@@ -317,8 +322,8 @@ def _causal_cases(seed):
                           "scale 0.5 (the row maximum must be taken after the mask)", out_row_gap=OUT_ROW_GAP))
     # Every score far below any finite mask value or other= (see FAR_BELOW), 23 keys in a block of 32.
     made.insert(6, Puzzle((matrix(_far_below(rng, (4, 23))), 1.0), (4, 23),
-                          "s 4 × 23, scale 1, every score near −2.2·10³⁸, a few tied at each row's maximum (a "
-                          "finite value for hidden keys or masked lanes, −10⁴ or −10³⁸, outweighs them all: use "
+                          "s 4 × 23, scale 1, every score near −10⁹, a few tied at each row's maximum (a "
+                          "finite value for hidden keys or masked lanes, −10⁴ or −10⁸, outweighs them all: use "
                           "−inf)", out_row_gap=OUT_ROW_GAP))
     return made
 
@@ -366,8 +371,8 @@ def _lse_cases(seed):
                     "4 × 150 whose rows fall by 200 or more from one tile to the next (row 0: +100 for 20 "
                     "columns, then −100) or rise by 200 (row 1), at any tile width below 150", stream=0),
              Puzzle((matrix(_far_below(rng, (3, 37))),), (3,),
-                    "3 × 37, every value near −2.2·10³⁸, a few tied at each row's maximum (a running maximum "
-                    "started at a finite value, or masked lanes read as one, −10⁴ or −10³⁸, is above them all: "
+                    "3 × 37, every value near −10⁹, a few tied at each row's maximum (a running maximum "
+                    "started at a finite value, or masked lanes read as one, −10⁴ or −10⁸, is above them all: "
                     "use −inf)", stream=0)]
     for _ in range(2):
         m, n = int(rng.integers(1, 6)), int(rng.integers(2, 70))
@@ -438,9 +443,9 @@ def _weighted_cases(seed):
              make((4, 150), 16, _falling_and_rising(rng, 4, 150), "4 × 150 whose rows fall by 200 or more from "
                   "one tile of keys to the next (row 0: +100 for 20 keys, then −100) or rise by 200 (row 1), at "
                   "any tile width below 150"),
-             make((3, 37), 16, _far_below(rng, (3, 37)), "3 × 37, every score near −2.2·10³⁸, a few tied at each "
+             make((3, 37), 16, _far_below(rng, (3, 37)), "3 × 37, every score near −10⁹, a few tied at each "
                   "row's maximum (a running maximum started at a finite value, or masked scores read as one, "
-                  "−10⁴ or −10³⁸, is above them all: use −inf)")]
+                  "−10⁴ or −10⁸, is above them all: use −inf)")]
     for _ in range(2):
         m, n, d = int(rng.integers(1, 5)), int(rng.integers(2, 60)), int(rng.choice([16, 32]))
         cases.append(make((m, n), d, rng.standard_normal((m, n)) * 5, f"{m} × {n}"))

@@ -409,8 +409,9 @@ def on_cpu(p: Puzzle) -> Puzzle:
 def interpreted_kernels(student_fn):
     """Where kernels compile: Triton's interpreter for the duration, in this process. Every
     ``@triton.jit`` function of ``triton.language`` and of the student's globals (and of the globals of
-    every function it wraps: ``__wrapped__``) is swapped for the interpreter's (and TRITON_INTERPRET=1 set, so that ``interpreting()``, the poisoned masked loads
-    and any kernel decorated inside are the interpreter's too); all restored after."""
+    every function it wraps: ``__wrapped__``) is swapped for the interpreter's, and TRITON_INTERPRET=1
+    set, so that ``interpreting()``, the poisoned masked loads and any kernel decorated inside are the
+    interpreter's too; all restored after."""
     import sys
 
     import triton.experimental.gluon  # noqa: F401  (imported now: its import asserts compiled kernels)
