@@ -22,7 +22,7 @@ the column stride must be used too), and ``out`` sits inside a buffer of a senti
 ``out`` has a row stride of its width + ``OUT_ROW_GAP`` in every case but those of one exact tile, with
 sentinels in the gaps (so ``stride_om`` must be used, and a store through an input's stride shows). Values go
 below −1000, and puzzles 2, 6, 7 and 8 each have a case whose values all lie far below (near −3.3·10³⁸
-in puzzle 2, −10⁹ in the others: ``FAR_BELOW``): a running maximum started at a finite value above
+in puzzle 2, −10⁹ in the others: ``lab04_runner.FAR_BELOW``): a running maximum started at a finite value above
 them, or such a finite ``other=`` or mask value (−10⁴, −10⁸), fails there; −inf and float32's lowest
 pass. Puzzles 7 and 8 have rows whose running
 maximum falls or rises by 200 from one tile to the next (a rescale from the tile's own maximum, or
@@ -68,6 +68,7 @@ from ..checking import (
 )
 from .lab04_runner import (  # noqa: F401  (lab 04's names, importable from here as before)
     ALSO_FORBIDDEN,
+    FAR_BELOW,
     OUT_ROW_GAP,
     PAD,
     PAD_ROWS,
@@ -83,6 +84,8 @@ from .lab04_runner import (  # noqa: F401  (lab 04's names, importable from here
     _Memory,
     _run_puzzle,
     _torch,
+    falling_and_rising,
+    far_below,
     interpreting,
     matrix,
     output,
@@ -100,46 +103,6 @@ def _rng(seed):
 # to either (10⁻⁴ relative and more) moves the result past float32's bound; a float32 scalar (6·10⁻⁸)
 # does not.
 ALPHAS = (-math.sqrt(3.0), math.pi, 1 / math.sqrt(12.0), -math.e)
-
-# Sentinels: every puzzle with a running maximum, a mask or a masked lane's `other=` has a case whose
-# real values all lie far below the finite sentinels a kernel might start from or fill with (−1e4,
-# −1e6, −1e8). Puzzle 2 (no exp) goes down to −3.3·10³⁸, below every finite value but float32's lowest.
-# Puzzles 6 to 8 (exp) stop at −10⁹: a compiled kernel that multiplies the scores by log2(e) before
-# exp2 may fuse that product into the subtraction of the maximum (an FMA), leaving up to half a float32
-# step of the product (64 at 1.4·10⁹, 10³¹ near 3·10³⁸) in the exponent; at −2.2·10³⁸ exp2 of it was
-# +inf and a correct kernel failed on the H200, at −10⁹ it is at most 2⁶⁴, the same for tied values,
-# so it cancels in a softmax and moves a log-sum-exp by at most 45 in 10⁹. The values are a few float32
-# steps (64 each) apart, so each weight is 0 (e⁻⁶⁴) or 1: a correct kernel started from −inf gives the
-# answer to float32's precision, a finite start above them gives 0/0 and a finite `other=` or mask value
-# above them takes the weight itself. A sentinel below −10⁹ (−1e30) cannot be told from −inf by values
-# a compiled exp2 kernel survives; the labs ask for −inf.
-FAR_BELOW = -1.0e9
-
-
-def _far_below(rng, shape, top=FAR_BELOW):
-    """Values ``top`` − k·step, k in 0..3 (step: float32's spacing there), as float32 holds them exactly:
-    rows of ties at the maximum and values whose exp relative to it is 0."""
-    top = float(np.float32(top))
-    step = float(np.spacing(np.float32(abs(top))))
-    return top - step * rng.integers(0, 4, shape).astype(np.float64)
-
-
-def _falling_and_rising(rng, rows, cols):
-    """Rows whose running maximum falls or rises by 200 or more from one tile of columns to the next, for
-    any tile narrower than ``cols`` (the changes come early in the row and again later): row 0 falls
-    from +100 to −100 after 20 columns, row 1 rises from −100 to +100, row 2 falls, rises and falls,
-    and so on. A rescale by exp(m_old − m_new) from the tile's own maximum overflows on a fall; a
-    maximum kept from the first tile overflows on a rise."""
-    levels = ([100.0, -100.0], [-100.0, 100.0], [300.0, -150.0, 50.0, -200.0], [-200.0, 150.0, -100.0])
-    cuts = ([20], [20], [20, cols // 3, 2 * cols // 3], [35, cols // 2])
-    x = rng.standard_normal((rows, cols))
-    for r in range(rows):
-        level, cut = levels[r % len(levels)], cuts[r % len(cuts)]
-        edges = [0, *cut, cols]
-        for value, start, stop in zip(level, edges[:-1], edges[1:]):
-            x[r, start:stop] += value
-    return x
-
 
 # ------------------------------------------------------------------------------------------ puzzle 1
 def scaled_add_reference(x, y, alpha):
@@ -181,7 +144,7 @@ def _block_max_cases(seed):
     cases.append(Puzzle((vector((rng.random(21) + 1.0) * -1e30),), (1,),
                         "n = 21, every value near −10³⁰ (a masked lane's other= must be −inf to lose to all of "
                         "them)"))
-    cases.append(Puzzle((vector(_far_below(rng, 19, top=-3.3e38)),), (1,),
+    cases.append(Puzzle((vector(far_below(rng, 19, top=-3.3e38)),), (1,),
                         "n = 19, every value near −3.3·10³⁸ (below every finite other= or start but float32's "
                         "lowest, −3.4·10³⁸: use −inf)"))
     for n in rng.integers(2, 200, size=2):
@@ -320,8 +283,8 @@ def _causal_cases(seed):
     made.insert(3, Puzzle((matrix(hidden_high), 0.5), (5, 19),
                           "s 5 × 19, visible keys near −200 and the last key, hidden from rows 0–3, at +300, "
                           "scale 0.5 (the row maximum must be taken after the mask)", out_row_gap=OUT_ROW_GAP))
-    # Every score far below any finite mask value or other= (see FAR_BELOW), 23 keys in a block of 32.
-    made.insert(6, Puzzle((matrix(_far_below(rng, (4, 23))), 1.0), (4, 23),
+    # Every score far below any finite mask value or other= (see lab04_runner.FAR_BELOW), 23 keys in a block of 32.
+    made.insert(6, Puzzle((matrix(far_below(rng, (4, 23))), 1.0), (4, 23),
                           "s 4 × 23, scale 1, every score near −10⁹, a few tied at each row's maximum (a "
                           "finite value for hidden keys or masked lanes, −10⁴ or −10⁸, outweighs them all: use "
                           "−inf)", out_row_gap=OUT_ROW_GAP))
@@ -364,13 +327,13 @@ def _lse_cases(seed):
              # More rows than the earlier cases: a launch that keeps the first call's grid leaves rows unwritten.
              Puzzle((matrix(rng.standard_normal((13, 21)) * 4),), (13,), "13 × 21 (more row blocks than the cases "
                     "before it)", stream=0),
-             # The running maximum falls and rises by 200 between tiles (see _falling_and_rising), and every
-             # value lies far below any finite start or other= (see FAR_BELOW; 37 columns: masked lanes in
+             # The running maximum falls and rises by 200 between tiles (see lab04_runner.falling_and_rising), and every
+             # value lies far below any finite start or other= (see lab04_runner.FAR_BELOW; 37 columns: masked lanes in
              # the last tile of any width).
-             Puzzle((matrix(_falling_and_rising(rng, 4, 150)),), (4,),
+             Puzzle((matrix(falling_and_rising(rng, 4, 150)),), (4,),
                     "4 × 150 whose rows fall by 200 or more from one tile to the next (row 0: +100 for 20 "
                     "columns, then −100) or rise by 200 (row 1), at any tile width below 150", stream=0),
-             Puzzle((matrix(_far_below(rng, (3, 37))),), (3,),
+             Puzzle((matrix(far_below(rng, (3, 37))),), (3,),
                     "3 × 37, every value near −10⁹, a few tied at each row's maximum (a running maximum "
                     "started at a finite value, or masked lanes read as one, −10⁴ or −10⁸, is above them all: "
                     "use −inf)", stream=0)]
@@ -440,10 +403,10 @@ def _weighted_cases(seed):
                   "before it have one)"),
              # As in puzzle 7: rows whose running maximum falls or rises by 200 between tiles, and scores far
              # below any finite start or other= (their output: the mean of v over each row's tied maxima).
-             make((4, 150), 16, _falling_and_rising(rng, 4, 150), "4 × 150 whose rows fall by 200 or more from "
+             make((4, 150), 16, falling_and_rising(rng, 4, 150), "4 × 150 whose rows fall by 200 or more from "
                   "one tile of keys to the next (row 0: +100 for 20 keys, then −100) or rise by 200 (row 1), at "
                   "any tile width below 150"),
-             make((3, 37), 16, _far_below(rng, (3, 37)), "3 × 37, every score near −10⁹, a few tied at each "
+             make((3, 37), 16, far_below(rng, (3, 37)), "3 × 37, every score near −10⁹, a few tied at each "
                   "row's maximum (a running maximum started at a finite value, or masked scores read as one, "
                   "−10⁴ or −10⁸, is above them all: use −inf)")]
     for _ in range(2):

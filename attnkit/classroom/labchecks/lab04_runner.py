@@ -111,6 +111,47 @@ def _element_addresses(t) -> np.ndarray:
     return (np.uint64(t.data_ptr()) + (offsets * t.element_size()).astype(np.uint64)).ravel()
 
 
+# ------------------------------------------------------------------------------------ values
+# Sentinels: every puzzle with a running maximum, a mask or a masked lane's `other=` has a case whose
+# real values all lie far below the finite sentinels a kernel might start from or fill with (−1e4,
+# −1e6, −1e8). Puzzle 2 (no exp) goes down to −3.3·10³⁸, below every finite value but float32's lowest.
+# Puzzles 6 to 8 (exp) stop at −10⁹: a compiled kernel that multiplies the scores by log2(e) before
+# exp2 may fuse that product into the subtraction of the maximum (an FMA), leaving up to half a float32
+# step of the product (64 at 1.4·10⁹, 10³¹ near 3·10³⁸) in the exponent; at −2.2·10³⁸ exp2 of it was
+# +inf and a correct kernel failed on the H200, at −10⁹ it is at most 2⁶⁴, the same for tied values,
+# so it cancels in a softmax and moves a log-sum-exp by at most 45 in 10⁹. The values are a few float32
+# steps (64 each) apart, so each weight is 0 (e⁻⁶⁴) or 1: a correct kernel started from −inf gives the
+# answer to float32's precision, a finite start above them gives 0/0 and a finite `other=` or mask value
+# above them takes the weight itself. A sentinel below −10⁹ (−1e30) cannot be told from −inf by values
+# a compiled exp2 kernel survives; the labs ask for −inf.
+FAR_BELOW = -1.0e9
+
+
+def far_below(rng, shape, top=FAR_BELOW):
+    """Values ``top`` − k·step, k in 0..3 (step: float32's spacing there), as float32 holds them exactly:
+    rows of ties at the maximum and values whose exp relative to it is 0."""
+    top = float(np.float32(top))
+    step = float(np.spacing(np.float32(abs(top))))
+    return top - step * rng.integers(0, 4, shape).astype(np.float64)
+
+
+def falling_and_rising(rng, rows, cols):
+    """Rows whose running maximum falls or rises by 200 or more from one tile of columns to the next, for
+    any tile narrower than ``cols`` (the changes come early in the row and again later): row 0 falls
+    from +100 to −100 after 20 columns, row 1 rises from −100 to +100, row 2 falls, rises and falls,
+    and so on. A rescale by exp(m_old − m_new) from the tile's own maximum overflows on a fall; a
+    maximum kept from the first tile overflows on a rise."""
+    levels = ([100.0, -100.0], [-100.0, 100.0], [300.0, -150.0, 50.0, -200.0], [-200.0, 150.0, -100.0])
+    cuts = ([20], [20], [20, cols // 3, 2 * cols // 3], [35, cols // 2])
+    x = rng.standard_normal((rows, cols))
+    for r in range(rows):
+        level, cut = levels[r % len(levels)], cuts[r % len(cuts)]
+        edges = [0, *cut, cols]
+        for value, start, stop in zip(level, edges[:-1], edges[1:]):
+            x[r, start:stop] += value
+    return x
+
+
 # ------------------------------------------------------------------------------- watching the kernel
 def interpreting() -> bool:
     """Whether Triton kernels run in the interpreter here (switched on before triton is imported)."""

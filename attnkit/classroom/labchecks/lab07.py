@@ -299,7 +299,7 @@ def _append_case(g, spec, layout: int = 3):
                              f"{CACHE_LAYOUTS[layout][2]} (strides {tuple(k_cache.stride())})")
 
 
-def _append_cases(seed):
+def append_cases(seed):
     """The fixed cases, then one drawn from ``seed``: q, k, v, k_cache, v_cache, seqlens_k, mode (float32)."""
     import torch
 
@@ -327,7 +327,7 @@ def _check_rope_append(rope_append: Callable, *, seed: int | None = None) -> Che
 def _rope_append_cases(rope_append: Callable, seed: int | None) -> CheckResult:
     import torch
 
-    cases, n_fixed = _append_cases(seed)
+    cases, n_fixed = append_cases(seed)
     results: dict[int, tuple] = {}
     student_fn = unwrapped(rope_append)
 
