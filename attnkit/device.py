@@ -95,8 +95,8 @@ def _patch_the_language_once_per_kernel() -> None:
 
     The interpreter runs a kernel with the language's builtins patched (each launch patches, then
     restores). Each call of a ``@triton.jit`` helper inside the kernel patches them again
-    (``_patch_lang``: ``inspect.getmembers`` over the language, about 1.5 ms a call here), although they
-    are patched already: in lesson 9's serving run, 36.9 of 77 s went there (24,000 calls). This patches
+    (``_patch_lang``: ``inspect.getmembers`` over the language), although they are patched already: most
+    of an interpreted kernel's time with many helpers (docs/authoring.md, "Notebooks"). This patches
     the language modules a helper sees (``tl``, ``tl.core``) on the first call that needs each, once per
     launch, and calls helpers directly after; outside a launch, as before. No result changes.
     """
