@@ -101,8 +101,7 @@ class Runners:
         tensors, and the integers of ``varying``: the grid, the options, the device, the tensors'
         dtypes and every other argument. Then the launch's key is the tensors' alignment (what Triton
         specialises a pointer on) and ``varying`` alone, not ``launch_key``'s pass over every argument
-        (11 of an eager B = 1 ``paged_decode``'s 88 µs of host time: docs/paged_notes.md, "The eager
-        call's host time")."""
+        (its share of an eager call's host time: docs/paged_notes.md, "The eager call's host time")."""
         if self.enabled:
             key = (id(kernel), varying, *(t.data_ptr() % 16 for t in args[:n_tensors]))
             entry = kept.get(key)
