@@ -117,8 +117,8 @@ def _element_addresses(t) -> np.ndarray:
 # −1e6, −1e8). Puzzle 2 (no exp) goes down to −3.3·10³⁸, below every finite value but float32's lowest.
 # Puzzles 6 to 8 (exp) stop at −10⁹: a compiled kernel that multiplies the scores by log2(e) before
 # exp2 may fuse that product into the subtraction of the maximum (an FMA), leaving up to half a float32
-# step of the product (64 at 1.4·10⁹, 10³¹ near 3·10³⁸) in the exponent; at −2.2·10³⁸ exp2 of it was
-# +inf and a correct kernel failed on the H200, at −10⁹ it is at most 2⁶⁴, the same for tied values,
+# step of the product (64 at 1.4·10⁹, 10³¹ near 3·10³⁸) in the exponent; at −2.2·10³⁸ exp2 of it is
+# +inf (tests/fresh_mutants/round6/README.md), at −10⁹ it is at most 2⁶⁴, the same for tied values,
 # so it cancels in a softmax and moves a log-sum-exp by at most 45 in 10⁹. The values are a few float32
 # steps (64 each) apart, so each weight is 0 (e⁻⁶⁴) or 1: a correct kernel started from −inf gives the
 # answer to float32's precision, a finite start above them gives 0/0 and a finite `other=` or mask value
@@ -342,11 +342,15 @@ def run_puzzle(name: str, student_fn: Callable, reference: Callable, puzzles, *,
     return isolated(name, lambda: _run_puzzle(name, student_fn, reference, puzzles, hint=hint, tol=tol), hint=hint)
 
 
+def _whole_buffer(t):
+    """The whole storage under tensor ``t`` (its padding and sentinels included), as a 1-D tensor of its dtype."""
+    return _torch().tensor([], dtype=t.dtype, device=t.device).set_(t.untyped_storage())
+
+
 def _stray_store(out, p: Puzzle) -> str | None:
     """What the kernel wrote outside ``out``'s elements (a sentinel changed), in words, or None: before
     or after ``out``, or into the gap after a row of a strided ``out`` (out's row stride ignored)."""
-    torch = _torch()
-    whole = torch.tensor([], dtype=out.dtype, device=out.device).set_(out.untyped_storage()).cpu().numpy()
+    whole = _whole_buffer(out).cpu().numpy()
     inside = np.zeros(whole.shape, dtype=bool)
     base, size = np.uint64(out.untyped_storage().data_ptr()), np.uint64(out.element_size())
     inside[(_element_addresses(out) - base) // size] = True
@@ -369,7 +373,7 @@ def _same_layout_other_values(t, rng):
     """A copy of input ``t`` in a copy of its whole buffer (the NaN padding, the strides and the offset
     kept) whose elements hold ``t``'s values permuted, about half of them with the sign flipped."""
     torch = _torch()
-    whole = torch.tensor([], dtype=t.dtype, device=t.device).set_(t.untyped_storage()).clone()
+    whole = _whole_buffer(t).clone()
     copy = whole.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
     flat = t.detach().reshape(-1).cpu().double().numpy()
     values = flat[rng.permutation(flat.size)] * rng.choice([-1.0, 1.0], flat.size)
@@ -422,16 +426,17 @@ def _wrapped_chain(student_fn) -> list:
     """``student_fn`` and every function it wraps (``__wrapped__``, as the grader's wrappers and
     functools.wraps set it), outermost first."""
     chain = [student_fn]
-    while hasattr(chain[-1], "__wrapped__") and len(chain) < 16:
+    while isinstance(getattr(chain[-1], "__wrapped__", None), types.FunctionType) and len(chain) < 16:
         chain.append(chain[-1].__wrapped__)
     return chain
 
 
 def _runs_here(student_fn) -> bool:
     """Whether ``student_fn`` is a function of this process, whose kernels can be swapped: not the grader's
-    stand-in for a function of the student's process (``grading.calls``: it has ``through``)."""
-    chain = _wrapped_chain(student_fn)
-    return all(isinstance(f, types.FunctionType) and not hasattr(f, "through") for f in chain)
+    stand-in for a function of the student's process (``grading.calls``: it has ``through``). Decided by
+    the function the check was handed alone: what it wraps (``__wrapped__``, which a student may set to
+    anything) only adds namespaces to swap, and is followed through functions only."""
+    return isinstance(student_fn, types.FunctionType) and not hasattr(student_fn, "through")
 
 
 def on_cpu(p: Puzzle) -> Puzzle:
@@ -440,7 +445,7 @@ def on_cpu(p: Puzzle) -> Puzzle:
     def copied(t):
         if not hasattr(t, "data_ptr") or t.device.type == "cpu":
             return t
-        whole = _torch().tensor([], dtype=t.dtype, device=t.device).set_(t.untyped_storage()).cpu()
+        whole = _whole_buffer(t).cpu()
         return whole.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
     return Puzzle(tuple(copied(a) for a in p.args), p.out_shape, p.label, stream=p.stream,
                   out_row_gap=p.out_row_gap)
@@ -490,8 +495,8 @@ def _lang_patches_undone():
     """Every attribute the interpreter patches in ``triton.language`` while inside set back, on leaving,
     to what it held on entering. The interpreter patches the language's builtins for each kernel and
     device function it runs; for a device function (``tl.max`` swapped for the interpreter's, say) it
-    never undoes them, and kernels compiled afterwards in the process failed with a CompilationError
-    (Triton 3.6 on the H200)."""
+    never undoes them, and kernels compiled afterwards in the process fail with a CompilationError
+    (Triton 3.6 leaves them)."""
     from triton.runtime import interpreter
 
     scope = getattr(interpreter, "_LangPatchScope", None)
